@@ -1,0 +1,40 @@
+"""kiln's eager runtime, spelled like PyTorch: `import eager as torch`.
+
+Tensors, the op registry and dispatcher, autograd, a numpy CPU backend and the
+profiler. The compiler (llvmlite, networkx) is imported only when compile() is used.
+"""
+from eager import autograd as autograd
+from eager import _C, dispatcher, kernels, composite, _tensor_methods  # noqa: F401
+from eager import profiler as profiler
+from eager.autograd import (enable_grad, inference_mode, is_grad_enabled, no_grad,
+                            set_grad_enabled)
+from eager.device import device
+from eager.factories import (arange, empty, empty_like, from_numpy, full, full_like, linspace,
+                             manual_seed, ones, ones_like, rand, rand_like, randint, randn,
+                             randn_like, randperm, tensor, zeros, zeros_like)
+from eager.tensor import Size, Tensor
+from eager.functional import *  # noqa: F401,F403
+from eager.functional import __all__ as _functional_all
+from eager import testing as testing
+from eager import cuda as cuda
+from ir.dtypes import (bool_ as bool, float16, float32, float64, int32, int64,  # noqa: A004
+                       get_default_dtype, set_default_dtype)
+from ir.dtypes import DType as dtype
+
+float = float32  # noqa: A001 - PyTorch's aliases
+double = float64
+half = float16
+long = int64
+int = int32  # noqa: A001
+
+__version__ = "0.1.0"
+
+
+def is_tensor(obj) -> bool:
+    return isinstance(obj, Tensor)
+
+
+def compile(fn=None, **options):  # noqa: A001 - PyTorch's name
+    """Compile a function or module with kiln's compiler (imported on first use)."""
+    import compiler
+    return compiler.compile(fn, **options)

@@ -1,0 +1,221 @@
+"""Tensor methods and operators, each a thin call of an op handle (PyTorch's spelling:
+`t.sum(1, keepdim=True)`, `t.view(2, 3)`, `a @ b`, `t[0, 1:]`, ...)."""
+from __future__ import annotations
+
+from eager import indexing
+from eager.dispatcher import ATEN
+from eager.tensor import Tensor, ops
+from ir.ops import Op
+
+# ops whose Python method has the schema's own signature: `t.exp()`, `t.mm(m)`, ...
+for _op in (Op.NEG, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.ABS, Op.SIGN, Op.TANH, Op.SIGMOID,
+            Op.RELU, Op.ERF, Op.CLAMP, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.POW,
+            Op.MAXIMUM, Op.MINIMUM, Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE, Op.LOGICAL_AND,
+            Op.SUM, Op.MEAN, Op.AMAX, Op.AMIN, Op.ARGMAX, Op.ARGMIN, Op.SOFTMAX,
+            Op.LOG_SOFTMAX, Op.DOT, Op.MV, Op.MM, Op.BMM, Op.ADDMM, Op.MATMUL, Op.TRANSPOSE,
+            Op.T, Op.UNSQUEEZE, Op.SELECT, Op.FLATTEN, Op.SPLIT, Op.DETACH, Op.CONTIGUOUS,
+            Op.CLONE, Op.INDEX_SELECT, Op.INDEX_ADD, Op.ADD_, Op.SUB_, Op.MUL_, Op.DIV_,
+            Op.CLAMP_, Op.ZERO_, Op.FILL_, Op.COPY_):
+    setattr(Tensor, _op.schema.name, ATEN[_op])
+
+
+def _sizes(args):
+    return tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
+
+
+def _view(self, *shape):
+    return ops.view(self, _sizes(shape))
+
+
+def _reshape(self, *shape):
+    return ops.reshape(self, _sizes(shape))
+
+
+def _permute(self, *dims):
+    return ops.permute(self, _sizes(dims))
+
+
+def _expand(self, *sizes):
+    return ops.expand(self, _sizes(sizes))
+
+
+def _expand_as(self, other):
+    return ops.expand(self, other.shape)
+
+
+def _view_as(self, other):
+    return ops.view(self, other.shape)
+
+
+def _reshape_as(self, other):
+    return ops.reshape(self, other.shape)
+
+
+def _squeeze(self, dim=None):
+    return ops.squeeze(self, dim)
+
+
+def _max(self, dim=None, keepdim=False):
+    if dim is None:
+        return ops.amax(self)
+    if isinstance(dim, Tensor):
+        return ops.maximum(self, dim)
+    return ops.max(self, dim, keepdim)
+
+
+def _min(self, dim=None, keepdim=False):
+    if dim is None:
+        return ops.amin(self)
+    if isinstance(dim, Tensor):
+        return ops.minimum(self, dim)
+    return ops.min(self, dim, keepdim)
+
+
+def _var(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    if unbiased is not None:
+        if isinstance(unbiased, bool):
+            correction = int(unbiased)
+        else:  # t.var(dim, keepdim) with keepdim passed positionally as PyTorch allows
+            raise TypeError("var(): unbiased must be a bool")
+    return ops.var(self, dim, correction=correction, keepdim=keepdim)
+
+
+def _std(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    return ops.sqrt(_var(self, dim, unbiased, keepdim, correction=correction))
+
+
+def _gelu(self, approximate="none"):
+    return ops.gelu(self, approximate=approximate)
+
+
+def _silu(self):
+    return ops.silu(self)
+
+
+def _size_fn(self, dim=None):
+    return Tensor.size(self, dim)
+
+
+def _split(self, split_size, dim=0):
+    return ops.split(self, split_size, dim)
+
+
+def _chunk(self, chunks, dim=0):
+    size = self.shape[dim]
+    return ops.split(self, max(-(-size // chunks), 1), dim)
+
+
+def _where(self, condition, other):
+    return ops.where(condition, self, other)
+
+
+def _masked_fill(self, mask, value):
+    return ops.where(mask, value, self)
+
+
+def _rsub(self, other):
+    return ops.sub(other, self)
+
+
+def _rdiv(self, other):
+    return ops.div(other, self)
+
+
+def _rpow(self, other):
+    return ops.pow(other, self)
+
+
+def _rmatmul(self, other):
+    return ops.matmul(other, self)
+
+
+def _pos(self):
+    return self
+
+
+def _invert(self):
+    if self.dtype.name != "bool":
+        raise TypeError("~ is only supported on bool tensors in kiln")
+    return ops.eq(self, False)
+
+
+def _iadd(self, other):
+    return ops.add_(self, other)
+
+
+def _isub(self, other):
+    return ops.sub_(self, other)
+
+
+def _imul(self, other):
+    return ops.mul_(self, other)
+
+
+def _idiv(self, other):
+    return ops.div_(self, other)
+
+
+def _and(self, other):
+    return ops.logical_and(self, other)
+
+
+def _eq(self, other):
+    return ops.eq(self, other)
+
+
+def _ne(self, other):
+    return ops.ne(self, other)
+
+
+def _zero_(self):
+    return ops.zero_(self)
+
+
+def _new_zeros(self, *size, dtype=None, device=None, requires_grad=False):
+    from eager.factories import zeros
+    return zeros(_sizes(size), dtype=dtype or self.dtype, device=device or self.device,
+                 requires_grad=requires_grad)
+
+
+def _new_ones(self, *size, dtype=None, device=None, requires_grad=False):
+    from eager.factories import ones
+    return ones(_sizes(size), dtype=dtype or self.dtype, device=device or self.device,
+                requires_grad=requires_grad)
+
+
+def _new_tensor(self, data, dtype=None, device=None, requires_grad=False):
+    from eager.factories import tensor
+    return tensor(data, dtype=dtype or self.dtype, device=device or self.device,
+                  requires_grad=requires_grad)
+
+
+def _T(self):
+    return ops.permute(self, list(range(self.dim() - 1, -1, -1)))
+
+
+def _mT(self):
+    return ops.transpose(self, -2, -1)
+
+
+_METHODS = {
+    "view": _view, "reshape": _reshape, "permute": _permute, "expand": _expand,
+    "expand_as": _expand_as, "view_as": _view_as, "reshape_as": _reshape_as,
+    "squeeze": _squeeze, "max": _max, "min": _min, "var": _var, "std": _std, "gelu": _gelu,
+    "silu": _silu, "split": _split, "chunk": _chunk, "where": _where,
+    "masked_fill": _masked_fill, "new_zeros": _new_zeros, "new_ones": _new_ones,
+    "new_tensor": _new_tensor,
+    "__add__": ATEN[Op.ADD], "__radd__": ATEN[Op.ADD], "__sub__": ATEN[Op.SUB],
+    "__rsub__": _rsub, "__mul__": ATEN[Op.MUL], "__rmul__": ATEN[Op.MUL],
+    "__truediv__": ATEN[Op.DIV], "__rtruediv__": _rdiv, "__pow__": ATEN[Op.POW],
+    "__rpow__": _rpow, "__matmul__": ATEN[Op.MATMUL], "__rmatmul__": _rmatmul,
+    "__neg__": ATEN[Op.NEG], "__pos__": _pos, "__abs__": ATEN[Op.ABS], "__invert__": _invert,
+    "__and__": _and, "__lt__": ATEN[Op.LT], "__le__": ATEN[Op.LE], "__gt__": ATEN[Op.GT],
+    "__ge__": ATEN[Op.GE], "__eq__": _eq, "__ne__": _ne,
+    "__iadd__": _iadd, "__isub__": _isub, "__imul__": _imul, "__itruediv__": _idiv,
+    "__getitem__": indexing.getitem, "__setitem__": indexing.setitem,
+}
+for _name, _fn in _METHODS.items():
+    setattr(Tensor, _name, _fn)
+Tensor.T = property(_T)
+Tensor.mT = property(_mT)
+Tensor.__hash__ = lambda self: id(self)

@@ -1,0 +1,197 @@
+"""The backward engine: runs nodes in dependency order (latest-created first among the
+ready ones), summing the gradients that meet at a node, calling tensor hooks, and
+capturing the gradients `autograd.grad` asks for."""
+from __future__ import annotations
+
+import heapq
+
+from eager.autograd.function import AccumulateGrad, gradient_edge
+from eager.autograd.grad_mode import set_grad_enabled
+from eager.dispatcher import tls
+
+
+def _check_grad(node, i, grad, meta):
+    shape, dtype, device = meta
+    if grad._shape != shape:
+        raise RuntimeError(f"Function {node.name()} returned an invalid gradient at index {i} - "
+                           f"got {list(grad._shape)} but expected shape compatible with "
+                           f"{list(shape)}")
+    if grad.dtype is not dtype:
+        grad = grad.to(dtype)
+    return grad
+
+
+def _dependencies(roots) -> dict:
+    deps = {}
+    stack = [n for n in roots]
+    seen = set(stack)
+    while stack:
+        node = stack.pop()
+        for child, _ in node.next_functions:
+            if child is None:
+                continue
+            deps[child] = deps.get(child, 0) + 1
+            if child not in seen:
+                seen.add(child)
+                stack.append(child)
+    return deps
+
+
+def _needed(roots, targets) -> set:
+    """Nodes from which some target node can be reached (autograd.grad prunes the rest)."""
+    parents: dict = {}
+    stack, seen = list(roots), set(roots)
+    while stack:
+        node = stack.pop()
+        for child, _ in node.next_functions:
+            if child is None:
+                continue
+            parents.setdefault(child, []).append(node)
+            if child not in seen:
+                seen.add(child)
+                stack.append(child)
+    needed = set()
+    stack = [t for t in targets if t in seen]
+    while stack:
+        node = stack.pop()
+        if node not in needed:
+            needed.add(node)
+            stack.extend(parents.get(node, ()))
+    return needed
+
+
+def run_backward(roots, retain_graph: bool, create_graph: bool, capture=None,
+                 accumulate: bool = True) -> dict:
+    """Propagate gradients from `roots` [(node, output_nr, grad)].
+
+    `capture` maps (node, output_nr) to a slot name; the gradients arriving there are
+    returned as {slot: grad}. With accumulate=False, AccumulateGrad nodes do not run.
+    """
+    buffers: dict = {}
+    root_nodes = []
+    for node, nr, grad in roots:
+        slot = buffers.setdefault(node, {})
+        slot[nr] = grad if nr not in slot else slot[nr] + grad
+        if node not in root_nodes:
+            root_nodes.append(node)
+    deps = _dependencies(root_nodes)
+    needed = _needed(root_nodes, {n for n, _ in capture}) if capture is not None else None
+    ready = [(-n._seq, id(n), n) for n in root_nodes if deps.get(n, 0) == 0]
+    heapq.heapify(ready)
+    captured = {}
+    prev_mode = tls.grad_enabled
+    try:
+        set_grad_enabled(create_graph)
+        while ready:
+            _, _, node = heapq.heappop(ready)
+            grads = buffers.pop(node, {})
+            if node._pre_hooks:
+                for nr, hooks in node._pre_hooks.items():
+                    for hook in hooks:
+                        if grads.get(nr) is not None:
+                            new = hook(grads[nr])
+                            if new is not None:
+                                grads[nr] = new
+            if capture is not None:
+                for nr, g in grads.items():
+                    if (node, nr) in capture:
+                        captured[capture[(node, nr)]] = g
+            run = (needed is None or node in needed) and grads.get(0) is not None and not (
+                isinstance(node, AccumulateGrad) and not accumulate)
+            outputs = node.apply(grads[0], create_graph) if run else ()
+            if run and not retain_graph:
+                node.release()
+            for i, (child, nr) in enumerate(node.next_functions):
+                if child is None:
+                    continue
+                g = outputs[i] if i < len(outputs) else None
+                if g is not None:
+                    if node._input_meta:
+                        g = _check_grad(node, i, g, node._input_meta[i])
+                    slot = buffers.setdefault(child, {})
+                    slot[nr] = g if slot.get(nr) is None else slot[nr] + g
+                deps[child] -= 1
+                if deps[child] == 0:
+                    heapq.heappush(ready, (-child._seq, id(child), child))
+    finally:
+        set_grad_enabled(prev_mode)
+    return captured
+
+
+def _root_grad(t, g):
+    from eager.factories import ones_like
+    from eager.tensor import Tensor
+    if g is None:
+        if t.numel() != 1:
+            raise RuntimeError("grad can be implicitly created only for scalar outputs")
+        return ones_like(t)
+    if not isinstance(g, Tensor):
+        from eager.factories import tensor as make
+        g = make(g, dtype=t.dtype)
+    if g._shape != t._shape:
+        raise RuntimeError(f"Mismatch in shape: grad_output[0] has a shape of {list(g._shape)} "
+                           f"and output[0] has a shape of {list(t._shape)}.")
+    return g
+
+
+def _as_list(x):
+    if x is None:
+        return None
+    return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+def _roots(tensors, grad_tensors):
+    grads = _as_list(grad_tensors) or [None] * len(tensors)
+    if len(grads) != len(tensors):
+        raise RuntimeError(f"got {len(grads)} tensors and {len(tensors)} gradients")
+    roots = []
+    for i, (t, g) in enumerate(zip(tensors, grads)):
+        if not t._requires_grad:
+            raise RuntimeError(f"element {i} of tensors does not require grad and does not have "
+                               "a grad_fn")
+        node, nr = gradient_edge(t)
+        roots.append((node, nr, _root_grad(t, g)))
+    return roots
+
+
+def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
+    tensors = _as_list(tensors)
+    if retain_graph is None:
+        retain_graph = create_graph
+    roots = _roots(tensors, grad_tensors)
+    if inputs is None:
+        run_backward(roots, retain_graph, create_graph)
+        return
+    inputs = _as_list(inputs)
+    capture = {gradient_edge(t): i for i, t in enumerate(inputs)}
+    captured = run_backward(roots, retain_graph, create_graph, capture, accumulate=False)
+    for i, t in enumerate(inputs):
+        if i in captured:
+            g = captured[i] if create_graph else captured[i].detach()
+            t.grad = g.clone() if t.grad is None else t.grad + g
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
+         allow_unused=False):
+    """Gradients of `outputs` with respect to `inputs`, without touching `.grad`."""
+    outputs = _as_list(outputs)
+    single = not isinstance(inputs, (list, tuple))
+    inputs = _as_list(inputs)
+    if retain_graph is None:
+        retain_graph = create_graph
+    capture = {}
+    for i, t in enumerate(inputs):
+        if not t._requires_grad:
+            raise RuntimeError(f"One of the differentiated Tensors does not require grad")
+        capture[gradient_edge(t)] = i
+    captured = run_backward(_roots(outputs, grad_outputs), retain_graph, create_graph, capture,
+                            accumulate=False)
+    result = []
+    for i in range(len(inputs)):
+        if i not in captured and not allow_unused:
+            raise RuntimeError("One of the differentiated Tensors appears to not have been used "
+                               "in the graph. Set allow_unused=True if this is the desired "
+                               "behavior.")
+        g = captured.get(i)
+        result.append(g if g is None or create_graph else g.detach())
+    return tuple(result) if not single else tuple(result)

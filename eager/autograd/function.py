@@ -1,0 +1,208 @@
+"""Backward graph nodes. A Node knows the edges to the nodes of its inputs
+(`next_functions`) and turns the gradient of its output into gradients for its inputs.
+Leaves that require grad end in an AccumulateGrad node."""
+from __future__ import annotations
+
+import itertools
+import weakref
+
+_sequence = itertools.count()
+
+_FREED = ("Trying to backward through the graph a second time (or directly access saved "
+          "tensors after they have already been freed). Saved intermediate values of the graph "
+          "are freed when you call .backward() or autograd.grad(). Specify retain_graph=True if "
+          "you need to backward through the graph a second time or if you need to access saved "
+          "tensors after calling backward.")
+
+
+class Node:
+    """Base of every backward node; subclasses are named as PyTorch names them."""
+    __slots__ = ("next_functions", "_seq", "_pre_hooks", "_input_meta", "__weakref__")
+
+    def __init__(self, next_functions=()):
+        self.next_functions = tuple(next_functions)
+        self._seq = next(_sequence)
+        self._pre_hooks = None  # output_nr -> [hook]
+        self._input_meta = ()
+
+    def name(self) -> str:
+        return type(self).__name__
+
+    def __repr__(self) -> str:
+        return f"<{self.name()} object at {id(self):#x}>"
+
+    def apply(self, grad, create_graph: bool) -> tuple:
+        raise NotImplementedError
+
+    def release(self) -> None:
+        """Free what this node saved (after a backward that does not retain the graph)."""
+
+    def register_prehook(self, output_nr: int, hook) -> None:
+        if self._pre_hooks is None:
+            self._pre_hooks = {}
+        self._pre_hooks.setdefault(output_nr, []).append(hook)
+
+
+class AccumulateGrad(Node):
+    """Adds the incoming gradient into a leaf tensor's `.grad`."""
+    __slots__ = ("_variable",)
+
+    def __init__(self, tensor):
+        super().__init__()
+        self._variable = weakref.ref(tensor)
+
+    @property
+    def variable(self):
+        return self._variable()
+
+    def apply(self, grad, create_graph: bool) -> tuple:
+        t = self._variable()
+        if t is None or grad is None:
+            return ()
+        if not create_graph:
+            grad = grad.detach()
+        if t.grad is None:
+            # a fresh copy: backward may hand the same tensor to several leaves
+            t.grad = grad if create_graph else grad.clone()
+        else:
+            t.grad = t.grad + grad
+        return ()
+
+
+class SavedTensor:
+    """A tensor a node keeps for backward, with the version it had when saved."""
+    __slots__ = ("tensor", "version", "is_output")
+
+    def __init__(self, tensor, is_output: bool):
+        # an output is kept without its grad_fn (that is the saving node: a cycle)
+        self.tensor = tensor.detach() if is_output else tensor
+        self.version = tensor._storage.version
+        self.is_output = is_output
+
+    def unpack(self, node: Node):
+        t = self.tensor
+        if t._storage.version != self.version:
+            raise RuntimeError(_modified_message(t, node if self.is_output else t.grad_fn,
+                                                 t._storage.version, self.version))
+        if self.is_output and node is not None:
+            from eager.kernels.shape import detach
+            t = detach(t)
+            t.grad_fn = node
+            t._set_requires_grad(True)
+        return t
+
+
+def _modified_message(t, producer, version, expected) -> str:
+    kind = {"float32": "FloatTensor", "float64": "DoubleTensor", "float16": "HalfTensor",
+            "int64": "LongTensor", "int32": "IntTensor", "bool": "BoolTensor"}[t.dtype.name]
+    where = f", which is output 0 of {producer.name()}," if producer is not None else ""
+    return (f"one of the variables needed for gradient computation has been modified by an "
+            f"inplace operation: [eager.{kind} {list(t.shape)}]{where} is at version {version}; "
+            f"expected version {expected} instead. Hint: the backtrace further above can show "
+            f"the operation that failed to compute its gradient.")
+
+
+class FormulaNode(Node):
+    """A node whose backward is a derivative formula from the table (eager ops)."""
+    __slots__ = ("_saved", "_needs", "_released")
+    formula = None  # set on each generated subclass
+
+    def __init__(self, next_functions, saved: dict, needs: tuple):
+        super().__init__(next_functions)
+        self._saved = saved
+        self._needs = needs
+        self._released = False
+
+    def __getattr__(self, name):
+        # ctx.self, ctx.mat2, ctx.result ... inside formulas
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if self._released:
+            raise RuntimeError(_FREED)
+        try:
+            value = self._saved[name]
+        except KeyError:
+            raise AttributeError(f"{self.name()} saved no value named {name!r}") from None
+        return value.unpack(self) if isinstance(value, SavedTensor) else value
+
+    def needs_input_grad(self, i: int) -> bool:
+        return self._needs[i]
+
+    def apply(self, grad, create_graph: bool) -> tuple:
+        if self._released:
+            raise RuntimeError(_FREED)
+        grads = type(self).formula(self, grad)
+        if not isinstance(grads, tuple):
+            grads = (grads,)
+        return grads
+
+    def release(self) -> None:
+        if any(isinstance(v, SavedTensor) for v in self._saved.values()):
+            self._released = True
+            self._saved = {}
+
+
+_node_classes: dict[str, type] = {}
+
+
+def node_class(name: str, formula) -> type:
+    """The FormulaNode subclass called `name` (MmBackward0, ...)."""
+    cls = type(name, (FormulaNode,), {"__slots__": (), "formula": staticmethod(formula)})
+    _node_classes[name] = cls
+    return cls
+
+
+def grad_accumulator(tensor) -> AccumulateGrad:
+    acc = tensor._grad_accumulator
+    if acc is None:
+        acc = tensor._grad_accumulator = AccumulateGrad(tensor)
+    return acc
+
+
+def gradient_edge(tensor) -> tuple:
+    """Where a gradient for `tensor` must go: (node, output_nr) or (None, 0)."""
+    if tensor.grad_fn is not None:
+        return tensor.grad_fn, tensor.output_nr
+    if tensor._requires_grad:
+        return grad_accumulator(tensor), 0
+    return None, 0
+
+
+class _RemovableHandle:
+    def __init__(self, hooks: list, hook):
+        self._hooks, self._hook = hooks, hook
+
+    def remove(self) -> None:
+        if self._hook in self._hooks:
+            self._hooks.remove(self._hook)
+
+
+def register_tensor_hook(tensor, hook):
+    if not tensor._requires_grad:
+        raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+    node, nr = gradient_edge(tensor)
+    node.register_prehook(nr, hook)
+    hooks = node._pre_hooks[nr]
+    # retain_grad's hook runs after the user's hooks, as in PyTorch
+    retain = [h for h in hooks if getattr(h, "_retains_grad", False)]
+    for h in retain:
+        hooks.remove(h)
+        hooks.append(h)
+    return _RemovableHandle(hooks, hook)
+
+
+def retain_grad(tensor) -> None:
+    if not tensor._requires_grad:
+        raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+    if tensor.grad_fn is None or tensor._retains_grad:
+        return
+    ref = weakref.ref(tensor)
+
+    def keep(grad):
+        t = ref()
+        if t is not None:
+            t.grad = grad.detach() if t.grad is None else t.grad + grad.detach()
+        return None
+    keep._retains_grad = True
+    tensor.grad_fn.register_prehook(tensor.output_nr, keep)
+    tensor._retains_grad = True

@@ -1,0 +1,303 @@
+"""The dispatcher: one handle per operator, kernels registered per dispatch key.
+
+A call computes a key set (a bit mask) from its tensor arguments and the thread-local
+include/exclude masks, then runs the kernel of the highest-priority key. A kernel may
+`redispatch` below its own key (the Autograd kernel does this to reach the backend).
+Kernels registered for the alias key CompositeImplicitAutograd fill every backend and
+Autograd slot that has no kernel of its own: such ops decompose into other ops.
+"""
+from __future__ import annotations
+
+import enum
+import types
+import os
+import threading
+
+from ir.ops import Op
+from ir.schema import FunctionSchema, parse_schema
+
+
+class DispatchKey(enum.IntEnum):
+    """Runtime keys; a higher value is a higher priority."""
+    Meta = 0
+    CPU = 1
+    CUDA = 2
+    AutogradMeta = 3
+    AutogradCPU = 4
+    AutogradCUDA = 5
+    Tracer = 6
+    # alias keys: registering under one fills several runtime keys
+    CompositeImplicitAutograd = 16
+    Autograd = 17
+
+
+BACKEND_KEYS = (DispatchKey.Meta, DispatchKey.CPU, DispatchKey.CUDA)
+AUTOGRAD_KEYS = (DispatchKey.AutogradMeta, DispatchKey.AutogradCPU, DispatchKey.AutogradCUDA)
+RUNTIME_KEYS = BACKEND_KEYS + AUTOGRAD_KEYS + (DispatchKey.Tracer,)
+AUTOGRAD_OF = dict(zip(BACKEND_KEYS, AUTOGRAD_KEYS))
+BACKEND_MASK = sum(1 << k for k in BACKEND_KEYS)
+AUTOGRAD_MASK = sum(1 << k for k in AUTOGRAD_KEYS)
+ALL_MASK = sum(1 << k for k in RUNTIME_KEYS)
+_ALIAS_TARGETS = {
+    DispatchKey.CompositeImplicitAutograd: BACKEND_KEYS + AUTOGRAD_KEYS,
+    DispatchKey.Autograd: AUTOGRAD_KEYS,
+}
+
+
+class _LocalState(threading.local):
+    """Per-thread dispatch state. `exclude` folds in grad mode: with grad disabled the
+    Autograd keys are masked out, so autograd costs nothing under no_grad."""
+
+    def __init__(self):
+        self.grad_enabled = True
+        self.include = 0
+        self.exclude = 0
+
+
+tls = _LocalState()
+
+# The profiler installs a callable here while it records; None costs one global lookup.
+_recorder = None
+
+
+def set_recorder(fn) -> None:
+    global _recorder
+    _recorder = fn
+
+
+def _where(fn) -> str:
+    """`file:line` of a kernel's definition, for the dispatch-table dump."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return repr(fn)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.path.relpath(code.co_filename, root) if code.co_filename.startswith(root) \
+        else code.co_filename
+    return f"{path}:{code.co_firstlineno}"
+
+
+class OpHandle:
+    """A callable operator: `handle(*args, **kwargs)` dispatches one call."""
+
+    def __init__(self, schema: FunctionSchema, namespace: str = "aten", op: Op | None = None):
+        self.schema = schema
+        self.op = op
+        self.name = f"{namespace}::{schema.name}"
+        self.qualified_name = f"{namespace}::{schema.qualified_name}"
+        self.kernels: dict[DispatchKey, tuple] = {}  # key -> (fn, where)
+        self._cache: dict[int, object] = {}
+        self._tensor_pos = tuple(i for i, a in enumerate(schema.arguments)
+                                 if a.type.is_tensor and not a.kwarg_only)
+        self._list_pos = tuple(i for i, a in enumerate(schema.arguments)
+                               if a.type.is_tensor_list and not a.kwarg_only)
+        self._tensor_kw = tuple(a.name for a in schema.arguments if a.type.base == "Tensor")
+        self._mutated = tuple(i for i, a in enumerate(schema.arguments) if a.type.mutable)
+
+    def __repr__(self) -> str:
+        return f"<OpHandle {self.qualified_name}>"
+
+    def __get__(self, obj, cls=None):
+        """Handles double as Tensor methods: `t.exp()` calls `exp(t)`."""
+        return self if obj is None else types.MethodType(self, obj)
+
+    # registration -------------------------------------------------------------------
+    def register(self, key: DispatchKey, fn, where: str | None = None) -> None:
+        self.kernels[DispatchKey(key)] = (fn, where or _where(fn))
+        self._cache.clear()
+
+    def _resolve(self, key: DispatchKey):
+        """The kernel that runs for a runtime key, or None to fall through below it."""
+        if key in self.kernels:
+            return self.kernels[key][0]
+        for alias in (DispatchKey.Autograd, DispatchKey.CompositeImplicitAutograd):
+            if alias in self.kernels and key in _ALIAS_TARGETS[alias]:
+                return self.kernels[alias][0]
+        return None
+
+    def _kernel_for(self, mask: int):
+        kernel = self._cache.get(mask)
+        if kernel is not None:
+            return kernel
+        m = mask
+        while m:
+            key = DispatchKey(m.bit_length() - 1)
+            kernel = self._resolve(key)
+            if kernel is not None:
+                break
+            m &= ~(1 << key)
+        else:
+            kernel = self._missing_kernel(mask)
+        self._cache[mask] = kernel
+        return kernel
+
+    def _missing_kernel(self, mask: int):
+        backends = [k.name for k in BACKEND_KEYS if mask >> k & 1]
+        have = sorted({k.name for k in self.kernels})
+        message = (f"Could not run '{self.name}' with arguments from the "
+                   f"'{backends[-1] if backends else 'Undefined'}' backend. "
+                   f"'{self.name}' is only available for these backends: [{', '.join(have)}].")
+
+        def missing(*args, **kwargs):
+            raise NotImplementedError(message)
+        return missing
+
+    # calling ------------------------------------------------------------------------
+    def _key_mask(self, args, kwargs):
+        """Key bits of the tensor arguments; wraps Python numbers in tensor slots."""
+        mask = 0
+        n = len(args)
+        for i in self._tensor_pos:
+            if i >= n:
+                break
+            try:
+                mask |= args[i]._keys
+            except AttributeError:
+                if args[i] is not None:
+                    args = args[:i] + (_wrap_scalar(self, i, args[i]),) + args[i + 1:]
+        for i in self._list_pos:
+            if i < n:
+                for t in args[i]:
+                    mask |= _tensor_keys(self, t)
+        if kwargs:
+            for name in self._tensor_kw:
+                v = kwargs.get(name)
+                if v is None:
+                    continue
+                if isinstance(v, (list, tuple)):
+                    for t in v:
+                        mask |= _tensor_keys(self, t)
+                elif hasattr(v, "_keys"):
+                    mask |= v._keys
+                else:
+                    kwargs = {**kwargs, name: _wrap_scalar(self, name, v)}
+        if not mask & BACKEND_MASK:
+            raise TypeError(f"{self.schema.name}(): expected at least one Tensor argument")
+        if mask & BACKEND_MASK & (mask & BACKEND_MASK) - 1:
+            raise RuntimeError(_device_mismatch(self, args, kwargs))
+        return (mask | tls.include) & ~tls.exclude, args, kwargs
+
+    def __call__(self, *args, **kwargs):
+        if _recorder is not None:
+            return _recorder(self, args, kwargs)
+        return self.call(args, kwargs)
+
+    def call(self, args: tuple, kwargs: dict):
+        """One dispatched call (what `__call__` runs when no profiler records it)."""
+        mask, args, kwargs = self._key_mask(args, kwargs)
+        out = self._kernel_for(mask)(*args, **kwargs)
+        if self._mutated:
+            for i in self._mutated:
+                (args[i] if i < len(args) else kwargs[self.schema.arguments[i].name])._bump()
+        return out
+
+    def redispatch(self, below: DispatchKey, *args, **kwargs):
+        """Run the kernel of the highest key strictly below `below`."""
+        mask, args, kwargs = self._key_mask(args, kwargs)
+        return self._kernel_for(mask & ((1 << below) - 1))(*args, **kwargs)
+
+    def call_key(self, key: DispatchKey, *args, **kwargs):
+        """Run the kernel that `key` resolves to, whatever the arguments' keys."""
+        return self._kernel_for(1 << key)(*args, **kwargs)
+
+    # introspection ------------------------------------------------------------------
+    def dump_registrations(self) -> str:
+        lines = [f"name: {self.qualified_name}", f"schema: {self.schema}"]
+        for key in sorted(self.kernels, key=lambda k: k.value):
+            alias = "[alias]" if key.value >= DispatchKey.CompositeImplicitAutograd else ""
+            lines.append(f"{key.name}{alias}: registered at {self.kernels[key][1]}")
+        return "\n".join(lines) + "\n"
+
+    def dump_table(self) -> str:
+        """The computed table: which kernel each runtime key runs, and why."""
+        lines = []
+        for key in RUNTIME_KEYS:
+            if key in self.kernels:
+                lines.append(f"{key.name}: registered at {self.kernels[key][1]} [kernel]")
+                continue
+            for alias, kind in ((DispatchKey.Autograd, "autograd kernel"),
+                                (DispatchKey.CompositeImplicitAutograd, "math kernel")):
+                if alias in self.kernels and key in _ALIAS_TARGETS[alias]:
+                    lines.append(f"{key.name}: registered at {self.kernels[alias][1]} [{kind}]")
+                    break
+            else:
+                if key in AUTOGRAD_KEYS or key == DispatchKey.Tracer:
+                    lines.append(f"{key.name}: fallthrough")
+        return "\n".join(lines) + "\n"
+
+
+def _tensor_keys(handle: OpHandle, t) -> int:
+    try:
+        return t._keys
+    except AttributeError:
+        raise TypeError(f"{handle.schema.name}(): expected a sequence of Tensors, "
+                        f"but found an element of type {type(t).__name__}") from None
+
+
+def _wrap_scalar(handle: OpHandle, where, value):
+    from eager.tensor import wrap_scalar  # the tensor module imports this one
+    if isinstance(value, (bool, int, float)) or hasattr(value, "dtype") and not hasattr(
+            value, "_keys") and getattr(value, "shape", None) == ():
+        return wrap_scalar(value)
+    name = handle.schema.arguments[where].name if isinstance(where, int) else where
+    raise TypeError(f"{handle.schema.name}(): argument '{name}' must be Tensor, "
+                    f"not {type(value).__name__}")
+
+
+def _device_mismatch(handle, args, kwargs) -> str:
+    devices = []
+    for v in list(args) + list(kwargs.values()):
+        for t in (v if isinstance(v, (list, tuple)) else [v]):
+            d = getattr(t, "device", None)
+            if hasattr(t, "_keys") and d is not None and str(d) not in devices:
+                devices.append(str(d))
+    return (f"Expected all tensors to be on the same device, but found at least two devices, "
+            f"{' and '.join(devices[:2])}! (while running {handle.name})")
+
+
+# the registry ----------------------------------------------------------------------
+_handles: dict[str, OpHandle] = {}
+
+
+def _lookup_name(name: str) -> str:
+    return name if "::" in name else "aten::" + name
+
+
+def define(schema: str | FunctionSchema, namespace: str = "aten", op: Op | None = None):
+    """Declare an operator; returns its handle. A user defines custom ops here too."""
+    if isinstance(schema, str):
+        if "::" in schema.split("(")[0]:
+            namespace, _, schema = schema.partition("::")
+        schema = parse_schema(schema)
+    handle = OpHandle(schema, namespace, op)
+    if handle.qualified_name in _handles:
+        raise RuntimeError(f"operator {handle.qualified_name} is already defined")
+    _handles[handle.qualified_name] = handle
+    _handles.setdefault(handle.name, handle)
+    return handle
+
+
+def find(name: str) -> OpHandle:
+    """The handle for `aten::mm`, `mm`, `max.dim` or `mylib::foo`."""
+    try:
+        return _handles[_lookup_name(name)]
+    except KeyError:
+        raise KeyError(f"no operator named {name!r} is defined") from None
+
+
+def impl(name: str | Op | OpHandle, key: DispatchKey | str):
+    """Decorator registering a kernel: `@impl("mm", "CPU") def mm_cpu(self, mat2): ...`"""
+    if isinstance(key, str):
+        key = DispatchKey[key]
+    if isinstance(name, Op):
+        handle = ATEN[name]
+    elif isinstance(name, OpHandle):
+        handle = name
+    else:
+        handle = find(name)
+    def register(fn):
+        handle.register(key, fn)
+        return fn
+    return register
+
+
+ATEN: dict[Op, OpHandle] = {op: define(op.schema, "aten", op) for op in Op}

@@ -1,0 +1,122 @@
+"""Helpers the kernel families share: type promotion over tensors, broadcasting with
+PyTorch's error text, dim normalisation, result construction, and registration of a
+CPU kernel together with its Meta twin."""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+from eager.device import META
+from eager.dispatcher import ATEN, DispatchKey
+from eager.tensor import Storage, Tensor, contiguous_strides, from_array, wrap_dim
+from ir import dtypes
+from ir.dtypes import DType
+from ir.ops import Op
+
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def promote(*tensors: Tensor) -> DType:
+    """PyTorch's result type of tensors (wrapped numbers and zero-dim tensors count less)."""
+    if len(tensors) == 2 and tensors[0].dtype is tensors[1].dtype:
+        return tensors[0].dtype
+    dim, zero, wrapped = [], [], []
+    for t in tensors:
+        (wrapped if t._wrapped else zero if not t._shape else dim).append(t.dtype)
+    return dtypes.result_type(dim, zero, wrapped)
+
+
+def float_of(dt: DType) -> DType:
+    """The type a float-valued op (exp, div, mean) computes in for inputs of type `dt`."""
+    return dt if dt.is_floating_point else dtypes.get_default_dtype()
+
+
+def compute_np(dt: DType):
+    """numpy type to compute in: float16 computes in float32 and rounds once, as PyTorch's
+    CPU kernels do."""
+    return np.float32 if dt is dtypes.float16 else dt.np
+
+
+def operand(t: Tensor, np_dtype) -> np.ndarray:
+    a = t._np()
+    return a if a.dtype == np_dtype else a.astype(np_dtype)
+
+
+def broadcast_shapes(*shapes) -> tuple[int, ...]:
+    ndim = max((len(s) for s in shapes), default=0)
+    out = [1] * ndim
+    for s in shapes:
+        for i, size in enumerate(s, ndim - len(s)):
+            if size == out[i] or size == 1:
+                continue
+            if out[i] == 1:
+                out[i] = size
+                continue
+            a, b = (out[i], size)
+            raise RuntimeError(f"The size of tensor a ({a}) must match the size of tensor b "
+                               f"({b}) at non-singleton dimension {i}")
+    return tuple(out)
+
+
+def reduce_dims(dim, ndim: int) -> tuple[int, ...]:
+    """`dim` (None, an int or a sequence; empty means all) as sorted non-negative dims."""
+    if dim is None:
+        return tuple(range(ndim))
+    if isinstance(dim, int):
+        dim = (dim,)
+    if len(dim) == 0:
+        return tuple(range(ndim))
+    dims = tuple(sorted(wrap_dim(d, ndim) for d in dim))
+    if len(set(dims)) != len(dims):
+        raise RuntimeError(f"dim {dims} appears multiple times in the list of dims")
+    return dims
+
+
+def reduced_shape(shape, dims, keepdim: bool) -> tuple[int, ...]:
+    if keepdim:
+        return tuple(1 if i in dims else s for i, s in enumerate(shape))
+    return tuple(s for i, s in enumerate(shape) if i not in dims)
+
+
+def result(a, dt: DType) -> Tensor:
+    """A new CPU tensor holding numpy result `a` (a scalar or array) as type `dt`."""
+    a = np.asarray(a)
+    if a.dtype != dt.np:
+        a = a.astype(dt.np)
+    return from_array(a)
+
+
+def meta_empty(shape, dt: DType) -> Tensor:
+    return Tensor._make(Storage(None, META, 0), shape, contiguous_strides(shape), 0, dt, META)
+
+
+def register(op: Op, cpu, meta=None) -> None:
+    """Register a CPU kernel and, where given, its Meta twin for `op`."""
+    caller = sys._getframe(1)
+    where = f"{os.path.relpath(caller.f_code.co_filename, _ROOT)}:{caller.f_lineno}"
+    ATEN[op].register(DispatchKey.CPU, cpu, where)
+    if meta is not None:
+        ATEN[op].register(DispatchKey.Meta, meta, where)
+
+
+def meta_from_rule(rule):
+    """A Meta kernel from a rule `(*args, **kwargs) -> (shape, dtype)`, or a tuple of them
+    for ops with several outputs."""
+    def meta(*args, **kwargs):
+        out = rule(*args, **kwargs)
+        if isinstance(out[1], DType):
+            return meta_empty(*out)
+        return tuple(meta_empty(s, d) for s, d in out)
+    meta.__name__ = rule.__name__ + "_meta"
+    meta.__qualname__ = meta.__name__
+    return meta
+
+
+def scalar_value(v):
+    """A Scalar argument as a Python number (a one-element tensor is accepted too)."""
+    if isinstance(v, Tensor):
+        return v.item()
+    return v

@@ -1,0 +1,105 @@
+"""Matrix products on numpy's BLAS: dot, mv, mm, bmm, addmm. Errors use PyTorch's text."""
+from __future__ import annotations
+
+import numpy as np
+
+from eager.kernels._common import compute_np, meta_from_rule, operand, register, result, \
+    scalar_value, broadcast_shapes, promote
+from ir.ops import Op
+
+_C_TYPE = {"float32": "float", "float64": "double", "float16": "Half", "int64": "long int",
+           "int32": "int", "bool": "bool"}
+
+
+def _same_dtype(name_a, a, name_b, b):
+    if a.dtype is not b.dtype:
+        raise RuntimeError(f"expected {name_a} and {name_b} to have the same dtype, but got: "
+                           f"{_C_TYPE[a.dtype.name]} != {_C_TYPE[b.dtype.name]}")
+
+
+def _need_dim(name, t, ndim, what):
+    if t.dim() != ndim:
+        raise RuntimeError(f"{name} must be a {what}, got {t.dim()}-D tensor")
+
+
+def dot_rule(self, tensor):
+    if self.dim() != 1 or tensor.dim() != 1:
+        raise RuntimeError(f"1D tensors expected, but got {self.dim()}D and {tensor.dim()}D "
+                           "tensors")
+    if self._shape[0] != tensor._shape[0]:
+        n, m = self._shape[0], tensor._shape[0]
+        raise RuntimeError(f"inconsistent tensor size, expected tensor [{n}] and src [{m}] to "
+                           f"have the same number of elements, but got {n} and {m} elements "
+                           "respectively")
+    _same_dtype("self", self, "other", tensor)
+    return (), self.dtype
+
+
+def mv_rule(self, vec):
+    if self.dim() != 2 or vec.dim() != 1:
+        raise RuntimeError(f"vector + matrix @ vector expected, got 1, {self.dim()}, {vec.dim()}")
+    if self._shape[1] != vec._shape[0]:
+        raise RuntimeError(f"size mismatch, got input ({self._shape[0]}), mat "
+                           f"({self._shape[0]}x{self._shape[1]}), vec ({vec._shape[0]})")
+    _same_dtype("self", self, "vec", vec)
+    return (self._shape[0],), self.dtype
+
+
+def mm_rule(self, mat2):
+    _need_dim("self", self, 2, "matrix")
+    _need_dim("mat2", mat2, 2, "matrix")
+    (n, k), (k2, m) = self._shape, mat2._shape
+    if k != k2:
+        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({n}x{k} and {k2}x{m})")
+    _same_dtype("mat1", self, "mat2", mat2)
+    return (n, m), self.dtype
+
+
+def bmm_rule(self, mat2):
+    _need_dim("batch1", self, 3, "3D tensor")
+    _need_dim("batch2", mat2, 3, "3D tensor")
+    b, n, k = self._shape
+    if mat2._shape[0] != b or mat2._shape[1] != k:
+        raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: "
+                           f"[{b}, {k}] but got: [{mat2._shape[0]}, {mat2._shape[1]}].")
+    _same_dtype("batch1", self, "batch2", mat2)
+    return (b, n, mat2._shape[2]), self.dtype
+
+
+def addmm_rule(self, mat1, mat2, *, beta=1, alpha=1):
+    shape, dt = mm_rule(mat1, mat2)
+    if broadcast_shapes(self._shape, shape) != shape:
+        raise RuntimeError(f"The expanded size of the tensor ({shape[-1]}) must match the "
+                           f"existing size ({self._shape[-1]}) in addmm: self of shape "
+                           f"{list(self._shape)} cannot be broadcast to {list(shape)}")
+    _same_dtype("self", self, "mat2", mat2)
+    return shape, promote(self, mat1)
+
+
+def _matmul_kernel(rule):
+    def kernel(self, other):
+        _, dt = rule(self, other)
+        ct = compute_np(dt)
+        return result(np.matmul(operand(self, ct), operand(other, ct)), dt)
+    kernel.__name__ = rule.__name__.replace("_rule", "_cpu")
+    return kernel
+
+
+for _op, _rule in ((Op.DOT, dot_rule), (Op.MV, mv_rule), (Op.MM, mm_rule), (Op.BMM, bmm_rule)):
+    register(_op, _matmul_kernel(_rule), meta_from_rule(_rule))
+
+
+def addmm_cpu(self, mat1, mat2, *, beta=1, alpha=1):
+    _, dt = addmm_rule(self, mat1, mat2, beta=beta, alpha=alpha)
+    ct = compute_np(dt)
+    prod = np.matmul(operand(mat1, ct), operand(mat2, ct))
+    alpha, beta = scalar_value(alpha), scalar_value(beta)
+    if alpha != 1:
+        prod *= alpha
+    if beta == 0:  # PyTorch: self is ignored, so NaN/inf in it do not propagate
+        return result(prod, dt)
+    bias = operand(self, ct)
+    return result(prod + (bias if beta == 1 else beta * bias), dt)
+
+
+register(Op.ADDMM, addmm_cpu, meta_from_rule(addmm_rule))

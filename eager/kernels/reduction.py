@@ -1,0 +1,193 @@
+"""Reductions over dims (sum, mean, amax/amin, max/min with indices, argmax/argmin, var)
+and the row normalisations softmax / log_softmax, computed stably in numpy."""
+from __future__ import annotations
+
+import numpy as np
+
+from eager.kernels._common import (compute_np, float_of, meta_from_rule, operand, reduce_dims,
+                                   reduced_shape, register, result, scalar_value)
+from eager.tensor import wrap_dim
+from ir import dtypes
+from ir.ops import Op
+
+_TYPE_WORD = {"float32": "Float", "float64": "Double", "float16": "Half", "int64": "Long",
+              "int32": "Int", "bool": "Bool"}
+
+
+def sum_rule(self, dim=None, keepdim=False, *, dtype=None):
+    dims = reduce_dims(dim, self.dim())
+    out = dtype or (self.dtype if self.dtype.is_floating_point else dtypes.int64)
+    return reduced_shape(self._shape, dims, keepdim), out
+
+
+def sum_cpu(self, dim=None, keepdim=False, *, dtype=None):
+    shape, dt = sum_rule(self, dim, keepdim, dtype=dtype)
+    dims = reduce_dims(dim, self.dim())
+    return result(np.sum(operand(self, compute_np(dt)), axis=dims, keepdims=keepdim), dt)
+
+
+def mean_rule(self, dim=None, keepdim=False, *, dtype=None):
+    dt = dtype or self.dtype
+    if not dt.is_floating_point:
+        raise RuntimeError("mean(): could not infer output dtype. Input dtype must be either a "
+                           f"floating point or complex dtype. Got: {_TYPE_WORD[dt.name]}")
+    dims = reduce_dims(dim, self.dim())
+    return reduced_shape(self._shape, dims, keepdim), dt
+
+
+def mean_cpu(self, dim=None, keepdim=False, *, dtype=None):
+    shape, dt = mean_rule(self, dim, keepdim, dtype=dtype)
+    dims = reduce_dims(dim, self.dim())
+    with np.errstate(all="ignore"):
+        return result(np.mean(operand(self, compute_np(dt)), axis=dims, keepdims=keepdim), dt)
+
+
+register(Op.SUM, sum_cpu, meta_from_rule(sum_rule))
+register(Op.MEAN, mean_cpu, meta_from_rule(mean_rule))
+
+
+def _nonempty(name, shape, dims):
+    for d in dims:
+        if shape[d] == 0:
+            raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
+    if not dims and 0 in shape:
+        raise IndexError(f"{name}(): Expected reduction dim to be specified for input.numel() "
+                         "== 0.")
+
+
+def _extremum(name, np_fn):
+    def rule(self, dim=(), keepdim=False):
+        dims = reduce_dims(dim, self.dim())
+        _nonempty(name, self._shape, dims)
+        return reduced_shape(self._shape, dims, keepdim), self.dtype
+
+    def kernel(self, dim=(), keepdim=False):
+        shape, dt = rule(self, dim, keepdim)
+        dims = reduce_dims(dim, self.dim())
+        return result(np_fn(self._np(), axis=dims, keepdims=keepdim), dt)
+    rule.__name__, kernel.__name__ = name, name + "_cpu"
+    return rule, kernel
+
+
+for _op, _name, _fn in ((Op.AMAX, "amax", np.max), (Op.AMIN, "amin", np.min)):
+    _rule, _kernel = _extremum(_name, _fn)
+    register(_op, _kernel, meta_from_rule(_rule))
+
+
+def _arg_rule(name):
+    def rule(self, dim=None, keepdim=False):
+        if dim is None:
+            if self.numel() == 0:
+                raise RuntimeError(f"{name}(): Expected reduction dim to be specified for "
+                                   "input.numel() == 0.")
+            return ((1,) * self.dim() if keepdim else ()), dtypes.int64
+        d = wrap_dim(dim, self.dim())
+        dims = (d,) if self.dim() else ()
+        _nonempty(name, self._shape, dims)
+        return reduced_shape(self._shape, dims, keepdim), dtypes.int64
+    rule.__name__ = name
+    return rule
+
+
+def _arg_kernel(rule, np_fn):
+    def kernel(self, dim=None, keepdim=False):
+        shape, dt = rule(self, dim, keepdim)
+        a = self._np()
+        if dim is None or a.ndim == 0:
+            return result(np.asarray(np_fn(a.reshape(-1))).reshape(shape), dt)
+        d = wrap_dim(dim, self.dim())
+        return result(np_fn(a, axis=d, keepdims=keepdim), dt)
+    kernel.__name__ = rule.__name__ + "_cpu"
+    return kernel
+
+
+_argmax_rule, _argmin_rule = _arg_rule("argmax"), _arg_rule("argmin")
+register(Op.ARGMAX, _arg_kernel(_argmax_rule, np.argmax), meta_from_rule(_argmax_rule))
+register(Op.ARGMIN, _arg_kernel(_argmin_rule, np.argmin), meta_from_rule(_argmin_rule))
+
+
+def _max_min_dim(name, arg_np, arg_rule):
+    def rule(self, dim, keepdim=False):
+        shape, _ = arg_rule(self, dim, keepdim)
+        return (shape, self.dtype), (shape, dtypes.int64)
+
+    def kernel(self, dim, keepdim=False):
+        (shape, dt), _ = rule(self, dim, keepdim)
+        a = self._np()
+        if a.ndim == 0:
+            return result(a.copy(), dt), result(np.zeros((), np.int64), dtypes.int64)
+        d = wrap_dim(dim, a.ndim)
+        idx = arg_np(a, axis=d, keepdims=True)
+        values = np.take_along_axis(a, idx, axis=d)
+        if not keepdim:
+            idx, values = idx.squeeze(d), values.squeeze(d)
+        return result(values, dt), result(idx, dtypes.int64)
+    rule.__name__, kernel.__name__ = name, name + "_cpu"
+    return rule, kernel
+
+
+for _op, _name, _np_fn, _arule in ((Op.MAX_DIM, "max", np.argmax, _argmax_rule),
+                                   (Op.MIN_DIM, "min", np.argmin, _argmin_rule)):
+    _rule, _kernel = _max_min_dim(_name, _np_fn, _arule)
+    register(_op, _kernel, meta_from_rule(_rule))
+
+
+def var_rule(self, dim=None, *, correction=None, keepdim=False):
+    if not self.dtype.is_floating_point:
+        raise RuntimeError(f"std and var only support floating point and complex dtypes, "
+                           f"got {self.dtype.name}")
+    dims = reduce_dims(dim, self.dim())
+    return reduced_shape(self._shape, dims, keepdim), self.dtype
+
+
+def var_cpu(self, dim=None, *, correction=None, keepdim=False):
+    shape, dt = var_rule(self, dim, correction=correction, keepdim=keepdim)
+    dims = reduce_dims(dim, self.dim())
+    ddof = 1 if correction is None else scalar_value(correction)
+    a = operand(self, compute_np(dt))
+    n = int(np.prod([a.shape[d] for d in dims])) if a.ndim else 1
+    with np.errstate(all="ignore"):
+        centred = a - np.mean(a, axis=dims, keepdims=True)
+        squares = np.sum(centred * centred, axis=dims, keepdims=keepdim)
+        return result(squares / max(n - ddof, 0), dt)
+
+
+register(Op.VAR, var_cpu, meta_from_rule(var_rule))
+
+
+def _softmax_rule(name):
+    def rule(self, dim, dtype=None):
+        wrap_dim(dim, self.dim())
+        dt = dtype or self.dtype
+        if not dt.is_floating_point:
+            raise RuntimeError(f"\"{name}_lastdim_kernel_impl\" not implemented for "
+                               f"'{_TYPE_WORD[dt.name]}'")
+        return self._shape, dt
+    rule.__name__ = name
+    return rule
+
+
+def _softmax_kernel(rule, log: bool):
+    def kernel(self, dim, dtype=None):
+        shape, dt = rule(self, dim, dtype)
+        a = operand(self, compute_np(dt))
+        if a.ndim == 0:
+            a = a.reshape(1)
+        d = wrap_dim(dim, self.dim())
+        if a.size == 0:
+            return result(a.reshape(shape), dt)
+        with np.errstate(all="ignore"):
+            m = np.max(a, axis=d, keepdims=True)
+            m = np.where(np.isfinite(m), m, 0)
+            shifted = a - m
+            e = np.exp(shifted)
+            s = np.sum(e, axis=d, keepdims=True)
+            out = shifted - np.log(s) if log else e / s
+        return result(out.reshape(shape), dt)
+    kernel.__name__ = rule.__name__ + "_cpu"
+    return kernel
+
+
+for _op, _name, _log in ((Op.SOFTMAX, "softmax", False), (Op.LOG_SOFTMAX, "log_softmax", True)):
+    _rule = _softmax_rule(_name)
+    register(_op, _softmax_kernel(_rule, _log), meta_from_rule(_rule))

@@ -1,0 +1,382 @@
+"""Tensor: a strided view (shape, strides, offset, dtype, device) of a Storage.
+
+Views share their Storage, and so its version counter, which in-place ops bump and
+autograd checks. On the CPU a Storage holds a 1-D numpy array; `_np()` is the tensor's
+numpy view of it, built once and cached.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from eager import dispatcher
+from eager.device import CPU, as_device, device
+from eager.dispatcher import AUTOGRAD_OF, DispatchKey
+from ir import dtypes
+from ir.dtypes import DType
+
+
+class Size(tuple):
+    def __repr__(self) -> str:
+        return f"eager.Size([{', '.join(str(s) for s in self)}])"
+
+    def numel(self) -> int:
+        n = 1
+        for s in self:
+            n *= s
+        return n
+
+
+class Storage:
+    """Memory that tensors view. `data` is a 1-D numpy array on the CPU, None on meta."""
+    __slots__ = ("data", "version", "device", "nbytes", "__weakref__")
+
+    def __init__(self, data, device_: device, nbytes: int):
+        self.data = data
+        self.version = 0
+        self.device = device_
+        self.nbytes = nbytes
+
+
+def contiguous_strides(shape) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(strides))
+
+
+_BACKEND_KEY = {"cpu": DispatchKey.CPU, "cuda": DispatchKey.CUDA, "meta": DispatchKey.Meta}
+
+
+class Tensor:
+    __slots__ = ("_storage", "_shape", "_stride", "_offset", "dtype", "device", "_keys",
+                 "_requires_grad", "grad", "grad_fn", "output_nr", "_base", "_np_cache",
+                 "_wrapped", "_hooks", "_retains_grad", "_grad_accumulator", "__weakref__",
+                 "__dict__")
+
+    __array_priority__ = 1000  # numpy defers `ndarray op tensor` to our reflected ops
+
+    @classmethod
+    def _make(cls, storage: Storage, shape, stride, offset: int, dtype: DType,
+              device_: device, base: Tensor | None = None) -> Tensor:
+        t = object.__new__(cls)
+        t._storage = storage
+        t._shape = Size(shape)
+        t._stride = tuple(stride)
+        t._offset = offset
+        t.dtype = dtype
+        t.device = device_
+        t._keys = 1 << _BACKEND_KEY[device_.type]
+        t._requires_grad = False
+        t.grad = None
+        t.grad_fn = None
+        t.output_nr = 0
+        t._base = base
+        t._np_cache = None
+        t._wrapped = False
+        t._hooks = None
+        t._retains_grad = False
+        t._grad_accumulator = None
+        return t
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("create tensors with eager.tensor(...), eager.zeros(...) and friends")
+
+    # metadata ----------------------------------------------------------------------
+    @property
+    def shape(self) -> Size:
+        return self._shape
+
+    def size(self, dim: int | None = None):
+        return self._shape if dim is None else self._shape[wrap_dim(dim, len(self._shape))]
+
+    def stride(self, dim: int | None = None):
+        return self._stride if dim is None else self._stride[wrap_dim(dim, len(self._shape))]
+
+    def storage_offset(self) -> int:
+        return self._offset
+
+    def dim(self) -> int:
+        return len(self._shape)
+
+    ndim = property(dim)
+
+    def numel(self) -> int:
+        return self._shape.numel()
+
+    def element_size(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel() * self.dtype.itemsize
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    @property
+    def is_meta(self) -> bool:
+        return self.device.type == "meta"
+
+    def is_floating_point(self) -> bool:
+        return self.dtype.is_floating_point
+
+    def is_contiguous(self) -> bool:
+        expected = 1
+        for size, stride in zip(reversed(self._shape), reversed(self._stride)):
+            if size != 1 and stride != expected:
+                return False
+            expected *= size
+        return True
+
+    def data_ptr(self) -> int:
+        if self._storage.data is None:
+            return 0
+        return self._storage.data.ctypes.data + self._offset * self.dtype.itemsize
+
+    @property
+    def _version(self) -> int:
+        return self._storage.version
+
+    def _bump(self) -> None:
+        self._storage.version += 1
+
+    # autograd state ----------------------------------------------------------------
+    @property
+    def requires_grad(self) -> bool:
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        if self.grad_fn is not None and not value:
+            raise RuntimeError("you can only change requires_grad flags of leaf variables. If you "
+                               "want to use a computed variable in a subgraph that doesn't require "
+                               "differentiation use var_no_grad = var.detach().")
+        self._set_requires_grad(bool(value))
+
+    def _set_requires_grad(self, value: bool) -> None:
+        if value and not self.dtype.is_floating_point:
+            raise RuntimeError("only Tensors of floating point dtype can require gradients, "
+                               f"got {self.dtype}")
+        self._requires_grad = value
+        backend = _BACKEND_KEY[self.device.type]
+        self._keys = (1 << backend) | ((1 << AUTOGRAD_OF[backend]) if value else 0)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        self.requires_grad = requires_grad
+        return self
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.grad_fn is None
+
+    @property
+    def data(self) -> Tensor:
+        return self.detach()
+
+    @data.setter
+    def data(self, other: Tensor) -> None:
+        if other._shape != self._shape or other.dtype != self.dtype:
+            self._shape, self.dtype = other._shape, other.dtype
+        self._storage, self._stride, self._offset = other._storage, other._stride, other._offset
+        self._np_cache = None
+
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        from eager import autograd
+        autograd.backward(self, gradient, retain_graph, create_graph, inputs=inputs)
+
+    def register_hook(self, hook):
+        from eager.autograd.function import register_tensor_hook
+        return register_tensor_hook(self, hook)
+
+    def retain_grad(self) -> None:
+        from eager.autograd.function import retain_grad
+        retain_grad(self)
+
+    @property
+    def retains_grad(self) -> bool:
+        return self._retains_grad
+
+    # data access -------------------------------------------------------------------
+    def _np(self) -> np.ndarray:
+        """The numpy view of this tensor's elements (CPU only; no grad checks)."""
+        a = self._np_cache
+        if a is None:
+            data = self._storage.data
+            if data is None:
+                raise RuntimeError(f"tensor on {self.device} has no host data; move it with "
+                                   ".cpu() first" if self.device.type == "cuda" else
+                                   "Cannot access data of a meta tensor")
+            size = self.dtype.itemsize
+            a = np.ndarray(self._shape, dtype=data.dtype, buffer=data,
+                           offset=self._offset * size, strides=[s * size for s in self._stride])
+            self._np_cache = a
+        return a
+
+    def numpy(self, *, force: bool = False) -> np.ndarray:
+        if self.device.type != "cpu":
+            raise TypeError(f"can't convert {self.device.type} device type tensor to numpy. "
+                            "Use Tensor.cpu() to copy the tensor to host memory first.")
+        if self._requires_grad and not force:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. "
+                               "Use tensor.detach().numpy() instead.")
+        return self._np()
+
+    def tolist(self):
+        return self._host_np().tolist()
+
+    def item(self):
+        if self.numel() != 1:
+            raise RuntimeError(f"a Tensor with {self.numel()} elements cannot be converted to "
+                               "Scalar")
+        return self._host_np().reshape(()).item()
+
+    def _host_np(self) -> np.ndarray:
+        return self._np() if self.device.type == "cpu" else self.cpu()._np()
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __index__(self):
+        if self.dtype.is_floating_point or self.dtype is dtypes.bool_:
+            raise TypeError("only integer tensors of a single element can be converted to an index")
+        return int(self.item())
+
+    def __bool__(self):
+        if self.numel() != 1:
+            raise RuntimeError(f"Boolean value of Tensor with more than one value is ambiguous")
+        return bool(self.item())
+
+    def __len__(self):
+        if not self._shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self._shape[0]
+
+    def __iter__(self):
+        if not self._shape:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self._shape[0]))
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.detach()._host_np()
+        return a if dtype is None else a.astype(dtype)
+
+    def __hash__(self):
+        return id(self)
+
+    def __repr__(self) -> str:
+        from eager._formatting import tensor_repr
+        return tensor_repr(self)
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError("kiln tensors are not pickled; use eager.save / eager.load")
+
+    # conversions -------------------------------------------------------------------
+    def to(self, *args, dtype=None, device=None, copy: bool = False, non_blocking: bool = False):
+        """`t.to(dtype)`, `t.to(device)`, `t.to(device, dtype)` or `t.to(other)`."""
+        for a in args:
+            if isinstance(a, DType):
+                dtype = a
+            elif isinstance(a, Tensor):
+                dtype, device = a.dtype, a.device
+            else:
+                device = a
+        device = as_device(device) if device is not None else None
+        if (dtype is None or dtype is self.dtype) and (device is None or device == self.device):
+            return self.clone() if copy else self
+        return ops._to_copy(self, dtype=dtype, device=device)
+
+    def type(self, dtype=None):
+        return self.dtype if dtype is None else self.to(dtype)
+
+    def cpu(self) -> Tensor:
+        return self.to("cpu")
+
+    def cuda(self, device=None) -> Tensor:
+        return self.to(as_device(device if device is not None else "cuda"))
+
+    def float(self):
+        return self.to(dtypes.float32)
+
+    def double(self):
+        return self.to(dtypes.float64)
+
+    def half(self):
+        return self.to(dtypes.float16)
+
+    def long(self):
+        return self.to(dtypes.int64)
+
+    def int(self):
+        return self.to(dtypes.int32)
+
+    def bool(self):
+        return self.to(dtypes.bool_)
+
+
+def wrap_dim(dim: int, ndim: int) -> int:
+    """A dim in [-ndim, ndim) made non-negative, or IndexError naming the range."""
+    n = max(ndim, 1)
+    if not -n <= dim < n:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], "
+                         f"but got {dim})")
+    return dim + n if dim < 0 else dim
+
+
+def from_array(a: np.ndarray, device_: device = CPU) -> Tensor:
+    """A new tensor over `a` (made contiguous first if it is not)."""
+    if not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a)  # (this would also turn a 0-d array into 1-d)
+    dt = dtypes.from_numpy(a.dtype)
+    t = Tensor._make(Storage(a.reshape(-1), device_, a.nbytes), a.shape,
+                     contiguous_strides(a.shape), 0, dt, device_)
+    t._np_cache = a
+    return t
+
+
+def share_array(a: np.ndarray) -> Tensor:
+    """A tensor sharing `a`'s memory, whatever its (non-negative) strides."""
+    dt = dtypes.from_numpy(a.dtype)
+    size = a.itemsize
+    if any(s < 0 for s in a.strides):
+        raise ValueError("At least one stride in the given numpy array is negative; this is not "
+                         "supported. (You can probably work around this by making a copy of "
+                         "your array with array.copy().)")
+    if any(s % size for s in a.strides):
+        raise ValueError("given numpy array strides not a multiple of the element byte size. "
+                         "Copy the numpy array to reallocate the memory.")
+    span = 1 + sum((n - 1) * s // size for n, s in zip(a.shape, a.strides)) if a.size else 0
+    flat = np.lib.stride_tricks.as_strided(a, shape=(span,), strides=(size,),
+                                           writeable=a.flags.writeable)
+    t = Tensor._make(Storage(flat, CPU, span * size), a.shape,
+                     tuple(s // size for s in a.strides), 0, dt, CPU)
+    t._np_cache = a
+    return t
+
+
+def wrap_scalar(value) -> Tensor:
+    """A Python number as a zero-dim 'wrapped number': it takes part in type promotion
+    as a scalar and carries no dispatch key of its own."""
+    dt = dtypes.scalar_dtype(value)
+    np_dtype = np.float64 if dt.is_floating_point else dt.np
+    t = from_array(np.asarray(value, dtype=np_dtype))
+    t.dtype = dt
+    t._wrapped = True
+    t._keys = 0
+    return t
+
+
+class _Ops:
+    """`ops.mm(...)`: the aten handles by schema name (lazy attribute lookup)."""
+
+    def __getattr__(self, name):
+        handle = dispatcher.find(name)
+        setattr(self, name, handle)
+        return handle
+
+
+ops = _Ops()

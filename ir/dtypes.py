@@ -1,0 +1,124 @@
+"""Element types and PyTorch's type-promotion rules.
+
+A DType is a small immutable record; the six instances below are the whole set.
+Promotion follows PyTorch: operands fall into three tiers (tensors with dims,
+zero-dim tensors, wrapped Python numbers); a lower tier changes the result only when
+it brings a higher category (bool < integer < floating).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+class DType:
+    __slots__ = ("name", "np", "itemsize", "is_floating_point", "is_signed", "rank", "short")
+
+    def __init__(self, name: str, np_dtype, rank: int, short: str):
+        self.name = name
+        self.np = np.dtype(np_dtype)
+        self.itemsize = self.np.itemsize
+        self.is_floating_point = self.np.kind == "f"
+        self.is_signed = self.np.kind in "fi"
+        self.rank = rank  # position in the promotion lattice of our six types
+        self.short = short  # name in printed IR: f32, i64, ...
+
+    def __repr__(self) -> str:
+        return f"eager.{self.name}"
+
+    def __reduce__(self):
+        return (from_name, (self.name,))
+
+    @property
+    def category(self) -> int:
+        """0 for bool, 1 for integers, 2 for floating point."""
+        if self.is_floating_point:
+            return 2
+        return 0 if self is bool_ else 1
+
+
+bool_ = DType("bool", np.bool_, 0, "b8")
+int32 = DType("int32", np.int32, 1, "i32")
+int64 = DType("int64", np.int64, 2, "i64")
+float16 = DType("float16", np.float16, 3, "f16")
+float32 = DType("float32", np.float32, 4, "f32")
+float64 = DType("float64", np.float64, 5, "f64")
+
+ALL = (bool_, int32, int64, float16, float32, float64)
+_BY_NAME = {d.name: d for d in ALL}
+_BY_SHORT = {d.short: d for d in ALL}
+_BY_NP = {d.np: d for d in ALL}
+_ALIASES = {"float": float32, "double": float64, "half": float16, "long": int64, "int": int32}
+
+_default_dtype = float32
+
+
+def from_name(name: str) -> DType:
+    if name in _BY_NAME:
+        return _BY_NAME[name]
+    if name in _ALIASES:
+        return _ALIASES[name]
+    if name in _BY_SHORT:
+        return _BY_SHORT[name]
+    raise TypeError(f"unknown dtype {name!r}; kiln supports {', '.join(_BY_NAME)}")
+
+
+def from_numpy(np_dtype) -> DType:
+    dt = _BY_NP.get(np.dtype(np_dtype))
+    if dt is None:
+        raise TypeError(
+            f"can't convert numpy array of type {np.dtype(np_dtype)}: kiln supports "
+            f"{', '.join(d.np.name for d in ALL)}")
+    return dt
+
+
+def get_default_dtype() -> DType:
+    return _default_dtype
+
+
+def set_default_dtype(dtype: DType) -> None:
+    global _default_dtype
+    if not dtype.is_floating_point:
+        raise TypeError(f"only floating-point types are supported as the default type, got {dtype}")
+    _default_dtype = dtype
+
+
+def promote_types(a: DType, b: DType) -> DType:
+    """The smallest type both a and b convert to without losing category (PyTorch's table
+    restricted to our six types is a chain, so it is the higher rank)."""
+    return a if a.rank >= b.rank else b
+
+
+def scalar_dtype(value) -> DType:
+    """The dtype a Python number takes when it stands alone as a tensor."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool_
+    if isinstance(value, (int, np.integer)):
+        return int64
+    if isinstance(value, (float, np.floating)):
+        return _default_dtype
+    raise TypeError(f"expected a Python number, got {type(value).__name__}")
+
+
+def _combine_categories(higher: DType | None, lower: DType | None) -> DType | None:
+    if higher is None:
+        return lower
+    if lower is None or higher.is_floating_point:
+        return higher
+    if higher is bool_ or lower.is_floating_point:
+        return promote_types(higher, lower)
+    return higher
+
+
+def result_type(dim_dtypes=(), zero_dim_dtypes=(), wrapped_dtypes=()) -> DType:
+    """PyTorch's result type of an op over tensors with dims, zero-dim tensors and
+    wrapped Python numbers (given as the dtypes scalar_dtype assigns them)."""
+    tiers = []
+    for group in (dim_dtypes, zero_dim_dtypes, wrapped_dtypes):
+        acc = None
+        for d in group:
+            acc = d if acc is None else promote_types(acc, d)
+        tiers.append(acc)
+    out = _combine_categories(tiers[0], _combine_categories(tiers[1], tiers[2]))
+    if out is None:
+        raise ValueError("result_type needs at least one operand")
+    return out

@@ -1,0 +1,163 @@
+"""The op vocabulary: every operator kiln knows, declared once with its schema.
+
+Passes and lowerings match on `Op` members and the named groups below, never on
+strings. `Op.MM.schema` is the parsed FunctionSchema; `Op.MM.aten` is the name the
+profiler and dispatcher show (`aten::mm`).
+"""
+from __future__ import annotations
+
+import enum
+from functools import cached_property
+
+from ir.schema import FunctionSchema, parse_schema
+
+_BINARY = "(Tensor self, Tensor other) -> Tensor"
+_UNARY = "(Tensor self) -> Tensor"
+_INPLACE_BINARY = "(Tensor(a!) self, Tensor other) -> Tensor(a!)"
+
+
+class Op(enum.Enum):
+    # elementwise, unary
+    NEG = "neg" + _UNARY
+    EXP = "exp" + _UNARY
+    LOG = "log" + _UNARY
+    SQRT = "sqrt" + _UNARY
+    RSQRT = "rsqrt" + _UNARY
+    ABS = "abs" + _UNARY
+    SIGN = "sign" + _UNARY
+    TANH = "tanh" + _UNARY
+    SIGMOID = "sigmoid" + _UNARY
+    RELU = "relu" + _UNARY
+    SILU = "silu" + _UNARY
+    ERF = "erf" + _UNARY
+    GELU = 'gelu(Tensor self, *, str approximate="none") -> Tensor'
+    GELU_BACKWARD = ('gelu_backward(Tensor grad_output, Tensor self, *, str approximate="none")'
+                     " -> Tensor")
+    CLAMP = "clamp(Tensor self, Scalar? min=None, Scalar? max=None) -> Tensor"
+    # elementwise, binary (Python numbers become wrapped zero-dim tensors)
+    ADD = "add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor"
+    SUB = "sub(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor"
+    MUL = "mul" + _BINARY
+    DIV = "div" + _BINARY
+    POW = "pow(Tensor self, Tensor exponent) -> Tensor"
+    MAXIMUM = "maximum" + _BINARY
+    MINIMUM = "minimum" + _BINARY
+    EQ = "eq" + _BINARY
+    NE = "ne" + _BINARY
+    LT = "lt" + _BINARY
+    LE = "le" + _BINARY
+    GT = "gt" + _BINARY
+    GE = "ge" + _BINARY
+    LOGICAL_AND = "logical_and" + _BINARY
+    WHERE = "where(Tensor condition, Tensor self, Tensor other) -> Tensor"
+    # reductions
+    SUM = ("sum(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None)"
+           " -> Tensor")
+    MEAN = ("mean(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None)"
+            " -> Tensor")
+    AMAX = "amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor"
+    AMIN = "amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor"
+    MAX_DIM = ("max.dim(Tensor self, int dim, bool keepdim=False)"
+               " -> (Tensor values, Tensor indices)")
+    MIN_DIM = ("min.dim(Tensor self, int dim, bool keepdim=False)"
+               " -> (Tensor values, Tensor indices)")
+    ARGMAX = "argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor"
+    ARGMIN = "argmin(Tensor self, int? dim=None, bool keepdim=False) -> Tensor"
+    VAR = ("var.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None,"
+           " bool keepdim=False) -> Tensor")
+    SOFTMAX = "softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor"
+    LOG_SOFTMAX = "log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor"
+    # linear algebra
+    DOT = "dot(Tensor self, Tensor tensor) -> Tensor"
+    MV = "mv(Tensor self, Tensor vec) -> Tensor"
+    MM = "mm(Tensor self, Tensor mat2) -> Tensor"
+    BMM = "bmm(Tensor self, Tensor mat2) -> Tensor"
+    ADDMM = ("addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1)"
+             " -> Tensor")
+    LINEAR = "linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor"
+    MATMUL = "matmul(Tensor self, Tensor other) -> Tensor"
+    # views: the result aliases the input's storage
+    VIEW = "view(Tensor(a) self, SymInt[] size) -> Tensor(a)"
+    RESHAPE = "reshape(Tensor(a) self, SymInt[] shape) -> Tensor(a)"
+    TRANSPOSE = "transpose.int(Tensor(a) self, int dim0, int dim1) -> Tensor(a)"
+    T = "t(Tensor(a) self) -> Tensor(a)"
+    PERMUTE = "permute(Tensor(a) self, int[] dims) -> Tensor(a)"
+    EXPAND = "expand(Tensor(a) self, SymInt[] size, *, bool implicit=False) -> Tensor(a)"
+    UNSQUEEZE = "unsqueeze(Tensor(a) self, int dim) -> Tensor(a)"
+    SQUEEZE = "squeeze.dims(Tensor(a) self, int[1]? dim=None) -> Tensor(a)"
+    SELECT = "select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a)"
+    SLICE = ("slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None,"
+             " SymInt step=1) -> Tensor(a)")
+    FLATTEN = ("flatten.using_ints(Tensor(a) self, int start_dim=0, int end_dim=-1)"
+               " -> Tensor(a)")
+    SPLIT = "split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]"
+    DETACH = "detach(Tensor(a) self) -> Tensor(a)"
+    # copies and data movement
+    CONTIGUOUS = "contiguous(Tensor(a) self) -> Tensor(a)"
+    CLONE = "clone(Tensor self) -> Tensor"
+    TO_COPY = "_to_copy(Tensor self, *, ScalarType? dtype=None, Device? device=None) -> Tensor"
+    CAT = "cat(Tensor[] tensors, int dim=0) -> Tensor"
+    STACK = "stack(Tensor[] tensors, int dim=0) -> Tensor"
+    INDEX_SELECT = "index_select(Tensor self, int dim, Tensor index) -> Tensor"
+    INDEX_ADD = ("index_add(Tensor self, int dim, Tensor index, Tensor source, *,"
+                 " Scalar alpha=1) -> Tensor")
+    EMBEDDING = "embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1) -> Tensor"
+    SELECT_BACKWARD = ("select_backward(Tensor grad_output, SymInt[] input_sizes, int dim,"
+                       " SymInt index) -> Tensor")
+    SLICE_BACKWARD = ("slice_backward(Tensor grad_output, SymInt[] input_sizes, int dim,"
+                      " SymInt start, SymInt end, SymInt step) -> Tensor")
+    # in place: write `self`, bump its version counter
+    ADD_ = "add_(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)"
+    SUB_ = "sub_(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)"
+    MUL_ = "mul_" + _INPLACE_BINARY
+    DIV_ = "div_" + _INPLACE_BINARY
+    CLAMP_ = "clamp_(Tensor(a!) self, Scalar? min=None, Scalar? max=None) -> Tensor(a!)"
+    ZERO_ = "zero_(Tensor(a!) self) -> Tensor(a!)"
+    FILL_ = "fill_.Scalar(Tensor(a!) self, Scalar value) -> Tensor(a!)"
+    COPY_ = "copy_(Tensor(a!) self, Tensor src) -> Tensor(a!)"
+
+    @cached_property
+    def schema(self) -> FunctionSchema:
+        return parse_schema(self.value)
+
+    @property
+    def aten(self) -> str:
+        """The op's name as PyTorch shows it: `aten::mm`."""
+        return "aten::" + self.schema.name
+
+    @property
+    def qualified_name(self) -> str:
+        return self.schema.qualified_name
+
+    def __repr__(self) -> str:
+        return f"Op.{self.name}"
+
+
+UNARY = frozenset({Op.NEG, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.ABS, Op.SIGN, Op.TANH,
+                   Op.SIGMOID, Op.RELU, Op.SILU, Op.ERF, Op.GELU, Op.CLAMP})
+BINARY = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.POW, Op.MAXIMUM, Op.MINIMUM,
+                    Op.LOGICAL_AND, Op.GELU_BACKWARD})
+COMPARISON = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE})
+ELEMENTWISE = UNARY | BINARY | COMPARISON | {Op.WHERE}
+REDUCTION = frozenset({Op.SUM, Op.MEAN, Op.AMAX, Op.AMIN, Op.MAX_DIM, Op.MIN_DIM, Op.ARGMAX,
+                       Op.ARGMIN, Op.VAR})
+NORMALIZATION = frozenset({Op.SOFTMAX, Op.LOG_SOFTMAX})
+MATMUL_FAMILY = frozenset({Op.DOT, Op.MV, Op.MM, Op.BMM, Op.ADDMM})
+VIEW = frozenset(op for op in Op if op.schema.is_view)
+INPLACE = frozenset(op for op in Op if op.schema.is_mutable)
+COMPOSITE = frozenset({Op.MATMUL, Op.LINEAR, Op.RESHAPE, Op.FLATTEN, Op.SPLIT, Op.CONTIGUOUS,
+                       Op.STACK})
+"""Ops with no kernel of their own: they decompose into others (CompositeImplicitAutograd)."""
+
+_BY_NAME = {}
+for _op in Op:
+    _BY_NAME[_op.qualified_name] = _op
+    _BY_NAME.setdefault(_op.schema.name, _op)
+
+
+def lookup(name: str) -> Op:
+    """Find an op by `mm`, `aten::mm` or `max.dim`."""
+    key = name.removeprefix("aten::")
+    if key not in _BY_NAME:
+        raise KeyError(f"unknown op {name!r}")
+    return _BY_NAME[key]
