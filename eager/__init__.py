@@ -17,6 +17,9 @@ from eager.functional import *  # noqa: F401,F403
 from eager.functional import __all__ as _functional_all
 from eager import testing as testing
 from eager import cuda as cuda
+from eager import nn as nn
+from eager import optim as optim
+from eager.serialization import load, save
 from ir.dtypes import (bool_ as bool, float16, float32, float64, int32, int64,  # noqa: A004
                        get_default_dtype, set_default_dtype)
 from ir.dtypes import DType as dtype

@@ -1,0 +1,207 @@
+"""nn.functional: the layer math as functions of tensors, built from eager ops, so
+autograd (and later the compiler) sees only primitive ops."""
+from __future__ import annotations
+
+import math
+
+from eager import factories
+from eager.tensor import Tensor, ops
+from ir import dtypes
+
+
+def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    return ops.linear(input, weight, bias)
+
+
+def relu(input: Tensor, inplace: bool = False) -> Tensor:
+    return ops.relu(input)
+
+
+def gelu(input: Tensor, approximate: str = "none") -> Tensor:
+    return ops.gelu(input, approximate=approximate)
+
+
+def silu(input: Tensor, inplace: bool = False) -> Tensor:
+    return ops.silu(input)
+
+
+def tanh(input: Tensor) -> Tensor:
+    return ops.tanh(input)
+
+
+def sigmoid(input: Tensor) -> Tensor:
+    return ops.sigmoid(input)
+
+
+def softmax(input: Tensor, dim: int | None = None, dtype=None) -> Tensor:
+    return ops.softmax(input, _softmax_dim(input, dim), dtype)
+
+
+def log_softmax(input: Tensor, dim: int | None = None, dtype=None) -> Tensor:
+    return ops.log_softmax(input, _softmax_dim(input, dim), dtype)
+
+
+def _softmax_dim(input: Tensor, dim):
+    if dim is None:  # PyTorch's legacy choice, without its deprecation warning
+        return 0 if input.dim() in (0, 1, 3) else 1
+    return dim
+
+
+def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not training or p == 0.0:
+        return input
+    if p == 1.0:
+        return input * 0
+    keep = ops.ge(factories.rand_like(input), p)
+    return input * keep * (1.0 / (1.0 - p))
+
+
+def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
+               bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if tuple(input.shape[input.dim() - len(shape):]) != shape:
+        raise RuntimeError(f"Given normalized_shape={list(shape)}, expected input with shape "
+                           f"[*, {', '.join(str(s) for s in shape)}], but got input of size "
+                           f"{list(input.shape)}")
+    dims = list(range(input.dim() - len(shape), input.dim()))
+    mean = ops.mean(input, dims, True)
+    var = ops.var(input, dims, correction=0, keepdim=True)
+    out = (input - mean) * ops.rsqrt(var + eps)
+    if weight is not None:
+        out = out * weight
+    if bias is not None:
+        out = out + bias
+    return out
+
+
+def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> Tensor:
+    if padding_idx is not None and padding_idx < 0:
+        padding_idx += weight.shape[0]
+    return ops.embedding(weight, input, -1 if padding_idx is None else padding_idx)
+
+
+def _reduce(loss: Tensor, reduction: str, count=None) -> Tensor:
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return ops.sum(loss)
+    if reduction == "mean":
+        return ops.sum(loss) / count if count is not None else ops.mean(loss)
+    raise ValueError(f"{reduction} is not a valid value for reduction")
+
+
+def _pick(log_probs: Tensor, target: Tensor) -> Tensor:
+    """log_probs[i, target[i]] for a (N, C) input, differentiable through index_select."""
+    n, c = log_probs.shape
+    flat = ops.add(ops.mul(factories.arange(n, device=target.device), c), target)
+    return ops.index_select(ops.reshape(log_probs, [-1]), 0, flat)
+
+
+def _as_rows(input: Tensor, target: Tensor):
+    """(N, C, d1, ...) inputs with (N, d1, ...) targets as (N*d1*..., C) rows."""
+    if input.dim() == 1:
+        return ops.unsqueeze(input, 0), ops.reshape(target, [1])
+    if input.dim() > 2:
+        c = input.shape[1]
+        moved = ops.permute(input, [0] + list(range(2, input.dim())) + [1])
+        return ops.reshape(moved, [-1, c]), ops.reshape(target, [-1])
+    return input, target
+
+
+def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None,
+             ignore_index: int = -100, reduction: str = "mean") -> Tensor:
+    if target.dtype not in (dtypes.int64, dtypes.int32):
+        raise RuntimeError(f"expected scalar type Long but found {target.dtype.name}")
+    out_shape = target.shape
+    rows, tgt = _as_rows(input, target)
+    if rows.shape[0] != tgt.shape[0]:
+        raise ValueError(f"Expected input batch_size ({rows.shape[0]}) to match target "
+                         f"batch_size ({tgt.shape[0]}).")
+    c = rows.shape[1]
+    valid = ops.ne(tgt, ignore_index)
+    safe = ops.where(valid, tgt, 0)
+    bad = safe.detach()._host_np()
+    if bad.size and (bad.min() < 0 or bad.max() >= c):
+        raise IndexError(f"Target {int(bad[(bad < 0) | (bad >= c)][0])} is out of bounds.")
+    w = valid if weight is None else ops.index_select(weight, 0, safe) * valid
+    loss = ops.neg(_pick(rows, safe)) * w
+    if reduction == "none":
+        return ops.reshape(loss, list(out_shape))
+    return _reduce(loss, reduction, ops.sum(w) if reduction == "mean" else None)
+
+
+def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,
+                  ignore_index: int = -100, reduction: str = "mean",
+                  label_smoothing: float = 0.0) -> Tensor:
+    class_dim = 0 if input.dim() == 1 else 1
+    log_probs = ops.log_softmax(input, class_dim)
+    if target.dtype.is_floating_point:  # class probabilities
+        if target.shape != input.shape:
+            raise RuntimeError("cross_entropy: class-probability targets must match the input "
+                               f"shape {list(input.shape)}, got {list(target.shape)}")
+        c = input.shape[class_dim]
+        target = target * (1 - label_smoothing) + label_smoothing / c
+        per = ops.neg(ops.sum(log_probs * target if weight is None else
+                              log_probs * target * _class_view(weight, input), [class_dim]))
+        return _reduce(per, reduction)
+    nll = nll_loss(log_probs, target, weight, ignore_index, reduction)
+    if label_smoothing <= 0.0:
+        return nll
+    rows, tgt = _as_rows(log_probs, target)
+    valid = ops.ne(tgt, ignore_index)
+    lp = rows if weight is None else rows * weight
+    smooth = ops.neg(ops.sum(lp, [1])) * valid / rows.shape[1]
+    if reduction == "none":
+        smooth = ops.reshape(smooth, list(target.shape))
+    elif reduction == "mean":
+        denom = ops.sum(valid) if weight is None else ops.sum(
+            ops.index_select(weight, 0, ops.where(valid, tgt, 0)) * valid)
+        smooth = ops.sum(smooth) / denom
+    else:
+        smooth = ops.sum(smooth)
+    return nll * (1 - label_smoothing) + smooth * label_smoothing
+
+
+def _class_view(weight: Tensor, input: Tensor) -> Tensor:
+    shape = [1] * input.dim()
+    shape[1 if input.dim() > 1 else 0] = weight.shape[0]
+    return ops.reshape(weight, shape)
+
+
+def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    diff = input - target
+    return _reduce(diff * diff, reduction)
+
+
+def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
+                                 attn_mask: Tensor | None = None, dropout_p: float = 0.0,
+                                 is_causal: bool = False, scale: float | None = None) -> Tensor:
+    """softmax(q k^T * scale + mask) v; `is_causal` masks keys after each query."""
+    if attn_mask is not None and is_causal:
+        raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set "
+                           "when is_causal=True")
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    scores = ops.matmul(query, ops.transpose(key, -2, -1)) * scale
+    q_len, k_len = query.shape[-2], key.shape[-2]
+    if is_causal:
+        rows = ops.unsqueeze(factories.arange(q_len, device=query.device), 1)
+        cols = ops.unsqueeze(factories.arange(k_len, device=query.device), 0)
+        attn_mask = ops.ge(rows, cols)
+    if attn_mask is not None:
+        if attn_mask.dtype is dtypes.bool_:
+            scores = ops.where(attn_mask, scores, -math.inf)
+        else:
+            scores = scores + attn_mask
+    weights = ops.softmax(scores, -1)
+    if dropout_p > 0.0:
+        weights = dropout(weights, dropout_p)
+    return ops.matmul(weights, value)
+
+
+def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
+    if num_classes < 0:
+        num_classes = int(tensor.max().item()) + 1 if tensor.numel() else 0
+    classes = factories.arange(num_classes, device=tensor.device)
+    return ops.eq(ops.unsqueeze(tensor, -1), classes).long()

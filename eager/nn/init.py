@@ -1,0 +1,94 @@
+"""Parameter initialisation as in torch.nn.init, drawing from kiln's seeded generator."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from eager import factories
+from eager.autograd.grad_mode import no_grad
+from eager.tensor import Tensor
+
+
+def _fill_from(t: Tensor, values: np.ndarray) -> Tensor:
+    with no_grad():
+        t.copy_(factories.tensor(values, dtype=t.dtype))
+    return t
+
+
+def _rng():
+    return factories._rng
+
+
+def calculate_gain(nonlinearity: str, param=None) -> float:
+    if nonlinearity in ("linear", "conv1d", "conv2d", "sigmoid"):
+        return 1.0
+    if nonlinearity == "tanh":
+        return 5.0 / 3
+    if nonlinearity == "relu":
+        return math.sqrt(2.0)
+    if nonlinearity == "leaky_relu":
+        slope = 0.01 if param is None else param
+        return math.sqrt(2.0 / (1 + slope ** 2))
+    if nonlinearity == "selu":
+        return 3.0 / 4
+    raise ValueError(f"Unsupported nonlinearity {nonlinearity}")
+
+
+def _calculate_fan_in_and_fan_out(t: Tensor) -> tuple[int, int]:
+    if t.dim() < 2:
+        raise ValueError("Fan in and fan out can not be computed for tensor with fewer than 2 "
+                         "dimensions")
+    receptive = 1
+    for s in t.shape[2:]:
+        receptive *= s
+    return t.shape[1] * receptive, t.shape[0] * receptive
+
+
+def uniform_(t: Tensor, a: float = 0.0, b: float = 1.0, generator=None) -> Tensor:
+    return _fill_from(t, (generator or _rng()).uniform(a, b, tuple(t.shape)))
+
+
+def normal_(t: Tensor, mean: float = 0.0, std: float = 1.0, generator=None) -> Tensor:
+    return _fill_from(t, (generator or _rng()).normal(mean, std, tuple(t.shape)))
+
+
+def zeros_(t: Tensor) -> Tensor:
+    with no_grad():
+        return t.zero_()
+
+
+def ones_(t: Tensor) -> Tensor:
+    with no_grad():
+        return t.fill_(1.0)
+
+
+def constant_(t: Tensor, val: float) -> Tensor:
+    with no_grad():
+        return t.fill_(val)
+
+
+def kaiming_uniform_(t: Tensor, a: float = 0, mode: str = "fan_in",
+                     nonlinearity: str = "leaky_relu", generator=None) -> Tensor:
+    fan_in, fan_out = _calculate_fan_in_and_fan_out(t)
+    fan = fan_in if mode == "fan_in" else fan_out
+    bound = math.sqrt(3.0) * calculate_gain(nonlinearity, a) / math.sqrt(fan)
+    return uniform_(t, -bound, bound, generator)
+
+
+def kaiming_normal_(t: Tensor, a: float = 0, mode: str = "fan_in",
+                    nonlinearity: str = "leaky_relu", generator=None) -> Tensor:
+    fan_in, fan_out = _calculate_fan_in_and_fan_out(t)
+    fan = fan_in if mode == "fan_in" else fan_out
+    return normal_(t, 0.0, calculate_gain(nonlinearity, a) / math.sqrt(fan), generator)
+
+
+def xavier_uniform_(t: Tensor, gain: float = 1.0, generator=None) -> Tensor:
+    fan_in, fan_out = _calculate_fan_in_and_fan_out(t)
+    bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
+    return uniform_(t, -bound, bound, generator)
+
+
+def xavier_normal_(t: Tensor, gain: float = 1.0, generator=None) -> Tensor:
+    fan_in, fan_out = _calculate_fan_in_and_fan_out(t)
+    return normal_(t, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)), generator)

@@ -1,0 +1,7 @@
+"""eager.optim: SGD, Adam, AdamW and learning-rate schedules."""
+from eager.optim import lr_scheduler as lr_scheduler
+from eager.optim.adam import Adam, AdamW
+from eager.optim.optimizer import Optimizer
+from eager.optim.sgd import SGD
+
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "lr_scheduler"]

@@ -1,0 +1,63 @@
+"""Adam and AdamW, with PyTorch's update order (bias corrections, eps outside the sqrt,
+AdamW's decoupled decay applied to the parameter before the step)."""
+from __future__ import annotations
+
+import math
+
+from eager import factories
+from eager.optim.optimizer import Optimizer
+
+
+class Adam(Optimizer):
+    _decoupled = False
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0, amsgrad: bool = False, *, maximize: bool = False):
+        if lr < 0.0:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if eps < 0.0:
+            raise ValueError(f"Invalid epsilon value: {eps}")
+        for i, beta in enumerate(betas):
+            if not 0.0 <= beta < 1.0:
+                raise ValueError(f"Invalid beta parameter at index {i}: {beta}")
+        if weight_decay < 0.0:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
+                                      weight_decay=weight_decay, amsgrad=amsgrad,
+                                      maximize=maximize))
+
+    def _update(self, p, grad, group, state):
+        if not state:
+            state["step"] = 0
+            state["exp_avg"] = factories.zeros_like(p)
+            state["exp_avg_sq"] = factories.zeros_like(p)
+            if group["amsgrad"]:
+                state["max_exp_avg_sq"] = factories.zeros_like(p)
+        beta1, beta2 = group["betas"]
+        lr, wd = group["lr"], group["weight_decay"]
+        grad = -grad if group["maximize"] else grad
+        if wd != 0:
+            if self._decoupled:
+                p.mul_(1 - lr * wd)
+            else:
+                grad = grad.add(p, alpha=wd)
+        state["step"] += 1
+        step = state["step"]
+        exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+        exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+        exp_avg_sq.mul_(beta2).add_(grad * grad, alpha=1 - beta2)
+        second = exp_avg_sq
+        if group["amsgrad"]:
+            state["max_exp_avg_sq"].copy_(state["max_exp_avg_sq"].maximum(exp_avg_sq))
+            second = state["max_exp_avg_sq"]
+        step_size = lr / (1 - beta1 ** step)
+        denom = (second.sqrt() / math.sqrt(1 - beta2 ** step)).add_(group["eps"])
+        p.add_(exp_avg / denom, alpha=-step_size)
+
+
+class AdamW(Adam):
+    _decoupled = True
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 1e-2, amsgrad: bool = False, *, maximize: bool = False):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize)

@@ -1,0 +1,108 @@
+"""The Optimizer base: parameter groups, per-parameter state, zero_grad and state_dict in
+PyTorch's format ({'state': {index: {...}}, 'param_groups': [{..., 'params': [index]}]})."""
+from __future__ import annotations
+
+import copy
+
+from eager.autograd.grad_mode import no_grad
+from eager.tensor import Tensor
+
+
+class Optimizer:
+    def __init__(self, params, defaults: dict):
+        self.defaults = defaults
+        self.state: dict = {}
+        self.param_groups: list[dict] = []
+        params = list(params)
+        if not params:
+            raise ValueError("optimizer got an empty parameter list")
+        groups = params if isinstance(params[0], dict) else [{"params": params}]
+        for group in groups:
+            self.add_param_group(group)
+
+    def add_param_group(self, group: dict) -> None:
+        group = dict(group)
+        params = group["params"]
+        group["params"] = [params] if isinstance(params, Tensor) else list(params)
+        for p in group["params"]:
+            if not isinstance(p, Tensor):
+                raise TypeError(f"optimizer can only optimize Tensors, but one of the params is "
+                                f"{type(p).__name__}")
+            if not p.is_leaf:
+                raise ValueError("can't optimize a non-leaf Tensor")
+        seen = {id(p) for g in self.param_groups for p in g["params"]}
+        if any(id(p) in seen for p in group["params"]):
+            raise ValueError("some parameters appear in more than one parameter group")
+        for key, value in self.defaults.items():
+            group.setdefault(key, value)
+        self.param_groups.append(group)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if set_to_none:
+                    p.grad = None
+                else:
+                    p.grad = p.grad.detach()
+                    p.grad.zero_()
+
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            from eager.autograd.grad_mode import enable_grad
+            with enable_grad():
+                loss = closure()
+        with no_grad():
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if p.grad is not None:
+                        self._update(p, p.grad, group, self.state.setdefault(p, {}))
+        return loss
+
+    def _update(self, p: Tensor, grad: Tensor, group: dict, state: dict) -> None:
+        raise NotImplementedError
+
+    # state ------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        index, groups = {}, []
+        for group in self.param_groups:
+            packed = {k: v for k, v in group.items() if k != "params"}
+            packed["params"] = []
+            for p in group["params"]:
+                index.setdefault(id(p), len(index))
+                packed["params"].append(index[id(p)])
+            groups.append(packed)
+        state = {index[id(p)]: {k: (v.clone() if isinstance(v, Tensor) else v)
+                                for k, v in s.items()}
+                 for p, s in self.state.items() if id(p) in index}
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        groups = state_dict["param_groups"]
+        if len(groups) != len(self.param_groups):
+            raise ValueError("loaded state dict has a different number of parameter groups")
+        for mine, saved in zip(self.param_groups, groups):
+            if len(mine["params"]) != len(saved["params"]):
+                raise ValueError("loaded state dict contains a parameter group that doesn't "
+                                 "match the size of optimizer's group")
+        by_index = {}
+        for mine, saved in zip(self.param_groups, groups):
+            for p, i in zip(mine["params"], saved["params"]):
+                by_index[i] = p
+            mine.update({k: copy.deepcopy(v) for k, v in saved.items() if k != "params"})
+        self.state = {}
+        for i, s in state_dict["state"].items():
+            p = by_index[int(i)]
+            self.state[p] = {k: (v.clone().to(dtype=p.dtype if v.is_floating_point() else None,
+                                                  device=p.device) if isinstance(v, Tensor)
+                                 else v) for k, v in s.items()}
+
+    def __repr__(self) -> str:
+        lines = [type(self).__name__ + " ("]
+        for i, group in enumerate(self.param_groups):
+            lines.append(f"Parameter Group {i}")
+            for k in sorted(k for k in group if k != "params"):
+                lines.append(f"    {k}: {group[k]}")
+        return "\n".join(lines) + "\n)"

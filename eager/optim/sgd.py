@@ -1,0 +1,34 @@
+"""SGD with momentum, dampening, Nesterov and weight decay, as torch.optim.SGD."""
+from __future__ import annotations
+
+from eager.optim.optimizer import Optimizer
+
+
+class SGD(Optimizer):
+    def __init__(self, params, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
+                 weight_decay: float = 0.0, nesterov: bool = False, *, maximize: bool = False):
+        if lr < 0.0:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if momentum < 0.0:
+            raise ValueError(f"Invalid momentum value: {momentum}")
+        if weight_decay < 0.0:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
+                                      weight_decay=weight_decay, nesterov=nesterov,
+                                      maximize=maximize))
+
+    def _update(self, p, grad, group, state):
+        d_p = -grad if group["maximize"] else grad
+        if group["weight_decay"] != 0:
+            d_p = d_p.add(p, alpha=group["weight_decay"])
+        momentum = group["momentum"]
+        if momentum != 0:
+            buf = state.get("momentum_buffer")
+            if buf is None:
+                buf = state["momentum_buffer"] = d_p.clone().detach()
+            else:
+                buf.mul_(momentum).add_(d_p, alpha=1 - group["dampening"])
+            d_p = d_p.add(buf, alpha=momentum) if group["nesterov"] else buf
+        p.add_(d_p, alpha=-group["lr"])
