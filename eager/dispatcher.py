@@ -8,10 +8,11 @@ Autograd slot that has no kernel of its own: such ops decompose into other ops.
 """
 from __future__ import annotations
 
+import contextlib
 import enum
-import types
 import os
 import threading
+import types
 
 from ir.ops import Op
 from ir.schema import FunctionSchema, parse_schema
@@ -55,6 +56,31 @@ class _LocalState(threading.local):
 
 
 tls = _LocalState()
+
+
+@contextlib.contextmanager
+def include_keys(*keys: DispatchKey):
+    """Add `keys` to every call's key set on this thread (capture turns on Tracer)."""
+    bits = sum(1 << DispatchKey(k) for k in keys)
+    prev = tls.include & bits
+    tls.include |= bits
+    try:
+        yield
+    finally:
+        tls.include = (tls.include & ~bits) | prev
+
+
+@contextlib.contextmanager
+def exclude_keys(*keys: DispatchKey):
+    """Remove `keys` from every call's key set on this thread."""
+    bits = sum(1 << DispatchKey(k) for k in keys)
+    prev = tls.exclude & bits
+    tls.exclude |= bits
+    try:
+        yield
+    finally:
+        tls.exclude = (tls.exclude & ~bits) | prev
+
 
 # The profiler installs a callable here while it records; None costs one global lookup.
 _recorder = None
@@ -145,6 +171,7 @@ class OpHandle:
     def _key_mask(self, args, kwargs):
         """Key bits of the tensor arguments; wraps Python numbers in tensor slots."""
         mask = 0
+        given = args, kwargs
         n = len(args)
         for i in self._tensor_pos:
             if i >= n:
@@ -157,7 +184,8 @@ class OpHandle:
         for i in self._list_pos:
             if i < n:
                 for t in args[i]:
-                    mask |= _tensor_keys(self, t)
+                    if t is not None:  # Tensor?[] lists hold Nones
+                        mask |= _tensor_keys(self, t)
         if kwargs:
             for name in self._tensor_kw:
                 v = kwargs.get(name)
@@ -165,13 +193,16 @@ class OpHandle:
                     continue
                 if isinstance(v, (list, tuple)):
                     for t in v:
-                        mask |= _tensor_keys(self, t)
+                        if t is not None:
+                            mask |= _tensor_keys(self, t)
                 elif hasattr(v, "_keys"):
                     mask |= v._keys
                 else:
                     kwargs = {**kwargs, name: _wrap_scalar(self, name, v)}
         if not mask & BACKEND_MASK:
-            raise TypeError(f"{self.schema.name}(): expected at least one Tensor argument")
+            if not _holds_tensor(*given):
+                raise TypeError(f"{self.schema.name}(): expected at least one Tensor argument")
+            mask |= 1 << DispatchKey.CPU  # only wrapped numbers, which live on the CPU
         if mask & BACKEND_MASK & (mask & BACKEND_MASK) - 1:
             raise RuntimeError(_device_mismatch(self, args, kwargs))
         return (mask | tls.include) & ~tls.exclude, args, kwargs
@@ -187,11 +218,16 @@ class OpHandle:
         out = self._kernel_for(mask)(*args, **kwargs)
         if self._mutated:
             for i in self._mutated:
-                (args[i] if i < len(args) else kwargs[self.schema.arguments[i].name])._bump()
+                t = args[i] if i < len(args) else kwargs.get(self.schema.arguments[i].name)
+                if t is not None:  # an optional out= argument may be absent
+                    t._bump()
         return out
 
     def redispatch(self, below: DispatchKey, *args, **kwargs):
-        """Run the kernel of the highest key strictly below `below`."""
+        """Run the kernel of the highest key strictly below `below` (below the alias
+        key Autograd means below every Autograd key: the backend runs)."""
+        if below == DispatchKey.Autograd:
+            below = min(AUTOGRAD_KEYS)
         mask, args, kwargs = self._key_mask(args, kwargs)
         return self._kernel_for(mask & ((1 << below) - 1))(*args, **kwargs)
 
@@ -223,6 +259,13 @@ class OpHandle:
                 if key in AUTOGRAD_KEYS or key == DispatchKey.Tracer:
                     lines.append(f"{key.name}: fallthrough")
         return "\n".join(lines) + "\n"
+
+
+def _holds_tensor(args: tuple, kwargs: dict) -> bool:
+    for v in list(args) + list(kwargs.values()):
+        if any(hasattr(t, "_keys") for t in (v if isinstance(v, (list, tuple)) else [v])):
+            return True
+    return False
 
 
 def _tensor_keys(handle: OpHandle, t) -> int:
@@ -276,6 +319,16 @@ def define(schema: str | FunctionSchema, namespace: str = "aten", op: Op | None 
     return handle
 
 
+def undefine(name: str) -> None:
+    """Remove a user-defined operator (a test's, or a notebook cell run again)."""
+    handle = find(name)
+    if handle.op is not None:
+        raise RuntimeError(f"{handle.qualified_name} is a built-in operator and stays defined")
+    for key in (handle.qualified_name, handle.name):
+        if _handles.get(key) is handle:
+            del _handles[key]
+
+
 def find(name: str) -> OpHandle:
     """The handle for `aten::mm`, `mm`, `max.dim` or `mylib::foo`."""
     try:
@@ -287,6 +340,9 @@ def find(name: str) -> OpHandle:
 def impl(name: str | Op | OpHandle, key: DispatchKey | str):
     """Decorator registering a kernel: `@impl("mm", "CPU") def mm_cpu(self, mat2): ...`"""
     if isinstance(key, str):
+        if key not in DispatchKey.__members__:
+            raise ValueError(f"unknown dispatch key {key!r}; the keys are "
+                             f"{', '.join(DispatchKey.__members__)}")
         key = DispatchKey[key]
     if isinstance(name, Op):
         handle = ATEN[name]

@@ -3,7 +3,9 @@
 
 While a profile is active the dispatcher hands every op call to `_record`, which times
 it and nests it under the op that called it (mm under matmul). When none is active the
-dispatcher pays one global lookup per call.
+dispatcher pays one global lookup per call. The autograd engine marks each backward
+node it runs as a region, `autograd::engine::evaluate_function: MmBackward0`, as
+PyTorch's does, so the backward pass shows its ops under the node that called them.
 """
 from __future__ import annotations
 
@@ -24,10 +26,11 @@ class ProfilerActivity(enum.Enum):
 
 class FunctionEvent:
     __slots__ = ("name", "input_shapes", "start_ns", "end_ns", "thread", "cpu_parent",
-                 "cpu_children", "id")
+                 "cpu_children", "id", "category")
 
-    def __init__(self, name, input_shapes, start_ns, thread, parent, id_):
+    def __init__(self, name, input_shapes, start_ns, thread, parent, id_, category="cpu_op"):
         self.name = name
+        self.category = category  # "cpu_op" for an op, "user_annotation" for record_function
         self.input_shapes = input_shapes
         self.start_ns = start_ns
         self.end_ns = start_ns
@@ -97,12 +100,12 @@ class profile:  # noqa: N801 - PyTorch's name
         return stack
 
     @contextlib.contextmanager
-    def _span(self, name: str, shapes: list):
+    def _span(self, name: str, shapes: list, category: str = "cpu_op"):
         stack = self._stack()
         parent = stack[-1] if stack else None
         with self._lock:
             ev = FunctionEvent(name, shapes, time.perf_counter_ns(), threading.get_ident(),
-                               parent, len(self._events))
+                               parent, len(self._events), category)
             self._events.append(ev)
         if parent is not None:
             parent.cpu_children.append(ev)
@@ -133,7 +136,7 @@ class profile:  # noqa: N801 - PyTorch's name
         trace = []
         pid = os.getpid()
         for ev in self._events:
-            trace.append({"name": ev.name, "ph": "X", "cat": "cpu_op", "pid": pid,
+            trace.append({"name": ev.name, "ph": "X", "cat": ev.category, "pid": pid,
                           "tid": ev.thread, "ts": (ev.start_ns - self._t0) / 1e3,
                           "dur": (ev.end_ns - ev.start_ns) / 1e3,
                           "args": {"Input Dims": ev.input_shapes}})
@@ -148,7 +151,7 @@ def record_function(name: str):
     if prof is None:
         yield None
         return
-    with prof._span(name, []) as ev:
+    with prof._span(name, [], "user_annotation") as ev:
         yield ev
 
 
@@ -174,31 +177,35 @@ def _us(x: float) -> str:
 
 
 class EventList(list):
+    _SORT_KEYS = ("cpu_time", "cpu_time_total", "self_cpu_time_total", "count")
+
     def table(self, sort_by: str | None = None, row_limit: int = 100) -> str:
+        """PyTorch's summary table: one row per key, times in us/ms/s, two spaces apart."""
         rows = list(self)
         if sort_by:
-            rows.sort(key=lambda a: getattr(a, sort_by.replace("cpu_time_total", "cpu_time_total")),
-                      reverse=True)
+            if sort_by not in self._SORT_KEYS:
+                raise ValueError(f"sort_by must be one of {', '.join(self._SORT_KEYS)}, "
+                                 f"got {sort_by!r}")
+            rows.sort(key=lambda a: getattr(a, sort_by), reverse=True)
         rows = rows[:row_limit]
         total = sum(a.self_cpu_time_total for a in self) or 1.0
-        shapes = any(a.input_shapes is not None for a in rows)
-        name_w = max([len("Name")] + [len(a.key) for a in rows]) + 2
-        head = ["Name".ljust(name_w), "Self CPU %".rjust(12), "Self CPU".rjust(12),
-                "CPU total %".rjust(12), "CPU total".rjust(12), "CPU time avg".rjust(14),
-                "# of Calls".rjust(12)]
-        if shapes:
-            head.append("  Input Shapes")
-        line = "-" * len("".join(head))
-        out = [line, "".join(head), line]
-        for a in rows:
-            cells = [a.key.ljust(name_w), f"{100 * a.self_cpu_time_total / total:.2f}%".rjust(12),
-                     _us(a.self_cpu_time_total).rjust(12),
-                     f"{100 * a.cpu_time_total / total:.2f}%".rjust(12),
-                     _us(a.cpu_time_total).rjust(12), _us(a.cpu_time).rjust(14),
-                     str(a.count).rjust(12)]
-            if shapes:
-                cells.append("  " + str(a.input_shapes))
-            out.append("".join(cells))
-        out.append(line)
-        out.append(f"Self CPU time total: {_us(total)}")
+        titles = ["Name", "Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg",
+                  "# of Calls"]
+        body = [[a.key, f"{100 * a.self_cpu_time_total / total:.2f}%",
+                 _us(a.self_cpu_time_total), f"{100 * a.cpu_time_total / total:.2f}%",
+                 _us(a.cpu_time_total), _us(a.cpu_time), str(a.count)] for a in rows]
+        if any(a.input_shapes is not None for a in rows):
+            titles.append("Input Shapes")
+            for cells, a in zip(body, rows):
+                cells.append(str(a.input_shapes))
+        widths = [max(len(r[i]) for r in [titles] + body) for i in range(len(titles))]
+
+        def fmt(cells):
+            # the name (and the shapes) read left to right; numbers line up on the right
+            out = [c.ljust(w) if i == 0 or titles[i] == "Input Shapes" else c.rjust(w)
+                   for i, (c, w) in enumerate(zip(cells, widths))]
+            return "  ".join(out).rstrip()
+        line = "-" * (sum(widths) + 2 * (len(widths) - 1))
+        out = [line, fmt(titles), line] + [fmt(cells) for cells in body]
+        out += [line, f"Self CPU time total: {_us(total)}"]
         return "\n".join(out) + "\n"

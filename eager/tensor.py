@@ -48,6 +48,12 @@ def contiguous_strides(shape) -> tuple[int, ...]:
 _BACKEND_KEY = {"cpu": DispatchKey.CPU, "cuda": DispatchKey.CUDA, "meta": DispatchKey.Meta}
 
 
+def _dispatch_keys(device_: device, requires_grad: bool) -> int:
+    """A tensor's key bits: its backend, and that backend's Autograd key if it needs grad."""
+    backend = _BACKEND_KEY[device_.type]
+    return (1 << backend) | ((1 << AUTOGRAD_OF[backend]) if requires_grad else 0)
+
+
 class Tensor:
     __slots__ = ("_storage", "_shape", "_stride", "_offset", "dtype", "device", "_keys",
                  "_requires_grad", "grad", "grad_fn", "output_nr", "_base", "_np_cache",
@@ -160,8 +166,7 @@ class Tensor:
             raise RuntimeError("only Tensors of floating point dtype can require gradients, "
                                f"got {self.dtype}")
         self._requires_grad = value
-        backend = _BACKEND_KEY[self.device.type]
-        self._keys = (1 << backend) | ((1 << AUTOGRAD_OF[backend]) if value else 0)
+        self._keys = _dispatch_keys(self.device, value)
 
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:
         self.requires_grad = requires_grad
@@ -177,10 +182,10 @@ class Tensor:
 
     @data.setter
     def data(self, other: Tensor) -> None:
-        if other._shape != self._shape or other.dtype != self.dtype:
-            self._shape, self.dtype = other._shape, other.dtype
+        self._shape, self.dtype, self.device = other._shape, other.dtype, other.device
         self._storage, self._stride, self._offset = other._storage, other._stride, other._offset
         self._np_cache = None
+        self._keys = _dispatch_keys(self.device, self._requires_grad)
 
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
         from eager import autograd
@@ -248,7 +253,8 @@ class Tensor:
 
     def __bool__(self):
         if self.numel() != 1:
-            raise RuntimeError(f"Boolean value of Tensor with more than one value is ambiguous")
+            kind = "no values" if self.numel() == 0 else "more than one value"
+            raise RuntimeError(f"Boolean value of Tensor with {kind} is ambiguous")
         return bool(self.item())
 
     def __len__(self):
@@ -288,6 +294,12 @@ class Tensor:
         device = as_device(device) if device is not None else None
         if (dtype is None or dtype is self.dtype) and (device is None or device == self.device):
             return self.clone() if copy else self
+        if device is not None and device != self.device:
+            if device.type != "cpu":
+                from eager.backends import backend_for
+                backend_for(device)  # raises, naming why, when the device is not usable
+            if self.device.type == "meta":
+                raise NotImplementedError("Cannot copy out of meta tensor; no data!")
         return ops._to_copy(self, dtype=dtype, device=device)
 
     def type(self, dtype=None):

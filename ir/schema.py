@@ -6,7 +6,7 @@
 
 `Tensor(a)` marks an alias of input `a` (views), `Tensor(a!)` an input that the op
 writes (in-place and out= arguments). Types end in `?` when None is allowed and in
-`[]` / `[N]` for lists.
+`[]` / `[N]` for lists (`Tensor?[]`: a list whose items may be None).
 """
 from __future__ import annotations
 
@@ -24,6 +24,9 @@ class Type:
     is_list: bool = False
     alias: str | None = None  # "a" in Tensor(a) / Tensor(a!)
     mutable: bool = False
+    list_size: int | None = None  # 2 in int[2]: a single int is accepted and repeated
+    elem_optional: bool = False  # Tensor?[]: a list whose items may be None
+    alias_after: str | None = None  # "*" in Tensor(a -> *): the outputs may alias it
 
     @property
     def is_tensor(self) -> bool:
@@ -36,9 +39,10 @@ class Type:
     def __str__(self) -> str:
         s = self.base
         if self.alias is not None:
-            s += f"({self.alias}{'!' if self.mutable else ''})"
+            after = f" -> {self.alias_after}" if self.alias_after else ""
+            s += f"({self.alias}{'!' if self.mutable else ''}{after})"
         if self.is_list:
-            s += "[]"
+            s += ("?" if self.elem_optional else "") + f"[{self.list_size or ''}]"
         return s + ("?" if self.optional else "")
 
 
@@ -122,15 +126,18 @@ class FunctionSchema:
         return f"{self.qualified_name}({', '.join(parts)}) -> {ret}"
 
 
-_TYPE_RE = re.compile(r"^(\w+)(?:\((\w+)(!?)(?:\s*->\s*\*)?\))?(\[\d*\])?(\?)?$")
+_TYPE_RE = re.compile(r"^(\w+)(?:\((\w+)(!?)(?:\s*->\s*(\*|\w+))?\))?"
+                      r"(?:(\??)\[(\d*)\])?(\?)?$")
 
 
 def _parse_type(text: str) -> Type:
     m = _TYPE_RE.match(text.strip())
     if not m:
         raise ValueError(f"bad type in schema: {text!r}")
-    base, alias, bang, lst, opt = m.groups()
-    return Type(base=base, optional=bool(opt), is_list=bool(lst), alias=alias, mutable=bool(bang))
+    base, alias, bang, after, elem_opt, size, opt = m.groups()
+    return Type(base=base, optional=bool(opt), is_list=size is not None, alias=alias,
+                mutable=bool(bang), list_size=int(size) if size else None,
+                elem_optional=bool(elem_opt), alias_after=after)
 
 
 def _parse_default(text: str):

@@ -1,15 +1,30 @@
 """Device backends beyond the CPU, plugged in lazily through the public registration API.
 
-The CUDA backend registers itself the first time a CUDA tensor is asked for. Until it
-exists and a driver and GPU are present, asking raises a clear error: nothing silently
-runs on the CPU.
+A backend turns host data into a tensor on its device (`from_host`). Meta is the
+trivial one: it keeps the shape and dtype and drops the data. The CUDA backend would
+register itself the first time a CUDA tensor is asked for; until it exists and a driver
+and GPU are present, asking raises a clear error: nothing silently runs on the CPU.
 """
 from __future__ import annotations
+
+import numpy as np
 
 from eager.device import device
 
 
+class _MetaBackend:
+    """Shapes and dtypes only: what the compiler needs to type every node."""
+
+    @staticmethod
+    def from_host(a: np.ndarray, dev: device):
+        from eager.kernels._common import meta_empty  # kernels import the tensor module
+        from ir import dtypes
+        return meta_empty(a.shape, dtypes.from_numpy(a.dtype))
+
+
 def backend_for(dev: device):
+    if dev.type == "meta":
+        return _MetaBackend
     if dev.type == "cuda":
         from runtime.cuda import CudaUnavailable, driver
         try:
