@@ -1,9 +1,51 @@
-"""kiln's compiler: capture into the IR, optimise, lower through llvmlite.
+"""kiln's compiler: capture regions of Python functions into the IR and run them through
+a backend, with guards, a cache, graph breaks and eager fallback.
 
-Not built yet: `compile` says so plainly rather than pretending to compile.
+    @compiler.compile            # also eager.compile
+    def f(x, w): return eager.relu(x @ w)
 """
+from __future__ import annotations
+
+from compiler import interpreter
+from compiler.api import RECOMPILE_LIMIT, CompileCheckError, CompiledFunction
+from compiler.debug import debug
 
 
-def compile(fn=None, **options):  # noqa: A001 - PyTorch's name
-    raise NotImplementedError("kiln's compiler is not built yet: compile() arrives with graph "
-                              "capture (IR and graph capture issue); run the function eagerly")
+def compile(fn=None, *, backend: str = "native", fullgraph: bool = False,  # noqa: A001
+            dynamic: bool = False, check: bool = False):
+    """Compile a function or an nn.Module (its forward); usable bare or with options."""
+    options = dict(backend=backend, fullgraph=fullgraph, dynamic=dynamic, check=check)
+    if fn is None:
+        return lambda f: compile(f, **options)
+    from eager.nn import Module
+    if isinstance(fn, Module):
+        return CompiledModule(fn, **options)
+    return CompiledFunction(fn, **options)
+
+
+class CompiledModule:
+    """A module whose calls run its forward compiled; attributes reach the module."""
+
+    def __init__(self, module, **options):
+        object.__setattr__(self, "_orig_mod", module)
+        object.__setattr__(self, "_compiled", CompiledFunction(module.forward, module=module,
+                                                               **options))
+
+    def __call__(self, *args, **kwargs):
+        return self._compiled(*args, **kwargs)
+
+    def explain(self) -> str:
+        return self._compiled.explain()
+
+    def __getattr__(self, name):
+        return getattr(self._orig_mod, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._orig_mod, name, value)
+
+    def __repr__(self) -> str:
+        return f"CompiledModule({self._orig_mod!r})"
+
+
+__all__ = ["compile", "CompiledFunction", "CompiledModule", "CompileCheckError", "debug",
+           "interpreter", "RECOMPILE_LIMIT"]

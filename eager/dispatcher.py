@@ -19,14 +19,16 @@ from ir.schema import FunctionSchema, parse_schema
 
 
 class DispatchKey(enum.IntEnum):
-    """Runtime keys; a higher value is a higher priority."""
+    """Runtime keys; a higher value is a higher priority. Tracer (graph capture) sits
+    below Autograd and below composite decomposition, so captured graphs hold the
+    primitive ops (mm, not matmul) and autograd still records its nodes above it."""
     Meta = 0
     CPU = 1
     CUDA = 2
-    AutogradMeta = 3
-    AutogradCPU = 4
-    AutogradCUDA = 5
-    Tracer = 6
+    Tracer = 3
+    AutogradMeta = 4
+    AutogradCPU = 5
+    AutogradCUDA = 6
     # alias keys: registering under one fills several runtime keys
     CompositeImplicitAutograd = 16
     Autograd = 17
@@ -34,13 +36,13 @@ class DispatchKey(enum.IntEnum):
 
 BACKEND_KEYS = (DispatchKey.Meta, DispatchKey.CPU, DispatchKey.CUDA)
 AUTOGRAD_KEYS = (DispatchKey.AutogradMeta, DispatchKey.AutogradCPU, DispatchKey.AutogradCUDA)
-RUNTIME_KEYS = BACKEND_KEYS + AUTOGRAD_KEYS + (DispatchKey.Tracer,)
+RUNTIME_KEYS = BACKEND_KEYS + (DispatchKey.Tracer,) + AUTOGRAD_KEYS
 AUTOGRAD_OF = dict(zip(BACKEND_KEYS, AUTOGRAD_KEYS))
 BACKEND_MASK = sum(1 << k for k in BACKEND_KEYS)
 AUTOGRAD_MASK = sum(1 << k for k in AUTOGRAD_KEYS)
 ALL_MASK = sum(1 << k for k in RUNTIME_KEYS)
 _ALIAS_TARGETS = {
-    DispatchKey.CompositeImplicitAutograd: BACKEND_KEYS + AUTOGRAD_KEYS,
+    DispatchKey.CompositeImplicitAutograd: BACKEND_KEYS + (DispatchKey.Tracer,) + AUTOGRAD_KEYS,
     DispatchKey.Autograd: AUTOGRAD_KEYS,
 }
 
@@ -80,6 +82,17 @@ def exclude_keys(*keys: DispatchKey):
         yield
     finally:
         tls.exclude = (tls.exclude & ~bits) | prev
+
+
+# Per-key fallbacks: `make(handle) -> kernel` for ops with no kernel of their own for the
+# key (the Tracer key's records any primitive op into the graph being captured).
+_fallbacks: dict = {}
+
+
+def register_fallback(key: DispatchKey, make) -> None:
+    _fallbacks[DispatchKey(key)] = make
+    for handle in set(_handles.values()):
+        handle._cache.clear()
 
 
 # The profiler installs a callable here while it records; None costs one global lookup.
@@ -138,6 +151,8 @@ class OpHandle:
         for alias in (DispatchKey.Autograd, DispatchKey.CompositeImplicitAutograd):
             if alias in self.kernels and key in _ALIAS_TARGETS[alias]:
                 return self.kernels[alias][0]
+        if key in _fallbacks:
+            return _fallbacks[key](self)
         return None
 
     def _kernel_for(self, mask: int):
@@ -256,7 +271,9 @@ class OpHandle:
                     lines.append(f"{key.name}: registered at {self.kernels[alias][1]} [{kind}]")
                     break
             else:
-                if key in AUTOGRAD_KEYS or key == DispatchKey.Tracer:
+                if key in _fallbacks:
+                    lines.append(f"{key.name}: {_where(_fallbacks[key])} [backend fallback]")
+                elif key in AUTOGRAD_KEYS or key == DispatchKey.Tracer:
                     lines.append(f"{key.name}: fallthrough")
         return "\n".join(lines) + "\n"
 

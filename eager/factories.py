@@ -13,6 +13,14 @@ from ir import dtypes
 
 _rng = np.random.default_rng()
 
+# Graph capture watches tensor creation: `hook(tensor, random)` (see compiler/capture.py).
+_creation_hook = None
+
+
+def set_creation_hook(hook) -> None:
+    global _creation_hook
+    _creation_hook = hook
+
 
 def manual_seed(seed: int):
     global _rng
@@ -30,7 +38,7 @@ def _shape(size) -> tuple[int, ...]:
     return shape
 
 
-def _place(a: np.ndarray, dtype, device, requires_grad: bool) -> Tensor:
+def _place(a: np.ndarray, dtype, device, requires_grad: bool, random: bool = False) -> Tensor:
     """A fresh tensor from host array `a`, on `device`."""
     dt = dtype or dtypes.from_numpy(a.dtype)
     dev = as_device(device)
@@ -43,6 +51,8 @@ def _place(a: np.ndarray, dtype, device, requires_grad: bool) -> Tensor:
         t = backend_for(dev).from_host(a.astype(dt.np, copy=False), dev)
     if requires_grad:
         t.requires_grad_(True)
+    if _creation_hook is not None:
+        _creation_hook(t, random)
     return t
 
 
@@ -156,23 +166,26 @@ def linspace(start, end, steps: int, *, dtype=None, device=None, requires_grad=F
 
 def rand(*size, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
     dt = dtype or dtypes.get_default_dtype()
-    return _place((generator or _rng).random(_shape(size)), dt, device, requires_grad)
+    return _place((generator or _rng).random(_shape(size)), dt, device, requires_grad,
+                  random=True)
 
 
 def randn(*size, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
     dt = dtype or dtypes.get_default_dtype()
-    return _place((generator or _rng).standard_normal(_shape(size)), dt, device, requires_grad)
+    return _place((generator or _rng).standard_normal(_shape(size)), dt, device, requires_grad,
+                  random=True)
 
 
 def randint(low, high=None, size=(), *, dtype=None, device=None, generator=None) -> Tensor:
     if high is None:
         low, high = 0, low
     a = (generator or _rng).integers(low, high, size=_shape((size,)))
-    return _place(a, dtype or dtypes.int64, device, False)
+    return _place(a, dtype or dtypes.int64, device, False, random=True)
 
 
 def randperm(n: int, *, dtype=None, device=None, generator=None) -> Tensor:
-    return _place((generator or _rng).permutation(n), dtype or dtypes.int64, device, False)
+    return _place((generator or _rng).permutation(n), dtype or dtypes.int64, device, False,
+                  random=True)
 
 
 def _like(fn):

@@ -145,13 +145,15 @@ class profile:  # noqa: N801 - PyTorch's name
 
 
 @contextlib.contextmanager
-def record_function(name: str):
+def record_function(name: str, input_shapes: list | None = None,
+                    category: str = "user_annotation"):
     """Mark a region by name in the active profile (no cost when none is active)."""
     prof = profile._active
     if prof is None:
         yield None
         return
-    with prof._span(name, [], "user_annotation") as ev:
+    shapes = input_shapes if input_shapes is not None and prof.record_shapes else []
+    with prof._span(name, shapes, category) as ev:
         yield ev
 
 

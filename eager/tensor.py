@@ -57,7 +57,7 @@ def _dispatch_keys(device_: device, requires_grad: bool) -> int:
 class Tensor:
     __slots__ = ("_storage", "_shape", "_stride", "_offset", "dtype", "device", "_keys",
                  "_requires_grad", "grad", "grad_fn", "output_nr", "_base", "_np_cache",
-                 "_wrapped", "_hooks", "_retains_grad", "_grad_accumulator", "__weakref__",
+                 "_wrapped", "_hooks", "_retains_grad", "_grad_accumulator", "_lazy", "__weakref__",
                  "__dict__")
 
     __array_priority__ = 1000  # numpy defers `ndarray op tensor` to our reflected ops
@@ -79,6 +79,7 @@ class Tensor:
         t.output_nr = 0
         t._base = base
         t._np_cache = None
+        t._lazy = None  # set while graph capture holds this tensor's value unevaluated
         t._wrapped = False
         t._hooks = None
         t._retains_grad = False
@@ -209,13 +210,18 @@ class Tensor:
         a = self._np_cache
         if a is None:
             data = self._storage.data
+            if data is None and self._lazy is not None:
+                self._lazy.materialize(self)  # a graph break: run the captured region
+                return self._np()
             if data is None:
                 raise RuntimeError(f"tensor on {self.device} has no host data; move it with "
                                    ".cpu() first" if self.device.type == "cuda" else
                                    "Cannot access data of a meta tensor")
             size = self.dtype.itemsize
-            a = np.ndarray(self._shape, dtype=data.dtype, buffer=data,
-                           offset=self._offset * size, strides=[s * size for s in self._stride])
+            # an empty view may sit past the end of its storage (zeros(0, 3)[:, 1:])
+            offset = self._offset * size if self.numel() else 0
+            a = np.ndarray(self._shape, dtype=data.dtype, buffer=data, offset=offset,
+                           strides=[s * size for s in self._stride])
             self._np_cache = a
         return a
 

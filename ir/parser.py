@@ -67,7 +67,7 @@ def parse_attr(text: str, arg: Argument):
         return dtypes.from_name(text)
     if text in ("inf", "-inf", "nan"):
         return float(text)
-    if arg.type.is_list or text.startswith("["):
+    if text.startswith("["):
         inner = text[1:-1].strip()
         return tuple(parse_attr(t, Argument(arg.name, arg.type.__class__(arg.type.base)))
                      for t in _split_top(inner)) if inner else ()

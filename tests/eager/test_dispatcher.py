@@ -106,7 +106,7 @@ def test_meta_tensors_reach_the_meta_kernel(scale):
     assert out.device == eager.device("meta") and out.shape == (4, 5)
 
 
-def test_tracer_key_runs_first_when_included_and_redispatches_below_itself(scale):
+def test_tracer_key_runs_below_autograd_when_included_and_redispatches_below_itself(scale):
     @dispatcher.impl(scale, "Tracer")
     def scale_tracer(x, s):
         scale.calls.append("Tracer")
@@ -118,7 +118,7 @@ def test_tracer_key_runs_first_when_included_and_redispatches_below_itself(scale
     scale.calls.clear()
     with dispatcher.include_keys(DispatchKey.Tracer):
         out = scale(x, 2.0)
-    assert scale.calls == ["Tracer", "Autograd", "CPU"]
+    assert scale.calls == ["Autograd", "Tracer", "CPU"]  # capture sees what autograd runs
     assert out.tolist() == [2.] and type(out.grad_fn) is ScaleBackward0
     scale.calls.clear()
     scale(x, 2.0)
@@ -174,13 +174,15 @@ def test_dump_table_lists_each_runtime_key_with_where_it_was_registered(scale):
     lines = dispatcher.find("mylib::scale").dump_table().splitlines()
     where = "tests/eager/test_dispatcher.py"
     k = scale.kernel_lines
+    tracer = dispatcher._fallbacks.get(DispatchKey.Tracer)  # the compiler's, once imported
     assert lines == [
         f"Meta: registered at {where}:{k['Meta']} [kernel]",
         f"CPU: registered at {where}:{k['CPU']} [kernel]",
+        "Tracer: fallthrough" if tracer is None else
+        f"Tracer: {dispatcher._where(tracer)} [backend fallback]",
         f"AutogradMeta: registered at {where}:{k['Autograd']} [autograd kernel]",
         f"AutogradCPU: registered at {where}:{k['Autograd']} [autograd kernel]",
         f"AutogradCUDA: registered at {where}:{k['Autograd']} [autograd kernel]",
-        "Tracer: fallthrough",
     ]
     assert eager._C._dispatch_dump_table("mylib::scale") == scale.dump_table()
 

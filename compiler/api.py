@@ -1,0 +1,252 @@
+"""compile(): cached compiled entries behind guards, with graph breaks and eager fallback.
+
+Each distinct guard key gets an entry, made by running the function once under capture.
+An entry whose capture was one region with no break, no random numbers and no other
+live tensor than its outputs *replays*: later calls check the key, read the inputs from
+their sources and run the compiled graph without running Python. Any other entry re-runs
+the Python under capture at each call; each region is compiled once and found again by
+its text.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from compiler import capture, guards
+from compiler.backends import get_backend
+from eager.tensor import Tensor
+
+RECOMPILE_LIMIT = 8
+
+
+@dataclass
+class Entry:
+    key: tuple
+    mode: str                      # "replay" or "python"
+    why_python: str = ""
+    run: object = None             # replay: the compiled region
+    graph: object = None
+    sources: list = field(default_factory=list)
+    out_tree: object = None
+    out_slots: list = field(default_factory=list)  # ("graph", i) or ("value", v)
+    regions: list = field(default_factory=list)
+    breaks: list = field(default_factory=list)
+    calls: int = 0
+    seconds: dict = field(default_factory=dict)
+
+
+class CompileCheckError(AssertionError):
+    pass
+
+
+class CompiledFunction:
+    def __init__(self, fn, *, backend: str = "native", fullgraph: bool = False,
+                 dynamic: bool = False, check: bool = False, module=None):
+        self.fn = fn
+        self.module = module
+        self.backend = get_backend(backend)
+        self.fullgraph = fullgraph
+        self.dynamic = dynamic
+        self.check_calls = 3 if check else 0
+        self.guards = guards.GuardSet(fn, module)
+        self.entries: dict[tuple, Entry] = {}
+        self.history: list[str] = []
+        self.region_cache: dict[str, object] = {}
+        self.gave_up = False
+        self._lock = threading.RLock()
+        functools.update_wrapper(self, fn)
+
+    # calling ------------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        if self.gave_up:
+            return self.fn(*args, **kwargs)
+        key = self.guards.key(args, kwargs)
+        entry = self.entries.get(key)
+        if entry is None:
+            with self._lock:
+                entry = self.entries.get(key)
+                if entry is None:
+                    if len(self.entries) >= RECOMPILE_LIMIT:
+                        return self._give_up(key, args, kwargs)
+                    return self._first_call(key, args, kwargs)
+        entry.calls += 1
+        out = self._replay(entry, args, kwargs) if entry.mode == "replay" else \
+            self._run_python(entry, args, kwargs)[0]
+        if self.check_calls:
+            self._check(out, args, kwargs)
+        return out
+
+    def _give_up(self, key, args, kwargs):
+        self.gave_up = True
+        last = self._why_new(key, args, kwargs)
+        warnings.warn(f"kiln.compile: {self.__name__} was recompiled {RECOMPILE_LIMIT} times "
+                      f"(last because {last}); running it eagerly from now on", stacklevel=3)
+        return self.fn(*args, **kwargs)
+
+    def _why_new(self, key, args, kwargs) -> str:
+        if not self.entries:
+            return "first call"
+        last = list(self.entries.values())[-1].key
+        return self.guards.difference(last, key, self._arg_paths(args, kwargs))
+
+    @staticmethod
+    def _arg_paths(args, kwargs) -> list[str]:
+        leaves: list = []
+        guards.flatten((args, kwargs), "arg", leaves)
+        return [_readable_path(p) for p, _ in leaves]
+
+    def _first_call(self, key, args, kwargs):
+        reason = self._why_new(key, args, kwargs)
+        if self.entries:
+            self.history.append(f"entry {len(self.entries) + 1}: {reason}")
+        entry = Entry(key=key, mode="python")
+        out, trace = self._run_python(entry, args, kwargs)
+        self._plan(entry, trace, out)
+        entry.calls = 1
+        self.entries[key] = entry
+        if self.check_calls:
+            self._check(out, args, kwargs)
+        return out
+
+    def _run_python(self, entry: Entry, args, kwargs):
+        known = self.guards.known_sources(args, kwargs)
+        trace = capture.Trace(self._compile_region, known)
+        start = time.perf_counter()
+        token = capture.start(trace)
+        try:
+            out = self.fn(*args, **kwargs)
+            leaves: list = []
+            guards.flatten(out, "out", leaves)
+            trace.flush("return")
+        finally:
+            capture.stop(token)
+        trace.seconds["trace"] = time.perf_counter() - start - trace.seconds["compile"] - \
+            trace.seconds["run"]
+        if trace.breaks and self.fullgraph:
+            b = trace.breaks[0]
+            raise RuntimeError(f"kiln.compile(fullgraph=True): graph break in "
+                               f"{self.__name__}: {b.reason} at {b.where}")
+        if not entry.regions:
+            entry.regions = [r.graph for r in trace.records]
+            entry.breaks = list(trace.breaks)
+            entry.seconds = dict(trace.seconds)
+        return out, trace
+
+    def _compile_region(self, graph):
+        text = str(graph)
+        run = self.region_cache.get(text)
+        if run is None:
+            run = self.region_cache[text] = self.backend.compile(graph)
+        return run
+
+    # replay -------------------------------------------------------------------------
+    def _plan(self, entry: Entry, trace: capture.Trace, out) -> None:
+        """Decide whether the entry can replay without Python, and record how."""
+        leaves: list = []
+        tree = guards.flatten(out, "out", leaves)
+        why = _why_not_replayable(trace, leaves)
+        if why:
+            entry.why_python = why
+            return
+        record = trace.records[0] if trace.records else None
+        sources = []
+        if record is not None:
+            for t in record.input_tensors:
+                src = trace.known_sources.get(id(t))
+                sources.append(src if src is not None else ("constant", t))
+        slots = []
+        produced = {id(t): i for i, t in enumerate(record.outputs)} if record else {}
+        for _, v in leaves:
+            if isinstance(v, Tensor) and id(v) in produced:
+                slots.append(("graph", produced[id(v)]))
+            elif isinstance(v, Tensor) and id(v) in trace.known_sources:
+                slots.append(("source", trace.known_sources[id(v)]))
+            else:
+                slots.append(("value", v))
+        entry.mode = "replay"
+        entry.graph = record.graph if record is not None else None
+        entry.run = self._compile_region(record.graph) if record is not None else None
+        entry.sources, entry.out_tree, entry.out_slots = sources, tree, slots
+
+    def _replay(self, entry: Entry, args, kwargs):
+        leaves: list = []
+        guards.flatten((args, kwargs), "arg", leaves)
+        results = []
+        if entry.run is not None:
+            inputs = [guards.resolve(s, leaves) for s in entry.sources]
+            results = capture.run_region(entry.run, entry.graph, inputs)
+        out = []
+        for kind, v in entry.out_slots:
+            if kind == "graph":
+                out.append(results[v])
+            elif kind == "source":
+                out.append(guards.resolve(v, leaves))
+            else:
+                out.append(v)
+        return guards.unflatten(entry.out_tree, out)
+
+    # check=True ---------------------------------------------------------------------
+    def _check(self, out, args, kwargs) -> None:
+        self.check_calls -= 1
+        wide = [_widen(a) for a in args]
+        expected = self.fn(*wide, **{k: _widen(v) for k, v in kwargs.items()})
+        got_leaves, want_leaves = [], []
+        guards.flatten(out, "out", got_leaves)
+        guards.flatten(expected, "out", want_leaves)
+        for (path, got), (_, want) in zip(got_leaves, want_leaves):
+            if not isinstance(got, Tensor):
+                continue
+            a = got.detach()._host_np().astype(np.float64)
+            b = want.detach()._host_np().astype(np.float64)
+            tol = 1e-4 if got.dtype.name in ("float32", "float16") else 1e-9
+            if a.shape != b.shape or not np.allclose(a, b, rtol=tol, atol=tol, equal_nan=True):
+                diff = f"shape {a.shape} vs {b.shape}" if a.shape != b.shape else \
+                    f"max abs diff {np.nanmax(np.abs(a - b)):.3g}"
+                graphs = "\n".join(str(g) for e in self.entries.values() for g in e.regions)
+                raise CompileCheckError(f"kiln.compile(check=True): {self.__name__} output "
+                                        f"{_readable_path(path)} differs from eager execution "
+                                        f"({diff}); compiled graphs:\n{graphs}")
+
+    # explain ------------------------------------------------------------------------
+    def explain(self) -> str:
+        from compiler.explain import explain
+        return explain(self)
+
+
+def _why_not_replayable(trace: capture.Trace, out_leaves) -> str:
+    if trace.breaks:
+        return f"{len(trace.breaks)} graph break(s)"
+    if trace.random:
+        return "it draws random numbers"
+    if trace.untracked_inputs:
+        return f"it reads a tensor kiln cannot find again ({trace.untracked_inputs[0]})"
+    if len(trace.records) > 1:
+        return "it ran more than one region"
+    if trace.records:
+        outputs = trace.records[0].outputs
+        returned = {id(v) for _, v in out_leaves if isinstance(v, Tensor)}
+        if any(id(t) not in returned for t in outputs):
+            return "it keeps tensors besides its outputs (autograd history or side effects)"
+    return ""
+
+
+def _widen(v):
+    if isinstance(v, Tensor) and v.dtype.name in ("float32", "float16"):
+        w = v.detach().double()
+        return w.requires_grad_(v.requires_grad) if v.requires_grad else w
+    if isinstance(v, (list, tuple)):
+        return type(v)(_widen(x) for x in v)
+    return v
+
+
+def _readable_path(path: str) -> str:
+    if path.startswith("arg[0]"):
+        return "args" + path[len("arg[0]"):]
+    if path.startswith("arg[1]"):
+        return "kwargs" + path[len("arg[1]"):]
+    return path

@@ -1,0 +1,353 @@
+"""Graph capture with lazy tensors.
+
+While a Trace is active the Tracer dispatch key is on for the thread, so every primitive
+op reaches `record`: instead of computing, it appends a node to the current Region and
+returns a lazy tensor (shape and dtype from the op's Meta kernel, no data). Tensors that
+are not lazy (arguments, parameters, globals) become the region's inputs.
+
+When Python needs a value (`bool(t)`, `t.item()`, printing) or an op cannot be captured
+(a custom op, an in-place op), the region is *flushed*: its graph (only the nodes that
+live tensors need) is compiled, found again by its text if it was seen before, and run;
+each live lazy tensor then becomes an ordinary tensor holding its value, and capture
+continues in a new region.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+
+from compiler import debug
+from eager import dispatcher
+from eager.device import META
+from eager.dispatcher import DispatchKey
+from eager.tensor import Storage, Tensor
+from ir.graph import Graph, GraphBuilder, Node, TensorType, Value
+from ir.ops import INPLACE
+
+TRACER_BIT = 1 << DispatchKey.Tracer
+_local = threading.local()
+_KILN_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def active_trace() -> Trace | None:
+    return getattr(_local, "trace", None)
+
+
+def user_location() -> str:
+    """file:line of the innermost frame outside kiln's own packages."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        inside = path.startswith(_KILN_ROOT) and os.path.relpath(path, _KILN_ROOT).split(
+            os.sep)[0] in ("eager", "compiler", "ir", "runtime")
+        if not inside and "importlib" not in path:
+            return f"{path}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "<unknown>"
+
+
+def _data_access_reason() -> str:
+    """Which Tensor method asked for data (item, tolist, __bool__, ...)."""
+    frame = sys._getframe(2)
+    name = "data access"
+    while frame is not None:
+        if os.path.abspath(frame.f_code.co_filename).startswith(
+                os.path.join(_KILN_ROOT, "eager")):
+            if frame.f_code.co_name not in ("_np", "_host_np", "materialize"):
+                name = frame.f_code.co_name
+        else:
+            break
+        frame = frame.f_back
+    return f"Tensor.{name}() needs a concrete value"
+
+
+@dataclass
+class LazyRef:
+    region: Region
+    value: Value
+
+    def materialize(self, tensor: Tensor) -> None:
+        self.region.trace.flush(_data_access_reason(), user_location())
+
+
+@dataclass
+class BreakRecord:
+    reason: str
+    where: str
+
+
+@dataclass
+class RegionRecord:
+    graph: Graph
+    ended_by: str
+    input_tensors: list = field(repr=False)
+    outputs: list = field(repr=False)  # the tensors the region's outputs became
+
+
+def _type_of(t: Tensor) -> TensorType:
+    return TensorType(tuple(t.shape), t.dtype, str(t.device))
+
+
+def _meta_standin(t: Tensor) -> Tensor:
+    m = Tensor._make(Storage(None, META, 0), t._shape, t._stride, t._offset, t.dtype, META)
+    m._wrapped = t._wrapped
+    return m
+
+
+def _attr(value):
+    """A non-tensor argument as an IR attribute value."""
+    if isinstance(value, list):
+        return tuple(_attr(v) for v in value)
+    if isinstance(value, tuple):
+        return tuple(_attr(v) for v in value)
+    if hasattr(value, "item") and not isinstance(value, Tensor):
+        return value.item()  # numpy scalars
+    if value is not None and type(value).__name__ == "device":
+        return str(value)
+    return value
+
+
+class Region:
+    """The nodes captured since the last flush."""
+
+    def __init__(self, trace: Trace):
+        self.trace = trace
+        self.nodes: list[Node] = []
+        self.inputs: list[Value] = []
+        self.input_tensors: list[Tensor] = []
+        self._input_of: dict[int, Value] = {}
+        self.alive: dict[Value, weakref.ref] = {}
+        self._count = 0
+
+    def value_for(self, t: Tensor) -> Value:
+        lazy = t._lazy
+        if lazy is not None and lazy.region is self:
+            return lazy.value
+        v = self._input_of.get(id(t))
+        if v is None:
+            v = Value(f"in{len(self.inputs)}", _type_of(t))
+            self.inputs.append(v)
+            self.input_tensors.append(t)  # held, so the id stays this tensor's
+            self._input_of[id(t)] = v
+            self.trace.note_input(t)
+        return v
+
+    def add(self, node_op, inputs, attrs, metas, device) -> list[Tensor]:
+        outputs, lazies = [], []
+        for m in metas:
+            v = Value(f"v{self._count}", TensorType(tuple(m.shape), m.dtype, str(device)))
+            self._count += 1
+            t = Tensor._make(Storage(None, device, 0), m._shape, m._stride, m._offset,
+                             m.dtype, device)
+            t._keys |= TRACER_BIT
+            t._lazy = LazyRef(self, v)
+            self.alive[v] = weakref.ref(t)
+            outputs.append(v)
+            lazies.append(t)
+        self.nodes.append(Node(node_op, tuple(inputs), tuple(attrs), tuple(outputs)))
+        return lazies
+
+    def live(self) -> list[tuple[Value, Tensor]]:
+        out = []
+        for v, ref in self.alive.items():
+            t = ref()
+            if t is not None and t._lazy is not None and t._lazy.region is self:
+                out.append((v, t))
+        return out
+
+    def graph(self, outputs: list[Value]) -> tuple[Graph, list[Tensor]]:
+        """The graph computing `outputs` (dead nodes dropped, values renamed canonically)
+        and the concrete tensors for its inputs."""
+        needed = set(outputs)
+        keep = []
+        for node in reversed(self.nodes):
+            if any(v in needed for v in node.outputs):
+                keep.append(node)
+                needed.update(node.input_values())
+        keep.reverse()
+        b = GraphBuilder()
+        rename, tensors = {}, []
+        for v, t in zip(self.inputs, self.input_tensors):
+            if v in needed:
+                rename[v] = b.input(v.type, f"x{len(tensors)}")
+                tensors.append(t)
+
+        def sub(i):
+            if isinstance(i, tuple):
+                return tuple(rename[x] for x in i)
+            return None if i is None else rename[i]
+        for node in keep:
+            new = b.add(node.op, [sub(i) for i in node.inputs], node.attrs,
+                        [v.type for v in node.outputs])
+            rename.update(zip(node.outputs, new))
+        return b.build([rename[v] for v in outputs], name="region"), tensors
+
+
+class Trace:
+    """One run of a function under capture: its regions, breaks and what they read."""
+
+    def __init__(self, compile_region, known_sources: dict):
+        self.compile_region = compile_region  # Graph -> callable(list[Tensor]) -> list
+        self.known_sources = known_sources    # id(tensor) -> source, for replay
+        self.region = Region(self)
+        self.records: list[RegionRecord] = []
+        self.breaks: list[BreakRecord] = []
+        self.untracked_inputs: list[str] = []
+        self.created: set[int] = set()        # ids of tensors made by factories meanwhile
+        self.random = False
+        self.seconds = {"trace": 0.0, "compile": 0.0, "run": 0.0}
+
+    # inputs -------------------------------------------------------------------------
+    def note_input(self, t: Tensor) -> None:
+        if id(t) not in self.known_sources and id(t) not in self.created and not t._wrapped:
+            self.untracked_inputs.append(f"{tuple(t.shape)} {t.dtype.name} tensor")
+
+    def note_factory(self, t: Tensor, random: bool) -> None:
+        self.created.add(id(t))
+        self.random = self.random or random
+
+    # capture ------------------------------------------------------------------------
+    def record(self, handle, args: tuple, kwargs: dict):
+        op = handle.op
+        reason = None
+        if op is None:
+            reason = f"custom op {handle.qualified_name} has no lowering"
+        elif op in INPLACE:
+            reason = f"in-place op {handle.qualified_name} (capture records functional code)"
+        bound = handle.schema.bind(args, kwargs)
+        tensors = [t for a in handle.schema.arguments if a.type.base == "Tensor"
+                   for t in _as_list(bound[a.name])]
+        if reason is None:
+            bad = next((t for t in tensors if t.device.type != "cpu"), None)
+            if bad is not None:
+                reason = f"{handle.qualified_name} on {bad.device}: capture supports cpu tensors"
+        if reason is None:
+            scalar_tensor = next((a.name for a in handle.schema.arguments
+                                  if a.type.base != "Tensor" and isinstance(bound[a.name], Tensor)),
+                                 None)
+            if scalar_tensor is not None:
+                reason = f"{handle.qualified_name}: a tensor given as scalar '{scalar_tensor}'"
+        if reason is not None:
+            return self.break_and_run(handle, args, kwargs, reason)
+        region = self.region
+        inputs, attrs = [], []
+        for a in handle.schema.arguments:
+            v = bound[a.name]
+            if a.type.base != "Tensor":
+                if a.type.is_list and isinstance(v, int) and not isinstance(v, bool):
+                    v = (v,)  # int[1] takes a bare int; the IR keeps one spelling
+                attrs.append((a.name, _attr(v)))
+            elif a.type.is_list:
+                inputs.append(tuple(region.value_for(t) for t in v))
+            else:
+                inputs.append(None if v is None else region.value_for(v))
+        meta_args = tuple(_meta_arg(a) for a in args)
+        meta_kwargs = {k: _meta_arg(v) for k, v in kwargs.items()}
+        out = handle.call_key(DispatchKey.Meta, *meta_args, **meta_kwargs)
+        metas = list(out) if isinstance(out, (tuple, list)) else [out]
+        device = tensors[0].device if tensors else META
+        lazies = region.add(op, inputs, attrs, metas, device)
+        return tuple(lazies) if isinstance(out, tuple) else (
+            list(lazies) if isinstance(out, list) else lazies[0])
+
+    def break_and_run(self, handle, args, kwargs, reason: str):
+        self.flush(reason, user_location())
+        return handle.redispatch(DispatchKey.Tracer, *args, **kwargs)
+
+    # flushing -----------------------------------------------------------------------
+    def flush(self, reason: str, where: str | None = None) -> None:
+        """Compile and run the pending region; its live tensors become concrete."""
+        region = self.region
+        self.region = Region(self)
+        if where is not None:
+            self.breaks.append(BreakRecord(reason, where))
+            debug.banner("graph break", f"{reason} at {where}")
+        live = region.live()
+        if not live:
+            return
+        graph, inputs = region.graph([v for v, _ in live])
+        self.records.append(RegionRecord(graph, reason, inputs, [t for _, t in live]))
+        debug.banner(f"captured graph (ended by: {reason})", str(graph))
+        start = time.perf_counter()
+        run = self.compile_region(graph)
+        self.seconds["compile"] += time.perf_counter() - start
+        start = time.perf_counter()
+        results = run_region(run, graph, inputs)
+        self.seconds["run"] += time.perf_counter() - start
+        for (_, t), r in zip(live, results):
+            _become(t, r)
+
+
+def run_region(run, graph: Graph, inputs: list) -> list:
+    """Run a compiled region with capture off, as one profiler event."""
+    from eager.profiler import record_function
+    with dispatcher.exclude_keys(DispatchKey.Tracer):
+        with record_function(f"kiln::{graph.name}", [list(t.shape) for t in inputs],
+                             category="kernel"):
+            return run(inputs)
+
+
+def _become(t: Tensor, r: Tensor) -> None:
+    """Turn lazy tensor `t` into a view of the concrete result `r`."""
+    t._storage, t._shape, t._stride, t._offset = r._storage, r._shape, r._stride, r._offset
+    t._np_cache = r._np_cache
+    t._keys &= ~TRACER_BIT
+    t._lazy = None
+
+
+def _as_list(v) -> list:
+    if v is None:
+        return []
+    return list(v) if isinstance(v, (list, tuple)) else [v]
+
+
+def _meta_arg(v):
+    if isinstance(v, Tensor):
+        return _meta_standin(v)
+    if isinstance(v, (list, tuple)) and any(isinstance(x, Tensor) for x in v):
+        return type(v)(_meta_standin(x) if isinstance(x, Tensor) else x for x in v)
+    return v
+
+
+def _tracer_kernel(handle):
+    def trace_op(*args, **kwargs):
+        trace = active_trace()
+        if trace is None:
+            _materialize_args(args, kwargs)
+            return handle.redispatch(DispatchKey.Tracer, *args, **kwargs)
+        return trace.record(handle, args, kwargs)
+    trace_op.__name__ = f"{handle.schema.name}_tracer"
+    return trace_op
+
+
+def _materialize_args(args, kwargs) -> None:
+    for v in list(args) + list(kwargs.values()):
+        for t in _as_list(v) if isinstance(v, (list, tuple, Tensor)) else []:
+            if isinstance(t, Tensor) and t._lazy is not None:
+                t._lazy.materialize(t)
+
+
+def start(trace: Trace):
+    """Make `trace` the thread's active capture; returns the token for `stop`."""
+    prev = active_trace()
+    _local.trace = trace
+    include = dispatcher.include_keys(DispatchKey.Tracer)
+    include.__enter__()
+    from eager import factories
+    factories.set_creation_hook(trace.note_factory)
+    return prev, include
+
+
+def stop(token) -> None:
+    prev, include = token
+    include.__exit__(None, None, None)
+    _local.trace = prev
+    from eager import factories
+    factories.set_creation_hook(prev.note_factory if prev is not None else None)
+
+
+dispatcher.register_fallback(DispatchKey.Tracer, _tracer_kernel)

@@ -1,0 +1,43 @@
+"""`f.explain()`: one page on what compile() did for a function."""
+from __future__ import annotations
+
+import inspect
+
+
+def _where(fn) -> str:
+    try:
+        return f"{inspect.getsourcefile(fn)}:{inspect.getsourcelines(fn)[1]}"
+    except (TypeError, OSError):
+        return "<unknown location>"
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.2f} ms"
+
+
+def explain(cf) -> str:
+    lines = [f"kiln.compile: {cf.__name__} ({_where(cf.fn)})",
+             f"backend: {cf.backend.name} — {cf.backend.note}",
+             f"entries: {len(cf.entries)} (recompile limit {8})"]
+    if cf.gave_up:
+        lines.append("gave up after the recompile limit: the function now runs eagerly")
+    for n, entry in enumerate(cf.entries.values(), 1):
+        mode = "replays its graph without running Python" if entry.mode == "replay" else \
+            f"re-runs its Python under capture at each call ({entry.why_python})"
+        lines += ["", f"entry {n}: ran {entry.calls} time(s); {mode}", "  guards:"]
+        paths = [f"arg {i}" for i in range(len(entry.key[1]))]
+        lines += [f"    - {g}" for g in cf.guards.describe(entry.key, paths)]
+        if entry.breaks:
+            lines.append("  graph breaks:")
+            lines += [f"    - {b.reason} at {b.where}" for b in entry.breaks]
+        else:
+            lines.append("  graph breaks: none")
+        lines.append(f"  graphs captured: {len(entry.regions)}")
+        for i, g in enumerate(entry.regions, 1):
+            lines.append(f"  region {i}:")
+            lines += ["    " + ln for ln in str(g).splitlines()]
+        if entry.seconds:
+            lines.append("  time: " + ", ".join(f"{k} {_ms(v)}" for k, v in entry.seconds.items()))
+    if cf.history:
+        lines += ["", "recompiles:"] + [f"  - {h}" for h in cf.history]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,220 @@
+"""Guards: what a compiled entry assumed about the world, as one hashable key per call.
+
+The key covers the arguments (tensor shape, dtype, device, requires_grad; Python
+values; container structure; which arguments are the same tensor), grad mode, and the
+Python values the function reads from its globals and closures (found from its code
+objects) or, for a module, the modules' plain attributes and training flags. Tensors
+read from globals, closures and modules are *sources*: re-read at every call, so an
+optimiser's in-place update or a rebound attribute is seen.
+"""
+from __future__ import annotations
+
+import types
+
+from eager.autograd.grad_mode import is_grad_enabled
+from eager.tensor import Tensor
+
+_PLAIN = (bool, int, float, str, type(None), complex)
+
+
+def tensor_meta(t: Tensor) -> tuple:
+    return (tuple(t.shape), t.dtype.name, str(t.device), t.requires_grad)
+
+
+def describe_meta(meta: tuple) -> str:
+    shape, dtype, device, requires_grad = meta
+    return f"Tensor shape {shape}, {dtype}, {device}, requires_grad={requires_grad}"
+
+
+def flatten(value, path: str, leaves: list) -> object:
+    """Leaves of nested lists/tuples/dicts into `leaves` [(path, value)]; returns the
+    structure with leaves replaced by their index (the treedef)."""
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, tuple(flatten(v, f"{path}[{i}]", leaves)
+                                            for i, v in enumerate(value)))
+    if isinstance(value, dict):
+        return ("dict", tuple((k, flatten(v, f"{path}[{k!r}]", leaves))
+                              for k, v in value.items()))
+    leaves.append((path, value))
+    return len(leaves) - 1
+
+
+def unflatten(tree, leaves: list):
+    if isinstance(tree, int):
+        return leaves[tree]
+    kind, items = tree
+    if kind == "dict":
+        return {k: unflatten(v, leaves) for k, v in items}
+    seq = [unflatten(v, leaves) for v in items]
+    return tuple(seq) if kind == "tuple" else seq
+
+
+def _leaf_key(v):
+    if isinstance(v, Tensor):
+        return tensor_meta(v)
+    if isinstance(v, _PLAIN):
+        return (type(v).__name__, v)
+    return ("object", type(v).__qualname__, id(v))
+
+
+def _describe_leaf(path: str, key) -> str:
+    if len(key) == 4 and isinstance(key[0], tuple):
+        return f"{path}: {describe_meta(key)}"
+    if key[0] == "object":
+        return f"{path}: the same {key[1]} object"
+    return f"{path} == {key[1]!r}"
+
+
+# what the function reads ----------------------------------------------------------------
+def _code_objects(code: types.CodeType):
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _code_objects(const)
+
+
+def global_reads(fn, depth: int = 3, seen=None) -> list[tuple[str, dict, str]]:
+    """(label, namespace, name) of every global the function (and the plain Python
+    functions it calls, a few levels deep) may read."""
+    seen = set() if seen is None else seen
+    fn = getattr(fn, "__func__", fn)
+    code = getattr(fn, "__code__", None)
+    if code is None or id(code) in seen or depth < 0:
+        return []
+    seen.add(id(code))
+    namespace = fn.__globals__
+    reads = []
+    for c in _code_objects(code):
+        for name in c.co_names:
+            if name in namespace and not isinstance(namespace[name], types.ModuleType):
+                reads.append((f"global '{name}'", namespace, name))
+                value = namespace[name]
+                if isinstance(value, types.FunctionType):
+                    reads.extend(global_reads(value, depth - 1, seen))
+    return reads
+
+
+def closure_reads(fn) -> list[tuple[str, object]]:
+    fn = getattr(fn, "__func__", fn)
+    code, cells = getattr(fn, "__code__", None), getattr(fn, "__closure__", None) or ()
+    if code is None:
+        return []
+    return [(f"closure variable '{name}'", cell) for name, cell in zip(code.co_freevars, cells)]
+
+
+def _cell_value(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return None
+
+
+def module_attributes(module) -> list[tuple[str, object, str]]:
+    """(label, module, attribute) of every plain attribute of every submodule."""
+    out = []
+    for prefix, m in module.named_modules():
+        for name, value in vars(m).items():
+            if name.startswith("_"):
+                continue
+            if isinstance(value, _PLAIN) or name == "training":
+                label = f"self.{prefix + '.' if prefix else ''}{name}"
+                out.append((label, m, name))
+    return out
+
+
+class GuardSet:
+    """Computes an entry's key for a call and says in words what a key assumes."""
+
+    def __init__(self, fn, module=None):
+        self.fn = fn
+        self.module = module
+        self.globals = global_reads(fn)
+        self.closures = closure_reads(fn)
+        self.attributes = module_attributes(module) if module is not None else []
+
+    def key(self, args: tuple, kwargs: dict) -> tuple:
+        leaves: list = []
+        tree = flatten((args, kwargs), "arg", leaves)
+        parts = [tree, tuple(_leaf_key(v) for _, v in leaves), _alias_pattern(leaves),
+                 is_grad_enabled()]
+        parts.append(tuple(_leaf_key(ns.get(name)) for _, ns, name in self.globals))
+        parts.append(tuple(_leaf_key(_cell_value(c)) for _, c in self.closures))
+        parts.append(tuple(_leaf_key(getattr(m, a, None)) for _, m, a in self.attributes))
+        if self.module is not None:
+            parts.append(tuple((n, tensor_meta(t)) for n, t in _module_tensors(self.module)))
+        return tuple(parts)
+
+    def describe(self, key: tuple, args_paths: list[str]) -> list[str]:
+        tree, leaf_keys, aliases, grad_mode, globs, cells, attrs = key[:7]
+        lines = [_describe_leaf(p, k) for p, k in zip(args_paths, leaf_keys)]
+        if any(a != i for i, a in enumerate(aliases) if a is not None):
+            lines.append(f"arguments alias each other as {aliases}")
+        lines.append(f"grad mode {'enabled' if grad_mode else 'disabled'}")
+        lines += [_describe_leaf(label, k) for (label, _, _), k in zip(self.globals, globs)]
+        lines += [_describe_leaf(label, k) for (label, _), k in zip(self.closures, cells)]
+        lines += [_describe_leaf(label, k) for (label, _, _), k in zip(self.attributes, attrs)]
+        if self.module is not None:
+            lines += [f"self.{n}: {describe_meta(m)}" for n, m in key[7]]
+        return lines
+
+    def difference(self, old: tuple, new: tuple, args_paths: list[str]) -> str:
+        """The first guard that differs between two keys, with both values."""
+        before, after = self.describe(old, args_paths), self.describe(new, args_paths)
+        for a, b in zip(before, after):
+            if a != b:
+                return f"{a}  ->  {b}"
+        if old[0] != new[0]:
+            return "the arguments' structure changed (number or nesting of arguments)"
+        return "guards differ"
+
+    # sources ------------------------------------------------------------------------
+    def known_sources(self, args: tuple, kwargs: dict) -> dict:
+        """id(tensor) -> a source that finds the tensor again at the next call."""
+        sources = {}
+        leaves: list = []
+        flatten((args, kwargs), "arg", leaves)
+        for i, (_, v) in enumerate(leaves):
+            if isinstance(v, Tensor):
+                sources.setdefault(id(v), ("arg", i))
+        for label, ns, name in self.globals:
+            if isinstance(ns.get(name), Tensor):
+                sources.setdefault(id(ns[name]), ("global", ns, name))
+        for label, cell in self.closures:
+            if isinstance(_cell_value(cell), Tensor):
+                sources.setdefault(id(cell.cell_contents), ("closure", cell))
+        if self.module is not None:
+            for name, t in _module_tensors(self.module):
+                sources.setdefault(id(t), ("module", self.module, name))
+        return sources
+
+
+def _module_tensors(module):
+    yield from module.named_parameters()
+    yield from module.named_buffers()
+
+
+def _alias_pattern(leaves) -> tuple:
+    first: dict[int, int] = {}
+    out = []
+    for i, (_, v) in enumerate(leaves):
+        if isinstance(v, Tensor):
+            out.append(first.setdefault(id(v), i))
+        else:
+            out.append(None)
+    return tuple(out)
+
+
+def resolve(source, leaves: list) -> Tensor:
+    kind = source[0]
+    if kind == "arg":
+        return leaves[source[1]][1]
+    if kind == "global":
+        return source[1][source[2]]
+    if kind == "closure":
+        return source[1].cell_contents
+    if kind == "module":
+        obj = source[1]
+        for part in source[2].split("."):
+            obj = getattr(obj, part)
+        return obj
+    return source[1]  # ("constant", tensor)

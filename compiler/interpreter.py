@@ -1,0 +1,95 @@
+"""The reference interpreter: run a Graph node by node through eager ops. It is the
+correctness oracle for every backend, and the "eager" backend itself."""
+from __future__ import annotations
+
+from eager.dispatcher import ATEN
+from ir.graph import Graph, Node
+
+
+class InterpreterError(RuntimeError):
+    pass
+
+
+def node_call_args(node: Node, env: dict):
+    """The (args, kwargs) that call `node`'s op through its schema."""
+    tensors = iter(node.inputs)
+    attrs = dict(node.attrs)
+    args, kwargs = [], {}
+    for a in node.op.schema.arguments:
+        if a.type.base == "Tensor":
+            v = next(tensors)
+            value = None if v is None else (
+                [env[x] for x in v] if isinstance(v, tuple) else env[v])
+        else:
+            value = list(attrs[a.name]) if isinstance(attrs[a.name], tuple) and \
+                a.type.is_list else attrs[a.name]
+        if a.kwarg_only:
+            kwargs[a.name] = value
+        else:
+            args.append(value)
+    return args, kwargs
+
+
+def run(graph: Graph, inputs) -> list:
+    """Evaluate `graph` on concrete tensors; returns its outputs in order."""
+    return prepare(graph)(inputs)
+
+
+class _Slot:
+    """An argument read from the environment: one value, or a list of them."""
+    __slots__ = ("index", "many")
+
+    def __init__(self, index, many: bool = False):
+        self.index, self.many = index, many
+
+
+def prepare(graph: Graph):
+    """`graph` as a callable over a list of inputs: values live in numbered slots, so a
+    call does no name lookups (this is the "eager" backend's compiled form)."""
+    slot = {v: i for i, v in enumerate(graph.inputs)}
+    steps = []
+    for node in graph.nodes:
+        env_args, env_kwargs = node_call_args(node, _SlotMap(slot))
+        outs = []
+        for v in node.outputs:
+            slot[v] = len(slot)
+            outs.append(slot[v])
+        steps.append((node, ATEN[node.op], env_args, env_kwargs, outs))
+    result_slots = [slot[v] for v in graph.outputs]
+    n_inputs, n_slots = len(graph.inputs), len(slot)
+
+    def run(inputs):
+        if len(inputs) != n_inputs:
+            raise InterpreterError(f"{graph.name} takes {n_inputs} inputs, got {len(inputs)}")
+        env = list(inputs) + [None] * (n_slots - n_inputs)
+        for node, handle, args, kwargs, outs in steps:
+            try:
+                out = handle(*[_read(a, env) for a in args],
+                             **{k: _read(a, env) for k, a in kwargs.items()})
+            except Exception as e:
+                raise InterpreterError(f"{e}\n    while executing {node}") from e
+            if len(outs) == 1 and not isinstance(out, (tuple, list)):
+                env[outs[0]] = out
+            else:
+                for i, t in zip(outs, out):
+                    env[i] = t
+        return [env[i] for i in result_slots]
+    return run
+
+
+class _SlotMap:
+    """Stands in for the environment while preparing: values become slots."""
+
+    def __init__(self, slot: dict):
+        self.slot = slot
+
+    def __getitem__(self, v):
+        return _Slot(self.slot[v])
+
+
+def _read(a, env):
+    if type(a) is _Slot:
+        return env[a.index]
+    if type(a) is list and a and type(a[0]) is _Slot:
+        return [env[x.index] for x in a]
+    return a
