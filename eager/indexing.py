@@ -47,7 +47,9 @@ def getitem(self: Tensor, idx):
             step = 1 if item.step is None else item.step
             if step <= 0:
                 raise ValueError("step must be greater than zero")
-            out = ops.slice(out, d, item.start, item.stop, step)
+            # a full `:` beside other indices is no op at all, as in PyTorch
+            if item != slice(None) or len(idx) == 1:
+                out = ops.slice(out, d, item.start, item.stop, step)
             d += 1
         elif isinstance(item, Tensor):
             if item.dtype is dtypes.bool_:
@@ -62,7 +64,9 @@ def getitem(self: Tensor, idx):
         else:
             raise IndexError(f"only integers, slices (`:`), ellipsis (`...`), None and long or "
                              f"bool tensors are valid indices (got {type(item).__name__})")
-    return _gather(out, advanced) if advanced else out
+    if advanced:
+        return _gather(out, advanced)
+    return ops.slice(self, 0) if out is self and idx else out  # a new view, never self
 
 
 def _mask_positions(mask: Tensor) -> list:

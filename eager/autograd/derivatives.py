@@ -10,11 +10,16 @@ backward needs: arguments, `result` (the output), `result1` (a second output), o
 `<arg>_sizes` / `<arg>_dtype` / `<arg>_device` when only that fact is needed. Formulas
 are written in eager ops, so backward is itself a run of ordinary ops: it can be
 differentiated again (create_graph=True) and traced by the compiler.
+
+Where one kiln op stands for several PyTorch overloads (`x.sum()` and `x.sum(1)`), the
+node takes the name PyTorch gives the overload: `overloads` maps such a name to a test of
+the bound arguments. In-place ops use their out-of-place twin's rule (`INPLACE_TWIN`).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 from eager.kernels._common import reduce_dims
 from eager.tensor import ops
@@ -27,7 +32,8 @@ class Derivative:
     name: str
     inputs: tuple[str, ...]
     save: tuple[str, ...]
-    formula: object
+    formula: Callable
+    overloads: tuple[tuple[str, Callable[[dict], bool]], ...] = ()
 
 
 DERIVATIVES: dict[Op, Derivative] = {}
@@ -36,13 +42,23 @@ NOT_DIFFERENTIABLE = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE, Op.LOG
                                 Op.ARGMAX, Op.ARGMIN, Op.DETACH})
 """Ops whose outputs never carry a gradient (integer or boolean results, detach)."""
 
+INPLACE_TWIN = {Op.ADD_: Op.ADD, Op.SUB_: Op.SUB, Op.MUL_: Op.MUL, Op.DIV_: Op.DIV,
+                Op.CLAMP_: Op.CLAMP}
+"""In-place ops differentiated by their out-of-place twin's rule."""
 
-def derivative(op: Op, name: str, inputs: str, save: str = ""):
+
+def derivative(op: Op, name: str, inputs: str, save: str = "",
+               overloads: dict[str, Callable[[dict], bool]] | None = None):
     def register(formula):
         DERIVATIVES[op] = Derivative(op, name, tuple(inputs.split()), tuple(save.split()),
-                                     formula)
+                                     formula, tuple((overloads or {}).items()))
         return formula
     return register
+
+
+def rule_for(op: Op) -> Derivative:
+    """The rule that differentiates `op` (for an in-place op, perhaps its twin's)."""
+    return DERIVATIVES[INPLACE_TWIN.get(op, op)]
 
 
 # helpers ------------------------------------------------------------------------------
@@ -199,7 +215,9 @@ def _(ctx, g):
             sum_to(ops.neg(g) * a / (b * b), b._shape) if ctx.needs_input_grad(1) else None)
 
 
-@derivative(Op.POW, "PowBackward1", "self exponent", save="self exponent result")
+@derivative(Op.POW, "PowBackward1", "self exponent", save="self exponent result",
+            overloads={"PowBackward0": lambda a: a["exponent"]._wrapped,
+                       "PowBackward2": lambda a: a["self"]._wrapped})
 def _(ctx, g):
     a, e = ctx.self, ctx.exponent
     grad_a = grad_e = None
@@ -234,12 +252,14 @@ def _(ctx, g):
 
 
 # reductions ---------------------------------------------------------------------------
-@derivative(Op.SUM, "SumBackward1", "self", save="self_sizes dim keepdim")
+@derivative(Op.SUM, "SumBackward1", "self", save="self_sizes dim keepdim",
+            overloads={"SumBackward0": lambda a: a["dim"] is None})
 def _(ctx, g):
     return expand_reduced(g, ctx.self_sizes, ctx.dim, ctx.keepdim)
 
 
-@derivative(Op.MEAN, "MeanBackward1", "self", save="self_sizes dim keepdim")
+@derivative(Op.MEAN, "MeanBackward1", "self", save="self_sizes dim keepdim",
+            overloads={"MeanBackward0": lambda a: a["dim"] is None})
 def _(ctx, g):
     n = _numel_over(ctx.self_sizes, ctx.dim)
     return expand_reduced(g, ctx.self_sizes, ctx.dim, ctx.keepdim) / n
@@ -283,12 +303,10 @@ _value_selecting("MinBackward0", Op.MIN_DIM)
 @derivative(Op.VAR, "VarBackward0", "self", save="self dim correction keepdim")
 def _(ctx, g):
     x = ctx.self
-    dims = list(reduce_dims(ctx.dim, x.dim()))
-    n = _numel_over(x._shape, ctx.dim)
-    correction = 1 if ctx.correction is None else ctx.correction
-    centred = x - ops.mean(x, dims, True)
-    return expand_reduced(g, x._shape, ctx.dim, ctx.keepdim) * centred * (
-        2.0 / max(n - correction, 0) if n - correction > 0 else math.inf)
+    dof = _numel_over(x._shape, ctx.dim) - (1 if ctx.correction is None else ctx.correction)
+    scale = 2.0 / dof if dof > 0 else math.inf  # forward divides by max(dof, 0) too
+    centred = x - ops.mean(x, list(reduce_dims(ctx.dim, x.dim())), True)
+    return expand_reduced(g, x._shape, ctx.dim, ctx.keepdim) * centred * scale
 
 
 @derivative(Op.SOFTMAX, "SoftmaxBackward0", "self", save="result dim")
@@ -377,7 +395,9 @@ def _(ctx, g):
     return ops.squeeze(g, [ctx.dim])
 
 
-@derivative(Op.SQUEEZE, "SqueezeBackward0", "self", save="self_sizes")
+@derivative(Op.SQUEEZE, "SqueezeBackward2", "self", save="self_sizes",
+            overloads={"SqueezeBackward0": lambda a: a["dim"] is None,
+                       "SqueezeBackward1": lambda a: isinstance(a["dim"], int)})
 def _(ctx, g):
     return ops.reshape(g, ctx.self_sizes)
 
@@ -451,3 +471,26 @@ def _(ctx, g):
         flat_g = flat_g * ops.unsqueeze(ops.ne(flat_idx, ctx.padding_idx), 1)
     return ops.index_add(zeros([rows, width], dtype=g.dtype, device=g.device), 0, flat_idx,
                          flat_g)
+
+
+# in place, with no out-of-place twin --------------------------------------------------
+@derivative(Op.ZERO_, "ZeroBackward0", "self")
+def _(ctx, g):
+    from eager.factories import zeros_like
+    return zeros_like(g)
+
+
+@derivative(Op.FILL_, "FillBackward2", "self")
+def _(ctx, g):
+    from eager.factories import zeros_like
+    return zeros_like(g)
+
+
+@derivative(Op.COPY_, "CopyBackwards", "self src", save="src_sizes src_dtype src_device")
+def _(ctx, g):
+    from eager.factories import zeros_like
+    grad_src = None
+    if ctx.needs_input_grad(1):
+        grad_src = ops._to_copy(sum_to(g, ctx.src_sizes), dtype=ctx.src_dtype,
+                                device=ctx.src_device)
+    return zeros_like(g), grad_src

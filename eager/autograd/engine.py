@@ -21,6 +21,15 @@ def _check_grad(node, i, grad, meta):
     return grad
 
 
+def _evaluate(node, grad, create_graph: bool) -> tuple:
+    """Apply a node; while a profiler records, as a region named the way PyTorch names it."""
+    from eager import profiler  # imported here: cheap once loaded, and no import cycle
+    if profiler.profile._active is None:
+        return node.apply(grad, create_graph)
+    with profiler.record_function(f"autograd::engine::evaluate_function: {node.name()}"):
+        return node.apply(grad, create_graph)
+
+
 def _dependencies(roots) -> dict:
     deps = {}
     stack = [n for n in roots]
@@ -64,8 +73,8 @@ def run_backward(roots, retain_graph: bool, create_graph: bool, capture=None,
                  accumulate: bool = True) -> dict:
     """Propagate gradients from `roots` [(node, output_nr, grad)].
 
-    `capture` maps (node, output_nr) to a slot name; the gradients arriving there are
-    returned as {slot: grad}. With accumulate=False, AccumulateGrad nodes do not run.
+    `capture` is a set of edges (node, output_nr); the gradients arriving there are
+    returned as {edge: grad}. With accumulate=False, AccumulateGrad nodes do not run.
     """
     buffers: dict = {}
     root_nodes = []
@@ -86,19 +95,14 @@ def run_backward(roots, retain_graph: bool, create_graph: bool, capture=None,
             _, _, node = heapq.heappop(ready)
             grads = buffers.pop(node, {})
             if node._pre_hooks:
-                for nr, hooks in node._pre_hooks.items():
-                    for hook in hooks:
-                        if grads.get(nr) is not None:
-                            new = hook(grads[nr])
-                            if new is not None:
-                                grads[nr] = new
+                _call_hooks(node._pre_hooks, grads)
             if capture is not None:
                 for nr, g in grads.items():
                     if (node, nr) in capture:
-                        captured[capture[(node, nr)]] = g
+                        captured[(node, nr)] = g
             run = (needed is None or node in needed) and grads.get(0) is not None and not (
                 isinstance(node, AccumulateGrad) and not accumulate)
-            outputs = node.apply(grads[0], create_graph) if run else ()
+            outputs = _evaluate(node, grads[0], create_graph) if run else ()
             if run and not retain_graph:
                 node.release()
             for i, (child, nr) in enumerate(node.next_functions):
@@ -116,6 +120,20 @@ def run_backward(roots, retain_graph: bool, create_graph: bool, capture=None,
     finally:
         set_grad_enabled(prev_mode)
     return captured
+
+
+def _call_hooks(hooks_by_output: dict, grads: dict) -> None:
+    """Run tensor hooks on the gradients arriving at a node; a hook may replace one."""
+    for nr, hooks in hooks_by_output.items():
+        for hook in hooks:
+            if grads.get(nr) is None:
+                continue
+            new = hook(grads[nr])
+            if new is not None:
+                if new._shape != grads[nr]._shape:
+                    raise RuntimeError(f"hook {getattr(hook, '__name__', hook)!r} has changed "
+                                       "the size of value")
+                grads[nr] = new
 
 
 def _root_grad(t, g):
@@ -162,12 +180,12 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     if inputs is None:
         run_backward(roots, retain_graph, create_graph)
         return
-    inputs = _as_list(inputs)
-    capture = {gradient_edge(t): i for i, t in enumerate(inputs)}
-    captured = run_backward(roots, retain_graph, create_graph, capture, accumulate=False)
-    for i, t in enumerate(inputs):
-        if i in captured:
-            g = captured[i] if create_graph else captured[i].detach()
+    inputs = list({id(t): t for t in _as_list(inputs)}.values())  # each tensor once
+    edges = [gradient_edge(t) for t in inputs]
+    captured = run_backward(roots, retain_graph, create_graph, set(edges), accumulate=False)
+    for t, edge in zip(inputs, edges):
+        if edge in captured:
+            g = captured[edge] if create_graph else captured[edge].detach()
             t.grad = g.clone() if t.grad is None else t.grad + g
 
 
@@ -175,23 +193,16 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
          allow_unused=False):
     """Gradients of `outputs` with respect to `inputs`, without touching `.grad`."""
     outputs = _as_list(outputs)
-    single = not isinstance(inputs, (list, tuple))
     inputs = _as_list(inputs)
     if retain_graph is None:
         retain_graph = create_graph
-    capture = {}
-    for i, t in enumerate(inputs):
-        if not t._requires_grad:
-            raise RuntimeError(f"One of the differentiated Tensors does not require grad")
-        capture[gradient_edge(t)] = i
-    captured = run_backward(_roots(outputs, grad_outputs), retain_graph, create_graph, capture,
-                            accumulate=False)
-    result = []
-    for i in range(len(inputs)):
-        if i not in captured and not allow_unused:
-            raise RuntimeError("One of the differentiated Tensors appears to not have been used "
-                               "in the graph. Set allow_unused=True if this is the desired "
-                               "behavior.")
-        g = captured.get(i)
-        result.append(g if g is None or create_graph else g.detach())
-    return tuple(result) if not single else tuple(result)
+    if not all(t._requires_grad for t in inputs):
+        raise RuntimeError("One of the differentiated Tensors does not require grad")
+    edges = [gradient_edge(t) for t in inputs]
+    captured = run_backward(_roots(outputs, grad_outputs), retain_graph, create_graph,
+                            set(edges), accumulate=False)
+    if not allow_unused and any(edge not in captured for edge in edges):
+        raise RuntimeError("One of the differentiated Tensors appears to not have been used in "
+                           "the graph. Set allow_unused=True if this is the desired behavior.")
+    grads = (captured.get(edge) for edge in edges)
+    return tuple(g if g is None or create_graph else g.detach() for g in grads)

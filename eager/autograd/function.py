@@ -142,14 +142,17 @@ class FormulaNode(Node):
             self._saved = {}
 
 
-_node_classes: dict[str, type] = {}
+_node_classes: dict[tuple[str, object], type] = {}
 
 
 def node_class(name: str, formula) -> type:
-    """The FormulaNode subclass called `name` (MmBackward0, ...)."""
-    cls = type(name, (FormulaNode,), {"__slots__": (), "formula": staticmethod(formula)})
-    _node_classes[name] = cls
-    return cls
+    """The FormulaNode subclass called `name` (MmBackward0, ...), one per name and formula,
+    so `add` and `add_` make nodes of the same class."""
+    key = (name, formula)
+    if key not in _node_classes:
+        _node_classes[key] = type(name, (FormulaNode,),
+                                  {"__slots__": (), "formula": staticmethod(formula)})
+    return _node_classes[key]
 
 
 def grad_accumulator(tensor) -> AccumulateGrad:
@@ -189,6 +192,15 @@ def register_tensor_hook(tensor, hook):
         hooks.remove(h)
         hooks.append(h)
     return _RemovableHandle(hooks, hook)
+
+
+def move_retained_grad(tensor, old_node: Node, old_nr: int) -> None:
+    """After an in-place op gave `tensor` a new grad_fn, retain_grad follows the new value
+    (hooks registered by the user stay with the old one, as in PyTorch)."""
+    hooks = old_node._pre_hooks[old_nr]
+    keep = next(h for h in hooks if getattr(h, "_retains_grad", False))
+    hooks.remove(keep)
+    tensor.grad_fn.register_prehook(tensor.output_nr, keep)
 
 
 def retain_grad(tensor) -> None:

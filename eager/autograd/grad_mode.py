@@ -17,7 +17,13 @@ def _set(enabled: bool) -> None:
 
 
 class _GradMode:
+    """A context manager that is also a decorator, with or without parentheses
+    (`@no_grad()` or `@no_grad`, as in PyTorch)."""
     enabled = True
+
+    def __new__(cls, fn=None):
+        mode = super().__new__(cls)
+        return mode if fn is None else mode(fn)
 
     def __enter__(self):
         self._prev = tls.grad_enabled
@@ -46,6 +52,9 @@ class enable_grad(_GradMode):  # noqa: N801
 
 class set_grad_enabled(_GradMode):  # noqa: N801
     """Takes effect when made, like PyTorch's, so it also works as a plain call."""
+
+    def __new__(cls, mode: bool):
+        return object.__new__(cls)
 
     def __init__(self, mode: bool):
         self._prev = tls.grad_enabled

@@ -1,57 +1,65 @@
-"""gradcheck: compare autograd's Jacobian with central finite differences (float64)."""
+"""gradcheck: compare autograd's Jacobians with central finite differences (float64).
+
+Both Jacobians are kept per (input, output) pair, one row per input element and one
+column per output element, so a mismatch names the pair it was found in.
+"""
 from __future__ import annotations
 
 import numpy as np
 
 from eager.autograd.engine import grad as autograd_grad
-from eager.autograd.grad_mode import no_grad
 
 
 class GradcheckError(RuntimeError):
     pass
 
 
-def _as_tuple(x):
+def _as_tuple(x) -> tuple:
     return tuple(x) if isinstance(x, (list, tuple)) else (x,)
 
 
-def _differentiable_outputs(fn, inputs):
+def _requires_grad(x) -> bool:
+    return getattr(x, "requires_grad", False)
+
+
+def _differentiable_outputs(fn, inputs) -> list:
     from eager.tensor import Tensor
-    outs = _as_tuple(fn(*inputs))
-    return [o for o in outs if isinstance(o, Tensor) and o.dtype.is_floating_point]
+    return [o for o in _as_tuple(fn(*inputs))
+            if isinstance(o, Tensor) and o.dtype.is_floating_point]
 
 
-def _numerical(fn, inputs, wrt, eps):
-    """Columns d(outputs)/d(input element), stacked per input: list of (n_in, n_out)."""
+def _flat_values(outputs) -> list[np.ndarray]:
+    return [o.detach()._host_np().astype(np.float64).ravel() for o in outputs]
+
+
+def _numerical(fn, inputs, wrt, eps) -> list[list[np.ndarray]]:
+    """J[i][k][e, :]: d(output k) / d(element e of input i), by central differences.
+    Elements are perturbed in the storage itself, which bumps no version counter."""
+    sizes = [o.numel() for o in _differentiable_outputs(fn, inputs)]
     jacobians = []
     for t in wrt:
         data = t.detach()._np()
-        cols = []
-        for idx in np.ndindex(data.shape):
+        per_output = [np.zeros((data.size, n)) for n in sizes]
+        for e, idx in enumerate(np.ndindex(data.shape)):
             orig = data[idx].item()
-            with no_grad():
-                data[idx] = orig + eps
-                plus = [o._np().astype(np.float64).ravel() for o in
-                        _differentiable_outputs(fn, inputs)]
-                data[idx] = orig - eps
-                minus = [o._np().astype(np.float64).ravel() for o in
-                         _differentiable_outputs(fn, inputs)]
-                data[idx] = orig
-            cols.append(np.concatenate([(p - m) / (2 * eps) for p, m in zip(plus, minus)])
-                        if plus else np.zeros(0))
-        jacobians.append(np.array(cols).reshape(data.size, -1))
+            data[idx] = orig + eps
+            plus = _flat_values(_differentiable_outputs(fn, inputs))
+            data[idx] = orig - eps
+            minus = _flat_values(_differentiable_outputs(fn, inputs))
+            data[idx] = orig
+            for k, (p, m) in enumerate(zip(plus, minus)):
+                per_output[k][e] = (p - m) / (2 * eps)
+        jacobians.append(per_output)
     return jacobians
 
 
-def _analytical(fn, inputs, wrt):
+def _analytical(fn, inputs, wrt) -> list[list[np.ndarray]]:
+    """The same Jacobians from backward: one one-hot grad_output per output element."""
     from eager.factories import zeros_like
-    outs = _differentiable_outputs(fn, inputs)
-    n_out = sum(o.numel() for o in outs)
-    jac = [np.zeros((t.numel(), n_out)) for t in wrt]
-    col = 0
-    for k, o in enumerate(outs):
+    outputs = _differentiable_outputs(fn, inputs)
+    jacobians = [[np.zeros((t.numel(), o.numel())) for o in outputs] for t in wrt]
+    for k, o in enumerate(outputs):
         if not o.requires_grad:
-            col += o.numel()
             continue
         for j in range(o.numel()):
             seed = zeros_like(o)
@@ -59,16 +67,16 @@ def _analytical(fn, inputs, wrt):
             grads = autograd_grad([o], list(wrt), [seed], retain_graph=True, allow_unused=True)
             for i, g in enumerate(grads):
                 if g is not None:
-                    jac[i][:, col] = g._np().astype(np.float64).ravel()
-            col += 1
-    return jac
+                    jacobians[i][k][:, j] = g.detach()._host_np().astype(np.float64).ravel()
+    return jacobians
 
 
 def gradcheck(fn, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1e-3,
               raise_exception: bool = True) -> bool:
-    """True when every input's analytical Jacobian matches finite differences."""
+    """True when, for every input requiring grad and every floating-point output, the
+    analytical Jacobian matches finite differences."""
     inputs = _as_tuple(inputs)
-    wrt = [t for t in inputs if getattr(t, "requires_grad", False)]
+    wrt = [t for t in inputs if _requires_grad(t)]
     if not wrt:
         raise ValueError("gradcheck expects at least one input tensor to require gradient")
     for t in wrt:
@@ -77,34 +85,37 @@ def gradcheck(fn, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: float 
                              f"got {t.dtype}")
     numerical = _numerical(fn, inputs, wrt, eps)
     analytical = _analytical(fn, inputs, wrt)
-    for i, (n, a) in enumerate(zip(numerical, analytical)):
-        if not np.allclose(a, n, atol=atol, rtol=rtol):
-            if not raise_exception:
-                return False
-            raise GradcheckError(f"Jacobian mismatch for output 0 with respect to input {i},\n"
-                                 f"numerical:{n}\nanalytical:{a}\n")
+    for i, (num_i, ana_i) in enumerate(zip(numerical, analytical)):
+        for k, (n, a) in enumerate(zip(num_i, ana_i)):
+            if not np.allclose(a, n, atol=atol, rtol=rtol):
+                if not raise_exception:
+                    return False
+                raise GradcheckError(f"Jacobian mismatch for output {k} with respect to input "
+                                     f"{i},\nnumerical:{n}\nanalytical:{a}\n")
     return True
 
 
 def gradgradcheck(fn, inputs, grad_outputs=None, *, eps: float = 1e-6, atol: float = 1e-5,
                   rtol: float = 1e-3, raise_exception: bool = True) -> bool:
-    """gradcheck of the gradient itself (second derivatives through create_graph=True)."""
-    from eager.factories import randn_like
+    """gradcheck of the gradient itself: differentiates the function that maps (inputs,
+    grad_outputs) to the input gradients backward computes with create_graph=True.
+    Without `grad_outputs`, fixed pseudo-random ones are used."""
+    from eager.factories import tensor
     inputs = _as_tuple(inputs)
-    outs = _differentiable_outputs(fn, inputs)
     if grad_outputs is None:
-        grad_outputs = [randn_like(o).requires_grad_() for o in outs]
-    grad_outputs = list(_as_tuple(grad_outputs))
-    wrt = [t for t in inputs if getattr(t, "requires_grad", False)]
-    n_in = len(inputs)
+        rng = np.random.default_rng(0)
+        grad_outputs = [tensor(rng.standard_normal(tuple(o.shape)), dtype=o.dtype,
+                               requires_grad=True)
+                        for o in _differentiable_outputs(fn, inputs)]
+    grad_outputs = _as_tuple(grad_outputs)
+    n_inputs = len(inputs)
 
-    def first_derivative(*args):
-        primals, seeds = args[:n_in], args[n_in:]
-        outs = _differentiable_outputs(fn, primals)
-        grads = autograd_grad(outs, [t for t in primals if getattr(t, "requires_grad", False)],
-                              list(seeds), create_graph=True, allow_unused=True)
+    def input_gradients(*args):
+        primals, seeds = args[:n_inputs], args[n_inputs:]
+        grads = autograd_grad(_differentiable_outputs(fn, primals),
+                              [t for t in primals if _requires_grad(t)], list(seeds),
+                              create_graph=True, allow_unused=True)
         return tuple(g for g in grads if g is not None)
 
-    del wrt
-    return gradcheck(first_derivative, tuple(inputs) + tuple(grad_outputs), eps=eps, atol=atol,
-                     rtol=rtol, raise_exception=raise_exception)
+    return gradcheck(input_gradients, inputs + grad_outputs, eps=eps, atol=atol, rtol=rtol,
+                     raise_exception=raise_exception)

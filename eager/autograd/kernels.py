@@ -3,11 +3,12 @@ alias key. Each one runs the op below Autograd and, when an input needs a gradie
 records the op's backward node on the output with what the formula saved."""
 from __future__ import annotations
 
-from eager.autograd.derivatives import DERIVATIVES, Derivative
-from eager.autograd.function import SavedTensor, gradient_edge, node_class
+from eager.autograd.derivatives import DERIVATIVES, Derivative, rule_for
+from eager.autograd.function import (SavedTensor, gradient_edge, move_retained_grad,
+                                     node_class)
 from eager.dispatcher import ATEN, DispatchKey
 from eager.tensor import Tensor, ops
-from ir.ops import Op
+from ir.ops import INPLACE, Op
 
 _BELOW = DispatchKey.AutogradMeta  # the lowest Autograd key: redispatch reaches backends
 _FACTS = {"sizes": lambda t: tuple(t._shape), "dtype": lambda t: t.dtype,
@@ -43,15 +44,16 @@ def _save(d: Derivative, bound: dict, out, primary) -> dict:
     return saved
 
 
-def record(d: Derivative, cls, bound: dict, out):
-    """Attach a backward node for `out` if any differentiable input requires grad."""
+def record(d: Derivative, cls, bound: dict, out, saved_from: dict | None = None):
+    """Attach a backward node for `out` if any differentiable input requires grad. The
+    node's edges come from `bound`; what it saves from `saved_from` (default `bound`)."""
     inputs = _flatten(bound, d.inputs)
     needs = tuple(isinstance(t, Tensor) and t._requires_grad for t in inputs)
     primary = out[0] if isinstance(out, tuple) else out
     if not any(needs) or not primary.dtype.is_floating_point:
         return out
     node = cls(tuple(gradient_edge(t) if isinstance(t, Tensor) else (None, 0) for t in inputs),
-               _save(d, bound, out, primary), needs)
+               _save(d, bound if saved_from is None else saved_from, out, primary), needs)
     node._input_meta = tuple((t._shape, t.dtype, t.device) if isinstance(t, Tensor) else None
                              for t in inputs)
     primary.grad_fn = node
@@ -60,62 +62,67 @@ def record(d: Derivative, cls, bound: dict, out):
     return out
 
 
-def _autograd_kernel(d: Derivative):
-    handle = ATEN[d.op]
-    schema = d.op.schema
-    cls = node_class(d.name, d.formula)
+def _node_chooser(d: Derivative):
+    """A function of the bound arguments giving the node class: the class named for the
+    first matching PyTorch overload, else the rule's own."""
+    default = node_class(d.name, d.formula)
+    overloads = [(matches, node_class(name, d.formula)) for name, matches in d.overloads]
+
+    def choose(bound: dict):
+        for matches, cls in overloads:
+            if matches(bound):
+                return cls
+        return default
+    return choose
+
+
+def _autograd_kernel(op: Op):
+    d, handle, schema = rule_for(op), ATEN[op], op.schema
+    choose = _node_chooser(d)
 
     def kernel(*args, **kwargs):
         out = handle.redispatch(_BELOW, *args, **kwargs)
-        return record(d, cls, schema.bind(args, kwargs), out)
+        bound = schema.bind(args, kwargs)
+        return record(d, choose(bound), bound, out)
     kernel.__name__ = f"{schema.name}_autograd"
     kernel.__qualname__ = kernel.__name__
     return kernel
 
 
-# In place: the data is written by the backend kernel; the graph is that of the
-# out-of-place op applied to a clone of the old value, which then becomes self's history.
-_OUT_OF_PLACE = {
-    Op.ADD_: lambda s, other, alpha=1: ops.add(s, other, alpha=alpha),
-    Op.SUB_: lambda s, other, alpha=1: ops.sub(s, other, alpha=alpha),
-    Op.MUL_: lambda s, other: ops.mul(s, other),
-    Op.DIV_: lambda s, other: ops.div(s, other),
-    Op.CLAMP_: lambda s, min=None, max=None: ops.clamp(s, min, max),
-    Op.ZERO_: lambda s: ops.mul(s, 0),
-    Op.FILL_: lambda s, value: ops.add(ops.mul(s, 0), value),
-    Op.COPY_: lambda s, src: ops.add(ops.mul(s, 0), ops._to_copy(src, dtype=s.dtype)),
-}
+def _inplace_kernel(op: Op):
+    """In place, `self` keeps its place in the graph: the node's edge for it is the one
+    `self` had before the write, and a `self` the rule saves is a copy of the old value."""
+    d, handle, schema = rule_for(op), ATEN[op], op.schema
+    choose = _node_chooser(d)
 
-
-def _inplace_kernel(op: Op, out_of_place):
-    handle = ATEN[op]
-
-    def kernel(self, *args, **kwargs):
-        tensors = [a for a in (self,) + args + tuple(kwargs.values()) if isinstance(a, Tensor)]
-        if not any(t._requires_grad for t in tensors):
-            return handle.redispatch(_BELOW, self, *args, **kwargs)
+    def kernel(*args, **kwargs):
+        bound = schema.bind(args, kwargs)
+        self = bound["self"]
+        if not any(isinstance(t, Tensor) and t._requires_grad for t in _flatten(bound, d.inputs)):
+            return handle.redispatch(_BELOW, *args, **kwargs)
         if self.grad_fn is None and self._requires_grad:
             raise RuntimeError("a leaf Variable that requires grad is being used in an in-place "
                                "operation.")
         if self._base is not None:
-            raise RuntimeError(f"{op.schema.name}(): kiln's autograd does not yet support "
+            raise RuntimeError(f"{schema.name}(): kiln's autograd does not yet support "
                                "in-place operations on views when a gradient is needed; use "
                                "the out-of-place form")
-        history = out_of_place(ops.clone(self), *args, **kwargs)
-        handle.redispatch(_BELOW, self, *args, **kwargs)
-        self.grad_fn, self.output_nr = history.grad_fn, history.output_nr
-        self._set_requires_grad(True)
+        saved_from = {**bound, "self": ops.clone(self)} if "self" in d.save else bound
+        old_node, old_nr = self.grad_fn, self.output_nr
+        handle.redispatch(_BELOW, *args, **kwargs)
+        record(d, choose(bound), bound, self, saved_from)
+        if self._retains_grad:
+            move_retained_grad(self, old_node, old_nr)
         return self
-    kernel.__name__ = f"{op.schema.name}_autograd"
+    kernel.__name__ = f"{schema.name}_autograd"
     kernel.__qualname__ = kernel.__name__
     return kernel
 
 
 def register_all() -> None:
-    for op, d in DERIVATIVES.items():
-        ATEN[op].register(DispatchKey.Autograd, _autograd_kernel(d))
-    for op, fn in _OUT_OF_PLACE.items():
-        ATEN[op].register(DispatchKey.Autograd, _inplace_kernel(op, fn))
+    for op in set(DERIVATIVES) | INPLACE:
+        kernel = _inplace_kernel(op) if op in INPLACE else _autograd_kernel(op)
+        ATEN[op].register(DispatchKey.Autograd, kernel)
 
 
 register_all()
