@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from compiler import capture, guards
+from compiler import capture, dynamic, guards
 from compiler.backends import get_backend
 from eager.tensor import Tensor
 
@@ -57,6 +57,7 @@ class CompiledFunction:
         self.entries: dict[tuple, Entry] = {}
         self.history: list[str] = []
         self.region_cache: dict[str, object] = {}
+        self.dynamic_dims: frozenset = frozenset()  # (argument leaf, dim) sizes that vary
         self.gave_up = False
         self._lock = threading.RLock()
         functools.update_wrapper(self, fn)
@@ -65,7 +66,7 @@ class CompiledFunction:
     def __call__(self, *args, **kwargs):
         if self.gave_up:
             return self.fn(*args, **kwargs)
-        key = self.guards.key(args, kwargs)
+        key = self.guards.key(args, kwargs, self.dynamic_dims)
         entry = self.entries.get(key)
         if entry is None:
             with self._lock:
@@ -109,6 +110,11 @@ class CompiledFunction:
         self._plan(entry, trace, out)
         entry.calls = 1
         self.entries[key] = entry
+        if entry.mode == "replay":
+            if self.dynamic and not self.dynamic_dims:
+                self._probe(entry, args, kwargs)
+            else:
+                self._generalize(entry, trace)
         if self.check_calls:
             self._check(out, args, kwargs)
         return out
@@ -136,6 +142,53 @@ class CompiledFunction:
             entry.breaks = list(trace.breaks)
             entry.seconds = dict(trace.seconds)
         return out, trace
+
+    # dynamic sizes ------------------------------------------------------------------
+    def _generalize(self, entry: Entry, trace) -> bool:
+        """Merge `entry` with an earlier one that differs only in sizes, if their graphs
+        agree up to those sizes: the sizes become symbolic from now on."""
+        consts = _constants(entry)
+        for other in list(self.entries.values()):
+            if other is entry or other.mode != "replay" or other.graph is None:
+                continue
+            diff = guards.size_differences(
+                guards.GuardSet.abstract(other.key, self.dynamic_dims), entry.key)
+            if not diff:
+                continue
+            graph = dynamic.generalize(other.graph, _constants(other), entry.graph, consts)
+            if graph is None:
+                continue
+            self.dynamic_dims = self.dynamic_dims | diff
+            del self.entries[entry.key]
+            del self.entries[other.key]  # the new entry serves its sizes too
+            entry.calls += other.calls
+            entry.key = guards.GuardSet.abstract(entry.key, self.dynamic_dims)
+            entry.graph = graph
+            entry.regions = [graph]
+            entry.run = self._compile_region(graph)
+            self.entries[entry.key] = entry
+            dims = ", ".join(f"arg {i} dim {d}" for i, d in sorted(diff))
+            self.history.append(f"{dims} made dynamic: sizes changed, the graph did not")
+            return True
+        return False
+
+    def _probe(self, entry: Entry, args, kwargs) -> None:
+        """dynamic=True: capture again with dim 0 of each tensor argument one larger;
+        where the graph does not change, those sizes become symbolic at once."""
+        probe = dynamic.probe_arguments(args, kwargs)
+        if probe is None:
+            return
+        scratch = Entry(key=self.guards.key(*probe), mode="python")
+        try:
+            out, trace = self._run_python(scratch, *probe)
+        except Exception as e:  # the function cannot take other sizes: stay static
+            self.history.append(f"dynamic=True: probing other sizes failed ({e}); static")
+            return
+        self._plan(scratch, trace, out)
+        if scratch.mode == "replay":
+            self.entries[scratch.key] = scratch
+            if not self._generalize(scratch, trace):
+                del self.entries[scratch.key]
 
     def _compile_region(self, graph):
         text = str(graph)
@@ -216,6 +269,11 @@ class CompiledFunction:
     def explain(self) -> str:
         from compiler.explain import explain
         return explain(self)
+
+
+def _constants(entry: Entry) -> list:
+    """Per graph input, the constant tensor baked into the entry (None for a source)."""
+    return [s[1] if s[0] == "constant" else None for s in entry.sources]
 
 
 def _why_not_replayable(trace: capture.Trace, out_leaves) -> str:

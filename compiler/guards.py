@@ -23,7 +23,9 @@ def tensor_meta(t: Tensor) -> tuple:
 
 def describe_meta(meta: tuple) -> str:
     shape, dtype, device, requires_grad = meta
-    return f"Tensor shape {shape}, {dtype}, {device}, requires_grad={requires_grad}"
+    dims = "(" + ", ".join("any" if s == -1 else str(s) for s in shape) + \
+        ("," if len(shape) == 1 else "") + ")"
+    return f"Tensor shape {dims}, {dtype}, {device}, requires_grad={requires_grad}"
 
 
 def flatten(value, path: str, leaves: list) -> object:
@@ -132,17 +134,27 @@ class GuardSet:
         self.closures = closure_reads(fn)
         self.attributes = module_attributes(module) if module is not None else []
 
-    def key(self, args: tuple, kwargs: dict) -> tuple:
+    def key(self, args: tuple, kwargs: dict, dynamic=frozenset()) -> tuple:
+        """The call's guard key; sizes at `dynamic` (leaf, dim) positions read as -1."""
         leaves: list = []
         tree = flatten((args, kwargs), "arg", leaves)
-        parts = [tree, tuple(_leaf_key(v) for _, v in leaves), _alias_pattern(leaves),
-                 is_grad_enabled()]
+        leaf_keys = tuple(_leaf_key(v) for _, v in leaves)
+        if dynamic:
+            leaf_keys = abstract_sizes(leaf_keys, dynamic)
+        parts = [tree, leaf_keys, _alias_pattern(leaves), is_grad_enabled()]
         parts.append(tuple(_leaf_key(ns.get(name)) for _, ns, name in self.globals))
         parts.append(tuple(_leaf_key(_cell_value(c)) for _, c in self.closures))
         parts.append(tuple(_leaf_key(getattr(m, a, None)) for _, m, a in self.attributes))
         if self.module is not None:
             parts.append(tuple((n, tensor_meta(t)) for n, t in _module_tensors(self.module)))
         return tuple(parts)
+
+    @staticmethod
+    def abstract(key: tuple, dynamic) -> tuple:
+        """`key` with the sizes at `dynamic` positions read as -1."""
+        if not dynamic:
+            return key
+        return (key[0], abstract_sizes(key[1], dynamic)) + key[2:]
 
     def describe(self, key: tuple, args_paths: list[str]) -> list[str]:
         tree, leaf_keys, aliases, grad_mode, globs, cells, attrs = key[:7]
@@ -186,6 +198,33 @@ class GuardSet:
             for name, t in _module_tensors(self.module):
                 sources.setdefault(id(t), ("module", self.module, name))
         return sources
+
+
+def abstract_sizes(leaf_keys: tuple, dynamic) -> tuple:
+    out = []
+    for i, k in enumerate(leaf_keys):
+        if len(k) == 4 and isinstance(k[0], tuple):
+            shape = tuple(-1 if (i, d) in dynamic else s for d, s in enumerate(k[0]))
+            k = (shape,) + k[1:]
+        out.append(k)
+    return tuple(out)
+
+
+def size_differences(old: tuple, new: tuple) -> set | None:
+    """(leaf, dim) positions where two keys differ in tensor sizes alone; None when they
+    differ in anything else (a dtype, a rank, a Python value, ...)."""
+    if old[0] != new[0] or old[2:] != new[2:] or len(old[1]) != len(new[1]):
+        return None
+    diff = set()
+    for i, (a, b) in enumerate(zip(old[1], new[1])):
+        if a == b:
+            continue
+        tensors = len(a) == 4 and len(b) == 4 and isinstance(a[0], tuple) and \
+            isinstance(b[0], tuple)
+        if not tensors or a[1:] != b[1:] or len(a[0]) != len(b[0]):
+            return None
+        diff |= {(i, d) for d, (x, y) in enumerate(zip(a[0], b[0])) if x != y}
+    return diff
 
 
 def _module_tensors(module):

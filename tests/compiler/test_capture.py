@@ -95,7 +95,7 @@ def test_item_in_the_middle():
 
 
 def test_new_shape_recompiles_and_history_says_why():
-    cf = compiler.compile(lambda x: x + 1, backend="eager")
+    cf = compiler.compile(lambda x: x.reshape(x.shape[0] * 3) + 1, backend="eager")
     cf(eager.zeros(2, 3))
     cf(eager.zeros(4, 3))
     assert len(cf.entries) == 2
@@ -104,14 +104,14 @@ def test_new_shape_recompiles_and_history_says_why():
 
 def test_recompile_limit_warns_once_then_runs_eagerly():
     cf = compiler.compile(lambda x: x * 3, backend="eager")
-    for n in range(1, compiler.RECOMPILE_LIMIT + 1):
-        cf(eager.ones(n))
+    for rank in range(1, compiler.RECOMPILE_LIMIT + 1):  # a new rank is a new graph
+        cf(eager.ones(*[1] * rank))
     with pytest.warns(UserWarning, match="recompiled 8 times"):
         out = cf(eager.ones(20))
     assert out.tolist() == [3.0] * 20 and cf.gave_up
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        cf(eager.ones(21))  # no second warning
+        cf(eager.ones(2, 2))  # no second warning
 
 
 FLAG = True
@@ -296,3 +296,38 @@ def test_eager_compile_is_compiler_compile():
     cf = eager.compile(lambda x: x + 1)
     assert isinstance(cf, compiler.CompiledFunction) and cf.backend.name == "native"
     assert cf(eager.zeros(1)).tolist() == [1.0]
+
+
+def test_a_size_change_that_leaves_the_graph_alone_makes_the_size_dynamic():
+    w = eager.randn(3, 4)
+    cf = compiler.compile(lambda x: (x @ w).relu().sum(1), backend="eager")
+    for rows in (2, 5, 7, 1, 9):
+        x = eager.randn(rows, 3)
+        assert_close(cf(x), (x @ w).relu().sum(1))
+    assert cf.dynamic_dims == {(0, 0)} and len(cf.entries) == 1
+    entry = next(iter(cf.entries.values()))
+    assert entry.mode == "replay" and "%x0: f32[s0,3]" in str(entry.graph)
+    assert "made dynamic" in cf.history[-1] and "shape (any, 3)" in cf.explain()
+
+
+def test_a_size_baked_into_the_graph_stays_static():
+    cf = compiler.compile(lambda x: x.view(x.shape[0] * 3, 2), backend="eager")
+    assert cf(eager.ones(2, 6)).shape == (6, 2)
+    assert cf(eager.ones(4, 6)).shape == (12, 2)
+    assert not cf.dynamic_dims and len(cf.entries) == 2
+
+
+def test_a_size_read_as_a_python_number_stays_static():
+    cf = compiler.compile(lambda x: x / x.shape[0], backend="eager")
+    assert cf(eager.ones(2)).tolist() == [0.5, 0.5]
+    assert cf(eager.ones(4)).tolist() == [0.25] * 4  # the scalar differs: no merge
+    assert not cf.dynamic_dims
+
+
+def test_dynamic_true_probes_sizes_on_the_first_call():
+    cf = compiler.compile(lambda x: eager.softmax(x, -1) * 2, backend="eager", dynamic=True)
+    cf(eager.randn(3, 5))
+    assert cf.dynamic_dims == {(0, 0)} and len(cf.entries) == 1
+    x = eager.randn(11, 5)
+    assert_close(cf(x), eager.softmax(x, -1) * 2)
+    assert len(cf.entries) == 1
