@@ -10,8 +10,12 @@ import hashlib
 import io
 import json
 import os
+import struct
+import threading
 import zipfile
+import zlib
 from collections import OrderedDict
+from typing import NamedTuple
 
 import numpy as np
 
@@ -25,14 +29,16 @@ class CorruptFileError(RuntimeError):
 def _encode(obj, arrays: list):
     from eager.tensor import Tensor
     if isinstance(obj, Tensor):
-        a = np.ascontiguousarray(obj.detach()._host_np())
+        a = np.array(obj.detach()._host_np(), order="C")  # ascontiguousarray makes 0-d 1-d
         arrays.append(a)
         return {"tensor": len(arrays) - 1, "dtype": obj.dtype.name, "shape": list(a.shape),
                 "requires_grad": obj.requires_grad,
                 "sha256": hashlib.sha256(a.tobytes()).hexdigest()}
     if isinstance(obj, dict):
-        if not all(isinstance(k, (str, int)) for k in obj):
-            raise TypeError("eager.save: dict keys must be str or int")
+        for k in obj:
+            if not isinstance(k, (str, int)):
+                raise TypeError(f"eager.save: dict keys must be str or int, not "
+                                f"{type(k).__name__}")
         return {"dict": [[k, _encode(v, arrays)] for k, v in obj.items()],
                 "ordered": isinstance(obj, OrderedDict)}
     if isinstance(obj, (list, tuple)):
@@ -44,16 +50,24 @@ def _encode(obj, arrays: list):
 
 
 def save(obj, f) -> None:
-    """Write `obj` to the path or binary file `f`; a path is written atomically."""
+    """Write `obj` to the path or binary file `f`; a path is written atomically: to a
+    temporary file beside it, renamed over `f` only once complete."""
     arrays: list = []
     manifest = {"format": _FORMAT, "root": _encode(obj, arrays)}
-    if isinstance(f, (str, os.PathLike)):
-        tmp = f"{os.fspath(f)}.tmp{os.getpid()}"
+    if not isinstance(f, (str, os.PathLike)):
+        _write(f, manifest, arrays)
+        return
+    tmp = f"{os.fspath(f)}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
         with open(tmp, "wb") as fh:
             _write(fh, manifest, arrays)
+            fh.flush()
+            os.fsync(fh.fileno())
         os.replace(tmp, f)
-    else:
-        _write(f, manifest, arrays)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
 
 
 def _write(fh, manifest, arrays) -> None:
@@ -65,41 +79,82 @@ def _write(fh, manifest, arrays) -> None:
             z.writestr(f"{i}.npy", buf.getvalue())
 
 
+# What a damaged or crafted file can make zipfile, json, numpy or the decoder raise.
+_DAMAGE = (zipfile.BadZipFile, zlib.error, struct.error, EOFError, OSError, ValueError,
+           KeyError, IndexError, TypeError, AttributeError, NotImplementedError, RuntimeError)
+
+
 def load(f, map_location=None, weights_only: bool = True):
-    """Read what `save` wrote; raises CorruptFileError for damaged or foreign files."""
-    name = os.fspath(f) if isinstance(f, (str, os.PathLike)) else getattr(f, "name", "<stream>")
+    """Read what `save` wrote; raises CorruptFileError for damaged or foreign files (and
+    the usual OSError, such as FileNotFoundError, when a path cannot be opened)."""
+    if isinstance(f, (str, os.PathLike)):
+        with open(f, "rb") as fh:
+            tree = _read(fh, repr(os.fspath(f)))
+    else:
+        tree = _read(f, repr(getattr(f, "name", "<stream>")))
+    return _materialise(tree, map_location)
+
+
+class _Checked(NamedTuple):
+    """A tensor's array, read and verified, not yet placed on a device."""
+    array: np.ndarray
+    dtype: object
+    requires_grad: bool
+
+
+def _read(fh, name: str):
+    """The saved tree with verified arrays as _Checked; any damage is a CorruptFileError."""
     try:
-        with zipfile.ZipFile(f) as z:
+        with zipfile.ZipFile(fh) as z:
+            if "manifest.json" not in z.namelist():
+                raise CorruptFileError(f"eager.load: {name} is not a kiln save file")
             bad = z.testzip()
             if bad is not None:
-                raise CorruptFileError(f"eager.load: {name!r} is corrupted (bad CRC in {bad})")
+                raise CorruptFileError(f"eager.load: {name} is corrupted (bad CRC in {bad})")
             manifest = json.loads(z.read("manifest.json"))
-            if manifest.get("format") != _FORMAT:
-                raise CorruptFileError(f"eager.load: {name!r} is not a kiln save file")
-            return _decode(manifest["root"], z, name, map_location)
-    except (zipfile.BadZipFile, KeyError, ValueError, EOFError, OSError) as e:
-        if isinstance(e, FileNotFoundError):
-            raise
-        raise CorruptFileError(f"eager.load: {name!r} is truncated or corrupted ({e})") from None
+            if not isinstance(manifest, dict) or manifest.get("format") != _FORMAT:
+                raise CorruptFileError(f"eager.load: {name} is not a kiln save file")
+            return _decode(manifest["root"], z, name)
+    except CorruptFileError:
+        raise
+    except _DAMAGE as e:
+        raise CorruptFileError(f"eager.load: {name} is truncated or corrupted "
+                               f"({type(e).__name__}: {e})") from e
 
 
-def _decode(node, z, name, map_location):
+def _decode(node, z, name):
     if "tensor" in node:
-        from eager.factories import tensor
-        from ir.dtypes import from_name
-        with z.open(f"{node['tensor']}.npy") as fh:
-            a = np.load(io.BytesIO(fh.read()), allow_pickle=False)
-        if hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest() != node["sha256"] or \
-                list(a.shape) != node["shape"]:
-            raise CorruptFileError(f"eager.load: {name!r} is corrupted (tensor {node['tensor']} "
-                                   "does not match its checksum)")
-        return tensor(a, dtype=from_name(node["dtype"]), device=map_location,
-                      requires_grad=node["requires_grad"])
+        return _decode_tensor(node, z, name)
     if "dict" in node:
-        items = [(k, _decode(v, z, name, map_location)) for k, v in node["dict"]]
+        items = [(k, _decode(v, z, name)) for k, v in node["dict"]]
         return OrderedDict(items) if node.get("ordered") else dict(items)
     if "list" in node:
-        return [_decode(v, z, name, map_location) for v in node["list"]]
+        return [_decode(v, z, name) for v in node["list"]]
     if "tuple" in node:
-        return tuple(_decode(v, z, name, map_location) for v in node["tuple"])
+        return tuple(_decode(v, z, name) for v in node["tuple"])
     return node["value"]
+
+
+def _decode_tensor(node, z, name) -> _Checked:
+    from ir.dtypes import from_name
+    dtype = from_name(node["dtype"])
+    with z.open(f"{int(node['tensor'])}.npy") as fh:
+        a = np.load(io.BytesIO(fh.read()), allow_pickle=False)
+    # the checksum covers the bytes; dtype (byte order included) and shape say what they mean
+    if a.dtype != dtype.np or list(a.shape) != node["shape"] or \
+            hashlib.sha256(np.array(a, order="C").tobytes()).hexdigest() != node["sha256"]:
+        raise CorruptFileError(f"eager.load: {name} is corrupted (tensor {node['tensor']} "
+                               "does not match its dtype, shape and checksum)")
+    return _Checked(a, dtype, bool(node["requires_grad"]))
+
+
+def _materialise(tree, map_location):
+    from eager.factories import tensor
+    if isinstance(tree, _Checked):
+        return tensor(tree.array, dtype=tree.dtype, device=map_location,
+                      requires_grad=tree.requires_grad)
+    if isinstance(tree, dict):
+        return type(tree)((k, _materialise(v, map_location)) for k, v in tree.items())
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_materialise(v, map_location) for v in tree)
+    return tree

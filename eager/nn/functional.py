@@ -194,14 +194,24 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
             scores = ops.where(attn_mask, scores, -math.inf)
         else:
             scores = scores + attn_mask
-    weights = ops.softmax(scores, -1)
+    # PyTorch gives a query that may see no key zero weights, and so a zero output and no
+    # gradient, where a plain softmax would give NaN
+    blind = ops.eq(ops.amax(scores.detach(), [-1], True), -math.inf)
+    weights = ops.where(blind, 0.0, ops.softmax(ops.where(blind, 0.0, scores), -1))
     if dropout_p > 0.0:
         weights = dropout(weights, dropout_p)
     return ops.matmul(weights, value)
 
 
 def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
+    values = tensor.detach()._host_np()
+    if values.size == 0 and num_classes <= 0:
+        raise RuntimeError("Can not infer total number of classes from empty tensor.")
+    if values.size and values.min() < 0:
+        raise RuntimeError("Class values must be non-negative.")
     if num_classes < 0:
-        num_classes = int(tensor.max().item()) + 1 if tensor.numel() else 0
+        num_classes = int(values.max()) + 1 if values.size else 0
+    elif values.size and values.max() >= num_classes:
+        raise RuntimeError("Class values must be smaller than num_classes.")
     classes = factories.arange(num_classes, device=tensor.device)
     return ops.eq(ops.unsqueeze(tensor, -1), classes).long()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
@@ -20,15 +21,24 @@ def _rng():
     return factories._rng
 
 
+_LINEAR_GAIN = ("linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+                "conv_transpose3d", "sigmoid")
+
+
 def calculate_gain(nonlinearity: str, param=None) -> float:
-    if nonlinearity in ("linear", "conv1d", "conv2d", "sigmoid"):
+    if nonlinearity in _LINEAR_GAIN:
         return 1.0
     if nonlinearity == "tanh":
         return 5.0 / 3
     if nonlinearity == "relu":
         return math.sqrt(2.0)
     if nonlinearity == "leaky_relu":
-        slope = 0.01 if param is None else param
+        if param is None:
+            slope = 0.01
+        elif isinstance(param, (int, float)) and not isinstance(param, bool):
+            slope = param
+        else:
+            raise ValueError(f"negative_slope {param} not a valid number")
         return math.sqrt(2.0 / (1 + slope ** 2))
     if nonlinearity == "selu":
         return 3.0 / 4
@@ -68,19 +78,35 @@ def constant_(t: Tensor, val: float) -> Tensor:
         return t.fill_(val)
 
 
+def _correct_fan(t: Tensor, mode: str) -> int:
+    if mode not in ("fan_in", "fan_out"):
+        raise ValueError(f"Mode {mode} not supported, please use one of ['fan_in', 'fan_out']")
+    fan_in, fan_out = _calculate_fan_in_and_fan_out(t)
+    return fan_in if mode == "fan_in" else fan_out
+
+
+def _is_empty(t: Tensor) -> bool:
+    """PyTorch leaves zero-element tensors alone (their fan can be 0), with a warning."""
+    if 0 in t.shape:
+        warnings.warn("Initializing zero-element tensors is a no-op", stacklevel=3)
+        return True
+    return False
+
+
 def kaiming_uniform_(t: Tensor, a: float = 0, mode: str = "fan_in",
                      nonlinearity: str = "leaky_relu", generator=None) -> Tensor:
-    fan_in, fan_out = _calculate_fan_in_and_fan_out(t)
-    fan = fan_in if mode == "fan_in" else fan_out
-    bound = math.sqrt(3.0) * calculate_gain(nonlinearity, a) / math.sqrt(fan)
+    if _is_empty(t):
+        return t
+    bound = math.sqrt(3.0) * calculate_gain(nonlinearity, a) / math.sqrt(_correct_fan(t, mode))
     return uniform_(t, -bound, bound, generator)
 
 
 def kaiming_normal_(t: Tensor, a: float = 0, mode: str = "fan_in",
                     nonlinearity: str = "leaky_relu", generator=None) -> Tensor:
-    fan_in, fan_out = _calculate_fan_in_and_fan_out(t)
-    fan = fan_in if mode == "fan_in" else fan_out
-    return normal_(t, 0.0, calculate_gain(nonlinearity, a) / math.sqrt(fan), generator)
+    if _is_empty(t):
+        return t
+    std = calculate_gain(nonlinearity, a) / math.sqrt(_correct_fan(t, mode))
+    return normal_(t, 0.0, std, generator)
 
 
 def xavier_uniform_(t: Tensor, gain: float = 1.0, generator=None) -> Tensor:

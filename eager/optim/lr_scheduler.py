@@ -7,9 +7,12 @@ import math
 class LRScheduler:
     def __init__(self, optimizer, last_epoch: int = -1):
         self.optimizer = optimizer
-        if last_epoch == -1:
-            for group in optimizer.param_groups:
+        for i, group in enumerate(optimizer.param_groups):
+            if last_epoch == -1:
                 group.setdefault("initial_lr", group["lr"])
+            elif "initial_lr" not in group:
+                raise KeyError(f"param 'initial_lr' is not specified in param_groups[{i}] when "
+                               "resuming an optimizer")
         self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
         self.last_epoch = last_epoch
         self.step()

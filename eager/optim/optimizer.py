@@ -3,6 +3,7 @@ PyTorch's format ({'state': {index: {...}}, 'param_groups': [{..., 'params': [in
 from __future__ import annotations
 
 import copy
+from collections import defaultdict
 
 from eager.autograd.grad_mode import no_grad
 from eager.tensor import Tensor
@@ -11,8 +12,11 @@ from eager.tensor import Tensor
 class Optimizer:
     def __init__(self, params, defaults: dict):
         self.defaults = defaults
-        self.state: dict = {}
+        self.state: defaultdict = defaultdict(dict)  # as PyTorch's: state[p] is {} until used
         self.param_groups: list[dict] = []
+        if isinstance(params, Tensor):  # iterating would optimise its rows, not the tensor
+            raise TypeError("params argument given to the optimizer should be an iterable of "
+                            f"Tensors or dicts, but got {type(params).__name__}")
         params = list(params)
         if not params:
             raise ValueError("optimizer got an empty parameter list")
@@ -58,7 +62,10 @@ class Optimizer:
             for group in self.param_groups:
                 for p in group["params"]:
                     if p.grad is not None:
-                        self._update(p, p.grad, group, self.state.setdefault(p, {}))
+                        state = self.state.get(p, {})
+                        self._update(p, p.grad, group, state)
+                        if state:  # plain SGD keeps none, and lists none, as PyTorch
+                            self.state[p] = state
         return loss
 
     def _update(self, p: Tensor, grad: Tensor, group: dict, state: dict) -> None:
@@ -92,7 +99,7 @@ class Optimizer:
             for p, i in zip(mine["params"], saved["params"]):
                 by_index[i] = p
             mine.update({k: copy.deepcopy(v) for k, v in saved.items() if k != "params"})
-        self.state = {}
+        self.state = defaultdict(dict)
         for i, s in state_dict["state"].items():
             p = by_index[int(i)]
             self.state[p] = {k: (v.clone().to(dtype=p.dtype if v.is_floating_point() else None,

@@ -101,8 +101,7 @@ class LayerNorm(Module):
 
     def extra_repr(self) -> str:
         return (f"{self.normalized_shape}, eps={self.eps}, "
-                f"elementwise_affine={self.elementwise_affine}"
-                + (f", bias={self.bias is not None}" if self.elementwise_affine else ""))
+                f"elementwise_affine={self.elementwise_affine}, bias={self.bias is not None}")
 
 
 class Dropout(Module):
@@ -196,7 +195,8 @@ class CrossEntropyLoss(Module):
     def __init__(self, weight=None, ignore_index: int = -100, reduction: str = "mean",
                  label_smoothing: float = 0.0):
         super().__init__()
-        self.weight, self.ignore_index = weight, ignore_index
+        self.register_buffer("weight", weight)  # a buffer, as in PyTorch: saved and moved
+        self.ignore_index = ignore_index
         self.reduction, self.label_smoothing = reduction, label_smoothing
 
     def forward(self, input, target):
