@@ -121,6 +121,7 @@ class Region:
         self.input_tensors: list[Tensor] = []
         self._input_of: dict[int, Value] = {}
         self.alive: dict[Value, weakref.ref] = {}
+        self.saved = weakref.WeakSet()  # autograd's SavedTensors of this region's values
         self._count = 0
 
     def value_for(self, t: Tensor) -> Value:
@@ -280,6 +281,8 @@ class Trace:
         self.seconds["run"] += time.perf_counter() - start
         for (_, t), r in zip(live, results):
             _become(t, r)
+        for saved in region.saved:  # their tensors are concrete now: take today's version
+            saved.version = saved.tensor._storage.version
 
 
 def run_region(run, graph: Graph, inputs: list) -> list:

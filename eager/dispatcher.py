@@ -225,18 +225,26 @@ class OpHandle:
     def __call__(self, *args, **kwargs):
         if _recorder is not None:
             return _recorder(self, args, kwargs)
-        return self.call(args, kwargs)
+        # the body of `call`, inlined: this is the hottest path of eager mode
+        mask, args, kwargs = self._key_mask(args, kwargs)
+        out = (self._cache.get(mask) or self._kernel_for(mask))(*args, **kwargs)
+        if self._mutated:
+            self._bump_mutated(args, kwargs)
+        return out
 
     def call(self, args: tuple, kwargs: dict):
         """One dispatched call (what `__call__` runs when no profiler records it)."""
         mask, args, kwargs = self._key_mask(args, kwargs)
-        out = self._kernel_for(mask)(*args, **kwargs)
+        out = (self._cache.get(mask) or self._kernel_for(mask))(*args, **kwargs)
         if self._mutated:
-            for i in self._mutated:
-                t = args[i] if i < len(args) else kwargs.get(self.schema.arguments[i].name)
-                if t is not None:  # an optional out= argument may be absent
-                    t._bump()
+            self._bump_mutated(args, kwargs)
         return out
+
+    def _bump_mutated(self, args: tuple, kwargs: dict) -> None:
+        for i in self._mutated:
+            t = args[i] if i < len(args) else kwargs.get(self.schema.arguments[i].name)
+            if t is not None:  # an optional out= argument may be absent
+                t._bump()
 
     def redispatch(self, below: DispatchKey, *args, **kwargs):
         """Run the kernel of the highest key strictly below `below` (below the alias
@@ -244,7 +252,8 @@ class OpHandle:
         if below == DispatchKey.Autograd:
             below = min(AUTOGRAD_KEYS)
         mask, args, kwargs = self._key_mask(args, kwargs)
-        return self._kernel_for(mask & ((1 << below) - 1))(*args, **kwargs)
+        mask &= (1 << below) - 1
+        return (self._cache.get(mask) or self._kernel_for(mask))(*args, **kwargs)
 
     def call_key(self, key: DispatchKey, *args, **kwargs):
         """Run the kernel that `key` resolves to, whatever the arguments' keys."""

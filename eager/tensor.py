@@ -349,11 +349,17 @@ def from_array(a: np.ndarray, device_: device = CPU) -> Tensor:
     """A new tensor over `a` (made contiguous first if it is not)."""
     if not a.flags.c_contiguous:
         a = np.ascontiguousarray(a)  # (this would also turn a 0-d array into 1-d)
-    dt = dtypes.from_numpy(a.dtype)
-    t = Tensor._make(Storage(a.reshape(-1), device_, a.nbytes), a.shape,
-                     contiguous_strides(a.shape), 0, dt, device_)
+    dt = _DTYPE_OF_NP.get(a.dtype) or dtypes.from_numpy(a.dtype)
+    shape = a.shape
+    # numpy's strides of a C-contiguous array are PyTorch's, except around empty dims
+    strides = tuple(s // dt.itemsize for s in a.strides) if a.size else \
+        contiguous_strides(shape)
+    t = Tensor._make(Storage(a.reshape(-1), device_, a.nbytes), shape, strides, 0, dt, device_)
     t._np_cache = a
     return t
+
+
+_DTYPE_OF_NP = {d.np: d for d in dtypes.ALL}
 
 
 def share_array(a: np.ndarray) -> Tensor:

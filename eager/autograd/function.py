@@ -69,15 +69,28 @@ class AccumulateGrad(Node):
         return ()
 
 
+def _alias(t):
+    """A new tensor over the same memory, without autograd history (detach without a
+    dispatch; a tensor under capture goes through the op so capture sees the alias)."""
+    if t._lazy is not None:
+        return t.detach()
+    out = type(t)._make(t._storage, t._shape, t._stride, t._offset, t.dtype, t.device,
+                        base=t._base if t._base is not None else t)
+    out._np_cache = t._np_cache
+    return out
+
+
 class SavedTensor:
     """A tensor a node keeps for backward, with the version it had when saved."""
-    __slots__ = ("tensor", "version", "is_output")
+    __slots__ = ("tensor", "version", "is_output", "__weakref__")
 
     def __init__(self, tensor, is_output: bool):
         # an output is kept without its grad_fn (that is the saving node: a cycle)
-        self.tensor = tensor.detach() if is_output else tensor
+        self.tensor = _alias(tensor) if is_output else tensor
         self.version = tensor._storage.version
         self.is_output = is_output
+        if tensor._lazy is not None:  # capture: the version is known once it materialises
+            tensor._lazy.region.saved.add(self)
 
     def unpack(self, node: Node):
         t = self.tensor

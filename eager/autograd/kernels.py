@@ -15,45 +15,76 @@ _FACTS = {"sizes": lambda t: tuple(t._shape), "dtype": lambda t: t.dtype,
           "device": lambda t: t.device}
 
 
-def _flatten(bound: dict, names) -> list:
-    flat = []
-    for name in names:
-        v = bound[name]
-        if isinstance(v, (list, tuple)):
-            flat.extend(v)
-        else:
-            flat.append(v)
-    return flat
+_MISSING = object()
 
 
-def _save(d: Derivative, bound: dict, out, primary) -> dict:
-    saved = {}
-    for name in d.save:
-        if name == "result":
-            saved[name] = SavedTensor(primary, is_output=True)
-        elif name == "result1":
-            saved[name] = SavedTensor(out[1], is_output=False)
-        elif name in bound:
-            v = bound[name]
-            saved[name] = SavedTensor(v, is_output=False) if isinstance(v, Tensor) else v
-        else:
-            arg, _, fact = name.rpartition("_")
-            v = bound[arg]
-            get = _FACTS[fact]
-            saved[name] = [get(t) for t in v] if isinstance(v, (list, tuple)) else get(v)
-    return saved
+class _Plan:
+    """How one op's Autograd kernel reads its arguments: by position in the schema, so
+    the common call (all positional) binds with no dictionary at all."""
+
+    def __init__(self, d: Derivative, schema):
+        self.d = d
+        self.names = [a.name for a in schema.arguments]
+        self.index = {n: i for i, n in enumerate(self.names)}
+        self.defaults = [a.default if a.has_default else _MISSING for a in schema.arguments]
+        self.inputs = [self.index[n] for n in d.inputs]
+        self.saves = []
+        for name in d.save:
+            if name in ("result", "result1"):
+                self.saves.append((name, name, None, None))
+            elif name in self.index:
+                self.saves.append((name, "arg", self.index[name], None))
+            else:
+                arg, _, fact = name.rpartition("_")
+                self.saves.append((name, "fact", self.index[arg], _FACTS[fact]))
+
+    def values(self, args: tuple, kwargs: dict) -> list:
+        if not kwargs and len(args) == len(self.names):
+            return list(args)
+        vals = list(args) + self.defaults[len(args):]
+        for k, v in kwargs.items():
+            vals[self.index[k]] = v
+        return vals
+
+    def bound(self, vals: list) -> dict:
+        return dict(zip(self.names, vals))
+
+    def flat_inputs(self, vals: list) -> list:
+        flat = []
+        for i in self.inputs:
+            v = vals[i]
+            if isinstance(v, (list, tuple)):
+                flat.extend(v)
+            else:
+                flat.append(v)
+        return flat
+
+    def save(self, vals: list, out, primary) -> dict:
+        saved = {}
+        for name, kind, i, get in self.saves:
+            if kind == "result":
+                saved[name] = SavedTensor(primary, is_output=True)
+            elif kind == "result1":
+                saved[name] = SavedTensor(out[1], is_output=False)
+            elif kind == "arg":
+                v = vals[i]
+                saved[name] = SavedTensor(v, is_output=False) if isinstance(v, Tensor) else v
+            else:
+                v = vals[i]
+                saved[name] = [get(t) for t in v] if isinstance(v, (list, tuple)) else get(v)
+        return saved
 
 
-def record(d: Derivative, cls, bound: dict, out, saved_from: dict | None = None):
+def record(plan: _Plan, cls, vals: list, out, saved_vals: list | None = None):
     """Attach a backward node for `out` if any differentiable input requires grad. The
-    node's edges come from `bound`; what it saves from `saved_from` (default `bound`)."""
-    inputs = _flatten(bound, d.inputs)
+    node's edges come from `vals`; what it saves from `saved_vals` (default `vals`)."""
+    inputs = plan.flat_inputs(vals)
     needs = tuple(isinstance(t, Tensor) and t._requires_grad for t in inputs)
     primary = out[0] if isinstance(out, tuple) else out
-    if not any(needs) or not primary.dtype.is_floating_point:
+    if True not in needs or not primary.dtype.is_floating_point:
         return out
     node = cls(tuple(gradient_edge(t) if isinstance(t, Tensor) else (None, 0) for t in inputs),
-               _save(d, bound if saved_from is None else saved_from, out, primary), needs)
+               plan.save(vals if saved_vals is None else saved_vals, out, primary), needs)
     node._input_meta = tuple((t._shape, t.dtype, t.device) if isinstance(t, Tensor) else None
                              for t in inputs)
     primary.grad_fn = node
@@ -62,13 +93,17 @@ def record(d: Derivative, cls, bound: dict, out, saved_from: dict | None = None)
     return out
 
 
-def _node_chooser(d: Derivative):
-    """A function of the bound arguments giving the node class: the class named for the
+def _node_chooser(plan: _Plan):
+    """A function of the argument values giving the node class: the class named for the
     first matching PyTorch overload, else the rule's own."""
+    d = plan.d
     default = node_class(d.name, d.formula)
+    if not d.overloads:
+        return lambda vals: default
     overloads = [(matches, node_class(name, d.formula)) for name, matches in d.overloads]
 
-    def choose(bound: dict):
+    def choose(vals: list):
+        bound = plan.bound(vals)
         for matches, cls in overloads:
             if matches(bound):
                 return cls
@@ -77,13 +112,14 @@ def _node_chooser(d: Derivative):
 
 
 def _autograd_kernel(op: Op):
-    d, handle, schema = rule_for(op), ATEN[op], op.schema
-    choose = _node_chooser(d)
+    handle, schema = ATEN[op], op.schema
+    plan = _Plan(rule_for(op), schema)
+    choose = _node_chooser(plan)
 
     def kernel(*args, **kwargs):
         out = handle.redispatch(_BELOW, *args, **kwargs)
-        bound = schema.bind(args, kwargs)
-        return record(d, choose(bound), bound, out)
+        vals = plan.values(args, kwargs)
+        return record(plan, choose(vals), vals, out)
     kernel.__name__ = f"{schema.name}_autograd"
     kernel.__qualname__ = kernel.__name__
     return kernel
@@ -93,12 +129,14 @@ def _inplace_kernel(op: Op):
     """In place, `self` keeps its place in the graph: the node's edge for it is the one
     `self` had before the write, and a `self` the rule saves is a copy of the old value."""
     d, handle, schema = rule_for(op), ATEN[op], op.schema
-    choose = _node_chooser(d)
+    plan = _Plan(d, schema)
+    choose = _node_chooser(plan)
+    self_index = plan.index["self"]
 
     def kernel(*args, **kwargs):
-        bound = schema.bind(args, kwargs)
-        self = bound["self"]
-        if not any(isinstance(t, Tensor) and t._requires_grad for t in _flatten(bound, d.inputs)):
+        vals = plan.values(args, kwargs)
+        self = vals[self_index]
+        if not any(isinstance(t, Tensor) and t._requires_grad for t in plan.flat_inputs(vals)):
             return handle.redispatch(_BELOW, *args, **kwargs)
         if self.grad_fn is None and self._requires_grad:
             raise RuntimeError("a leaf Variable that requires grad is being used in an in-place "
@@ -107,10 +145,13 @@ def _inplace_kernel(op: Op):
             raise RuntimeError(f"{schema.name}(): kiln's autograd does not yet support "
                                "in-place operations on views when a gradient is needed; use "
                                "the out-of-place form")
-        saved_from = {**bound, "self": ops.clone(self)} if "self" in d.save else bound
+        saved_vals = vals
+        if "self" in d.save:
+            saved_vals = list(vals)
+            saved_vals[self_index] = ops.clone(self)
         old_node, old_nr = self.grad_fn, self.output_nr
         handle.redispatch(_BELOW, *args, **kwargs)
-        record(d, choose(bound), bound, self, saved_from)
+        record(plan, choose(vals), vals, self, saved_vals)
         if self._retains_grad:
             move_retained_grad(self, old_node, old_nr)
         return self
