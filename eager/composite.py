@@ -18,7 +18,7 @@ def _composite(op: Op):
 @_composite(Op.MATMUL)
 def matmul(self, other):
     """Pick dot / mv / mm / bmm by rank, as torch.matmul documents."""
-    da, db = self.dim(), other.dim()
+    da, db = len(self._shape), len(other._shape)
     if da == 0 or db == 0:
         raise RuntimeError(f"both arguments to matmul need to be at least 1D, but they are "
                            f"{da}D and {db}D")
@@ -32,7 +32,7 @@ def matmul(self, other):
         return ops.mm(self, other)
     if da >= 3 and db <= 2:
         # fold the batch into rows: one mm instead of a batched product
-        rows = self.reshape(-1, self._shape[-1])
+        rows = self.reshape(_numel(self._shape[:-1]), self._shape[-1])  # no -1: k may be 0
         if db == 1:
             return ops.mv(rows, other).view(self._shape[:-1])
         return ops.mm(rows, other).view(self._shape[:-1] + (other._shape[-1],))

@@ -351,15 +351,18 @@ def from_array(a: np.ndarray, device_: device = CPU) -> Tensor:
         a = np.ascontiguousarray(a)  # (this would also turn a 0-d array into 1-d)
     dt = _DTYPE_OF_NP.get(a.dtype) or dtypes.from_numpy(a.dtype)
     shape = a.shape
-    # numpy's strides of a C-contiguous array are PyTorch's, except around empty dims
-    strides = tuple(s // dt.itemsize for s in a.strides) if a.size else \
-        contiguous_strides(shape)
+    strides = _STRIDES.get(shape)
+    if strides is None:
+        if len(_STRIDES) > 4096:
+            _STRIDES.clear()
+        strides = _STRIDES[shape] = contiguous_strides(shape)
     t = Tensor._make(Storage(a.reshape(-1), device_, a.nbytes), shape, strides, 0, dt, device_)
     t._np_cache = a
     return t
 
 
 _DTYPE_OF_NP = {d.np: d for d in dtypes.ALL}
+_STRIDES: dict = {}  # shape -> contiguous strides: shapes repeat, so remember them
 
 
 def share_array(a: np.ndarray) -> Tensor:

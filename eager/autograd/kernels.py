@@ -79,14 +79,22 @@ def record(plan: _Plan, cls, vals: list, out, saved_vals: list | None = None):
     """Attach a backward node for `out` if any differentiable input requires grad. The
     node's edges come from `vals`; what it saves from `saved_vals` (default `vals`)."""
     inputs = plan.flat_inputs(vals)
-    needs = tuple(isinstance(t, Tensor) and t._requires_grad for t in inputs)
+    needs, edges, metas = [], [], []
+    for t in inputs:
+        if isinstance(t, Tensor):
+            needs.append(t._requires_grad)
+            edges.append(gradient_edge(t))
+            metas.append((t._shape, t.dtype, t.device))
+        else:
+            needs.append(False)
+            edges.append((None, 0))
+            metas.append(None)
     primary = out[0] if isinstance(out, tuple) else out
     if True not in needs or not primary.dtype.is_floating_point:
         return out
-    node = cls(tuple(gradient_edge(t) if isinstance(t, Tensor) else (None, 0) for t in inputs),
-               plan.save(vals if saved_vals is None else saved_vals, out, primary), needs)
-    node._input_meta = tuple((t._shape, t.dtype, t.device) if isinstance(t, Tensor) else None
-                             for t in inputs)
+    node = cls(tuple(edges), plan.save(vals if saved_vals is None else saved_vals, out, primary),
+               tuple(needs))
+    node._input_meta = tuple(metas)
     primary.grad_fn = node
     primary.output_nr = 0
     primary._set_requires_grad(True)

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from eager.kernels._common import compute_np, meta_from_rule, operand, register, result, \
-    scalar_value, broadcast_shapes, promote
+from eager.kernels._common import (compute_np, meta_from_rule, operand, register, result,
+                                   scalar_value, type_word)
+from eager.kernels.shape import expand
 from ir.ops import Op
 
 _C_TYPE = {"float32": "float", "float64": "double", "float16": "Half", "int64": "long int",
@@ -15,6 +16,12 @@ def _same_dtype(name_a, a, name_b, b):
     if a.dtype is not b.dtype:
         raise RuntimeError(f"expected {name_a} and {name_b} to have the same dtype, but got: "
                            f"{_C_TYPE[a.dtype.name]} != {_C_TYPE[b.dtype.name]}")
+
+
+def _same_dtype_words(message, a, b):
+    """The variant of the check whose message names the types as Float, Double, ..."""
+    if a.dtype is not b.dtype:
+        raise RuntimeError(message.format(type_word(a.dtype), type_word(b.dtype)))
 
 
 def _need_dim(name, t, ndim, what):
@@ -31,7 +38,8 @@ def dot_rule(self, tensor):
         raise RuntimeError(f"inconsistent tensor size, expected tensor [{n}] and src [{m}] to "
                            f"have the same number of elements, but got {n} and {m} elements "
                            "respectively")
-    _same_dtype("self", self, "other", tensor)
+    _same_dtype_words("dot : expected both vectors to have same dtype, but found {} and {}",
+                      self, tensor)
     return (), self.dtype
 
 
@@ -46,12 +54,13 @@ def mv_rule(self, vec):
 
 
 def mm_rule(self, mat2):
-    _need_dim("self", self, 2, "matrix")
-    _need_dim("mat2", mat2, 2, "matrix")
+    if len(self._shape) != 2 or len(mat2._shape) != 2:  # (checked inline: the hot path)
+        _need_dim("self", self, 2, "matrix")
+        _need_dim("mat2", mat2, 2, "matrix")
     (n, k), (k2, m) = self._shape, mat2._shape
     if k != k2:
         raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({n}x{k} and {k2}x{m})")
-    _same_dtype("mat1", self, "mat2", mat2)
+    _same_dtype("m1", self, "m2", mat2)
     return (n, m), self.dtype
 
 
@@ -68,12 +77,9 @@ def bmm_rule(self, mat2):
 
 def addmm_rule(self, mat1, mat2, *, beta=1, alpha=1):
     shape, dt = mm_rule(mat1, mat2)
-    if broadcast_shapes(self._shape, shape) != shape:
-        raise RuntimeError(f"The expanded size of the tensor ({shape[-1]}) must match the "
-                           f"existing size ({self._shape[-1]}) in addmm: self of shape "
-                           f"{list(self._shape)} cannot be broadcast to {list(shape)}")
-    _same_dtype("self", self, "mat2", mat2)
-    return shape, promote(self, mat1)
+    _same_dtype_words("self and mat2 must have the same dtype, but got {} and {}", self, mat2)
+    expand(self, shape)  # self must expand to the product's shape: PyTorch's error if not
+    return shape, dt
 
 
 def _matmul_kernel(rule):
