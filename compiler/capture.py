@@ -26,7 +26,7 @@ from eager.device import META
 from eager.dispatcher import DispatchKey
 from eager.tensor import Storage, Tensor
 from ir.graph import Graph, GraphBuilder, Node, TensorType, Value
-from ir.ops import INPLACE
+from ir.ops import INPLACE, Op
 
 TRACER_BIT = 1 << DispatchKey.Tracer
 _local = threading.local()
@@ -122,12 +122,15 @@ class Region:
         self._input_of: dict[int, Value] = {}
         self.alive: dict[Value, weakref.ref] = {}
         self.saved = weakref.WeakSet()  # autograd's SavedTensors of this region's values
+        self._scalars: dict = {}
         self._count = 0
 
     def value_for(self, t: Tensor) -> Value:
         lazy = t._lazy
         if lazy is not None and lazy.region is self:
             return lazy.value
+        if t._wrapped:
+            return self._scalar(t._np().item(), t.dtype)
         v = self._input_of.get(id(t))
         if v is None:
             v = Value(f"in{len(self.inputs)}", _type_of(t))
@@ -135,6 +138,17 @@ class Region:
             self.input_tensors.append(t)  # held, so the id stays this tensor's
             self._input_of[id(t)] = v
             self.trace.note_input(t)
+        return v
+
+    def _scalar(self, value, dtype) -> Value:
+        """A Python number as a `scalar` node (one per distinct number in the region)."""
+        key = (type(value), value)
+        v = self._scalars.get(key)
+        if v is None:
+            v = Value(f"v{self._count}", TensorType((), dtype, "cpu"))
+            self._count += 1
+            self.nodes.append(Node(Op.SCALAR, (), (("value", value),), (v,)))
+            self._scalars[key] = v
         return v
 
     def add(self, node_op, inputs, attrs, metas, device) -> list[Tensor]:

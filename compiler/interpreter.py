@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from eager.dispatcher import ATEN
 from ir.graph import Graph, Node
+from ir.ops import Op
 
 
 class InterpreterError(RuntimeError):
@@ -49,6 +50,14 @@ def prepare(graph: Graph):
     slot = {v: i for i, v in enumerate(graph.inputs)}
     steps = []
     for node in graph.nodes:
+        if node.op in _SPECIAL:
+            handle, env_args, env_kwargs = _SPECIAL[node.op](node, _SlotMap(slot))
+            outs = []
+            for v in node.outputs:
+                slot[v] = len(slot)
+                outs.append(slot[v])
+            steps.append((node, handle, env_args, env_kwargs, outs))
+            continue
         env_args, env_kwargs = node_call_args(node, _SlotMap(slot))
         outs = []
         for v in node.outputs:
@@ -75,6 +84,22 @@ def prepare(graph: Graph):
                     env[i] = t
         return [env[i] for i in result_slots]
     return run
+
+
+def _scalar_step(node: Node, env):
+    """A scalar constant: made once, as the wrapped Python number eager would see."""
+    from eager.tensor import wrap_scalar
+    value = wrap_scalar(node.attr["value"])
+    return (lambda: value), [], {}
+
+
+def _fused_step(node: Node, env):
+    """A fused kernel's body runs as a graph of its own over the kernel's inputs."""
+    body = prepare(node.attr["body"])
+    return (lambda *inputs: body(list(inputs))), [env[v] for v in node.inputs[0]], {}
+
+
+_SPECIAL = {Op.SCALAR: _scalar_step, Op.FUSED: _fused_step}
 
 
 class _SlotMap:

@@ -98,6 +98,8 @@ def _format_input(i: Input) -> str:
 
 
 def format_attr(v) -> str:
+    if isinstance(v, Graph):  # a fused kernel's body, printed as a nested block
+        return "{\n" + "".join("  " + ln + "\n" for ln in str(v).splitlines()) + "}"
     if isinstance(v, DType):
         return v.short
     if isinstance(v, str):
@@ -117,7 +119,7 @@ class Graph:
     def __str__(self) -> str:
         head = ", ".join(f"{v}: {v.type}" for v in self.inputs)
         lines = [f"graph({head}):"]
-        lines += [f"  {n}" for n in self.nodes]
+        lines += ["  " + ln for n in self.nodes for ln in str(n).splitlines()]
         lines.append("  return (" + ", ".join(str(v) for v in self.outputs) + ")")
         return "\n".join(lines) + "\n"
 

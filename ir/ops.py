@@ -115,6 +115,9 @@ class Op(enum.Enum):
     ZERO_ = "zero_(Tensor(a!) self) -> Tensor(a!)"
     FILL_ = "fill_.Scalar(Tensor(a!) self, Scalar value) -> Tensor(a!)"
     COPY_ = "copy_(Tensor(a!) self, Tensor src) -> Tensor(a!)"
+    # compiler-only: they appear in graphs, never in eager dispatch
+    SCALAR = "scalar(Scalar value) -> Tensor"
+    FUSED = "fused(Tensor[] inputs, *, str kind, Graph body) -> Tensor[]"
 
     @cached_property
     def schema(self) -> FunctionSchema:
@@ -145,6 +148,9 @@ NORMALIZATION = frozenset({Op.SOFTMAX, Op.LOG_SOFTMAX})
 MATMUL_FAMILY = frozenset({Op.DOT, Op.MV, Op.MM, Op.BMM, Op.ADDMM})
 VIEW = frozenset(op for op in Op if op.schema.is_view)
 INPLACE = frozenset(op for op in Op if op.schema.is_mutable)
+COMPILER_ONLY = frozenset({Op.SCALAR, Op.FUSED})
+"""A wrapped Python number (it promotes as PyTorch promotes scalars), and a fused kernel
+holding the small graph it computes."""
 COMPOSITE = frozenset({Op.MATMUL, Op.LINEAR, Op.RESHAPE, Op.FLATTEN, Op.SPLIT, Op.CONTIGUOUS,
                        Op.STACK})
 """Ops with no kernel of their own: they decompose into others (CompositeImplicitAutograd)."""

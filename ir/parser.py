@@ -58,9 +58,11 @@ def _parse_input(token: str, values: dict, lineno: int):
     return _lookup(token, values, lineno)
 
 
-def parse_attr(text: str, arg: Argument):
+def parse_attr(text: str, arg: Argument, blocks: dict | None = None):
     """An attribute's text as the Python value its schema type calls for."""
     text = text.strip()
+    if blocks and text in blocks:
+        return blocks[text]
     if text == "None":
         return None
     if arg.type.base == "ScalarType":
@@ -80,7 +82,7 @@ def parse_attr(text: str, arg: Argument):
     return value
 
 
-def _parse_node(line: str, values: dict, lineno: int) -> Node:
+def _parse_node(line: str, values: dict, lineno: int, blocks: dict | None = None) -> Node:
     m = _NODE.match(line)
     if not m:
         raise ParseError(f"line {lineno}: expected '%v: type = op(...)', got {line!r}")
@@ -97,7 +99,7 @@ def _parse_node(line: str, values: dict, lineno: int) -> Node:
             name = key.strip()
             if name not in schema_args:
                 raise ParseError(f"line {lineno}: {op.qualified_name} has no argument {name!r}")
-            attrs.append((name, parse_attr(rest, schema_args[name])))
+            attrs.append((name, parse_attr(rest, schema_args[name], blocks)))
         else:
             inputs.append(_parse_input(part, values, lineno))
     outputs = tuple(_parse_decl(d, values, lineno) for d in _split_top(lhs))
@@ -106,7 +108,8 @@ def _parse_node(line: str, values: dict, lineno: int) -> Node:
 
 def parse(text: str) -> Graph:
     """Parse the text form of a Graph (what `str(graph)` prints)."""
-    lines = [(i + 1, ln.strip()) for i, ln in enumerate(text.strip().splitlines()) if ln.strip()]
+    lines = _join_blocks([(i + 1, ln) for i, ln in enumerate(text.strip().splitlines())
+                          if ln.strip()])
     if not lines:
         raise ParseError("empty graph text")
     lineno, header = lines[0]
@@ -120,6 +123,11 @@ def parse(text: str) -> Graph:
     for lineno, line in lines[1:]:
         if outputs is not None:
             raise ParseError(f"line {lineno}: text after return")
+        if isinstance(line, tuple):  # a node with a nested body block
+            head, body = line
+            blocks = {"@body": parse(body)}
+            nodes.append(_parse_node(head, values, lineno, blocks))
+            continue
         r = _RETURN.match(line)
         if r:
             outputs = tuple(_lookup(t, values, lineno) for t in _split_top(r.group(1)))
@@ -128,6 +136,36 @@ def parse(text: str) -> Graph:
     if outputs is None:
         raise ParseError("graph has no return line")
     return Graph(inputs, tuple(nodes), outputs, name)
+
+
+def _join_blocks(lines):
+    """Stripped lines, where a node line ending in `={` becomes (head, body text): the
+    lines up to the matching `})` form the body, parsed as a graph of its own."""
+    out, i = [], 0
+    while i < len(lines):
+        lineno, raw = lines[i]
+        line = raw.strip()
+        if not line.endswith("={"):
+            out.append((lineno, line))
+            i += 1
+            continue
+        depth, body, i = 1, [], i + 1
+        while i < len(lines):
+            inner = lines[i][1].strip()
+            if inner.endswith("={"):
+                depth += 1
+            elif inner == "})":
+                depth -= 1
+                if depth == 0:
+                    break
+            body.append(lines[i][1])
+            i += 1
+        if depth:
+            raise ParseError(f"line {lineno}: a nested block is never closed with '}})'")
+        head = line[:-len("{")] + "@body)"
+        out.append((lineno, (head, "\n".join(body))))
+        i += 1
+    return out
 
 
 __all__ = ["parse", "parse_type", "parse_attr", "ParseError"]

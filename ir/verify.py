@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ir.dtypes import DType
 from ir.graph import Graph, Node, Value
+from ir.ops import Op
 from ir.schema import Argument
 
 
@@ -13,7 +14,7 @@ class VerificationError(ValueError):
 
 _SCALAR_TYPES = {"int": (int,), "SymInt": (int, str), "float": (int, float),
                  "bool": (bool,), "str": (str,), "Scalar": (int, float, bool),
-                 "ScalarType": (DType,), "Device": (str,)}
+                 "ScalarType": (DType,), "Device": (str,), "Graph": (Graph,)}
 
 
 def _context(graph: Graph, index: int, message: str) -> str:
@@ -36,6 +37,22 @@ def _attr_ok(value, arg: Argument) -> bool:
     if arg.type.base in ("int", "SymInt") and isinstance(value, bool):
         return False
     return isinstance(value, kinds)
+
+
+def _check_fused(node: Node) -> str | None:
+    body = node.attr.get("body")
+    if not isinstance(body, Graph):
+        return "fused: the body attribute must be a graph"
+    try:
+        verify(body)
+    except VerificationError as e:
+        return f"fused: its body does not verify: {e}"
+    inputs = node.inputs[0] if node.inputs else ()
+    if [v.type for v in inputs] != [v.type for v in body.inputs]:
+        return "fused: input types differ from the body's inputs"
+    if [v.type for v in node.outputs] != [v.type for v in body.outputs]:
+        return "fused: result types differ from the body's outputs"
+    return None
 
 
 def _check_node(node: Node) -> str | None:
@@ -61,6 +78,10 @@ def _check_node(node: Node) -> str | None:
     if not (len(returns) == 1 and returns[0].type.is_list) and len(node.outputs) != len(returns):
         return (f"{schema.qualified_name} defines {len(returns)} results, "
                 f"got {len(node.outputs)}")
+    if node.op is Op.FUSED:
+        return _check_fused(node)
+    if node.op is Op.SCALAR and node.outputs[0].type.shape != ():
+        return "scalar: a scalar constant has shape []"
     return None
 
 

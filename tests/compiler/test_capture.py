@@ -26,8 +26,10 @@ def test_elementwise_chain_is_one_graph_and_replays():
     assert_close(cf(x, y), expected)
     entry = next(iter(cf.entries.values()))
     assert entry.mode == "replay" and entry.calls == 2 and len(entry.regions) == 1
-    ops = [n.op.name for n in entry.regions[0].nodes]
+    ops = [n.op.name for n in entry.regions[0].nodes if n.op.name != "SCALAR"]
     assert ops == ["MUL", "ADD", "EXP", "SUB", "RELU", "MUL", "TANH", "ADD"]
+    text = str(entry.regions[0])
+    assert "f32[] = scalar(value=0.5)" in text and "i64[] = scalar(value=1)" in text
 
 
 def test_matmul_decomposes_to_primitive_ops():
