@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from compiler import interpreter
 from compiler.api import RECOMPILE_LIMIT, CompileCheckError, CompiledFunction
-from compiler.debug import debug
+from compiler.debugging import debug
 
 
 def compile(fn=None, *, backend: str = "native", fullgraph: bool = False,  # noqa: A001

@@ -1,8 +1,9 @@
 """Backends turn a captured Graph into a callable `run(list[Tensor]) -> list[Tensor]`.
 
-"eager" runs the graph through the reference interpreter. "native" will lower through
-llvmlite (the native code generation issues); until then it runs as "eager", and
-`explain()` says so.
+"eager" runs the graph through the reference interpreter. "native" runs the
+optimisation passes first; it will lower the fused kernels through llvmlite (the native
+code generation issues); until then they run through the interpreter, and `explain()`
+says so.
 """
 from __future__ import annotations
 
@@ -20,8 +21,13 @@ class EagerBackend:
 
 class NativeBackend(EagerBackend):
     name = "native"
-    note = ("native code generation is not built yet: graphs run through the reference "
-            "interpreter, as the 'eager' backend does")
+    note = ("optimises graphs (decompositions, simplification, fusion); native code "
+            "generation is not built yet, so each fused kernel runs through the reference "
+            "interpreter")
+
+    def compile(self, graph: Graph):
+        from compiler.passes import optimize
+        return interpreter.prepare(optimize(graph))
 
 
 _BACKENDS = {"eager": EagerBackend, "native": NativeBackend}

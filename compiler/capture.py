@@ -20,9 +20,9 @@ import time
 import weakref
 from dataclasses import dataclass, field
 
-from compiler import debug
+from compiler import debugging as debug
 from eager import dispatcher
-from eager.device import META
+from eager.device import CPU, META
 from eager.dispatcher import DispatchKey
 from eager.tensor import Storage, Tensor
 from ir.graph import Graph, GraphBuilder, Node, TensorType, Value
@@ -174,9 +174,22 @@ class Region:
                 out.append((v, t))
         return out
 
-    def graph(self, outputs: list[Value]) -> tuple[Graph, list[Tensor]]:
+    def lazy_input(self, type_: TensorType) -> Tensor:
+        """A stand-in tensor with no data for a graph input of `type_` (decompositions
+        are captured this way, from types alone)."""
+        from eager.tensor import contiguous_strides
+        v = Value(f"in{len(self.inputs)}", type_)
+        self.inputs.append(v)
+        self.input_tensors.append(None)
+        t = Tensor._make(Storage(None, CPU, 0), type_.shape, contiguous_strides(type_.shape),
+                         0, type_.dtype, CPU)
+        t._keys |= TRACER_BIT
+        t._lazy = LazyRef(self, v)
+        return t
+
+    def graph(self, outputs: list[Value], keep_inputs: bool = False) -> tuple[Graph, list]:
         """The graph computing `outputs` (dead nodes dropped, values renamed canonically)
-        and the concrete tensors for its inputs."""
+        and the concrete tensors for its inputs (all inputs kept with `keep_inputs`)."""
         needed = set(outputs)
         keep = []
         for node in reversed(self.nodes):
@@ -187,7 +200,7 @@ class Region:
         b = GraphBuilder()
         rename, tensors = {}, []
         for v, t in zip(self.inputs, self.input_tensors):
-            if v in needed:
+            if v in needed or keep_inputs:
                 rename[v] = b.input(v.type, f"x{len(tensors)}")
                 tensors.append(t)
 
@@ -346,6 +359,42 @@ def _materialize_args(args, kwargs) -> None:
         for t in _as_list(v) if isinstance(v, (list, tuple, Tensor)) else []:
             if isinstance(t, Tensor) and t._lazy is not None:
                 t._lazy.materialize(t)
+
+
+def trace_to_graph(fn, schema, inputs: list, attrs, scalars: dict) -> Graph:
+    """Capture `fn`, called as an op with `schema` would be, over stand-ins for the
+    values `inputs` (scalar values stand in as the Python numbers they hold)."""
+    from eager.tensor import wrap_scalar
+    trace = Trace(compile_region=None, known_sources={})
+    region = trace.region
+    named = dict(attrs)
+    it = iter(inputs)
+    args, kwargs = [], {}
+    for a in schema.arguments:
+        if a.type.base == "Tensor":
+            v = next(it)
+            if isinstance(v, tuple):
+                value = [region.lazy_input(x.type) for x in v]
+            elif v is None:
+                value = None
+            elif v in scalars:
+                value = wrap_scalar(scalars[v])
+                region.inputs.append(Value(f"in{len(region.inputs)}", v.type))
+                region.input_tensors.append(None)  # keeps inputs aligned; never read
+            else:
+                value = region.lazy_input(v.type)
+        else:
+            value = named[a.name]
+            value = list(value) if isinstance(value, tuple) and a.type.is_list else value
+        (kwargs.__setitem__(a.name, value) if a.kwarg_only else args.append(value))
+    token = start(trace)
+    try:
+        out = fn(*args, **kwargs)
+    finally:
+        stop(token)
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    graph, _ = region.graph([region.value_for(t) for t in outs], keep_inputs=True)
+    return graph
 
 
 def start(trace: Trace):

@@ -1,6 +1,7 @@
 """Property test: random small programs give the same results compiled (the "eager"
-backend, through capture and the interpreter) as run eagerly, and their captured graphs
-print, parse back and verify."""
+backend, through capture and the interpreter) as run eagerly; their captured graphs
+print, parse back and verify; and the optimised graph (every pass, verified after
+each) computes what the captured one does."""
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -8,6 +9,8 @@ from hypothesis import strategies as st
 import compiler
 import eager
 import ir
+from compiler import guards, interpreter
+from compiler.passes import optimize
 
 UNARY = [lambda a: a.exp().tanh(), lambda a: a.relu(), lambda a: a.sigmoid(),
          lambda a: -a, lambda a: a.abs().sqrt(), lambda a: eager.gelu(a),
@@ -43,7 +46,16 @@ def test_random_programs_compile_to_the_eager_result(steps, rows, cols, seed):
         got = compiled(*inputs)
         for g, e in zip(got, expected):
             np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-5, atol=1e-6)
+    leaves = []
+    guards.flatten((tuple(inputs), {}), "arg", leaves)
     for entry in compiled.entries.values():
+        assert entry.mode == "replay"
+        region_inputs = [guards.resolve(source, leaves) for source in entry.sources]
         for graph in entry.regions:
             assert ir.parse(str(graph)) == graph
             ir.verify(graph)
+            optimized = optimize(graph, verify=True)
+            assert ir.parse(str(optimized)) == optimized
+            for a, b in zip(interpreter.run(optimized, region_inputs),
+                            interpreter.run(graph, region_inputs)):
+                np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)

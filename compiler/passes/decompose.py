@@ -1,0 +1,116 @@
+"""Decompositions to a small core, so fusion sees primitives: softmax -> amax, sub, exp,
+sum, div; log_softmax; mean -> sum / n; var; addmm -> mm + bias; gelu, silu and
+gelu_backward -> elementwise primitives.
+
+Each decomposition is written in eager ops and captured into a graph (the same capture
+compile() uses), then inlined. Only float32 and float64 ops decompose: eager computes
+float16 ops in float32 and rounds once, which a chain of float16 ops would not match.
+"""
+from __future__ import annotations
+
+import math
+
+from compiler.capture import trace_to_graph
+from compiler.passes.rewrite import Rewriter
+from eager.tensor import ops
+from ir.graph import Graph
+from ir.ops import Op
+
+_SQRT1_2 = 1.0 / math.sqrt(2.0)
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+def _reduced_count(x, dim) -> int:
+    dims = range(x.dim()) if dim is None or dim == () or dim == [] else \
+        ([dim] if isinstance(dim, int) else dim)
+    n = 1
+    for d in dims:
+        n *= x.shape[d]
+    return n
+
+
+def softmax(x, dim, dtype=None):
+    x = x if dtype is None else ops._to_copy(x, dtype=dtype)
+    e = ops.exp(x - ops.amax(x, [dim], True))
+    return e / ops.sum(e, [dim], True)
+
+
+def log_softmax(x, dim, dtype=None):
+    x = x if dtype is None else ops._to_copy(x, dtype=dtype)
+    shifted = x - ops.amax(x, [dim], True)
+    return shifted - ops.log(ops.sum(ops.exp(shifted), [dim], True))
+
+
+def mean(x, dim=None, keepdim=False, dtype=None):
+    x = x if dtype is None else ops._to_copy(x, dtype=dtype)
+    return ops.sum(x, dim, keepdim) / _reduced_count(x, dim)
+
+
+def var(x, dim=None, *, correction=None, keepdim=False):
+    n = _reduced_count(x, dim)
+    correction = 1 if correction is None else correction
+    centred = x - mean(x, dim, True)
+    return ops.sum(centred * centred, dim, keepdim) / max(n - correction, 0)
+
+
+def addmm(bias, mat1, mat2, *, beta=1, alpha=1):
+    product = ops.mm(mat1, mat2)
+    product = product if alpha == 1 else product * alpha
+    if beta == 0:
+        return product
+    return product + (bias if beta == 1 else bias * beta)
+
+
+def gelu(x, *, approximate="none"):
+    if approximate == "tanh":
+        inner = (x + x * x * x * 0.044715) * _SQRT_2_OVER_PI
+        return x * 0.5 * (ops.tanh(inner) + 1.0)
+    return x * 0.5 * (ops.erf(x * _SQRT1_2) + 1.0)
+
+
+def gelu_backward(grad, x, *, approximate="none"):
+    if approximate == "tanh":
+        inner = (x + x * x * x * 0.044715) * _SQRT_2_OVER_PI
+        t = ops.tanh(inner)
+        d_inner = (x * x * (3 * 0.044715) + 1.0) * _SQRT_2_OVER_PI
+        return grad * ((t + 1.0) * 0.5 + x * 0.5 * (1.0 - t * t) * d_inner)
+    cdf = (ops.erf(x * _SQRT1_2) + 1.0) * 0.5
+    pdf = ops.exp(x * x * -0.5) * _INV_SQRT_2PI
+    return grad * (cdf + x * pdf)
+
+
+def silu(x):
+    return x * ops.sigmoid(x)
+
+
+DECOMPOSITIONS = {Op.SOFTMAX: softmax, Op.LOG_SOFTMAX: log_softmax, Op.MEAN: mean,
+                  Op.VAR: var, Op.ADDMM: addmm, Op.GELU: gelu,
+                  Op.GELU_BACKWARD: gelu_backward, Op.SILU: silu}
+_FLOATS = ("float32", "float64")
+
+
+def decompose(graph: Graph) -> Graph:
+    rw = Rewriter(graph)
+    for node in graph.nodes:
+        fn = DECOMPOSITIONS.get(node.op)
+        if fn is None or any(v.type.dtype.name not in _FLOATS
+                             for v in node.input_values() + list(node.outputs)):
+            rw.copy(node)
+            continue
+        inputs = [rw.map(i) for i in node.inputs]
+        sub = trace_to_graph(fn, node.op.schema, inputs, node.attrs, rw.scalars)
+        env = dict(zip(sub.inputs, inputs))
+        for n in sub.nodes:
+            outs = rw.emit(n.op, [_sub_map(env, i) for i in n.inputs], n.attrs,
+                           [v.type for v in n.outputs])
+            env.update(zip(n.outputs, outs))
+        for old, new in zip(node.outputs, sub.outputs):
+            rw.alias(old, env[new])
+    return rw.finish()
+
+
+def _sub_map(env, i):
+    if isinstance(i, tuple):
+        return tuple(env[v] for v in i)
+    return None if i is None else env[i]

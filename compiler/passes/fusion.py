@@ -1,0 +1,290 @@
+"""Fusion: nodes that can run as one kernel become one `fused` node holding the small
+graph they compute.
+
+Groups, merged greedily and never into a cycle (checked with networkx on the graph of
+groups):
+- elementwise chains of one shape (vertical), and elementwise groups of one shape that
+  read the same input (horizontal);
+- reductions (sum, amax, amin) with the elementwise ops around them that run over the
+  same rows: producers shaped like the reduction's input, consumers shaped like its
+  input or its kept-dims output; several reductions over the same rows join (softmax
+  and layer norm become one kernel);
+- a matrix product with its elementwise epilogue (bias, activation, residual, scale) and
+  the elementwise prologues of its operands that nothing else reads.
+Views and scalar constants are free: they are copied into every kernel that reads them
+(a transpose read by a GEMM is folded into how the GEMM reads its operand).
+"""
+from __future__ import annotations
+
+import networkx as nx
+
+from compiler.passes.rewrite import Rewriter
+from ir.graph import Graph, GraphBuilder, Node, Value
+from ir.ops import COMPARISON, ELEMENTWISE, VIEW, Op
+
+FREE = VIEW | {Op.SCALAR}
+POINTWISE = ELEMENTWISE | COMPARISON | {Op.CLONE, Op.TO_COPY}
+REDUCE = frozenset({Op.SUM, Op.AMAX, Op.AMIN})
+GEMM = frozenset({Op.MM, Op.BMM})
+
+
+def _kind(node: Node) -> str:
+    if node.op in FREE:
+        return "free"
+    if node.op in POINTWISE:
+        return "elementwise"
+    if node.op in REDUCE:
+        return "reduction"
+    if node.op in GEMM:
+        return "gemm"
+    return "opaque"
+
+
+class _Groups:
+    """Union-find over node indices, with each group's kind and the group DAG."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.nodes = graph.nodes
+        self.kind = [_kind(n) for n in self.nodes]
+        self.parent = list(range(len(self.nodes)))
+        self.producer = {v: i for i, n in enumerate(self.nodes) for v in n.outputs}
+        self.users: dict[Value, list[int]] = {}
+        for i, n in enumerate(self.nodes):
+            for v in n.input_values():
+                self.users.setdefault(v, []).append(i)
+        self.group_kind = {i: k for i, k in enumerate(self.kind)}
+
+    def find(self, i: int) -> int:
+        while self.parent[i] != i:
+            self.parent[i] = self.parent[self.parent[i]]
+            i = self.parent[i]
+        return i
+
+    def sources(self, i: int) -> set[int]:
+        """Non-free nodes whose results node i reads (seeing through free nodes)."""
+        out, stack = set(), list(self.nodes[i].input_values())
+        while stack:
+            v = stack.pop()
+            p = self.producer.get(v)
+            if p is None:
+                continue
+            if self.kind[p] == "free":
+                stack.extend(self.nodes[p].input_values())
+            else:
+                out.add(p)
+        return out
+
+    def dag(self) -> nx.DiGraph:
+        g = nx.DiGraph()
+        for i in range(len(self.nodes)):
+            if self.kind[i] != "free":
+                g.add_node(self.find(i))
+                for p in self.sources(i):
+                    a, b = self.find(p), self.find(i)
+                    if a != b:
+                        g.add_edge(a, b)
+        return g
+
+    def try_merge(self, a: int, b: int, kind: str) -> bool:
+        ra, rb = self.find(a), self.find(b)
+        if ra == rb:
+            return True
+        dag = self.dag()
+        merged = nx.contracted_nodes(dag, ra, rb, self_loops=False)
+        if not nx.is_directed_acyclic_graph(merged):
+            return False
+        self.parent[rb] = ra
+        self.group_kind[ra] = kind
+        return True
+
+    def members(self) -> dict[int, list[int]]:
+        out: dict[int, list[int]] = {}
+        for i in range(len(self.nodes)):
+            if self.kind[i] != "free":
+                out.setdefault(self.find(i), []).append(i)
+        return out
+
+
+def _shape(node: Node):
+    return node.outputs[0].type.shape
+
+
+def _row_space(node: Node):
+    """(input shape, reduced dims) of a reduction, dims made non-negative."""
+    x = node.inputs[0].type.shape
+    dims = node.attr["dim"]
+    dims = range(len(x)) if dims is None or dims == () else dims
+    return tuple(x), frozenset(d % max(len(x), 1) for d in dims)
+
+
+def _in_rows(shape, space) -> bool:
+    """Whether an elementwise result of `shape` runs over the rows of `space`."""
+    full, dims = space
+    kept = tuple(1 if i in dims else s for i, s in enumerate(full))
+    return tuple(shape) in (full, kept)
+
+
+def _fuse_reductions(g: _Groups) -> None:
+    spaces: dict[int, tuple] = {}
+    for i, node in enumerate(g.nodes):
+        if g.kind[i] != "reduction":
+            continue
+        space = _row_space(node)
+        for j, other in spaces.items():
+            if other == space:
+                g.try_merge(j, i, "reduction")
+        spaces[i] = space
+    for i, node in enumerate(g.nodes):  # elementwise ops over the same rows join
+        if g.kind[i] != "elementwise":
+            continue
+        for j, space in spaces.items():
+            if _in_rows(_shape(node), space) and _touches(g, i, j):
+                g.try_merge(j, i, "reduction")
+
+
+def _touches(g: _Groups, i: int, j: int) -> bool:
+    """Whether node i reads from group j or group j reads from node i."""
+    rj = g.find(j)
+    if any(g.find(p) == rj for p in g.sources(i)):
+        return True
+    return any(i in g.sources(k) for k in range(len(g.nodes))
+               if g.kind[k] != "free" and g.find(k) == rj)
+
+
+def _fuse_gemm(g: _Groups) -> None:
+    for i, node in enumerate(g.nodes):
+        if g.kind[i] != "gemm":
+            continue
+        frontier = [i]
+        while frontier:  # the epilogue: elementwise consumers of the product's shape
+            k = frontier.pop()
+            for v in g.nodes[k].outputs:
+                for u in g.users.get(v, []):
+                    if g.kind[u] == "elementwise" and _shape(g.nodes[u]) == _shape(node) \
+                            and g.group_kind[g.find(u)] == "elementwise":
+                        if g.try_merge(i, u, "gemm"):
+                            frontier.append(u)
+        for p in g.sources(i):  # prologues nothing else reads
+            produced = g.nodes[p].outputs
+            if g.kind[p] == "elementwise" and g.group_kind[g.find(p)] == "elementwise" and \
+                    all(len(g.users.get(v, [])) == 1 for v in produced):
+                g.try_merge(i, p, "gemm")
+
+
+def _fuse_elementwise(g: _Groups) -> None:
+    for i, node in enumerate(g.nodes):
+        if g.kind[i] != "elementwise" or g.group_kind[g.find(i)] != "elementwise":
+            continue
+        for p in g.sources(i):
+            if g.kind[p] == "elementwise" and g.group_kind[g.find(p)] == "elementwise" \
+                    and _shape(g.nodes[p]) == _shape(node):
+                g.try_merge(p, i, "elementwise")
+    readers: dict[Value, list[int]] = {}
+    for i, node in enumerate(g.nodes):  # horizontal: same shape, same input
+        if g.kind[i] == "elementwise" and g.group_kind[g.find(i)] == "elementwise":
+            for v in node.input_values():
+                readers.setdefault(v, []).append(i)
+    for v, idx in readers.items():
+        for a, b in zip(idx, idx[1:]):
+            if _shape(g.nodes[a]) == _shape(g.nodes[b]):
+                g.try_merge(a, b, "elementwise")
+
+
+def fuse(graph: Graph) -> Graph:
+    g = _Groups(graph)
+    _fuse_reductions(g)
+    _fuse_gemm(g)
+    _fuse_elementwise(g)
+    return _emit(graph, g)
+
+
+def _emit(graph: Graph, g: _Groups) -> Graph:
+    members = g.members()
+    rank = {r: k for k, r in enumerate(nx.lexicographical_topological_sort(
+        g.dag(), key=lambda r: max(members[r])))}
+    order = sorted(members, key=lambda r: rank[r])
+    rw = Rewriter(graph)
+    emitted_free: set[int] = set()
+    outputs_needed = set(graph.outputs)
+    for r in order:
+        idx = sorted(members[r])
+        kind = g.group_kind[r]
+        if len(idx) == 1 and kind == "opaque":
+            _emit_free_inputs(rw, g, idx[0], emitted_free)
+            rw.copy(g.nodes[idx[0]])
+            continue
+        _emit_group(rw, g, idx, kind, outputs_needed)
+    for v in graph.outputs:  # outputs that are views of inputs or of kernel results
+        if v not in rw.env:
+            _emit_free_value(rw, g, v, emitted_free)
+    return rw.finish()
+
+
+def _emit_free_value(rw, g, v, done) -> None:
+    p = g.producer.get(v)
+    if p is None or v in rw.env:
+        return
+    for u in g.nodes[p].input_values():
+        _emit_free_value(rw, g, u, done)
+    if p not in done:
+        done.add(p)
+        rw.copy(g.nodes[p])
+
+
+def _emit_free_inputs(rw, g, i, done) -> None:
+    for v in g.nodes[i].input_values():
+        _emit_free_value(rw, g, v, done)
+
+
+def _emit_group(rw: Rewriter, g: _Groups, idx: list[int], kind: str, graph_outputs) -> None:
+    inside = set(idx)
+    body_nodes: list[int] = []
+    external: list[Value] = []
+
+    def pull(v: Value):  # bring free producers into the body; other values are inputs
+        p = g.producer.get(v)
+        if p is not None and g.kind[p] == "free":
+            for u in g.nodes[p].input_values():
+                pull(u)
+            if p not in body_nodes:
+                body_nodes.append(p)
+        elif (p is None or p not in inside) and v not in external:
+            external.append(v)
+    for i in idx:
+        for v in g.nodes[i].input_values():
+            pull(v)
+        body_nodes.append(i)
+    produced = [v for i in idx for v in g.nodes[i].outputs]
+    used_outside = {v for v in produced if v in graph_outputs or any(
+        g.find(u) != g.find(idx[0]) if g.kind[u] != "free" else _free_escapes(g, u, inside)
+        for u in g.users.get(v, []))}
+    results = [v for v in produced if v in used_outside]
+    b = GraphBuilder()
+    env = {v: b.input(v.type, f"a{k}") for k, v in enumerate(external)}
+    for i in body_nodes:
+        n = g.nodes[i]
+        ins = [tuple(env[x] for x in a) if isinstance(a, tuple) else
+               (None if a is None else env[a]) for a in n.inputs]
+        outs = b.add(n.op, ins, n.attrs, [v.type for v in n.outputs])
+        env.update(zip(n.outputs, outs))
+    body = b.build([env[v] for v in results], name=kind)
+    for v in external:
+        _emit_free_value(rw, g, v, set())
+    outs = rw.emit(Op.FUSED, [tuple(rw.env[v] for v in external)],
+                   {"kind": kind, "body": body}, [v.type for v in results])
+    rw.env.update(zip(results, outs))
+
+
+def _free_escapes(g: _Groups, i: int, inside: set[int]) -> bool:
+    """Whether free node i's result reaches anything outside the group."""
+    for v in g.nodes[i].outputs:
+        if v in g.graph.outputs:
+            return True
+        for u in g.users.get(v, []):
+            if g.kind[u] == "free":
+                if _free_escapes(g, u, inside):
+                    return True
+            elif u not in inside:
+                return True
+    return False

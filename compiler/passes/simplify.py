@@ -1,0 +1,137 @@
+"""Algebraic simplification: a table of rules keyed by op, each looking at one node (and
+the producers of its inputs) and naming the value that can stand for its result.
+
+Every rule keeps results bit-identical to eager execution:
+- x * 1, 1 * x, x / 1, x + 0, x - 0 -> x (only when x already has the result's type,
+  so no broadcast or promotion is lost; -0.0 + 0 = 0.0, so `+ 0` is dropped only for
+  integer and boolean x);
+- neg(neg(x)) -> x; t(t(x)) -> x; transpose(transpose(x, a, b), a, b) -> x;
+  permute(permute(x, p), q) -> one permute (or x);
+- view / expand / _to_copy to the type x already has -> x; view(view(x)) -> one view
+  when x is a freshly computed (contiguous) value;
+- x / c -> x * (1 / c) only when c is a power of two, where the reciprocal is exact.
+Not done, because results would change: x - x -> 0 and x * 0 -> 0 (NaN and inf inputs),
+division by other constants (rounding).
+"""
+from __future__ import annotations
+
+import math
+
+from compiler.passes.rewrite import Rewriter
+from ir.graph import Graph, Value
+from ir.ops import VIEW, Op
+
+
+def _is_number(rw: Rewriter, v, number) -> bool:
+    return v in rw.scalars and rw.scalars[v] == number and not isinstance(rw.scalars[v], bool)
+
+
+def _identity_operand(rw, node, ins, number, exact_zero=False):
+    """The operand x of `x op number` (or `number op x` when commutative) whose type is
+    already the result's."""
+    out = node.outputs[0].type
+    candidates = [(0, 1)] + ([(1, 0)] if node.op in (Op.MUL, Op.ADD) else [])
+    for keep, const in candidates:
+        x, c = ins[keep], ins[const]
+        if x is not None and _is_number(rw, c, number) and x.type == out:
+            if exact_zero and x.type.dtype.is_floating_point:
+                continue  # -0.0 + 0 is +0.0: not the identity for floats
+            return x
+    return None
+
+
+def _mul(rw, node, ins):
+    return _identity_operand(rw, node, ins, 1)
+
+
+def _add_sub(rw, node, ins):
+    return _identity_operand(rw, node, ins, 0, exact_zero=True)
+
+
+def _div(rw, node, ins):
+    x, c = ins
+    if _is_number(rw, c, 1) and x.type == node.outputs[0].type:
+        return x
+    value = rw.scalars.get(c)
+    if isinstance(value, float) and value != 0 and math.isfinite(value) and \
+            math.frexp(abs(value))[0] == 0.5 and node.outputs[0].type.dtype.is_floating_point:
+        (r,) = rw.emit(Op.SCALAR, [], {"value": 1.0 / value})
+        return rw.emit(Op.MUL, [x, r], {}, [node.outputs[0].type])[0]
+    return None
+
+
+def _involution(rw, node, ins):
+    """neg(neg(x)), t(t(x)), transpose(transpose(x, a, b), a, b) -> x."""
+    p = rw.producers.get(ins[0])
+    if p is None or p[0] is not node.op:
+        return None
+    if node.op is Op.TRANSPOSE:
+        rank = max(len(ins[0].type.shape), 1)
+        mine = {node.attr["dim0"] % rank, node.attr["dim1"] % rank}
+        theirs = {dict(p[2])["dim0"] % rank, dict(p[2])["dim1"] % rank}
+        return p[1][0] if mine == theirs else None
+    return p[1][0]
+
+
+def _permute(rw, node, ins):
+    p = rw.producers.get(ins[0])
+    dims = dict(node.attrs)["dims"]
+    n = len(dims)
+    if list(d % n for d in dims) == list(range(n)):
+        return ins[0]
+    if p is not None and p[0] is Op.PERMUTE:
+        inner = [d % n for d in dict(p[2])["dims"]]
+        combined = tuple(inner[d % n] for d in dims)
+        if list(combined) == list(range(n)):
+            return p[1][0]
+        return rw.emit(Op.PERMUTE, [p[1][0]], {"dims": combined}, [node.outputs[0].type])[0]
+    return None
+
+
+def _same_type(rw, node, ins):
+    x = ins[0]
+    if x.type == node.outputs[0].type:
+        if node.op is Op.TO_COPY and dict(node.attrs).get("device") not in (None, "cpu"):
+            return None
+        return x
+    if node.op is Op.VIEW:
+        p = rw.producers.get(x)
+        if p is not None and p[0] is Op.VIEW:
+            base = rw.producers.get(p[1][0])
+            if base is not None and base[0] not in VIEW:  # fresh, contiguous memory
+                return rw.emit(Op.VIEW, [p[1][0]], node.attrs, [node.outputs[0].type])[0]
+    return None
+
+
+RULES = {Op.MUL: _mul, Op.ADD: _add_sub, Op.SUB: _add_sub, Op.DIV: _div,
+         Op.NEG: _involution, Op.T: _involution, Op.TRANSPOSE: _involution,
+         Op.PERMUTE: _permute, Op.VIEW: _same_type, Op.EXPAND: _same_type,
+         Op.TO_COPY: _same_type}
+
+
+class _Tracking(Rewriter):
+    """A rewriter that remembers what made each new value (rules look one node back)."""
+
+    def __init__(self, graph):
+        super().__init__(graph)
+        self.producers: dict[Value, tuple] = {}
+
+    def emit(self, op, inputs, attrs, types=None):
+        outs = super().emit(op, inputs, attrs, types)
+        attrs = tuple(attrs.items()) if isinstance(attrs, dict) else tuple(attrs)
+        for v in outs:
+            self.producers[v] = (op, list(inputs), attrs)
+        return outs
+
+
+def simplify(graph: Graph) -> Graph:
+    rw = _Tracking(graph)
+    for node in graph.nodes:
+        rule = RULES.get(node.op)
+        if rule is not None and len(node.outputs) == 1:
+            replacement = rule(rw, node, [rw.map(i) for i in node.inputs])
+            if replacement is not None:
+                rw.alias(node.outputs[0], replacement)
+                continue
+        rw.copy(node)
+    return rw.finish()

@@ -1,0 +1,277 @@
+"""Each pass on IR text, before and after; fusion's edge cases; the verifier after every
+pass; memory planning and traffic counts."""
+import textwrap
+
+import numpy as np
+import pytest
+
+import eager
+import ir
+from compiler import interpreter
+from compiler.passes import (constant_fold, cse, dce, decompose, drop_copies, fuse,
+                             optimize, plan_memory, simplify, traffic)
+from compiler.passes.rewrite import verify_types
+
+
+def G(text: str) -> ir.Graph:
+    return ir.parse(textwrap.dedent(text))
+
+
+def same(graph: ir.Graph, text: str) -> None:
+    assert str(graph) == textwrap.dedent(text).lstrip("\n")
+    verify_types(graph)
+
+
+def run(graph, *arrays):
+    return [t.numpy() for t in interpreter.run(graph, [eager.tensor(a) for a in arrays])]
+
+
+def test_dce_drops_what_no_output_reads():
+    same(dce(G("""
+        graph(%x: f32[3]):
+          %0: f32[3] = exp(%x)
+          %1: f32[3] = neg(%x)
+          %2: f32[3] = tanh(%0)
+          return (%2)
+        """)), """
+        graph(%x: f32[3]):
+          %0: f32[3] = exp(%x)
+          %1: f32[3] = tanh(%0)
+          return (%1)
+        """)
+
+
+def test_cse_reuses_repeated_nodes():
+    same(cse(G("""
+        graph(%x: f32[3]):
+          %0: f32[3] = exp(%x)
+          %1: f32[3] = exp(%x)
+          %2: f32[3] = add(%0, %1, alpha=1)
+          return (%2)
+        """)), """
+        graph(%x: f32[3]):
+          %0: f32[3] = exp(%x)
+          %1: f32[3] = add(%0, %0, alpha=1)
+          return (%1)
+        """)
+
+
+def test_constant_folding_uses_eager_arithmetic():
+    same(dce(constant_fold(G("""
+        graph(%x: f32[3]):
+          %0: i64[] = scalar(value=2)
+          %1: f32[] = scalar(value=0.25)
+          %2: f32[] = mul(%0, %1)
+          %3: f32[3] = mul(%x, %2)
+          return (%3)
+        """))), """
+        graph(%x: f32[3]):
+          %0: f32[] = scalar(value=0.5)
+          %1: f32[3] = mul(%x, %0)
+          return (%1)
+        """)
+
+
+@pytest.mark.parametrize("before, after", [
+    ("%0: f32[] = scalar(value=1)\n  %1: f32[2,3] = mul(%x, %0)", None),
+    ("%0: i64[] = scalar(value=1)\n  %1: f32[2,3] = mul(%0, %x)", None),
+    ("%0: f32[2,3] = neg(%x)\n  %1: f32[2,3] = neg(%0)", None),
+    ("%0: f32[3,2] = t(%x)\n  %1: f32[2,3] = t(%0)", None),
+    ("%0: f32[3,2] = transpose.int(%x, dim0=0, dim1=1)\n"
+     "  %1: f32[2,3] = transpose.int(%0, dim0=-1, dim1=0)", None),
+    ("%0: f32[3,2] = permute(%x, dims=[1, 0])\n  %1: f32[2,3] = permute(%0, dims=[1, 0])", None),
+    ("%0: f32[2,3] = view(%x, size=[2, 3])\n  %1: f32[2,3] = exp(%0)", "exp"),
+    ("%0: f32[2,3] = _to_copy(%x, dtype=f32, device=None)\n  %1: f32[2,3] = exp(%0)", "exp"),
+])
+def test_simplify_removes_identities(before, after):
+    text = f"graph(%x: f32[2,3]):\n  {before}\n  return (%1)\n"
+    g = dce(simplify(G(text)))
+    if after is None:
+        assert g.nodes == () and g.outputs == g.inputs
+    else:
+        assert [n.op.schema.name for n in g.nodes] == [after]
+
+
+@pytest.mark.parametrize("text", [
+    # x + 0 keeps -0.0 + 0 = +0.0 for floats; bool * 1 promotes to int64
+    "graph(%x: f32[3]):\n  %0: i64[] = scalar(value=0)\n  %1: f32[3] = add(%x, %0, alpha=1)\n"
+    "  return (%1)\n",
+    "graph(%x: b8[3]):\n  %0: i64[] = scalar(value=1)\n  %1: i64[3] = mul(%x, %0)\n"
+    "  return (%1)\n",
+    "graph(%x: f32[3]):\n  %0: f32[] = scalar(value=3.0)\n  %1: f32[3] = div(%x, %0)\n"
+    "  return (%1)\n",
+    "graph(%x: i32[3]):\n  %0: f32[] = scalar(value=1.0)\n  %1: f32[3] = mul(%x, %0)\n"
+    "  return (%1)\n",
+])
+def test_simplify_leaves_what_would_change_results(text):
+    assert str(dce(simplify(G(text)))) == text
+
+
+def test_division_by_a_power_of_two_becomes_an_exact_multiply():
+    g = dce(simplify(G("graph(%x: f32[3]):\n  %0: f32[] = scalar(value=4.0)\n"
+                       "  %1: f32[3] = div(%x, %0)\n  return (%1)\n")))
+    assert [n.op.schema.name for n in g.nodes] == ["scalar", "mul"]
+    assert g.nodes[0].attr["value"] == 0.25
+    x = np.array([1.0, 3.0, -7.0], np.float32)
+    np.testing.assert_array_equal(run(g, x)[0], x / np.float32(4))
+
+
+def test_view_chain_on_fresh_memory_becomes_one_view():
+    g = dce(simplify(G("""
+        graph(%x: f32[2,6]):
+          %0: f32[2,6] = exp(%x)
+          %1: f32[3,4] = view(%0, size=[3, 4])
+          %2: f32[12] = view(%1, size=[12])
+          return (%2)
+        """)))
+    assert [str(n).split(" = ")[1] for n in g.nodes] == ["exp(%x)", "view(%0, size=[12])"]
+
+
+def test_drop_copies_keeps_clones_that_leave_the_graph():
+    same(drop_copies(G("""
+        graph(%x: f32[3]):
+          %0: f32[3] = clone(%x)
+          %1: f32[3] = exp(%0)
+          %2: f32[3] = clone(%1)
+          return (%2)
+        """)), """
+        graph(%x: f32[3]):
+          %0: f32[3] = exp(%x)
+          %1: f32[3] = clone(%0)
+          return (%1)
+        """)
+
+
+def test_decompose_softmax_into_the_core():
+    g = decompose(G("graph(%x: f32[4,5]):\n  %0: f32[4,5] = softmax.int(%x, dim=-1, dtype=None)\n"
+                    "  return (%0)\n"))
+    assert [n.op.schema.name for n in g.nodes] == ["amax", "sub", "exp", "sum", "div"]
+    verify_types(g)
+
+
+def test_decompose_leaves_float16_alone():
+    text = "graph(%x: f16[4,5]):\n  %0: f16[4,5] = softmax.int(%x, dim=-1, dtype=None)\n" \
+           "  return (%0)\n"
+    assert str(decompose(G(text))) == text
+
+
+GELU_CHAIN = """
+    graph(%x: f32[64,32], %w: f32[32], %b: f32[32]):
+      %0: f32[64,32] = mul(%x, %w)
+      %1: f32[64,32] = add(%0, %b, alpha=1)
+      %2: f32[64,32] = gelu(%1, approximate="none")
+      %3: f32[] = scalar(value=0.5)
+      %4: f32[64,32] = mul(%2, %3)
+      %5: f32[64,32] = tanh(%x)
+      %6: f32[64,32] = add(%4, %5, alpha=1)
+      return (%6)
+    """
+
+
+def test_gelu_chain_becomes_one_kernel_moving_its_bytes_once():
+    g = G(GELU_CHAIN)
+    o = optimize(g, verify=True)
+    assert traffic(o).kernels == 1 and traffic(g).kernels == 6
+    assert traffic(o).bytes_moved == (64 * 32 * 2 + 32 * 2) * 4  # x in, out, w and b
+    arrays = [np.random.default_rng(0).standard_normal(s).astype(np.float32)
+              for s in ((64, 32), (32,), (32,))]
+    np.testing.assert_allclose(run(o, *arrays)[0], run(g, *arrays)[0], rtol=1e-6, atol=1e-6)
+
+
+def test_layer_norm_rows_fuse_into_one_reduction_kernel():
+    x = eager.randn(6, 8)
+    import compiler
+    cf = compiler.compile(lambda x: eager.nn.functional.layer_norm(x, (8,)), backend="eager")
+    cf(x)
+    g = next(iter(cf.entries.values())).regions[0]
+    o = optimize(g, verify=True)
+    assert traffic(o).kernels == 1 and o.nodes[0].attr["kind"] == "reduction"
+    np.testing.assert_allclose(interpreter.run(o, [x])[0].numpy(),
+                               interpreter.run(g, [x])[0].numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_gemm_takes_its_epilogue_and_folds_the_transpose():
+    g = G("""
+        graph(%x: f32[8,16], %w: f32[32,16], %b: f32[32], %r: f32[8,32]):
+          %0: f32[16,32] = t(%w)
+          %1: f32[8,32] = mm(%x, %0)
+          %2: f32[8,32] = add(%1, %b, alpha=1)
+          %3: f32[8,32] = relu(%2)
+          %4: f32[8,32] = add(%3, %r, alpha=1)
+          return (%4)
+        """)
+    o = fuse(g)
+    assert len(o.nodes) == 1 and o.nodes[0].attr["kind"] == "gemm"
+    body = o.nodes[0].attr["body"]
+    assert [n.op.schema.name for n in body.nodes] == ["t", "mm", "add", "relu", "add"]
+    verify_types(o)
+
+
+def test_a_value_read_by_two_kernels_is_an_output_of_its_own():
+    g = G("""
+        graph(%x: f32[4,4], %y: f32[4,4]):
+          %0: f32[4,4] = exp(%x)
+          %1: f32[4,4] = mm(%0, %y)
+          %2: f32[4,4] = neg(%0)
+          %3: f32[4,4] = add(%1, %2, alpha=1)
+          return (%3)
+        """)
+    o = fuse(g)
+    verify_types(o)
+    arrays = [np.eye(4, dtype=np.float32), np.ones((4, 4), np.float32)]
+    np.testing.assert_allclose(run(o, *arrays)[0], run(g, *arrays)[0], rtol=1e-6)
+
+
+def test_reduction_over_a_leading_dim_and_broadcast_inside_a_group():
+    g = G("""
+        graph(%x: f32[5,3], %s: f32[3]):
+          %0: f32[5,3] = mul(%x, %s)
+          %1: f32[1,3] = sum(%0, dim=[0], keepdim=True, dtype=None)
+          %2: f32[5,3] = div(%0, %1)
+          return (%2, %1)
+        """)
+    o = fuse(g)
+    assert len(o.nodes) == 1 and len(o.outputs) == 2  # the intermediate is an output too
+    arrays = [np.arange(15, dtype=np.float32).reshape(5, 3) + 1, np.array([1, 2, 3], np.float32)]
+    for a, b in zip(run(o, *arrays), run(g, *arrays)):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_fusion_never_makes_a_cycle():
+    # %2 needs the opaque cat, which needs %0: putting %0 and %2 together would be a cycle
+    g = G("""
+        graph(%x: f32[4]):
+          %0: f32[4] = exp(%x)
+          %1: f32[8] = cat([%0, %x], dim=0)
+          %2: f32[4] = slice.Tensor(%1, dim=0, start=0, end=4, step=1)
+          %3: f32[4] = add(%0, %2, alpha=1)
+          return (%3)
+        """)
+    o = fuse(g)
+    verify_types(o)
+    x = np.array([0.0, 1.0, 2.0, 3.0], np.float32)
+    np.testing.assert_allclose(run(o, x)[0], run(g, x)[0], rtol=1e-6)
+
+
+def test_memory_plan_reuses_buffers_of_dead_intermediates():
+    g = G("""
+        graph(%x: f32[256]):
+          %0: f32[256] = exp(%x)
+          %1: f32[256] = neg(%0)
+          %2: f32[256] = tanh(%1)
+          %3: f32[256] = sigmoid(%2)
+          return (%3)
+        """)
+    plan = plan_memory(g)
+    assert plan.bytes_without_reuse == 3 * 1024 and plan.pooled_bytes == 2 * 1024
+    assert plan.output_bytes == 1024
+    assert plan.buffer_of[g.nodes[0].outputs[0]] == plan.buffer_of[g.nodes[2].outputs[0]]
+
+
+def test_debug_level_2_prints_every_pass(capsys):
+    import compiler
+    with compiler.debug(2):
+        optimize(G(GELU_CHAIN))
+    err = capsys.readouterr().err
+    for name in ("decompose", "simplify", "cse", "fuse"):
+        assert f"after {name}" in err
