@@ -9,6 +9,7 @@ from __future__ import annotations
 from compiler import interpreter
 from compiler.api import RECOMPILE_LIMIT, CompileCheckError, CompiledFunction
 from compiler.debugging import debug
+from compiler.lower import Lowered, lower
 
 
 def compile(fn=None, *, backend: str = "native", fullgraph: bool = False,  # noqa: A001
@@ -47,5 +48,5 @@ class CompiledModule:
         return f"CompiledModule({self._orig_mod!r})"
 
 
-__all__ = ["compile", "CompiledFunction", "CompiledModule", "CompileCheckError", "debug",
-           "interpreter", "RECOMPILE_LIMIT"]
+__all__ = ["compile", "lower", "Lowered", "CompiledFunction", "CompiledModule",
+           "CompileCheckError", "debug", "interpreter", "RECOMPILE_LIMIT"]

@@ -21,13 +21,16 @@ class EagerBackend:
 
 class NativeBackend(EagerBackend):
     name = "native"
-    note = ("optimises graphs (decompositions, simplification, fusion); native code "
-            "generation is not built yet, so each fused kernel runs through the reference "
-            "interpreter")
+    note = ("optimises graphs (decompositions, simplification, fusion) and runs fused "
+            "elementwise and row kernels as LLVM-generated machine code; other nodes run "
+            "through the reference interpreter")
 
     def compile(self, graph: Graph):
+        from compiler import native
         from compiler.passes import optimize
-        return interpreter.prepare(optimize(graph))
+        run = native.prepare(optimize(graph))
+        run.source = graph
+        return run
 
 
 _BACKENDS = {"eager": EagerBackend, "native": NativeBackend}

@@ -44,14 +44,22 @@ class _Slot:
         self.index, self.many = index, many
 
 
-def prepare(graph: Graph):
+def prepare(graph: Graph, replace: dict | None = None):
     """`graph` as a callable over a list of inputs: values live in numbered slots, so a
-    call does no name lookups (this is the "eager" backend's compiled form)."""
+    call does no name lookups (this is the "eager" backend's compiled form). `replace`
+    maps node indices of fused nodes to callables `run(list[Tensor]) -> list[Tensor]`
+    that run instead of their bodies (the native backend's kernels)."""
     slot = {v: i for i, v in enumerate(graph.inputs)}
     steps = []
-    for node in graph.nodes:
-        if node.op in _SPECIAL:
-            handle, env_args, env_kwargs = _SPECIAL[node.op](node, _SlotMap(slot))
+    replace = replace or {}
+    for index, node in enumerate(graph.nodes):
+        if index in replace or node.op in _SPECIAL:
+            if index in replace:
+                kernel = replace[index]
+                handle, env_args, env_kwargs = (lambda *xs, k=kernel: k(list(xs))), \
+                    [_SlotMap(slot)[v] for v in node.inputs[0]], {}
+            else:
+                handle, env_args, env_kwargs = _SPECIAL[node.op](node, _SlotMap(slot))
             outs = []
             for v in node.outputs:
                 slot[v] = len(slot)

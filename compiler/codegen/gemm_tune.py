@@ -1,0 +1,141 @@
+"""Cache blocking for the GEMM: a default from this CPU's cache sizes, and a small
+autotuner that times a few candidates once and keeps the winner on disk.
+
+`KILN_AUTOTUNE`: "0" always uses the default; unset uses a stored result when there is
+one, else the default; "1" also tunes (about a second) when nothing is stored. Results
+live in `$KILN_CACHE_DIR/gemm_blocking.json` (runtime.cache's directory), keyed by CPU,
+dtype and tile.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from compiler.codegen.gemm_native import Blocking, GemmKernel
+
+TUNE_SIZE = 768  # square problem the candidates are timed on
+FILE_NAME = "gemm_blocking.json"
+_lock = threading.Lock()
+_chosen: dict = {}
+
+
+def cache_sizes() -> tuple[int, int]:
+    """(L1 data, L2) bytes per core from sysfs; (32 KiB, 1 MiB) where it cannot be read."""
+    sizes = {1: 32 << 10, 2: 1 << 20}
+    root = Path("/sys/devices/system/cpu/cpu0/cache")
+    for index in root.glob("index*"):
+        try:
+            level = int((index / "level").read_text())
+            kind = (index / "type").read_text().strip()
+            text = (index / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        if kind in ("Data", "Unified") and level in sizes and text.endswith("K"):
+            sizes[level] = int(text[:-1]) << 10
+    return sizes[1], sizes[2]
+
+
+def default_blocking(kernel: GemmKernel) -> Blocking:
+    """KC so that one packed B micro-panel (KC x NR) fills about half of L1, MC so that
+    the packed A block (MC x KC) fills about half of L2, NC a few thousand columns."""
+    l1, l2 = cache_sizes()
+    t, itemsize = kernel.tile, kernel.dtype.itemsize
+    kc = max(64, min(512, l1 // 2 // (t.nr * itemsize) // 16 * 16))
+    mc = max(t.mr, min(1200, l2 // 2 // (kc * itemsize) // t.mr * t.mr))
+    nc = t.nr * max(1, 4096 // t.nr)
+    return Blocking(mc, kc, nc)
+
+
+def candidates(kernel: GemmKernel) -> list[Blocking]:
+    """The default and its neighbours along KC and MC."""
+    base = default_blocking(kernel)
+    t = kernel.tile
+    options = {base}
+    for kc in (base.kc // 2, base.kc * 2):
+        for mc in (base.mc, base.mc // 2):
+            mc = max(t.mr, mc // t.mr * t.mr)
+            options.add(Blocking(mc, max(32, kc), base.nc))
+    return sorted(options, key=lambda b: (b.kc, b.mc))
+
+
+def blocking(kernel: GemmKernel, measure: Callable[[Blocking], float] | None = None) -> Blocking:
+    """The blocking to use for `kernel` (see KILN_AUTOTUNE). `measure(blocking)` returns
+    seconds for one run of the tuning problem; needed only if tuning runs."""
+    mode = os.environ.get("KILN_AUTOTUNE", "")
+    if mode == "0":
+        return default_blocking(kernel)
+    key = _key(kernel)
+    with _lock:
+        if key in _chosen:
+            return _chosen[key]
+        stored = _load().get(key)
+        if stored is not None:
+            chosen = Blocking(**stored)
+        elif mode == "1" and measure is not None:
+            chosen = tune(kernel, measure)
+            _store(key, chosen)
+        else:
+            chosen = default_blocking(kernel)
+        _chosen[key] = chosen
+        return chosen
+
+
+def tune(kernel: GemmKernel, measure: Callable[[Blocking], float], rounds: int = 3) -> Blocking:
+    """The candidate with the smallest median time over `rounds` alternating rounds."""
+    options = candidates(kernel)
+    times = {option: [] for option in options}
+    for option in options:
+        measure(option)  # warm up: pages, caches, the pool's threads
+    for _ in range(rounds):
+        for option in options:
+            times[option].append(measure(option))
+    return min(options, key=lambda option: statistics.median(times[option]))
+
+
+def timer(run: Callable[[Blocking], None]) -> Callable[[Blocking], float]:
+    def measure(option: Blocking) -> float:
+        start = time.perf_counter()
+        run(option)
+        return time.perf_counter() - start
+    return measure
+
+
+def _key(kernel: GemmKernel) -> str:
+    from runtime.jit import host_cpu_name
+    t = kernel.tile
+    return f"{host_cpu_name()}/{t.dtype}/{t.mr}x{t.nr}u{t.unroll}"
+
+
+def _path() -> Path:
+    from runtime.cache import cache_dir
+    return cache_dir() / FILE_NAME
+
+
+def _load() -> dict:
+    try:
+        data = json.loads(_path().read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _store(key: str, chosen: Blocking) -> None:
+    """Merge one result into the JSON file (written atomically; failures are ignored:
+    tuning again next time is the only cost)."""
+    data = _load()
+    data[key] = {"mc": chosen.mc, "kc": chosen.kc, "nc": chosen.nc}
+    path = _path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        descriptor, temporary = tempfile.mkstemp(prefix=".tmp-blocking-", dir=path.parent)
+        with os.fdopen(descriptor, "w") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+        os.replace(temporary, path)
+    except OSError:
+        pass

@@ -1,0 +1,365 @@
+"""Elementwise and row-reduction kernels as LLVM functions.
+
+Every kernel has one signature:
+
+    void k(i8** ptrs, i64** row_offsets, i64* inner_strides,
+           i64 row_begin, i64 row_end, i64 i_begin, i64 i_end)
+
+Operand j (inputs first, then outputs) has its element (r, i) at
+`ptrs[j] + row_offsets[j][r] + i * inner_strides[j]` (in elements). Each operand's
+inner stride is specialised at compile time: 1 (contiguous: vector loads), 0 (one value
+per row: loaded once, broadcast) or strided (gathered lane by lane). The inner loop runs
+W lanes at a time and finishes with one masked step, so no lane reads or writes past
+`i_end`. A row kernel (`reduction`) runs its row in passes: each pass accumulates the
+reductions whose inputs it can compute, and the elementwise ops between passes run once
+per row on the reduced values.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import llvmlite.ir as ir
+
+from compiler.codegen import values as V
+from ir import dtypes
+from ir.dtypes import DType
+from ir.graph import Node, Value
+from ir.ops import COMPARISON, Op
+
+REDUCE_OPS = {Op.SUM: "sum", Op.AMAX: "max", Op.AMIN: "min"}
+STRIDED = None  # an operand's inner-stride class when it is neither 1 nor 0
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """What a kernel computes: `nodes` (elementwise and reductions, in order) over the
+    operands `inputs`, writing `outputs`; `per_row` marks values with one element per
+    row (reduced values, and inputs broadcast along the inner dim)."""
+    name: str
+    kind: str                    # "elementwise" or "reduction"
+    inputs: tuple[Value, ...]
+    nodes: tuple[Node, ...]
+    outputs: tuple[Value, ...]
+    scalars: tuple[tuple[Value, object], ...]
+    per_row: frozenset
+    strides: tuple               # per operand: 1, 0 or STRIDED
+
+    def width(self, host_lanes: int) -> int:
+        sizes = [v.type.dtype.itemsize for v in self.inputs + self.outputs] + \
+            [n.outputs[0].type.dtype.itemsize for n in self.nodes]
+        return max(4, min(16, host_lanes * 4 // max(sizes)))
+
+
+def compute_dtype(node: Node, scalar_values: set) -> DType:
+    """The type a node computes in: the promoted input type for comparisons, bool for
+    logical_and, else its result type."""
+    if node.op in COMPARISON:
+        dim, zero, wrapped = [], [], []
+        for v in node.input_values():
+            (wrapped if v in scalar_values else zero if not v.type.shape else dim).append(
+                v.type.dtype)
+        return dtypes.result_type(dim, zero, wrapped)
+    if node.op is Op.LOGICAL_AND:
+        return dtypes.bool_
+    return node.outputs[0].type.dtype
+
+
+def _declare(module: ir.Module, name: str, fnty) -> ir.Function:
+    return module.globals.get(name) or ir.Function(module, fnty, name)
+
+
+def _suffix(t) -> str:
+    return {"float": "f32", "double": "f64"}.get(str(t), f"i{getattr(t, 'width', 0)}")
+
+
+class _Builder:
+    def __init__(self, module: ir.Module, spec: KernelSpec, lanes: int):
+        self.spec, self.w = spec, lanes
+        voidp = ir.PointerType(V.I8)
+        fnty = ir.FunctionType(ir.VoidType(), [ir.PointerType(voidp),
+                                               ir.PointerType(ir.PointerType(V.I64)),
+                                               ir.PointerType(V.I64)] + [V.I64] * 4)
+        self.fn = ir.Function(module, fnty, spec.name)
+        self.module = module
+        self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
+        ptrs, offs, strides, self.r0, self.r1, self.i0, self.i1 = self.fn.args
+        self.operands = list(spec.inputs) + list(spec.outputs)
+        self.ptr, self.off, self.stride = [], [], []
+        b = self.b
+        for j, v in enumerate(self.operands):
+            raw = b.load(b.gep(ptrs, [ir.Constant(V.I64, j)]))
+            mem = V._MEMORY[v.type.dtype.name]
+            self.ptr.append(b.bitcast(raw, ir.PointerType(mem)))
+            self.off.append(b.load(b.gep(offs, [ir.Constant(V.I64, j)])))
+            self.stride.append(b.load(b.gep(strides, [ir.Constant(V.I64, j)]))
+                               if spec.strides[j] is STRIDED else None)
+        self.scalars = dict(spec.scalars)
+
+    # loops ----------------------------------------------------------------------------
+    def loop(self, start, end, step: int, body, tail=None):
+        """for i = start; i + step <= end; i += step: body(i); then tail(i) if i < end."""
+        b = self.b
+        pre = b.block
+        head = self.fn.append_basic_block("loop")
+        inner = self.fn.append_basic_block("body")
+        done = self.fn.append_basic_block("done")
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(V.I64)
+        i.add_incoming(start, pre)
+        limit = b.sub(end, ir.Constant(V.I64, step - 1))
+        b.cbranch(b.icmp_signed("<", i, limit), inner, done)
+        b.position_at_end(inner)
+        body(i)
+        i.add_incoming(b.add(i, ir.Constant(V.I64, step)), b.block)
+        b.branch(head)
+        b.position_at_end(done)
+        if tail is not None:
+            with b.if_then(b.icmp_signed("<", i, end)):
+                tail(i, b.sub(end, i))
+        return i
+
+    # memory -----------------------------------------------------------------------------
+    def row_base(self, j, r):
+        b = self.b
+        return b.gep(self.ptr[j], [b.load(b.gep(self.off[j], [r]))])
+
+    def _mask(self, count):
+        L = V.Lanes(self.b, self.w)
+        lanes = ir.Constant(ir.VectorType(V.I64, self.w), list(range(self.w)))
+        return self.b.icmp_signed("<", lanes, L.splat(count))
+
+    def load(self, j, base, i, count=None):
+        """W elements of operand j at inner index i (count: lanes that exist, for the tail)."""
+        b, w = self.b, self.w
+        v = self.operands[j]
+        L = V.Lanes(b, w)
+        mem = V._MEMORY[v.type.dtype.name]
+        cls = self.spec.strides[j]
+        if cls == 0:  # one element for the whole row
+            return L.splat(V.Lanes(b, None).from_memory(b.load(base), v.type.dtype))
+        if cls == 1:
+            ptr = b.bitcast(b.gep(base, [i]), ir.PointerType(ir.VectorType(mem, w)))
+            if count is None:
+                raw = b.load(ptr, align=v.type.dtype.itemsize)
+            else:
+                vt = ir.VectorType(mem, w)
+                fn = _declare(self.module, f"llvm.masked.load.v{w}{_suffix(mem)}.p0",
+                              ir.FunctionType(vt, [ir.PointerType(vt), V.I32,
+                                                   ir.VectorType(V.I1, w), vt]))
+                raw = b.call(fn, [ptr, ir.Constant(V.I32, v.type.dtype.itemsize),
+                                  self._mask(count), ir.Constant(vt, None)])
+        else:
+            raw = ir.Constant(ir.VectorType(mem, w), ir.Undefined)
+            last = b.sub(b.add(i, count), ir.Constant(V.I64, 1)) if count is not None else None
+            for k in range(w):
+                idx = b.add(i, ir.Constant(V.I64, k))
+                if last is not None:  # the tail reads the last element again, never past it
+                    idx = b.select(b.icmp_signed("<", idx, last), idx, last)
+                raw = b.insert_element(raw, b.load(b.gep(base, [b.mul(idx, self.stride[j])])),
+                                       ir.Constant(V.I32, k))
+        return L.from_memory(raw, v.type.dtype)
+
+    def store(self, j, base, i, value, count=None):
+        b, w = self.b, self.w
+        v = self.operands[j]
+        L = V.Lanes(b, w)
+        mem_value = L.to_memory(value, v.type.dtype)
+        vt = mem_value.type
+        if self.spec.strides[j] != 1:  # strided: lane by lane, only lanes that exist
+            for k in range(w):
+                idx = b.add(i, ir.Constant(V.I64, k))
+                lane = b.extract_element(mem_value, ir.Constant(V.I32, k))
+                target = b.gep(base, [b.mul(idx, self.stride[j])])
+                if count is None:
+                    b.store(lane, target)
+                else:
+                    with b.if_then(b.icmp_signed("<", ir.Constant(V.I64, k), count)):
+                        b.store(lane, target)
+            return
+        ptr = b.bitcast(b.gep(base, [i]), ir.PointerType(vt))
+        if count is None:
+            b.store(mem_value, ptr, align=v.type.dtype.itemsize)
+        else:
+            fn = _declare(self.module, f"llvm.masked.store.v{w}{_suffix(vt.element)}.p0",
+                          ir.FunctionType(ir.VoidType(), [vt, ir.PointerType(vt), V.I32,
+                                                          ir.VectorType(V.I1, w)]))
+            b.call(fn, [mem_value, ptr, ir.Constant(V.I32, v.type.dtype.itemsize),
+                        self._mask(count)])
+
+    # values -----------------------------------------------------------------------------
+    def compute(self, node: Node, env: dict, L: V.Lanes):
+        args = [env[x] for x in node.input_values()]
+        in_dts = [x.type.dtype for x in node.input_values()]
+        out = V.compute(L, node.op, args, in_dts, node.outputs[0].type.dtype,
+                        node.attr, compute_dtype(node, set(self.scalars)))
+        env[node.outputs[0]] = out
+
+    def constants(self, env: dict, L: V.Lanes) -> None:
+        for v, value in self.scalars.items():
+            env[v] = L.const(value, v.type.dtype)
+
+
+def build_kernel(module: ir.Module, spec: KernelSpec, host_lanes: int) -> ir.Function:
+    builder = _Builder(module, spec, spec.width(host_lanes))
+    if spec.kind == "elementwise":
+        _elementwise(builder)
+    else:
+        _rows(builder)
+    builder.b.ret_void()
+    return builder.fn
+
+
+def _row_loop(k: _Builder, body) -> None:
+    k.loop(k.r0, k.r1, 1, body)
+
+
+def _elementwise(k: _Builder) -> None:
+    spec = k.spec
+    n_in = len(spec.inputs)
+
+    def row(r):
+        bases = [k.row_base(j, r) for j in range(len(k.operands))]
+        per_row = {}
+        for j, v in enumerate(spec.inputs):
+            if spec.strides[j] == 0:
+                per_row[v] = V.Lanes(k.b, None).from_memory(k.b.load(bases[j]), v.type.dtype)
+
+        def step(i, count=None):
+            L = V.Lanes(k.b, k.w)
+            env = {v: L.splat(x) for v, x in per_row.items()}
+            k.constants(env, L)
+            for j, v in enumerate(spec.inputs):
+                if spec.strides[j] != 0:
+                    env[v] = k.load(j, bases[j], i, count)
+            for node in spec.nodes:
+                k.compute(node, env, L)
+            for j, v in enumerate(spec.outputs):
+                k.store(n_in + j, bases[n_in + j], i, env[v], count)
+        k.loop(k.i0, k.i1, k.w, step, tail=lambda i, count: step(i, count))
+    _row_loop(k, row)
+
+
+def _levels(spec: KernelSpec):
+    """Pass numbers: a full-row value's pass, a reduction's accumulating pass, and the
+    pass from which a per-row value is available."""
+    level: dict[Value, int] = {v: 0 for v in spec.inputs}
+    level.update({v: 0 for v, _ in spec.scalars})
+    acc_pass: dict[Node, int] = {}
+    for node in spec.nodes:
+        ins = max((level[v] for v in node.input_values()), default=0)
+        if node.op in REDUCE_OPS:
+            acc_pass[node] = ins
+            level[node.outputs[0]] = ins + 1
+        else:
+            level[node.outputs[0]] = ins
+    return level, acc_pass
+
+
+def _rows(k: _Builder) -> None:
+    spec, b = k.spec, k.b
+    n_in = len(spec.inputs)
+    level, acc_pass = _levels(spec)
+    producer = {n.outputs[0]: n for n in spec.nodes}
+    full_outputs = [(j, v) for j, v in enumerate(spec.outputs) if v not in spec.per_row]
+    passes = max([level[v] for _, v in full_outputs] + list(acc_pass.values()) + [0]) + 1
+
+    def row(r):
+        bases = [k.row_base(j, r) for j in range(len(k.operands))]
+        S = V.Lanes(b, None)
+        known = {}  # per-row scalars
+        for j, v in enumerate(spec.inputs):
+            if v in spec.per_row:
+                known[v] = S.from_memory(b.load(bases[j]), v.type.dtype)
+        k.constants(known, S)
+        for p in range(passes):
+            _row_scalars(k, spec, known, S, producer)
+            reductions = [n for n, q in acc_pass.items() if q == p]
+            stores = [(j, v) for j, v in full_outputs if level[v] == p]
+            if not reductions and not stores:
+                continue
+            needed = _needed(spec, producer, [n.inputs[0] for n in reductions] +
+                             [v for _, v in stores], known)
+            accs = {n: _start_acc(k, n) for n in reductions}
+
+            def step(i, count=None, needed=needed, accs=accs, stores=stores):
+                L = V.Lanes(b, k.w)
+                env = {v: L.splat(x) for v, x in known.items()}
+                for j, v in enumerate(spec.inputs):
+                    if v not in spec.per_row:
+                        env[v] = k.load(j, bases[j], i, count)
+                for node in spec.nodes:
+                    if node.outputs[0] in needed:
+                        k.compute(node, env, L)
+                for node, acc in accs.items():
+                    _accumulate(k, node, acc, env[node.inputs[0]], count)
+                for j, v in stores:
+                    k.store(n_in + j, bases[n_in + j], i, env[v], count)
+            k.loop(k.i0, k.i1, k.w, step, tail=lambda i, count, s=step: s(i, count))
+            for node, acc in accs.items():
+                known[node.outputs[0]] = _finish_acc(k, node, acc)
+        _row_scalars(k, spec, known, S, producer)
+        for j, v in enumerate(spec.outputs):
+            if v in spec.per_row:
+                b.store(S.to_memory(known[v], v.type.dtype), bases[n_in + j])
+    _row_loop(k, row)
+
+
+def _row_scalars(k, spec, known, S, producer) -> None:
+    """Per-row elementwise nodes whose inputs are all known now."""
+    for node in spec.nodes:
+        v = node.outputs[0]
+        if v in spec.per_row and v not in known and node.op not in REDUCE_OPS and \
+                all(x in known for x in node.input_values()):
+            k.compute(node, known, S)
+
+
+def _needed(spec, producer, targets, known) -> set:
+    need, stack = set(), list(targets)
+    while stack:
+        v = stack.pop()
+        if v in need or v in known or v not in producer:
+            continue
+        need.add(v)
+        stack.extend(producer[v].input_values())
+    return need
+
+
+def _identity(node: Node, dt: DType):
+    kind = REDUCE_OPS[node.op]
+    return {"sum": 0.0, "max": float("-inf"), "min": float("inf")}[kind]
+
+
+def _start_acc(k: _Builder, node: Node):
+    b = k.b
+    dt = node.outputs[0].type.dtype
+    L = V.Lanes(b, k.w)
+    with b.goto_entry_block():
+        slot = b.alloca(L.type(dt))
+    b.store(L.const(_identity(node, dt), dt), slot)
+    return slot
+
+
+def _accumulate(k: _Builder, node: Node, slot, x, count) -> None:
+    b, dt = k.b, node.outputs[0].type.dtype
+    L = V.Lanes(b, k.w)
+    x = L.cast(x, node.inputs[0].type.dtype, dt)
+    if count is not None:  # lanes past the row's end contribute the identity
+        x = b.select(k._mask(count), x, L.const(_identity(node, dt), dt))
+    acc = b.load(slot)
+    kind = REDUCE_OPS[node.op]
+    new = b.fadd(acc, x) if kind == "sum" else V._max_min(L, acc, x, dt, kind == "max")
+    b.store(new, slot)
+
+
+def _finish_acc(k: _Builder, node: Node, slot):
+    """Fold the W partial results of a row into one (pairwise, so the sum's error grows
+    with log2(W) on top of the per-lane sums)."""
+    b, dt = k.b, node.outputs[0].type.dtype
+    S = V.Lanes(b, None)
+    parts = [b.extract_element(b.load(slot), ir.Constant(V.I32, i)) for i in range(k.w)]
+    kind = REDUCE_OPS[node.op]
+    while len(parts) > 1:
+        parts = [b.fadd(x, y) if kind == "sum" else V._max_min(S, x, y, dt, kind == "max")
+                 for x, y in zip(parts[::2], parts[1::2])]
+    return parts[0]

@@ -1,0 +1,276 @@
+"""The native backend's runner: the optimised graph's fused kernels run as generated
+machine code where the code generator supports them, and through the reference
+interpreter where it does not (with the reason kept for explain()).
+
+A fused node's body starts with the views that read its inputs (transposes, expands,
+slices): they run as eager view ops, which only compute strides, and the kernel reads
+the viewed memory through those strides. The dims of the iteration space are merged
+where every operand allows it (as PyTorch's TensorIterator does), leaving rows and one
+inner dim.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import numpy as np
+
+from compiler import debugging as debug
+from compiler import interpreter
+from compiler.codegen import kernels as K
+from compiler.codegen import values as V
+from eager.dispatcher import ATEN
+from eager.tensor import from_array
+from ir.graph import Graph, Node
+from ir.ops import VIEW, Op
+
+_KERNEL_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                              ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
+_PARALLEL_ELEMENTS = 1 << 16  # below this a kernel runs on the calling thread alone
+_lock = threading.Lock()
+_compiled: dict[tuple, tuple] = {}  # (body text, strides) -> (ctypes function, ir, asm)
+_counter = [0]
+
+
+class Unsupported(Exception):
+    pass
+
+
+class KernelArtifact:
+    """What was generated for one kernel: its LLVM IR before and after optimisation,
+    and (made on first request) its machine assembly."""
+
+    def __init__(self, name: str, llvm_ir: str, optimised, jit):
+        self.name, self.llvm_ir = name, llvm_ir
+        self.optimised_ir = str(optimised)
+        self._module, self._jit, self._asm = optimised, jit, None
+
+    @property
+    def assembly(self) -> str:
+        if self._asm is None:
+            self._asm = self._jit.assembly(self._module)
+        return self._asm
+
+
+class FusedKernel:
+    """One fused node as native code, compiled per pattern of operand strides."""
+
+    def __init__(self, node: Node):
+        body = node.attr["body"]
+        self.kind = node.attr["kind"]
+        if self.kind not in ("elementwise", "reduction"):
+            raise Unsupported(f"{self.kind} kernels are not generated yet")
+        self.body = body
+        self.views = [n for n in body.nodes if n.op in VIEW]
+        self.scalars = tuple((n.outputs[0], n.attr["value"]) for n in body.nodes
+                             if n.op is Op.SCALAR)
+        self.nodes = tuple(n for n in body.nodes if n.op not in VIEW and n.op is not Op.SCALAR)
+        view_outputs = {v for n in self.views for v in n.outputs}
+        computed = {v for n in self.nodes for v in n.outputs}
+        for n in self.views:
+            if any(v in computed for v in n.input_values()):
+                raise Unsupported("a view of a computed value inside the kernel")
+        operands = []
+        for n in self.nodes:
+            for v in n.input_values():
+                if (v in body.inputs or v in view_outputs) and v not in operands:
+                    operands.append(v)
+        self.operands = tuple(operands)
+        self._check(computed)
+        self.space = self._space()
+        self.fallback_reason = ""  # set when a call's layout made it run interpreted
+        self.artifacts: list[KernelArtifact] = []  # one per compiled stride pattern
+
+    def _check(self, computed) -> None:
+        allowed = V.NATIVE_OPS | set(K.REDUCE_OPS)
+        for n in self.nodes:
+            if n.op not in allowed:
+                raise Unsupported(f"no native code for {n.op.qualified_name}")
+            for v in list(n.input_values()) + list(n.outputs):
+                if v.type.dtype.name not in V.SUPPORTED:
+                    raise Unsupported(f"{v.type.dtype.name} is not supported natively")
+                if not v.type.is_static:
+                    raise Unsupported("symbolic sizes are not supported natively yet")
+            if (n.op in V.FLOAT_OPS or n.op in (Op.POW, Op.GELU) or n.op in K.REDUCE_OPS) \
+                    and not n.outputs[0].type.dtype.is_floating_point:
+                raise Unsupported(f"{n.op.qualified_name} on integers")
+        if any(v not in computed and v not in self.operands for v in self.body.outputs):
+            raise Unsupported("an output that is not computed by the kernel")
+
+    def _space(self):
+        """(full shape, reduced dims) of the iteration."""
+        shapes = [v.type.shape for v in self.body.outputs]
+        if self.kind == "elementwise":
+            if len(set(shapes)) != 1:
+                raise Unsupported("outputs of different shapes")
+            return tuple(shapes[0]), frozenset()
+        reductions = [n for n in self.nodes if n.op in K.REDUCE_OPS]
+        full = tuple(reductions[0].inputs[0].type.shape)
+        dims = reductions[0].attr["dim"]
+        dims = range(len(full)) if dims in (None, ()) else dims
+        reduced = frozenset(d % max(len(full), 1) for d in dims)
+        for n in reductions:
+            d = n.attr["dim"]
+            d = range(len(full)) if d in (None, ()) else d
+            if tuple(n.inputs[0].type.shape) != full or \
+                    frozenset(x % max(len(full), 1) for x in d) != reduced:
+                raise Unsupported("reductions over different rows")
+        return full, reduced
+
+    # running ------------------------------------------------------------------------
+    def __call__(self, inputs: list) -> list:
+        env = dict(zip(self.body.inputs, inputs))
+        for n in self.views:
+            args, kwargs = interpreter.node_call_args(n, env)
+            env[n.outputs[0]] = ATEN[n.op](*args, **kwargs)
+        full, reduced = self.space
+        if 0 in full:  # nothing to compute: eager's answer (zeros, NaN or its error)
+            return interpreter.run(self.body, inputs)
+        outs = [np.empty(tuple(v.type.shape), v.type.dtype.np) for v in self.body.outputs]
+        arrays = [env[v]._np() for v in self.operands] + outs
+        shapes = [tuple(v.type.shape) for v in self.operands + tuple(self.body.outputs)]
+        try:
+            rows, inner, offsets, strides = _layout(arrays, shapes, full, reduced)
+        except Unsupported as e:  # this call's memory layout: the interpreter runs it
+            self.fallback_reason = str(e)
+            return interpreter.run(self.body, inputs)
+        fn = self._function(tuple(_stride_class(s) for s in strides), shapes, full, reduced)
+        _launch(fn, arrays, offsets, strides, rows, inner, self.kind == "elementwise")
+        return [from_array(o) for o in outs]
+
+    def _function(self, classes, shapes, full, reduced):
+        key = (str(self.body), classes)
+        with _lock:
+            hit = _compiled.get(key)
+            if hit is None:
+                hit = _compiled[key] = self._compile(classes, shapes, full, reduced)
+            if hit[1] not in self.artifacts:
+                self.artifacts.append(hit[1])
+        return hit[0]
+
+    def _compile(self, classes, shapes, full, reduced):
+        from runtime.jit import host_jit, vector_width
+        jit = host_jit()
+        _counter[0] += 1
+        name = f"kiln_{self.kind}_{_counter[0]}"
+        per_row = frozenset(v for v, s in zip(self.operands + tuple(self.body.outputs), shapes)
+                            if self.kind == "reduction" and _is_kept(s, full, reduced)) | \
+            frozenset(n.outputs[0] for n in self.nodes if self.kind == "reduction" and
+                      _is_kept(tuple(n.outputs[0].type.shape), full, reduced))
+        spec = K.KernelSpec(name, self.kind, self.operands, self.nodes,
+                            tuple(self.body.outputs), self.scalars, per_row, classes)
+        module = jit.new_module(name)
+        K.build_kernel(module, spec, vector_width())
+        debug.banner(f"LLVM IR: {name}", str(module), at_level=3)
+        optimised = jit.add(module)
+        artifact = KernelArtifact(name, str(module), optimised, jit)
+        if debug.level() >= 4:
+            debug.banner(f"assembly: {name}", artifact.assembly, at_level=4)
+        return _KERNEL_FN(jit.address(name)), artifact
+
+
+def _is_kept(shape, full, reduced) -> bool:
+    """Whether a value of `shape` holds one element per row (a reduction's result, with
+    or without its reduced dims)."""
+    if not reduced:
+        return False
+    kept = tuple(1 if i in reduced else s for i, s in enumerate(full))
+    squeezed = tuple(s for i, s in enumerate(full) if i not in reduced)
+    return tuple(shape) in (kept, squeezed)
+
+
+def _stride_class(s: int):
+    return s if s in (0, 1) else K.STRIDED
+
+
+def _broadcast_strides(a: np.ndarray, shape, full, reduced=frozenset()) -> list[int]:
+    """Element strides of `a` (of `shape`) over the iteration space `full`; a reduction's
+    result without its reduced dims gets them back (with stride 0)."""
+    if reduced and len(shape) == len(full) - len(reduced) and len(shape) < len(full):
+        strides, it = [], iter(zip(shape, a.strides))
+        for d in range(len(full)):
+            if d in reduced:
+                strides.append(0)
+            else:
+                size, stride = next(it)
+                strides.append(0 if size == 1 else stride // a.itemsize)
+        return strides
+    lead = len(full) - len(shape)
+    out = [0] * len(full)
+    for d, (size, stride) in enumerate(zip(shape, a.strides)):
+        out[lead + d] = 0 if size == 1 else stride // a.itemsize
+    return out
+
+
+def _layout(arrays, shapes, full, reduced):
+    """Rows, inner length, per-operand row offsets and inner strides."""
+    strides = [_broadcast_strides(a, s, full, reduced) for a, s in zip(arrays, shapes)]
+    # dims of size 1 take no part in addressing
+    dims = [d for d in range(len(full)) if d not in reduced and full[d] != 1] + \
+        [d for d in sorted(reduced) if full[d] != 1]
+    n_reduced = sum(1 for d in reduced if full[d] != 1)
+    # merge neighbouring dims (within the kept and within the reduced dims) when every
+    # operand walks them as one
+    merged = []  # (size, [stride per operand], is_reduced)
+    for d in dims:
+        size, red = full[d], d in reduced
+        col = [st[d] for st in strides]
+        if merged and merged[-1][2] == red and all(
+                prev == cur * size for prev, cur in zip(merged[-1][1], col)):
+            last = merged[-1]
+            merged[-1] = (last[0] * size, col, red)
+        else:
+            merged.append((size, col, red))
+    if n_reduced:
+        if sum(1 for m in merged if m[2]) != 1:
+            raise Unsupported("reduced dims that do not merge into one")
+        inner, outer = merged[-1], merged[:-1]
+    elif reduced or not merged:  # an inner dim of one element
+        inner, outer = (1, [1] * len(arrays), True), merged
+    else:
+        inner, outer = merged[-1], merged[:-1]
+    rows = 1
+    for size, _, _ in outer:
+        rows *= size
+    offsets = []
+    for j in range(len(arrays)):
+        off = np.zeros(1, np.int64)
+        for size, col, _ in outer:
+            off = (off[:, None] + np.arange(size, dtype=np.int64)[None, :] * col[j]).ravel()
+        offsets.append(np.ascontiguousarray(off))
+    return rows, inner[0], offsets, [c for c in inner[1]]
+
+
+def _launch(fn, arrays, offsets, strides, rows: int, inner: int, split_inner: bool) -> None:
+    ptrs = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+    offs = (ctypes.c_void_p * len(offsets))(*[o.ctypes.data for o in offsets])
+    strd = (ctypes.c_int64 * len(strides))(*strides)
+    if rows == 0 or (split_inner and inner == 0):  # no element to read or write
+        return
+    try:
+        from runtime import threads
+    except ImportError:  # the thread pool is being written; run on this thread meanwhile
+        threads = None
+    n = threads.num_threads() if threads and rows * inner >= _PARALLEL_ELEMENTS else 1
+    if n > 1 and rows >= n:
+        threads.parallel_for(rows, lambda a, b: fn(ptrs, offs, strd, a, b, 0, inner))
+    elif n > 1 and split_inner and rows == 1:
+        threads.parallel_for(inner, lambda a, b: fn(ptrs, offs, strd, 0, 1, a, b), grain=1024)
+    else:
+        fn(ptrs, offs, strd, 0, rows, 0, inner)
+
+
+def prepare(graph: Graph):
+    """`graph` (after the passes) as a callable; fused nodes run natively where they can."""
+    natives, reasons = {}, {}
+    for i, node in enumerate(graph.nodes):
+        if node.op is Op.FUSED:
+            try:
+                natives[i] = FusedKernel(node)
+            except Unsupported as e:
+                reasons[i] = str(e)
+    run = interpreter.prepare(graph, replace=natives)
+    run.graph = graph
+    run.kernels = natives
+    run.native_reasons = {str(graph.nodes[i]).split(" = ")[0]: r for i, r in reasons.items()}
+    return run
