@@ -15,6 +15,23 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.2f} ms"
 
 
+def _lowering(run) -> list[str]:
+    """What the native backend made of a region: kernels, native or interpreted, and why."""
+    graph = getattr(run, "graph", None)
+    if graph is None:
+        return []
+    fused = [n for n in graph.nodes if n.op.name == "FUSED"]
+    lines = [f"    after the passes: {len(fused)} fused kernel(s), "
+             f"{len(run.kernels)} as native code"]
+    for node, why in run.native_reasons.items():
+        lines.append(f"      {node} runs interpreted: {why}")
+    for kernel in run.kernels.values():
+        if kernel.fallback_reason:
+            lines.append(f"      a {kernel.kind} kernel ran interpreted for one layout: "
+                         f"{kernel.fallback_reason}")
+    return lines
+
+
 def explain(cf) -> str:
     lines = [f"kiln.compile: {cf.__name__} ({_where(cf.fn)})",
              f"backend: {cf.backend.name} — {cf.backend.note}",
@@ -36,6 +53,7 @@ def explain(cf) -> str:
         for i, g in enumerate(entry.regions, 1):
             lines.append(f"  region {i}:")
             lines += ["    " + ln for ln in str(g).splitlines()]
+            lines += _lowering(cf.region_cache.get(str(g)))
         if entry.seconds:
             lines.append("  time: " + ", ".join(f"{k} {_ms(v)}" for k, v in entry.seconds.items()))
     if cf.history:

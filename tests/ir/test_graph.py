@@ -124,3 +124,29 @@ def test_ir_does_not_import_the_rest_of_kiln():
             "('eager', 'compiler', 'runtime', 'networkx', 'llvmlite')]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def _sample_attr(arg):
+    base = arg.type.base
+    if arg.type.is_list:
+        return (0, 1) if base in ("int", "SymInt") else ()
+    if arg.has_default and arg.default is not None:
+        return arg.default
+    return {"int": 1, "SymInt": 2, "float": 1.5, "bool": True, "str": "none", "Scalar": 2.5,
+            "ScalarType": dtypes.float64, "Device": "cpu",
+            "Graph": ir.parse(GRAPHS[0])}.get(base)
+
+
+@pytest.mark.parametrize("op", list(Op), ids=lambda op: op.name)
+def test_every_op_prints_and_parses_back(op):
+    t = TensorType((2, 3), dtypes.float32)
+    b = GraphBuilder()
+    inputs = []
+    for a in op.schema.arguments:
+        if a.type.base == "Tensor":
+            inputs.append((b.input(t), b.input(t)) if a.type.is_list else b.input(t))
+    attrs = {a.name: _sample_attr(a) for a in op.schema.arguments if a.type.base != "Tensor"}
+    n_out = len(op.schema.returns) if not op.schema.returns[0].type.is_list else 2
+    outs = b.add(op, inputs, attrs, [t] * n_out)
+    g = b.build(list(outs))
+    assert ir.parse(str(g)) == g

@@ -145,3 +145,11 @@ def test_parameter_shares_memory_with_data():
         p.add_(1.0)
     assert data.tolist() == [1.0, 1.0, 1.0]
     assert repr(p).startswith("Parameter containing:\ntensor(")
+
+
+def test_wrong_input_shape_names_the_layer_and_both_shapes():
+    layer = nn.Linear(4, 3)
+    with pytest.raises(RuntimeError, match=r"Linear\(in_features=4, out_features=3, bias=True\)"
+                                           r": expected input with last dimension 4, got shape "
+                                           r"\[2, 5\]"):
+        layer(eager.ones(2, 5))

@@ -43,6 +43,9 @@ class Linear(Module):
             init.uniform_(self.bias, -bound, bound)
 
     def forward(self, input):
+        if input.dim() == 0 or input.shape[-1] != self.in_features:
+            raise RuntimeError(f"{self!r}: expected input with last dimension "
+                               f"{self.in_features}, got shape {list(input.shape)}")
         return F.linear(input, self.weight, self.bias)
 
     def extra_repr(self) -> str:
