@@ -1,90 +1,125 @@
-"""PyTorch-style tensor repr: `tensor([[ 58.,  64.], [139., 154.]], grad_fn=<MmBackward0>)`."""
+"""PyTorch's tensor repr, after torch/_tensor_str.py: one formatter per tensor (integer,
+fixed or scientific notation, and one width, chosen from the nonzero finite values),
+rows wrapped at 80 columns, tensors over 1000 elements summarised with `...`, then the
+suffixes (device, size, dtype, grad_fn) wrapped the same way:
+`tensor([[ 58.,  64.], [139., 154.]], grad_fn=<MmBackward0>)`."""
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from ir import dtypes
 
 _PRECISION = 4
-_THRESHOLD = 1000
-_EDGE = 3
+_THRESHOLD = 1000  # more elements than this are summarised
+_EDGE = 3  # elements kept at each end of a summarised dim
+_LINEWIDTH = 80
 
 
-def _float_format(values: np.ndarray):
-    finite = values[np.isfinite(values)]
-    if finite.size == 0:
-        return lambda v: _special(v) or f"{v:.{_PRECISION}f}"
-    nonzero = np.abs(finite[finite != 0])
-    if np.all(finite == np.round(finite)) and (nonzero.size == 0 or nonzero.max() < 1e8):
-        return lambda v: _special(v) or f"{v:.0f}."
-    big, small = (nonzero.max(), nonzero.min()) if nonzero.size else (0.0, 0.0)
-    if nonzero.size and (big / small > 1000.0 or big > 1e8 or small < 1e-4):
-        return lambda v: _special(v) or f"{v:.{_PRECISION}e}"
-    return lambda v: _special(v) or f"{v:.{_PRECISION}f}"
+class _Formatter:
+    """How every element of one tensor prints (PyTorch's _Formatter)."""
+
+    def __init__(self, values: np.ndarray):
+        self.floating = values.dtype.kind == "f"
+        self.int_mode, self.sci_mode, self.width = True, False, 1
+        flat = values.reshape(-1)
+        if not self.floating:
+            self.width = max((len(str(v)) for v in flat.tolist()), default=1)
+            return
+        flat = flat.astype(np.float64)
+        nonzero = flat[np.isfinite(flat) & (flat != 0)]
+        if nonzero.size == 0:
+            return
+        big, small = np.abs(nonzero).max(), np.abs(nonzero).min()
+        self.int_mode = bool(np.all(nonzero == np.ceil(nonzero)))
+        self.sci_mode = bool(big / small > 1000.0 or big > 1.0e8 or
+                             (not self.int_mode and small < 1.0e-4))
+        self.width = max(len(self._text(v)) for v in nonzero.tolist())
+
+    def _text(self, v) -> str:
+        if not self.floating:
+            return str(v)
+        if self.sci_mode:
+            return f"{v:.{_PRECISION}e}"
+        if self.int_mode:  # integer-valued floats keep a dot to show they are floats
+            return f"{v:.0f}" + ("" if math.isinf(v) or math.isnan(v) else ".")
+        return f"{v:.{_PRECISION}f}"
+
+    def format(self, v) -> str:
+        return self._text(v).rjust(self.width)
 
 
-def _special(v) -> str:
-    if np.isnan(v):
-        return "nan"
-    if np.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    return ""
-
-
-def _formatter(a: np.ndarray):
-    if a.dtype == np.bool_:
-        return lambda v: "True" if v else "False"
-    if a.dtype.kind == "f":
-        return _float_format(a.astype(np.float64).ravel())
-    return lambda v: str(int(v))
-
-
-def _summarised(a: np.ndarray) -> bool:
-    return a.size > _THRESHOLD
-
-
-def _body(a: np.ndarray, fmt, width: int, indent: int, summarise: bool) -> str:
+def _summary(a: np.ndarray) -> np.ndarray:
+    """The elements a summarised repr shows: _EDGE at each end of every dim."""
     if a.ndim == 0:
-        return fmt(a.item()).rjust(width)
+        return a
+    if a.shape[0] > 2 * _EDGE:
+        a = np.concatenate([a[:_EDGE], a[-_EDGE:]])
+    return a if a.ndim == 1 else np.stack([_summary(row) for row in a])
+
+
+def _vector(a: np.ndarray, indent: int, summarise: bool, fmt: _Formatter) -> str:
+    per_line = max(1, (_LINEWIDTH - indent) // (fmt.width + 2))
+    values = a.tolist()
+    if summarise and len(values) > 2 * _EDGE:
+        cells = [fmt.format(v) for v in values[:_EDGE]] + [" ..."] + \
+                [fmt.format(v) for v in values[-_EDGE:]]
+    else:
+        cells = [fmt.format(v) for v in values]
+    lines = [", ".join(cells[i:i + per_line]) for i in range(0, len(cells), per_line)]
+    return "[" + (",\n" + " " * (indent + 1)).join(lines) + "]"
+
+
+def _nested(a: np.ndarray, indent: int, summarise: bool, fmt: _Formatter) -> str:
+    if a.ndim == 0:
+        return fmt.format(a.item())
     if a.ndim == 1:
-        items = list(a)
-        if summarise and len(items) > 2 * _EDGE:
-            cells = [fmt(v).rjust(width) for v in items[:_EDGE]] + ["..."] + \
-                    [fmt(v).rjust(width) for v in items[-_EDGE:]]
-        else:
-            cells = [fmt(v).rjust(width) for v in items]
-        return "[" + ", ".join(cells) + "]"
-    rows = range(a.shape[0])
+        return _vector(a, indent, summarise, fmt)
+    rows = list(range(a.shape[0]))
     if summarise and a.shape[0] > 2 * _EDGE:
-        rows = list(range(_EDGE)) + [None] + list(range(a.shape[0] - _EDGE, a.shape[0]))
-    sep = "," + "\n" * (a.ndim - 1) + " " * (indent + 1)
-    parts = ["..." if r is None else _body(a[r], fmt, width, indent + 1, summarise) for r in rows]
-    return "[" + sep.join(parts) + "]"
+        rows = rows[:_EDGE] + [None] + rows[-_EDGE:]
+    parts = ["..." if r is None else _nested(a[r], indent + 1, summarise, fmt) for r in rows]
+    return "[" + ("," + "\n" * (a.ndim - 1) + " " * (indent + 1)).join(parts) + "]"
+
+
+def _body(a: np.ndarray, indent: int) -> str:
+    summarise = a.size > _THRESHOLD
+    return _nested(a, indent, summarise, _Formatter(_summary(a) if summarise else a))
+
+
+def _add_suffixes(text: str, suffixes: list, indent: int) -> str:
+    parts = [text]
+    last_line = len(text) - text.rfind("\n") + 1
+    for suffix in suffixes:
+        if last_line + len(suffix) + 2 > _LINEWIDTH:
+            parts.append(",\n" + " " * indent + suffix)
+            last_line = indent + len(suffix)
+        else:
+            parts.append(", " + suffix)
+            last_line += len(suffix) + 2
+    return "".join(parts) + ")"
 
 
 def tensor_repr(t) -> str:
-    suffix = []
+    prefix = "tensor("
+    suffixes = []
     if t.device.type != "cpu":
-        suffix.append(f"device='{t.device}'")
-    if t.device.type == "meta":
-        body = "..."
-        suffix.insert(0, f"size={tuple(t.shape)}")
+        suffixes.append(f"device='{t.device}'")
+    default = dtypes.get_default_dtype()
+    if t.device.type == "meta" or t.numel() == 0:
+        # no elements to show: the size (unless it is (0,)) and any non-default dtype say it
+        if t.device.type == "meta" or t.dim() != 1:
+            suffixes.append(f"size={tuple(t.shape)}")
+        if t.dtype is not default:
+            suffixes.append(f"dtype={t.dtype!r}")
+        body = "..." if t.device.type == "meta" else "[]"
     else:
-        a = t.detach()._host_np()
-        fmt = _formatter(a)
-        summarise = _summarised(a)
-        shown = a.ravel() if a.size else a
-        width = max((len(fmt(v)) for v in shown), default=0)
-        body = _body(a, fmt, width, len("tensor("), summarise)
-        if a.size == 0 and a.ndim > 1:
-            suffix.insert(0, f"size={tuple(t.shape)}")
-            body = "[]"
-    default_types = (dtypes.get_default_dtype(), dtypes.int64, dtypes.bool_)
-    if t.dtype not in default_types or (t.dtype is not dtypes.get_default_dtype()
-                                        and t.numel() == 0 and t.dtype is not dtypes.int64):
-        suffix.append(f"dtype={t.dtype!r}")
+        if t.dtype not in (default, dtypes.int64, dtypes.bool_):
+            suffixes.append(f"dtype={t.dtype!r}")
+        body = _body(t.detach()._host_np(), len(prefix))
     if t.grad_fn is not None:
-        suffix.append(f"grad_fn=<{t.grad_fn.name()}>")
+        suffixes.append(f"grad_fn=<{t.grad_fn.name()}>")
     elif t.requires_grad:
-        suffix.append("requires_grad=True")
-    return "tensor(" + body + "".join(", " + s for s in suffix) + ")"
+        suffixes.append("requires_grad=True")
+    return _add_suffixes(prefix + body, suffixes, len(prefix))

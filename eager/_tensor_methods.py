@@ -101,6 +101,8 @@ def _split(self, split_size, dim=0):
 
 
 def _chunk(self, chunks, dim=0):
+    if chunks <= 0:
+        raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks}")
     size = self.shape[dim]
     return ops.split(self, max(-(-size // chunks), 1), dim)
 

@@ -99,13 +99,19 @@ def _to_numbers(data):
 
 
 def _check_ragged(data, depth=0):
-    if isinstance(data, (list, tuple)) and data:
-        lengths = {len(x) if isinstance(x, (list, tuple)) else -1 for x in data}
-        if len(lengths) > 1:
-            raise ValueError(f"expected sequence of length {len(data[0]) if isinstance(data[0], (list, tuple)) else 1} "
-                             f"at dim {depth + 1} (ragged nested list)")
-        for x in data:
-            _check_ragged(x, depth + 1)
+    """PyTorch's errors for nested lists that do not form a rectangular array."""
+    if not isinstance(data, (list, tuple)) or not data:
+        return
+    first = data[0]
+    for x in data:
+        if isinstance(x, (list, tuple)) != isinstance(first, (list, tuple)):
+            raise TypeError(f"expected a sequence at dim {depth + 1} for every element or for "
+                            f"none, got both {type(first).__name__} and {type(x).__name__}")
+        if isinstance(x, (list, tuple)) and len(x) != len(first):
+            raise ValueError(f"expected sequence of length {len(first)} at dim {depth + 1} "
+                             f"(got {len(x)})")
+    for x in data:
+        _check_ragged(x, depth + 1)
 
 
 def from_numpy(a: np.ndarray) -> Tensor:
@@ -148,6 +154,8 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
         start, end = 0, start
     if step == 0:
         raise RuntimeError("step must be nonzero")
+    if (end - start) * step < 0:
+        raise RuntimeError("upper bound and lower bound inconsistent with step sign")
     if dtype is None:
         dtype = dtypes.result_type(wrapped_dtypes=[dtypes.scalar_dtype(v)
                                                    for v in (start, end, step)])

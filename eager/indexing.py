@@ -14,7 +14,7 @@ def _normalise(self: Tensor, idx) -> list:
         idx = (idx,)
     idx = [
         _as_index_tensor(i) if isinstance(i, (list, np.ndarray)) else i for i in idx]
-    used = sum(1 if not (i is None or i is Ellipsis) else 0 for i in idx)
+    used = sum(0 if i is None or i is Ellipsis or isinstance(i, bool) else 1 for i in idx)
     used += sum(t.dim() - 1 for t in idx if isinstance(t, Tensor) and t.dtype is dtypes.bool_)
     if sum(i is Ellipsis for i in idx) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
@@ -38,8 +38,12 @@ def getitem(self: Tensor, idx):
         if item is None:
             out = ops.unsqueeze(out, d)
             d += 1
-        elif isinstance(item, bool):
-            raise IndexError("kiln does not support Python bools as indices")
+        elif isinstance(item, bool) or isinstance(item, Tensor) and item.dim() == 0 \
+                and item.dtype is dtypes.bool_:
+            out = ops.unsqueeze(out, d)  # a new dim of size 1, or 0 when the index is False
+            if not bool(item):
+                out = ops.slice(out, d, 0, 0)
+            d += 1
         elif isinstance(item, int) or (isinstance(item, Tensor) and item.dim() == 0
                                        and item.dtype in (dtypes.int64, dtypes.int32)):
             out = ops.select(out, d, int(item))
@@ -53,6 +57,7 @@ def getitem(self: Tensor, idx):
             d += 1
         elif isinstance(item, Tensor):
             if item.dtype is dtypes.bool_:
+                _check_mask_shape(item, out, d)
                 mask_dims = item.dim()
                 advanced.append((d, _mask_positions(item), mask_dims))
                 d += mask_dims
@@ -67,6 +72,14 @@ def getitem(self: Tensor, idx):
     if advanced:
         return _gather(out, advanced)
     return ops.slice(self, 0) if out is self and idx else out  # a new view, never self
+
+
+def _check_mask_shape(mask: Tensor, t: Tensor, first: int) -> None:
+    for k, size in enumerate(mask.shape):
+        if size != t.shape[first + k]:
+            raise IndexError(f"The shape of the mask {list(mask.shape)} at index {k} does not "
+                             f"match the shape of the indexed tensor {list(t.shape)} at index "
+                             f"{first + k}")
 
 
 def _mask_positions(mask: Tensor) -> list:
@@ -93,11 +106,11 @@ def _gather(t: Tensor, advanced) -> Tensor:
     sizes = shape[first:first + len(dims)]
     index_shape = broadcast_shapes(*(i.shape for i in indices))
     linear = None
-    for index, size in zip(indices, sizes):
+    for d, index, size in zip(dims, indices, sizes):
         a = index._host_np().astype(np.int64)
         if a.size and (a.min() < -size or a.max() >= size):
             bad = a[(a < -size) | (a >= size)].flat[0]
-            raise IndexError(f"index {bad} is out of bounds for dimension with size {size}")
+            raise IndexError(f"index {bad} is out of bounds for dimension {d} with size {size}")
         a = np.where(a < 0, a + size, a)
         linear = a if linear is None else linear * size + a
     flat_len = int(np.prod(sizes)) if sizes else 1
@@ -125,5 +138,13 @@ def setitem(self: Tensor, idx, value) -> None:
         idx = (idx,)
     np_idx = tuple(i._host_np() if isinstance(i, Tensor) else i for i in idx)
     src = value.detach()._host_np() if isinstance(value, Tensor) else value
-    self._np()[np_idx] = src
+    target = self._np()
+    try:
+        target[np_idx] = src
+    except IndexError as e:  # numpy's text, in PyTorch's words
+        raise IndexError(str(e).replace(" for axis ", " for dimension ")) from None
+    except ValueError:
+        raise RuntimeError(f"shape mismatch: value tensor of shape {list(np.shape(src))} cannot "
+                           f"be broadcast to indexing result of shape "
+                           f"{list(target[np_idx].shape)}") from None
     self._bump()

@@ -29,6 +29,15 @@ def promote(*tensors: Tensor) -> DType:
     return dtypes.result_type(dim, zero, wrapped)
 
 
+_TYPE_WORDS = {"float32": "Float", "float64": "Double", "float16": "Half", "int64": "Long",
+               "int32": "Int", "bool": "Bool"}
+
+
+def type_word(dt: DType) -> str:
+    """PyTorch's name for a dtype in error messages: Float, Long, Bool, ..."""
+    return _TYPE_WORDS[dt.name]
+
+
 def float_of(dt: DType) -> DType:
     """The type a float-valued op (exp, div, mean) computes in for inputs of type `dt`."""
     return dt if dt.is_floating_point else dtypes.get_default_dtype()
@@ -70,9 +79,10 @@ def reduce_dims(dim, ndim: int) -> tuple[int, ...]:
     if len(dim) == 0:
         return tuple(range(ndim))
     dims = tuple(sorted(wrap_dim(d, ndim) for d in dim))
-    if len(set(dims)) != len(dims):
-        raise RuntimeError(f"dim {dims} appears multiple times in the list of dims")
-    return dims
+    for a, b in zip(dims, dims[1:]):
+        if a == b:
+            raise RuntimeError(f"dim {a} appears multiple times in the list of dims")
+    return dims if ndim else ()  # a 0-d tensor accepts dim 0 / -1 and has nothing to reduce
 
 
 def reduced_shape(shape, dims, keepdim: bool) -> tuple[int, ...]:
@@ -85,7 +95,8 @@ def result(a, dt: DType) -> Tensor:
     """A new CPU tensor holding numpy result `a` (a scalar or array) as type `dt`."""
     a = np.asarray(a)
     if a.dtype != dt.np:
-        a = a.astype(dt.np)
+        with np.errstate(over="ignore"):  # float32 -> float16 overflows to inf, as it should
+            a = a.astype(dt.np)
     return from_array(a)
 
 

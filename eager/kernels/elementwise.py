@@ -7,26 +7,26 @@ import math
 import numpy as np
 
 from eager.kernels._common import (broadcast_shapes, compute_np, float_of, meta_from_rule,
-                                   operand, promote, register, result, scalar_value)
-from eager.tensor import Tensor
+                                   operand, promote, register, result, scalar_value, type_word)
+from eager.kernels._erf import erf
+from eager.tensor import Tensor, wrap_scalar
 from ir import dtypes
 from ir.ops import Op
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
-def erf(x: np.ndarray) -> np.ndarray:
-    """Vectorised erf (numpy has none): math.erf per element, exact to double rounding."""
-    return _erf_ufunc(x).astype(x.dtype, copy=False)
-
-
-_erf_ufunc = np.frompyfunc(math.erf, 1, 1)
-
-
 def _sigmoid(x):
     # exp of a non-positive number only, so no overflow warning for large |x|
     e = np.exp(-np.abs(x))
     return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
+def _sign(x):
+    if x.dtype == np.bool_:
+        return x
+    # (x > 0) - (x < 0), as PyTorch: sign(nan) is 0, not numpy's nan
+    return (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)
 
 
 def _gelu(x, approximate):
@@ -50,8 +50,8 @@ def _gelu_backward(g, x, approximate):
 _UNARY = {
     Op.NEG: (np.negative, False),
     Op.ABS: (np.abs, False),
-    Op.SIGN: (np.sign, False),
-    Op.RELU: (lambda x: np.maximum(x, 0).astype(x.dtype, copy=False), False),
+    Op.SIGN: (_sign, False),
+    Op.RELU: (lambda x: np.where(x < 0, 0, x).astype(x.dtype, copy=False), False),  # keeps nan
     Op.EXP: (np.exp, True),
     Op.LOG: (np.log, True),
     Op.SQRT: (np.sqrt, True),
@@ -63,12 +63,21 @@ _UNARY = {
 }
 
 
+def _floating_only(self, kernel_name: str) -> None:
+    """PyTorch has no integer kernel for activations such as silu and gelu."""
+    if not self.dtype.is_floating_point:
+        raise NotImplementedError(f"\"{kernel_name}\" not implemented for "
+                                  f"'{type_word(self.dtype)}'")
+
+
 def _unary_rule(op, to_float):
     def rule(self):
         if op is Op.NEG and self.dtype is dtypes.bool_:
             raise RuntimeError("Negation, the `-` operator, on a bool tensor is not supported. "
                                "If you are trying to invert a mask, use the `~` or "
                                "`logical_not()` operator instead.")
+        if op is Op.SILU:
+            _floating_only(self, "silu_cpu")
         return self._shape, float_of(self.dtype) if to_float else self.dtype
     rule.__name__ = op.schema.name
     return rule
@@ -91,7 +100,8 @@ for _op, (_fn, _to_float) in _UNARY.items():
 def gelu_rule(self, *, approximate="none"):
     if approximate not in ("none", "tanh"):
         raise RuntimeError(f"approximate argument must be either none or tanh, got {approximate!r}")
-    return self._shape, float_of(self.dtype)
+    _floating_only(self, "GeluKernelImpl")
+    return self._shape, self.dtype
 
 
 def gelu_cpu(self, *, approximate="none"):
@@ -121,7 +131,8 @@ register(Op.GELU_BACKWARD, gelu_backward_cpu, meta_from_rule(gelu_backward_rule)
 def clamp_rule(self, min=None, max=None):
     if min is None and max is None:
         raise RuntimeError("clamp: At least one of 'min' or 'max' must not be None")
-    return self._shape, self.dtype
+    bounds = [wrap_scalar(scalar_value(b)) for b in (min, max) if b is not None]
+    return self._shape, promote(self, *bounds)  # clamp(int tensor, 0.5) is float32
 
 
 def clamp_cpu(self, min=None, max=None):
@@ -141,13 +152,22 @@ def _true_divide(a, b):
 
 
 def _pow(a, b):
-    if a.dtype.kind in "iu" and np.any(np.asarray(b) < 0):
+    if a.dtype.kind != "i" or not np.any(b < 0):
+        return np.power(a, b)
+    # PyTorch's integer power: a negative exponent gives 0, except for bases 1 and -1
+    out = np.power(a, np.where(b < 0, 0, b))
+    reciprocal = np.where(a == 1, 1, np.where(a == -1, np.where(b % 2 == 0, 1, -1), 0))
+    return np.where(b < 0, reciprocal, out).astype(out.dtype)
+
+
+def _check_power(exponent, dt) -> None:
+    if dt is dtypes.bool_ and not exponent._wrapped:
+        raise NotImplementedError("\"pow\" not implemented for 'Bool'")
+    if exponent._wrapped and not dt.is_floating_point and exponent._np() < 0:
         raise RuntimeError("Integers to negative integer powers are not allowed.")
-    return np.power(a, b)
 
 
-_ARITHMETIC = {Op.MUL: np.multiply, Op.POW: _pow, Op.MAXIMUM: np.maximum,
-               Op.MINIMUM: np.minimum}
+_ARITHMETIC = {Op.MUL: np.multiply, Op.MAXIMUM: np.maximum, Op.MINIMUM: np.minimum}
 _COMPARE = {Op.EQ: np.equal, Op.NE: np.not_equal, Op.LT: np.less, Op.LE: np.less_equal,
             Op.GT: np.greater, Op.GE: np.greater_equal, Op.LOGICAL_AND: np.logical_and}
 
@@ -161,6 +181,8 @@ def _binary_rule(name, kind):
             return shape, dtypes.bool_
         if kind == "divide":
             return shape, float_of(dt)
+        if kind == "power":
+            _check_power(other, dt)
         return shape, dt
     rule.__name__ = name
     return rule
@@ -187,6 +209,7 @@ for _op, _fn in _ARITHMETIC.items():
     _register_binary(_op, _fn, "arithmetic")
 for _op, _fn in _COMPARE.items():
     _register_binary(_op, _fn, "compare")
+_register_binary(Op.POW, _pow, "power")
 _div_rule = _register_binary(Op.DIV, _true_divide, "divide")
 
 
@@ -201,9 +224,13 @@ def _add_sub(name, np_fn):
 
     def rule(self, other, *, alpha=1):
         shape, dt = arith(self, other)
-        if name == "sub" and dt is dtypes.bool_:
-            raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not "
-                               "supported. Use the `^` or `logical_xor()` operator instead.")
+        if name == "sub" and dtypes.bool_ in (self.dtype, other.dtype):
+            if dt is dtypes.bool_:
+                raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not "
+                                   "supported. Use the `^` or `logical_xor()` operator instead.")
+            raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not "
+                               "supported. If you are trying to invert a mask, use the `~` or "
+                               "`logical_not()` operator instead.")
         _check_alpha(name, dt, alpha)
         return shape, dt
 
@@ -227,7 +254,7 @@ for _op, _name, _fn in ((Op.ADD, "add", np.add), (Op.SUB, "sub", np.subtract)):
 def where_rule(condition, self, other):
     if condition.dtype is not dtypes.bool_:
         raise RuntimeError(f"where expected condition to be a boolean tensor, but got a tensor "
-                           f"with dtype {condition.dtype.name}")
+                           f"with dtype {type_word(condition.dtype)}")
     return broadcast_shapes(condition._shape, self._shape, other._shape), promote(self, other)
 
 
@@ -250,19 +277,23 @@ def _inplace(out_of_place):
     return kernel
 
 
+def _check_no_internal_overlap(self: Tensor) -> None:
+    """An expanded tensor (stride 0) cannot take a computed result: its elements alias."""
+    if any(stride == 0 and size > 1 for size, stride in zip(self._shape, self._stride)):
+        raise RuntimeError("unsupported operation: more than one element of the written-to "
+                           "tensor refers to a single memory location. Please clone() the "
+                           "tensor before performing the operation.")
+
+
 def _check_inplace(self: Tensor, out: Tensor) -> None:
+    _check_no_internal_overlap(self)
     if out._shape != self._shape:
         raise RuntimeError(f"output with shape {list(self._shape)} doesn't match the broadcast "
                            f"shape {list(out._shape)}")
     if dtypes.promote_types(self.dtype, out.dtype) is not self.dtype and \
             out.dtype.category > self.dtype.category:
-        raise RuntimeError(f"result type {_type_word(out.dtype)} can't be cast to the desired "
-                           f"output type {_type_word(self.dtype)}")
-
-
-def _type_word(dt) -> str:
-    return {"float32": "Float", "float64": "Double", "float16": "Half", "int64": "Long",
-            "int32": "Int", "bool": "Bool"}[dt.name]
+        raise RuntimeError(f"result type {type_word(out.dtype)} can't be cast to the desired "
+                           f"output type {type_word(self.dtype)}")
 
 
 def _inplace_meta(out_of_place_meta):
@@ -289,11 +320,17 @@ def fill_cpu(self, value):
     return self
 
 
-def copy_cpu(self, src):
-    broadcast_shapes(self._shape, src._shape)
-    if broadcast_shapes(self._shape, src._shape) != tuple(self._shape):
+def copy_meta(self, src):
+    _check_no_internal_overlap(self)
+    shape = broadcast_shapes(self._shape, src._shape)
+    if shape != tuple(self._shape):
         raise RuntimeError(f"output with shape {list(self._shape)} doesn't match the broadcast "
-                           f"shape {list(broadcast_shapes(self._shape, src._shape))}")
+                           f"shape {list(shape)}")
+    return self
+
+
+def copy_cpu(self, src):
+    copy_meta(self, src)
     np.copyto(self._np(), src._host_np(), casting="unsafe")
     return self
 
@@ -304,4 +341,4 @@ def _identity_meta(self, *args):
 
 register(Op.ZERO_, zero_cpu, _identity_meta)
 register(Op.FILL_, fill_cpu, _identity_meta)
-register(Op.COPY_, copy_cpu, _identity_meta)
+register(Op.COPY_, copy_cpu, copy_meta)

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from eager.kernels._common import (compute_np, float_of, meta_from_rule, operand, reduce_dims,
-                                   reduced_shape, register, result, scalar_value)
+from eager.kernels._common import (compute_np, meta_from_rule, operand, reduce_dims,
+                                   reduced_shape, register, result, scalar_value, type_word)
 from eager.tensor import wrap_dim
 from ir import dtypes
 from ir.ops import Op
-
-_TYPE_WORD = {"float32": "Float", "float64": "Double", "float16": "Half", "int64": "Long",
-              "int32": "Int", "bool": "Bool"}
 
 
 def sum_rule(self, dim=None, keepdim=False, *, dtype=None):
@@ -30,16 +27,25 @@ def mean_rule(self, dim=None, keepdim=False, *, dtype=None):
     dt = dtype or self.dtype
     if not dt.is_floating_point:
         raise RuntimeError("mean(): could not infer output dtype. Input dtype must be either a "
-                           f"floating point or complex dtype. Got: {_TYPE_WORD[dt.name]}")
+                           f"floating point or complex dtype. Got: {type_word(dt)}")
     dims = reduce_dims(dim, self.dim())
     return reduced_shape(self._shape, dims, keepdim), dt
+
+
+def _count(shape, dims) -> int:
+    """How many elements each output of a reduction over `dims` combines."""
+    n = 1
+    for d in dims:
+        n *= shape[d]
+    return n
 
 
 def mean_cpu(self, dim=None, keepdim=False, *, dtype=None):
     shape, dt = mean_rule(self, dim, keepdim, dtype=dtype)
     dims = reduce_dims(dim, self.dim())
-    with np.errstate(all="ignore"):
-        return result(np.mean(operand(self, compute_np(dt)), axis=dims, keepdims=keepdim), dt)
+    a = operand(self, compute_np(dt))
+    with np.errstate(all="ignore"):  # an empty reduction is 0/0 = NaN, without a warning
+        return result(np.sum(a, axis=dims, keepdims=keepdim) / _count(a.shape, dims), dt)
 
 
 register(Op.SUM, sum_cpu, meta_from_rule(sum_rule))
@@ -76,10 +82,12 @@ for _op, _name, _fn in ((Op.AMAX, "amax", np.max), (Op.AMIN, "amin", np.min)):
 
 def _arg_rule(name):
     def rule(self, dim=None, keepdim=False):
+        if name.startswith("arg") and self.dtype is dtypes.bool_:
+            raise RuntimeError(f"{name}(): does not support bool input")
         if dim is None:
             if self.numel() == 0:
-                raise RuntimeError(f"{name}(): Expected reduction dim to be specified for "
-                                   "input.numel() == 0.")
+                raise IndexError(f"{name}(): Expected reduction dim to be specified for "
+                                 "input.numel() == 0.")
             return ((1,) * self.dim() if keepdim else ()), dtypes.int64
         d = wrap_dim(dim, self.dim())
         dims = (d,) if self.dim() else ()
@@ -106,7 +114,9 @@ register(Op.ARGMAX, _arg_kernel(_argmax_rule, np.argmax), meta_from_rule(_argmax
 register(Op.ARGMIN, _arg_kernel(_argmin_rule, np.argmin), meta_from_rule(_argmin_rule))
 
 
-def _max_min_dim(name, arg_np, arg_rule):
+def _max_min_dim(name, arg_np):
+    arg_rule = _arg_rule(name)
+
     def rule(self, dim, keepdim=False):
         shape, _ = arg_rule(self, dim, keepdim)
         return (shape, self.dtype), (shape, dtypes.int64)
@@ -126,9 +136,8 @@ def _max_min_dim(name, arg_np, arg_rule):
     return rule, kernel
 
 
-for _op, _name, _np_fn, _arule in ((Op.MAX_DIM, "max", np.argmax, _argmax_rule),
-                                   (Op.MIN_DIM, "min", np.argmin, _argmin_rule)):
-    _rule, _kernel = _max_min_dim(_name, _np_fn, _arule)
+for _op, _name, _np_fn in ((Op.MAX_DIM, "max", np.argmax), (Op.MIN_DIM, "min", np.argmin)):
+    _rule, _kernel = _max_min_dim(_name, _np_fn)
     register(_op, _kernel, meta_from_rule(_rule))
 
 
@@ -145,9 +154,9 @@ def var_cpu(self, dim=None, *, correction=None, keepdim=False):
     dims = reduce_dims(dim, self.dim())
     ddof = 1 if correction is None else scalar_value(correction)
     a = operand(self, compute_np(dt))
-    n = int(np.prod([a.shape[d] for d in dims])) if a.ndim else 1
+    n = _count(a.shape, dims)
     with np.errstate(all="ignore"):
-        centred = a - np.mean(a, axis=dims, keepdims=True)
+        centred = a - np.sum(a, axis=dims, keepdims=True) / n
         squares = np.sum(centred * centred, axis=dims, keepdims=keepdim)
         return result(squares / max(n - ddof, 0), dt)
 
@@ -160,8 +169,8 @@ def _softmax_rule(name):
         wrap_dim(dim, self.dim())
         dt = dtype or self.dtype
         if not dt.is_floating_point:
-            raise RuntimeError(f"\"{name}_lastdim_kernel_impl\" not implemented for "
-                               f"'{_TYPE_WORD[dt.name]}'")
+            raise NotImplementedError(f"\"{name}_lastdim_kernel_impl\" not implemented for "
+                                      f"'{type_word(dt)}'")
         return self._shape, dt
     rule.__name__ = name
     return rule
@@ -177,9 +186,8 @@ def _softmax_kernel(rule, log: bool):
         if a.size == 0:
             return result(a.reshape(shape), dt)
         with np.errstate(all="ignore"):
-            m = np.max(a, axis=d, keepdims=True)
-            m = np.where(np.isfinite(m), m, 0)
-            shifted = a - m
+            # as PyTorch: a row whose max is +-inf gives NaN (inf - inf)
+            shifted = a - np.max(a, axis=d, keepdims=True)
             e = np.exp(shifted)
             s = np.sum(e, axis=d, keepdims=True)
             out = shifted - np.log(s) if log else e / s

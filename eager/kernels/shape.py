@@ -6,8 +6,8 @@ import numpy as np
 
 from eager.device import as_device
 from eager.dispatcher import DispatchKey, ATEN
-from eager.kernels._common import (broadcast_shapes, meta_from_rule, operand, promote, register,
-                                   result, scalar_value)
+from eager.kernels._common import (meta_from_rule, operand, promote, register, result,
+                                   scalar_value, type_word)
 from eager.tensor import Tensor, contiguous_strides, wrap_dim
 from ir import dtypes
 from ir.ops import Op
@@ -33,9 +33,13 @@ def infer_size(shape, numel: int) -> tuple[int, ...]:
                 raise RuntimeError("only one dimension can be inferred")
             infer = i
         elif s < 0:
-            raise RuntimeError(f"invalid shape dimension {s}")
+            raise RuntimeError(f"invalid shape dimension {s} at index {i} of shape {list(shape)}")
         else:
             known *= s
+    if infer is not None and known == 0 and numel == 0:
+        raise RuntimeError(f"cannot reshape tensor of 0 elements into shape {list(shape)} "
+                           "because the unspecified dimension size -1 can be any value and is "
+                           "ambiguous")
     if infer is not None and known != 0 and numel % known == 0:
         return shape[:infer] + (numel // known,) + shape[infer + 1:]
     if infer is None and known == numel:
@@ -289,15 +293,15 @@ register(Op.CAT, cat_cpu, meta_from_rule(cat_rule))
 
 def _check_index(name, index, ndim_max=1):
     if index.dtype not in (dtypes.int64, dtypes.int32):
-        raise RuntimeError(f"{name}(): Expected dtype int32/int64 for index but got: "
-                           f"{index.dtype.name}")
+        raise RuntimeError(f"{name}(): Expected dtype int32 or int64 for index")
     if index.dim() > ndim_max:
         raise IndexError(f"{name}(): Index is supposed to be a vector")
 
 
 def _check_bounds(name, idx: np.ndarray, size: int):
-    if idx.size and (idx.min() < -size or idx.max() >= size):
-        bad = idx[(idx < -size) | (idx >= size)].flat[0]
+    """Index ops take indices in [0, size), as in PyTorch (t[-1] is normalised before)."""
+    if idx.size and (idx.min() < 0 or idx.max() >= size):
+        bad = idx[(idx < 0) | (idx >= size)].flat[0]
         raise IndexError(f"{name}(): index {bad} is out of bounds for dimension with size {size}")
 
 
@@ -327,15 +331,21 @@ register(Op.INDEX_SELECT, index_select_cpu, meta_from_rule(index_select_rule))
 
 def index_add_rule(self, dim, index, source, *, alpha=1):
     _check_index("index_add", index)
+    if source.dtype is not self.dtype:
+        raise RuntimeError(f"index_add_(): self ({type_word(self.dtype)}) and source "
+                           f"({type_word(source.dtype)}) must have the same scalar type")
     d = wrap_dim(dim, self.dim())
     want = list(self._shape)
     if want:
         want[d] = index.numel()
+        if source.dim() == self.dim() and source._shape[d] != index.numel():
+            raise RuntimeError(f"index_add_(): Number of indices ({index.numel()}) should be "
+                               f"equal to source.size(dim): ({source._shape[d]}), for dim: {d}")
     if list(source._shape) != want and not (source.dim() == 0 and self.dim() == 0):
         raise RuntimeError(f"index_add_(): Source/destination tensor must have same slice shapes."
                            f" Destination slice shape: {want} and source slice shape: "
                            f"{list(source._shape)}")
-    return self._shape, promote(self, source) if self.dtype.is_floating_point else self.dtype
+    return self._shape, self.dtype
 
 
 def index_add_cpu(self, dim, index, source, *, alpha=1):

@@ -1,0 +1,332 @@
+"""The op table: every op in ir.ops with its call, a numpy float64 reference and samples
+over awkward shapes (0-sized dims, size-1 dims, primes, broadcasting, 0-d tensors).
+The views, copies, indexing and in-place ops are in op_table_shape.py."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ir.ops import Op
+from op_cases import ALL, FLOATS, NUMBERS, S, OpCase, aten
+
+SPECIAL_VALUES = [np.nan, -0.0, 0.0, np.inf, -np.inf, 1.5, -2.5, 1e-30]
+UNARY_SHAPES = [(), (0,), (1,), (7,), (3, 5), (2, 0, 3), (1, 13), (4, 1, 3), (2, 3, 1, 5)]
+BINARY_SHAPES = [((3, 5), (3, 5)), ((3, 5), (5,)), ((3, 1), (1, 5)), ((), (2, 3)), ((2, 3), ()),
+                 ((0, 3), (1, 3)), ((4, 1, 3), (2, 1)), ((7,), (1,)), ((2, 0), (2, 1)),
+                 ((5, 1, 1), (1, 3, 2)), ((1,), ())]
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _axis(x, dim):
+    if dim is None or x.ndim == 0:
+        return None
+    return tuple(dim) if isinstance(dim, (list, tuple)) else dim
+
+
+def _sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def _gelu(x, approximate="none"):
+    if approximate == "tanh":
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1 + _erf(x / math.sqrt(2)))
+
+
+def _gelu_backward(grad, x, approximate="none"):
+    h = 1e-5  # central difference of gelu in float64: an independent check of the formula
+    return grad * (_gelu(x + h, approximate) - _gelu(x - h, approximate)) / (2 * h)
+
+
+# elementwise ----------------------------------------------------------------------------
+def unary_samples(positive=False, specials=SPECIAL_VALUES):
+    def samples(make):
+        for shape in UNARY_SHAPES:
+            yield S(make(shape, positive))
+        yield S(make((4, 6), positive, scale=30.0))  # overflow / saturation territory
+        if make.dtype.kind == "f":
+            yield S(np.array(specials, make.dtype))
+    return samples
+
+
+def unary(name, op, ref, dtypes=ALL, positive=False, call=None, specials=SPECIAL_VALUES):
+    fn = call or (lambda lib, x: getattr(lib, name)(x))
+    # in float64 whatever the input type (numpy's exp of a bool array is float16)
+    return OpCase(name, (op,), fn, lambda x: ref(x.astype(np.float64)),
+                  unary_samples(positive, specials), dtypes)
+
+
+# PyTorch's float32 gelu gives NaN at +inf, where kiln (and float64 PyTorch) give inf
+_GELU_SPECIALS = [v for v in SPECIAL_VALUES if v != np.inf]
+
+
+def binary_samples(scalars=True):
+    def samples(make):
+        for a, b in BINARY_SHAPES:
+            yield S(make(a), make(b))
+        if scalars:
+            yield S(make((3, 5)), 2)
+            yield S(make((2, 3)), -1.5)
+            yield S(make(()), 3)
+    return samples
+
+
+def binary(name, op, ref, dtypes=ALL, scalars=True):
+    return OpCase(name, (op,), lambda lib, a, b: getattr(lib, name)(a, b), ref,
+                  binary_samples(scalars), dtypes)
+
+
+def pow_samples(make):
+    for a, b in BINARY_SHAPES:
+        exponent = make(b)
+        if exponent.dtype.kind == "i":
+            exponent = np.abs(exponent)  # integers to negative powers raise
+        yield S(make(a, positive=True), exponent)
+    yield S(make((3, 5), positive=True), 2)
+    yield S(make((3, 5), positive=True), 0.5)
+
+
+def where_samples(make):
+    for cond, a, b in [((3, 5), (3, 5), (3, 5)), ((3, 1), (1, 5), ()), ((), (2, 3), (3,)),
+                       ((0, 2), (1, 2), (0, 1)), ((2, 1, 4), (3, 1), (4,))]:
+        yield S(make.mask(cond), make(a), make(b))
+    yield S(make.mask((2, 3)), make((2, 3)), 0.0)
+
+
+def clamp_samples(make):
+    x = make((4, 7))
+    lo, hi = (-1, 2) if make.dtype.kind == "i" else (-0.5, 0.5)
+    yield S(x, lo)
+    yield S(x, None, hi)
+    yield S(x, lo, hi)
+    yield S(x, hi, lo)  # min > max: everything becomes max
+    yield S(make((2, 0, 3)), lo, hi)
+    yield S(make(()), lo, hi)
+
+
+def gelu_backward_samples(make):
+    for shape in UNARY_SHAPES:  # the gradient has the input's shape
+        yield S(make(shape), make(shape))
+        yield S(make(shape), make(shape), approximate="tanh")
+
+
+ELEMENTWISE = [
+    unary("neg", Op.NEG, np.negative, NUMBERS),
+    unary("abs", Op.ABS, np.abs, NUMBERS),
+    unary("sign", Op.SIGN, lambda x: (x > 0) * 1.0 - (x < 0), ALL),  # sign(nan) is 0
+    unary("relu", Op.RELU, lambda x: np.where(x < 0, 0, x), NUMBERS),
+    unary("exp", Op.EXP, np.exp),
+    unary("log", Op.LOG, np.log, NUMBERS, positive=True),
+    unary("sqrt", Op.SQRT, np.sqrt, NUMBERS, positive=True),
+    unary("rsqrt", Op.RSQRT, lambda x: 1 / np.sqrt(x), NUMBERS, positive=True),
+    unary("tanh", Op.TANH, np.tanh),
+    unary("sigmoid", Op.SIGMOID, _sigmoid),
+    unary("erf", Op.ERF, _erf),
+    unary("silu", Op.SILU, lambda x: x * _sigmoid(x), FLOATS,
+          call=lambda lib, x: lib.nn.functional.silu(x)),
+    unary("gelu", Op.GELU, _gelu, FLOATS, call=lambda lib, x: lib.nn.functional.gelu(x),
+          specials=_GELU_SPECIALS),
+    unary("gelu_tanh", Op.GELU, lambda x: _gelu(x, "tanh"), FLOATS,
+          call=lambda lib, x: lib.nn.functional.gelu(x, approximate="tanh")),
+    OpCase("gelu_backward", (Op.GELU_BACKWARD,),
+           lambda lib, g, x, **kw: aten(lib).gelu_backward(g, x, **kw),
+           _gelu_backward, gelu_backward_samples, FLOATS,
+           tolerance={"float64": (1e-7, 1e-9)}),
+    OpCase("clamp", (Op.CLAMP,), lambda lib, x, *bounds: lib.clamp(x, *bounds),
+           lambda x, lo=None, hi=None: np.minimum(np.maximum(x, -np.inf if lo is None else lo),
+                                                  np.inf if hi is None else hi),
+           clamp_samples, NUMBERS),
+    OpCase("add_alpha", (Op.ADD,), lambda lib, a, b, alpha: lib.add(a, b, alpha=alpha),
+           lambda a, b, alpha: a + alpha * b,
+           lambda make: (S(make(a), make(b), 2) for a, b in BINARY_SHAPES[:5]), NUMBERS),
+    OpCase("sub_alpha", (Op.SUB,), lambda lib, a, b, alpha: lib.sub(a, b, alpha=alpha),
+           lambda a, b, alpha: a - alpha * b,
+           lambda make: (S(make(a), make(b), 3) for a, b in BINARY_SHAPES[:5]), NUMBERS),
+    binary("add", Op.ADD, np.add),
+    binary("sub", Op.SUB, np.subtract, NUMBERS),
+    binary("mul", Op.MUL, np.multiply),
+    binary("div", Op.DIV, np.true_divide),
+    OpCase("pow", (Op.POW,), lambda lib, a, b: lib.pow(a, b), np.power, pow_samples, NUMBERS),
+    OpCase("rsub", (Op.SUB,), lambda lib, x: 3 - x, lambda x: 3 - x, unary_samples(), NUMBERS),
+    OpCase("rdiv", (Op.DIV,), lambda lib, x: 2 / x, lambda x: 2 / x, unary_samples(True),
+           NUMBERS),
+    OpCase("rpow", (Op.POW,), lambda lib, x: 2 ** x, lambda x: 2.0 ** x, unary_samples(),
+           FLOATS),
+    binary("maximum", Op.MAXIMUM, np.maximum, scalars=False),
+    binary("minimum", Op.MINIMUM, np.minimum, scalars=False),
+    binary("eq", Op.EQ, np.equal),
+    binary("ne", Op.NE, np.not_equal),
+    binary("lt", Op.LT, np.less),
+    binary("le", Op.LE, np.less_equal),
+    binary("gt", Op.GT, np.greater),
+    binary("ge", Op.GE, np.greater_equal),
+    binary("logical_and", Op.LOGICAL_AND, np.logical_and, scalars=False),
+    OpCase("where", (Op.WHERE,), lambda lib, c, a, b: lib.where(c, a, b), np.where,
+           where_samples, ALL),
+]
+
+
+# reductions -----------------------------------------------------------------------------
+def sum_samples(make):
+    yield S(make((3, 5)))
+    yield S(make(()))
+    yield S(make((3, 5)), 1)
+    yield S(make((3, 5)), -1, keepdim=True)
+    yield S(make((2, 3, 4)), [0, 2])
+    yield S(make((2, 3, 4)), (-1, 0), keepdim=True)
+    yield S(make((0, 3)), 0)  # an empty reduction
+    yield S(make((0, 3)), 1)
+    yield S(make((1, 7, 1)), 1)
+    yield S(make((13,)), 0)
+    yield S(make(()), 0, keepdim=True)
+    yield S(make((2, 3)), 1, dtype="float64")
+
+
+def extremum_samples(make):
+    """Reductions that need a non-empty reduced dim."""
+    yield S(make((3, 5)), 1)
+    yield S(make((3, 5)), -1, keepdim=True)
+    yield S(make((2, 3, 4)), 0)
+    yield S(make((0, 3)), 1)  # empty input, non-empty reduced dim
+    yield S(make((1, 7, 1)), 1, keepdim=True)
+    yield S(make((13,)), 0)
+    yield S(make(()), 0)
+
+
+def _reduce(np_fn):
+    return lambda x, dim=None, keepdim=False, dtype=None: np_fn(x, axis=_axis(x, dim),
+                                                                keepdims=keepdim)
+
+
+def _max_dim_ref(pick, arg):
+    def ref(x, dim, keepdim=False):
+        flat = x.reshape(1) if x.ndim == 0 else x
+        d = 0 if x.ndim == 0 else dim
+        values, indices = pick(flat, axis=d, keepdims=True), arg(flat, axis=d, keepdims=True)
+        if not keepdim or x.ndim == 0:
+            values, indices = values.squeeze(d), indices.squeeze(d)
+        return values, indices
+    return ref
+
+
+def var_samples(make):
+    yield S(make((3, 5)))
+    yield S(make((3, 5)), dim=1)
+    yield S(make((2, 3, 4)), dim=[0, 2], correction=0, keepdim=True)
+    yield S(make((2, 3, 4)), dim=-1, correction=2)
+    yield S(make((1, 5)), dim=0)  # one value, correction 1: 0/0
+    yield S(make((0, 3)), dim=0)
+    yield S(make((7,)), dim=0, correction=0.5)
+
+
+def softmax_samples(make):
+    for shape, dim in [((3, 5), 1), ((3, 5), 0), ((2, 3, 4), -1), ((2, 3, 4), 1), ((), 0),
+                       ((0, 3), 1), ((1, 7), -1)]:
+        yield S(make(shape), dim)
+    yield S(make((4, 6), scale=1000.0), 1)  # exp would overflow without the max shift
+    with_inf = make((4, 4))
+    with_inf[0, 1] = -np.inf
+    with_inf[2] = -np.inf  # a row of -inf gives NaN, as in PyTorch
+    with_inf[3, 2] = np.inf  # and so does a row holding +inf
+    yield S(with_inf, 1)
+    yield S(make((2, 3)), 1, dtype="float64")
+
+
+def _softmax(x, dim, dtype=None, log=False):
+    if x.size == 0:
+        return x.copy()
+    shifted = x - np.max(x, axis=_axis(x, dim), keepdims=True)
+    total = np.sum(np.exp(shifted), axis=_axis(x, dim), keepdims=True)
+    return shifted - np.log(total) if log else np.exp(shifted) / total
+
+
+REDUCTIONS = [
+    OpCase("sum", (Op.SUM,), lambda lib, x, *a, **k: x.sum(*a, **k), _reduce(np.sum),
+           sum_samples, ALL),
+    OpCase("mean", (Op.MEAN,), lambda lib, x, *a, **k: x.mean(*a, **k), _reduce(np.mean),
+           sum_samples),
+    OpCase("amax", (Op.AMAX,), lambda lib, x, *a, **k: lib.amax(x, *a, **k), _reduce(np.max),
+           extremum_samples, ALL),
+    OpCase("amin", (Op.AMIN,), lambda lib, x, *a, **k: lib.amin(x, *a, **k), _reduce(np.min),
+           extremum_samples, ALL),
+    OpCase("max_all", (Op.AMAX,), lambda lib, x: lib.max(x), np.max,
+           lambda make: (S(make(s)) for s in [(3, 5), (), (1,), (2, 3, 4)]), ALL),
+    OpCase("max_dim", (Op.MAX_DIM,), lambda lib, x, *a, **k: x.max(*a, **k),
+           _max_dim_ref(np.max, np.argmax), extremum_samples, ALL),
+    OpCase("min_dim", (Op.MIN_DIM,), lambda lib, x, *a, **k: lib.min(x, *a, **k),
+           _max_dim_ref(np.min, np.argmin), extremum_samples, ALL),
+    OpCase("argmax", (Op.ARGMAX,), lambda lib, x, *a, **k: x.argmax(*a, **k),
+           _reduce(np.argmax), lambda make: [S(make((3, 5))), S(make((2, 3)), keepdim=True),
+                                             *extremum_samples(make)], NUMBERS),
+    OpCase("argmin", (Op.ARGMIN,), lambda lib, x, *a, **k: lib.argmin(x, *a, **k),
+           _reduce(np.argmin), lambda make: [S(make((3, 5))), *extremum_samples(make)],
+           NUMBERS),
+    OpCase("var", (Op.VAR,), lambda lib, x, **k: x.var(**k),
+           lambda x, dim=None, correction=1, keepdim=False:
+           np.var(x, axis=_axis(x, dim), ddof=correction, keepdims=keepdim), var_samples),
+    OpCase("std", (Op.VAR, Op.SQRT), lambda lib, x, **k: x.std(**k),
+           lambda x, dim=None, correction=1, keepdim=False:
+           np.std(x, axis=_axis(x, dim), ddof=correction, keepdims=keepdim), var_samples),
+    OpCase("softmax", (Op.SOFTMAX,), lambda lib, x, dim, **k: lib.softmax(x, dim, **k),
+           _softmax, softmax_samples),
+    OpCase("log_softmax", (Op.LOG_SOFTMAX,),
+           lambda lib, x, dim, **k: x.log_softmax(dim, **k),
+           lambda x, dim, dtype=None: _softmax(x, dim, log=True), softmax_samples),
+]
+
+
+# linear algebra -------------------------------------------------------------------------
+def pairs(*shape_pairs):
+    return lambda make: (S(make(a), make(b)) for a, b in shape_pairs)
+
+
+MATMUL_SHAPES = [  # every rank combination torch.matmul documents, with batch broadcasting
+    ((4,), (4,)), ((4,), (4, 3)), ((3, 4), (4,)), ((3, 4), (4, 2)), ((2, 3, 4), (4,)),
+    ((4,), (2, 4, 3)), ((2, 3, 4), (4, 5)), ((3, 4), (2, 4, 5)), ((2, 3, 4), (2, 4, 5)),
+    ((2, 1, 3, 4), (5, 4, 2)), ((1, 3, 4), (2, 1, 4, 2)), ((0, 3, 4), (4, 2)),
+    ((2, 3, 0), (0, 4)), ((5, 1, 3), (3,)), ((3,), (2, 2, 3, 1)), ((7, 13), (13, 1))]
+
+
+def addmm_samples(make):
+    for bias in [(5,), (3, 5), (1, 5), (3, 1), ()]:
+        yield S(make(bias), make((3, 4)), make((4, 5)))
+    yield S(make((3, 5)), make((3, 4)), make((4, 5)), beta=2, alpha=3)
+    yield S(make((2, 2)), make((2, 0)), make((0, 2)), alpha=2)
+    if make.dtype.kind == "f":
+        yield S(make((3, 5)), make((3, 4)), make((4, 5)), beta=0.5, alpha=-1.5)
+        nan_bias = np.full((3, 5), np.nan, make.dtype)
+        yield S(nan_bias, make((3, 4)), make((4, 5)), beta=0)  # beta=0 ignores self
+
+
+def linear_samples(make):
+    for x, w, b in [((3, 4), (5, 4), (5,)), ((3, 4), (5, 4), None), ((4,), (5, 4), (5,)),
+                    ((2, 3, 4), (5, 4), (5,)), ((2, 3, 4), (1, 4), None), ((0, 4), (2, 4), (2,))]:
+        yield S(make(x), make(w), None if b is None else make(b))
+
+
+LINALG = [
+    OpCase("dot", (Op.DOT,), lambda lib, a, b: lib.dot(a, b), np.dot,
+           pairs(((5,), (5,)), ((0,), (0,)), ((1,), (1,)), ((13,), (13,))), NUMBERS),
+    OpCase("mv", (Op.MV,), lambda lib, a, b: lib.mv(a, b), np.matmul,
+           pairs(((3, 4), (4,)), ((0, 4), (4,)), ((3, 0), (0,)), ((1, 1), (1,))), NUMBERS),
+    OpCase("mm", (Op.MM,), lambda lib, a, b: lib.mm(a, b), np.matmul,
+           pairs(((3, 4), (4, 5)), ((1, 1), (1, 1)), ((0, 3), (3, 2)), ((3, 0), (0, 2)),
+                 ((7, 13), (13, 2))), NUMBERS),
+    OpCase("bmm", (Op.BMM,), lambda lib, a, b: lib.bmm(a, b), np.matmul,
+           pairs(((2, 3, 4), (2, 4, 5)), ((0, 3, 4), (0, 4, 2)), ((1, 1, 1), (1, 1, 1)),
+                 ((3, 2, 0), (3, 0, 5))), NUMBERS),
+    OpCase("addmm", (Op.ADDMM,), lambda lib, s, a, b, **k: lib.addmm(s, a, b, **k),
+           lambda s, a, b, beta=1, alpha=1: (0 if beta == 0 else beta * s) + alpha * (a @ b),
+           addmm_samples, NUMBERS),
+    OpCase("matmul", (Op.MATMUL,), lambda lib, a, b: lib.matmul(a, b), np.matmul,
+           pairs(*MATMUL_SHAPES), NUMBERS),
+    OpCase("matmul_operator", (Op.MATMUL,), lambda lib, a, b: a @ b, np.matmul,
+           pairs(*MATMUL_SHAPES[:4])),
+    OpCase("linear", (Op.LINEAR,), lambda lib, x, w, b: lib.nn.functional.linear(x, w, b),
+           lambda x, w, b: x @ w.T + (0 if b is None else b), linear_samples,
+           tolerance={"float16": (1e-3, 1e-2)}),  # matmul, then add: rounded twice
+]
+
+CASES = ELEMENTWISE + REDUCTIONS + LINALG

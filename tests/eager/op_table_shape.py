@@ -1,0 +1,236 @@
+"""The op table, continued: views, copies, indexing and in-place ops."""
+from __future__ import annotations
+
+import numpy as np
+
+from ir.ops import Op
+from op_cases import ALL, FLOATS, NUMBERS, S, OpCase, aten
+
+CONTIGUOUS_ONLY = ("contiguous",)
+
+
+def on(shape_and_args):
+    """Samples `(make(shape), *args)` from `[(shape, *args), ...]`."""
+    return lambda make: (S(make(shape), *args) for shape, *args in shape_and_args)
+
+
+# views ----------------------------------------------------------------------------------
+VIEW_SHAPES = [((3, 4), (4, 3)), ((3, 4), (12,)), ((3, 4), (-1, 6)), ((3, 4), (2, -1, 2)),
+               ((2, 3, 4), (6, -1)), ((), (1,)), ((1,), ()), ((0, 3), (-1,)), ((0, 3), (3, 0)),
+               ((13,), (1, 13, 1))]
+
+
+def _expand_ref(x, size):
+    lead = len(size) - x.ndim
+    return np.broadcast_to(x, [x.shape[i - lead] if s == -1 else s for i, s in enumerate(size)])
+
+
+def _squeeze_ref(x, dim=None):
+    dims = range(x.ndim) if dim is None else [dim] if isinstance(dim, int) else dim
+    return np.squeeze(x, tuple(d for d in dims if x.ndim and x.shape[d] == 1))
+
+
+def _flatten_ref(x, start=0, end=-1):
+    if x.ndim == 0:
+        return x.reshape(1)
+    start, end = start % x.ndim, end % x.ndim
+    return x.reshape(x.shape[:start] + (-1,) + x.shape[end + 1:]) if x.size else \
+        x.reshape(x.shape[:start] + (0,) + x.shape[end + 1:])
+
+
+def _split_ref(x, size, dim):
+    if isinstance(size, list):
+        return np.split(x, np.cumsum(size)[:-1], axis=dim)
+    return np.split(x, range(size, x.shape[dim], size), axis=dim)
+
+
+BASIC_KEYS = [np.s_[1:, ::2], np.s_[..., None], np.s_[None, 1], np.s_[-1], np.s_[:, 1:-1],
+              np.s_[2:100], np.s_[..., 0], np.s_[1, ..., None, ::3], np.s_[()], np.s_[:, -3:, 1],
+              np.s_[True], np.s_[0, True], np.s_[..., False, 1]]  # a bool adds a dim of 1 or 0
+
+
+def basic_index_samples(make):
+    for key in BASIC_KEYS:
+        yield S(make((5, 7, 4)), key)
+    yield S(make((0, 3)), np.s_[..., 1:])
+
+
+def advanced_index_samples(make):
+    x = make((5, 7, 3))
+    yield S(x, make.index((4,), 5))
+    yield S(x, np.array([3, 0, 0, -1]))  # negative and repeated
+    yield S(x, (slice(None), make.index((2, 3), 7)))
+    yield S(x, (make.index((2, 1), 5), make.index((4,), 7)))  # rows, cols broadcast
+    yield S(x, make.mask((5, 7, 3)))
+    yield S(x, make.mask((5, 7)))
+    yield S(x, (make.index((3,), 5), slice(1, None)))
+    yield S(x, [0, 2])
+    yield S(x, (np.array(True), 1))  # a 0-d mask adds a dim, like a Python bool
+    yield S(x, (1, np.array(False)))
+    yield S(make((4,)), make.mask((4,)) & False)  # selects nothing
+
+
+VIEWS = [
+    OpCase("view", (Op.VIEW,), lambda lib, x, shape: x.view(shape),
+           lambda x, shape: x.reshape(shape), on(VIEW_SHAPES), ALL, CONTIGUOUS_ONLY),
+    OpCase("reshape", (Op.RESHAPE,), lambda lib, x, shape: x.reshape(shape),
+           lambda x, shape: x.reshape(shape), on(VIEW_SHAPES), ALL),
+    OpCase("transpose", (Op.TRANSPOSE,), lambda lib, x, a, b: x.transpose(a, b), np.swapaxes,
+           on([((2, 3, 4), 0, 2), ((2, 3, 4), -1, -2), ((3, 4), 0, 1), ((5,), 0, 0),
+               ((0, 3), 0, 1)]), ALL),
+    OpCase("t", (Op.T,), lambda lib, x: x.t(), np.transpose, on([((3, 4),), ((5,),), ((),)]),
+           ALL),
+    OpCase("permute", (Op.PERMUTE,), lambda lib, x, dims: x.permute(dims), np.transpose,
+           on([((2, 3, 4), (2, 0, 1)), ((2, 3, 4), (-1, 0, 1)), ((3,), (0,)),
+               ((1, 0, 2), (2, 1, 0))]), ALL),
+    OpCase("expand", (Op.EXPAND,), lambda lib, x, size: x.expand(*size), _expand_ref,
+           on([((3, 1), (3, 4)), ((1,), (2, 3, 5)), ((), (2, 2)), ((3, 1), (-1, 4)),
+               ((0, 1), (0, 3)), ((2, 1, 1), (3, 2, 4, 5))]), ALL),
+    OpCase("unsqueeze", (Op.UNSQUEEZE,), lambda lib, x, d: x.unsqueeze(d), np.expand_dims,
+           on([((3, 4), 0), ((3, 4), -1), ((3, 4), 1), ((), 0), ((), -1), ((0,), 1)]), ALL),
+    OpCase("squeeze", (Op.SQUEEZE,), lambda lib, x, *d: x.squeeze(*d), _squeeze_ref,
+           on([((1, 3, 1, 2),), ((1, 3, 1, 2), 2), ((1, 3, 1, 2), (0, 2)), ((3,), 0),
+               ((),), ((1,), 0), ((1, 3, 1, 2), -2), ((2, 1, 0), (1, 2))]), ALL),
+    OpCase("select", (Op.SELECT,), lambda lib, x, d, i: x.select(d, i),
+           lambda x, d, i: np.take(x, i, axis=d),
+           on([((3, 4), 1, -1), ((3, 4), 0, 2), ((2, 3, 4), -2, 0), ((1,), 0, 0)]), ALL),
+    OpCase("getitem_basic", (Op.SLICE, Op.SELECT, Op.UNSQUEEZE),
+           lambda lib, x, key: x[key], lambda x, key: x[key], basic_index_samples, ALL),
+    OpCase("getitem_advanced", (Op.INDEX_SELECT,), lambda lib, x, key: x[key],
+           lambda x, key: x[key], advanced_index_samples, ALL, meta=False),
+    OpCase("flatten", (Op.FLATTEN,), lambda lib, x, *a: x.flatten(*a), _flatten_ref,
+           on([((2, 3, 4),), ((2, 3, 4), 1), ((2, 3, 4), 0, 1), ((2, 3, 4), -2, -1), ((),),
+               ((0, 3),), ((5,), 0, 0)]), ALL),
+    OpCase("split", (Op.SPLIT,), lambda lib, x, size, dim: x.split(size, dim), _split_ref,
+           on([((5, 4), 2, 0), ((5, 4), 3, 1), ((5, 4), [1, 4], 0), ((5, 4), [0, 3, 1], 1),
+               ((0, 3), 2, 0), ((5,), 5, 0), ((5,), 7, -1)]), ALL),
+    OpCase("chunk", (Op.SPLIT,), lambda lib, x, n, dim: x.chunk(n, dim),
+           lambda x, n, dim: _split_ref(x, -(-x.shape[dim] // n), dim),
+           on([((5, 4), 2, 0), ((5, 4), 3, 1), ((6,), 4, 0)]), ALL),
+    OpCase("detach", (Op.DETACH,), lambda lib, x: x.detach(), np.copy,
+           on([((3, 4),), ((),), ((0, 2),)]), ALL),
+]
+
+
+# copies and data movement ---------------------------------------------------------------
+def to_samples(make):
+    for target in ALL:
+        yield S(make((3, 4)), dtype=target)
+    yield S(make((0, 2)), dtype="float64")
+
+
+def cat_samples(make):
+    yield S(make((2, 3)), make((4, 3)), dim=0)
+    yield S(make((2, 3)), make((2, 5)), make((2, 1)), dim=1)
+    yield S(make((2, 3)), make((2, 2)), dim=-1)
+    yield S(make((0, 3)), make((2, 3)), dim=0)
+    yield S(make((2, 3)), make((0,)), dim=0)  # PyTorch skips legacy empty 1-D tensors
+    yield S(make((7,)), dim=0)
+
+
+def _cat_ref(*arrays, dim=0):
+    kept = [a for a in arrays if not (a.ndim == 1 and a.size == 0)] or arrays
+    return np.concatenate(kept, axis=dim)
+
+
+def stack_samples(make):
+    for dim in (0, -1, 2, 1):
+        yield S(make((2, 3)), make((2, 3)), make((2, 3)), dim=dim)
+    yield S(make(()), make(()), dim=0)
+    yield S(make((0, 2)), make((0, 2)), dim=1)
+
+
+def index_add_samples(make):
+    yield S(make((5, 3)), 0, make.index((4,), 5), make((4, 3)))
+    yield S(make((5, 3)), 1, np.array([2, 2, 0]), make((5, 3)), alpha=2)
+    yield S(make((5, 3)), -1, np.zeros(0, np.int64), make((5, 0)))
+    yield S(make((4, 2, 3)), 1, np.array([1]), make((4, 1, 3)))
+
+
+def _index_add_ref(x, dim, index, source, alpha=1):
+    out = x.copy()
+    np.add.at(np.moveaxis(out, dim, 0), index, np.moveaxis(source * alpha, dim, 0))
+    return out
+
+
+def _select_backward_ref(grad, sizes, dim, index):
+    out = np.zeros(sizes)
+    np.moveaxis(out, dim, 0)[index] = grad
+    return out
+
+
+def _slice_backward_ref(grad, sizes, dim, start, end, step):
+    out = np.zeros(sizes)
+    np.moveaxis(out, dim, 0)[start:end:step] = np.moveaxis(grad, dim, 0)
+    return out
+
+
+COPIES = [
+    OpCase("contiguous", (Op.CONTIGUOUS,), lambda lib, x: x.contiguous(), np.copy,
+           on([((3, 4),), ((),), ((2, 0, 3),)]), ALL),
+    OpCase("clone", (Op.CLONE,), lambda lib, x: x.clone(), np.copy,
+           on([((3, 4),), ((),), ((2, 0, 3),), ((2, 3, 5),)]), ALL),
+    OpCase("to", (Op.TO_COPY,), lambda lib, x, dtype: x.to(dtype=dtype),
+           lambda x, dtype: x.astype(dtype), to_samples, ALL),
+    OpCase("cat", (Op.CAT,), lambda lib, *ts, dim: lib.cat(ts, dim), _cat_ref, cat_samples,
+           ALL),
+    OpCase("stack", (Op.STACK,), lambda lib, *ts, dim: lib.stack(ts, dim),
+           lambda *arrays, dim: np.stack(arrays, axis=dim), stack_samples, ALL),
+    OpCase("index_select", (Op.INDEX_SELECT,), lambda lib, x, d, i: x.index_select(d, i),
+           lambda x, d, i: np.take(x, i, axis=d),
+           lambda make: [S(make((5, 3)), 0, make.index((4,), 5)),
+                         S(make((5, 3)), -1, make.index((6,), 3)),
+                         S(make((5, 3)), 1, np.zeros(0, np.int64)),
+                         S(make((0, 3)), 1, make.index((2,), 3))], ALL),
+    OpCase("index_add", (Op.INDEX_ADD,), lambda lib, x, *a, **k: x.index_add(*a, **k),
+           _index_add_ref, index_add_samples, NUMBERS),
+    OpCase("embedding", (Op.EMBEDDING,), lambda lib, w, i: lib.embedding(w, i),
+           lambda w, i: w[i],
+           lambda make: [S(make((10, 4)), make.index((2, 3), 10)),
+                         S(make((10, 4)), np.array(7)), S(make((3, 2)), np.zeros(0, np.int64))],
+           NUMBERS),
+    OpCase("select_backward", (Op.SELECT_BACKWARD,),
+           lambda lib, g, *a: aten(lib).select_backward(g, *a), _select_backward_ref,
+           lambda make: [S(make((3,)), [3, 4], 1, 2), S(make((2, 4)), [2, 3, 4], 1, -1)]),
+    OpCase("slice_backward", (Op.SLICE_BACKWARD,),
+           lambda lib, g, *a: aten(lib).slice_backward(g, *a), _slice_backward_ref,
+           lambda make: [S(make((2, 4)), [5, 4], 0, 1, 5, 2),
+                         S(make((3, 4)), [3, 7], 1, 2, 6, 1)]),
+]
+
+
+# in place (on a clone, so every layout of the input can be used) ----------------------
+INPLACE_SHAPES = [((3, 5), (3, 5)), ((3, 5), (5,)), ((3, 5), ()), ((2, 0), (2, 1)),
+                  ((4, 1, 3), (1, 3))]
+
+
+def inplace_samples(make):
+    for a, b in INPLACE_SHAPES:
+        yield S(make(a), make(b))
+    yield S(make((2, 3)), 2)
+
+
+def inplace(name, op, ref, dtypes=NUMBERS, samples=inplace_samples):
+    method = op.schema.name
+    return OpCase(name, (op,), lambda lib, x, *a, **k: getattr(x.clone(), method)(*a, **k),
+                  ref, samples, dtypes)
+
+
+INPLACE = [
+    inplace("add_", Op.ADD_, lambda x, y, alpha=1: x + alpha * y),
+    inplace("add_alpha_", Op.ADD_, lambda x, y, alpha=1: x + alpha * y,
+            samples=lambda make: (S(make(a), make(b), alpha=2) for a, b in INPLACE_SHAPES)),
+    inplace("sub_", Op.SUB_, lambda x, y, alpha=1: x - alpha * y),
+    inplace("mul_", Op.MUL_, np.multiply),
+    inplace("div_", Op.DIV_, np.true_divide, FLOATS),
+    inplace("clamp_", Op.CLAMP_, lambda x, lo, hi: np.clip(x, lo, hi),
+            samples=lambda make: [S(make((3, 5)), -1, 1), S(make(()), 0, 2)]),
+    inplace("zero_", Op.ZERO_, np.zeros_like, ALL,
+            samples=lambda make: [S(make((3, 5))), S(make(())), S(make((0, 2)))]),
+    inplace("fill_", Op.FILL_, np.full_like, ALL,
+            samples=lambda make: [S(make((3, 5)), 1), S(make(()), 0), S(make((2, 3)), True)]),
+    inplace("copy_", Op.COPY_, lambda x, src: np.broadcast_to(src, x.shape), ALL,
+            samples=lambda make: (S(make(a), make(b)) for a, b in INPLACE_SHAPES)),
+]
+
+CASES = VIEWS + COPIES + INPLACE
