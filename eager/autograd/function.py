@@ -121,7 +121,11 @@ class FormulaNode(Node):
     formula = None  # set on each generated subclass
 
     def __init__(self, next_functions, saved: dict, needs: tuple):
-        super().__init__(next_functions)
+        # Node.__init__, inlined: one node is made per recorded op
+        self.next_functions = next_functions
+        self._seq = next(_sequence)
+        self._pre_hooks = None
+        self._input_meta = ()
         self._saved = saved
         self._needs = needs
         self._released = False

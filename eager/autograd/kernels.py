@@ -4,7 +4,7 @@ records the op's backward node on the output with what the formula saved."""
 from __future__ import annotations
 
 from eager.autograd.derivatives import DERIVATIVES, Derivative, rule_for
-from eager.autograd.function import (SavedTensor, gradient_edge, move_retained_grad,
+from eager.autograd.function import (SavedTensor, grad_accumulator, move_retained_grad,
                                      node_class)
 from eager.dispatcher import ATEN, DispatchKey
 from eager.tensor import Tensor, ops
@@ -83,7 +83,9 @@ def record(plan: _Plan, cls, vals: list, out, saved_vals: list | None = None):
     for t in inputs:
         if isinstance(t, Tensor):
             needs.append(t._requires_grad)
-            edges.append(gradient_edge(t))
+            # gradient_edge(t), inlined: this loop runs for every recorded op
+            edges.append((t.grad_fn, t.output_nr) if t.grad_fn is not None else
+                         (grad_accumulator(t), 0) if t._requires_grad else (None, 0))
             metas.append((t._shape, t.dtype, t.device))
         else:
             needs.append(False)
@@ -99,6 +101,9 @@ def record(plan: _Plan, cls, vals: list, out, saved_vals: list | None = None):
     primary.output_nr = 0
     primary._set_requires_grad(True)
     return out
+
+
+
 
 
 def _node_chooser(plan: _Plan):
@@ -124,10 +129,13 @@ def _autograd_kernel(op: Op):
     plan = _Plan(rule_for(op), schema)
     choose = _node_chooser(plan)
 
+    fixed = None if plan.d.overloads else node_class(plan.d.name, plan.d.formula)
+    n_args = len(plan.names)
+
     def kernel(*args, **kwargs):
         out = handle.redispatch(_BELOW, *args, **kwargs)
-        vals = plan.values(args, kwargs)
-        return record(plan, choose(vals), vals, out)
+        vals = list(args) if not kwargs and len(args) == n_args else plan.values(args, kwargs)
+        return record(plan, fixed or choose(vals), vals, out)
     kernel.__name__ = f"{schema.name}_autograd"
     kernel.__qualname__ = kernel.__name__
     return kernel

@@ -6,6 +6,8 @@ import numpy as np
 from eager.kernels._common import (compute_np, meta_from_rule, operand, register, result,
                                    scalar_value, type_word)
 from eager.kernels.shape import expand
+from eager.tensor import from_array
+from ir import dtypes
 from ir.ops import Op
 
 _C_TYPE = {"float32": "float", "float64": "double", "float16": "Half", "int64": "long int",
@@ -85,8 +87,10 @@ def addmm_rule(self, mat1, mat2, *, beta=1, alpha=1):
 def _matmul_kernel(rule):
     def kernel(self, other):
         _, dt = rule(self, other)
-        ct = compute_np(dt)
-        return result(np.matmul(operand(self, ct), operand(other, ct)), dt)
+        if dt is dtypes.float16:  # computed in float32, rounded once
+            return result(np.matmul(operand(self, np.float32), operand(other, np.float32)), dt)
+        r = np.matmul(self._np(), other._np())  # the rule made both operands of type dt
+        return from_array(r if type(r) is np.ndarray else np.asarray(r))
     kernel.__name__ = rule.__name__.replace("_rule", "_cpu")
     return kernel
 
