@@ -37,19 +37,20 @@ class Unsupported(Exception):
 
 
 class KernelArtifact:
-    """What was generated for one kernel: its LLVM IR before and after optimisation,
-    and (made on first request) its machine assembly."""
+    """What was generated for one kernel: its LLVM IR, and on request the IR after
+    optimisation and the machine assembly (recomputed: LLVM is deterministic)."""
 
-    def __init__(self, name: str, llvm_ir: str, optimised, jit):
+    def __init__(self, name: str, llvm_ir: str, jit):
         self.name, self.llvm_ir = name, llvm_ir
-        self.optimised_ir = str(optimised)
-        self._module, self._jit, self._asm = optimised, jit, None
+        self._jit = jit
+
+    @property
+    def optimised_ir(self) -> str:
+        return str(self._jit.optimise(self.llvm_ir))
 
     @property
     def assembly(self) -> str:
-        if self._asm is None:
-            self._asm = self._jit.assembly(self._module)
-        return self._asm
+        return self._jit.assembly(self.llvm_ir)
 
 
 class FusedKernel:
@@ -162,11 +163,11 @@ class FusedKernel:
         module = jit.new_module(name)
         K.build_kernel(module, spec, vector_width())
         debug.banner(f"LLVM IR: {name}", str(module), at_level=3)
-        optimised = jit.add(module)
-        artifact = KernelArtifact(name, str(module), optimised, jit)
+        address = jit.load(module, [name])[name]  # through the kernel cache
+        artifact = KernelArtifact(name, str(module), jit)
         if debug.level() >= 4:
             debug.banner(f"assembly: {name}", artifact.assembly, at_level=4)
-        return _KERNEL_FN(jit.address(name)), artifact
+        return _KERNEL_FN(address), artifact
 
 
 def _is_kept(shape, full, reduced) -> bool:

@@ -1,2 +1,2 @@
-"""Running native code: the CUDA driver today; JIT engines, kernel cache and thread pool
-come with the native backend. Imports nothing else of the project."""
+"""Running native code: the host JIT (jit), its kernel cache (cache), a thread pool for
+native kernels (threads) and the CUDA driver (cuda). Imports nothing else of the project."""

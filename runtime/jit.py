@@ -6,14 +6,23 @@ MCJIT never frees code and owns its TargetMachine, so there is one engine per pr
 pointer into its code stays valid. Every module is verified before it is optimised,
 because bad IR can abort the whole process instead of raising.
 
+`load` goes through the kernel cache (runtime/cache.py): a kernel compiled once, in this
+process or an earlier one, is not optimised again, only its object code is linked in.
+The optimised IR and assembly of a cached kernel are not stored; `optimise` and
+`assembly` recompute them from the IR on demand (LLVM is deterministic for one target),
+which costs only when someone is debugging.
+
 Importing this module imports llvmlite; the eager runtime never does.
 """
 from __future__ import annotations
 
 import threading
+from typing import Iterable
 
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
+
+from runtime.cache import Entry, KernelCache, kernel_key, kiln_version
 
 
 def _initialise() -> None:
@@ -45,17 +54,21 @@ def vector_width() -> int:
 
 
 class HostJit:
-    """One MCJIT engine for the host CPU at opt level 3. Use `host_jit()` to get it."""
+    """One MCJIT engine for the host CPU at opt level 3. Use `host_jit()` to get it.
 
-    def __init__(self):
+    Code is position independent (reloc='pic') so that object code emitted in one process
+    can be linked into another's engine wherever it lands."""
+
+    def __init__(self, cache: KernelCache | None = None):
         _initialise()
-        target = llvm.Target.from_default_triple()
-        self.target_machine = target.create_target_machine(
-            cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
-            opt=3)
+        self.cpu_name = llvm.get_host_cpu_name()
+        self.features = llvm.get_host_cpu_features().flatten()
+        self.target_machine = llvm.Target.from_default_triple().create_target_machine(
+            cpu=self.cpu_name, features=self.features, opt=3, reloc="pic")
         self.triple = llvm.get_process_triple()
         self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self.target_machine)
-        self._lock = threading.Lock()
+        self.cache: KernelCache[dict[str, int]] = cache if cache is not None else KernelCache()
+        self._lock = threading.RLock()
         self._modules: list = []  # the engine refers to them; keep them alive with it
 
     def new_module(self, name: str) -> ir.Module:
@@ -65,23 +78,51 @@ class HostJit:
         module.data_layout = str(self.target_machine.target_data)
         return module
 
-    def add(self, module: ir.Module | str) -> llvm.ModuleRef:
-        """Verify, optimise (O3) and compile `module` into the engine; returns the
-        optimised module (str() of it is the IR after optimisation). Function names
-        are global to the engine: adding one twice is an error."""
+    def optimise(self, module: ir.Module | str) -> llvm.ModuleRef:
+        """`module` verified and optimised at O3, not added to the engine: str() of the
+        result is the IR after optimisation, `assembly` of it the machine code."""
         parsed = llvm.parse_assembly(str(module))
         parsed.verify()
-        for fn in parsed.functions:
-            if not fn.is_declaration and self.engine.get_function_address(fn.name):
-                raise ValueError(f"the host JIT already has a function named {fn.name!r}")
         tuning = llvm.create_pipeline_tuning_options(speed_level=3)
         builder = llvm.create_pass_builder(self.target_machine, tuning)
         builder.getModulePassManager().run(parsed, builder)
-        with self._lock:
-            self.engine.add_module(parsed)
-            self.engine.finalize_object()
-            self._modules.append(parsed)
         return parsed
+
+    def add(self, module: ir.Module | str) -> llvm.ModuleRef:
+        """Verify, optimise (O3) and compile `module` into the engine, bypassing the
+        cache; returns the optimised module. Function names are global to the engine:
+        adding one twice is an error."""
+        optimised = self.optimise(module)
+        with self._lock:
+            self._refuse_redefinition(_defined_functions(optimised))
+            self.engine.add_module(optimised)
+            self.engine.finalize_object()
+            self._modules.append(optimised)
+        return optimised
+
+    def load(self, module: ir.Module | str, names: Iterable[str] | None = None
+             ) -> dict[str, int]:
+        """Compile `module` through the kernel cache and return {name: address} for
+        `names` (default: every function it defines). Loading the same IR again returns
+        the same addresses; a different module defining a name already in the engine is
+        an error."""
+        if isinstance(names, str):
+            raise TypeError(f"names is a collection of names; pass [{names!r}]")
+        text = str(module)
+        addresses = self.cache.get_or_build(self.cache_key(text), lambda: self._build(text),
+                                            self._link)
+        if names is None:
+            return dict(addresses)
+        missing = [name for name in names if name not in addresses]
+        if missing:
+            raise KeyError(f"the module defines no function named {missing[0]!r}")
+        return {name: addresses[name] for name in names}
+
+    def cache_key(self, module: ir.Module | str) -> str:
+        """The kernel cache's key for `module` compiled by this engine."""
+        return kernel_key(str(module), triple=self.triple, cpu=self.cpu_name,
+                          features=self.features, version=kiln_version(),
+                          llvm_version=".".join(map(str, llvm.llvm_version_info)))
 
     def address(self, name: str) -> int:
         """Address of a compiled function; raises KeyError if no added module defines it."""
@@ -90,9 +131,34 @@ class HostJit:
             raise KeyError(f"no function named {name!r} has been compiled by the host JIT")
         return address
 
-    def assembly(self, module: llvm.ModuleRef) -> str:
-        """Machine assembly of an (optimised) module, for debugging dumps."""
+    def assembly(self, module: llvm.ModuleRef | ir.Module | str) -> str:
+        """Machine assembly of an optimised module, or of IR (optimised first: the way to
+        see what a cached kernel runs), for debugging dumps."""
+        if not isinstance(module, llvm.ModuleRef):
+            module = self.optimise(module)
         return self.target_machine.emit_assembly(module)
+
+    def _build(self, text: str) -> Entry:
+        optimised = self.optimise(text)
+        return Entry(_defined_functions(optimised), self.target_machine.emit_object(optimised))
+
+    def _link(self, entry: Entry) -> dict[str, int]:
+        with self._lock:
+            self._refuse_redefinition(entry.functions)
+            self.engine.add_object_file(llvm.ObjectFileRef.from_data(entry.object_code))
+            self.engine.finalize_object()
+            return {name: self.address(name) for name in entry.functions}
+
+    def _refuse_redefinition(self, names: Iterable[str]) -> None:
+        for name in names:
+            if self.engine.get_function_address(name):
+                raise ValueError(f"the host JIT already has a function named {name!r}")
+
+
+def _defined_functions(module: llvm.ModuleRef) -> tuple[str, ...]:
+    """Names of the functions `module` defines and exports."""
+    return tuple(fn.name for fn in module.functions
+                 if not fn.is_declaration and fn.linkage == llvm.Linkage.external)
 
 
 _host: HostJit | None = None

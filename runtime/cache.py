@@ -1,0 +1,333 @@
+"""The kernel cache: compiled object code kept in memory for this process and on disk for
+the next one.
+
+A kernel is keyed by a hash of its LLVM IR text, the target (triple, CPU name and
+features), the LLVM version and kiln's version, so a change to any of them compiles
+afresh. The memory tier maps a key to whatever the engine made of the entry (function
+addresses); the disk tier holds one file per key under `$KILN_CACHE_DIR` (default
+`~/.cache/kiln`):
+
+    header  magic 'KILNOBJ1' | meta length u32 | object length u64 | SHA-256 of the rest
+    meta    JSON: {"key": ..., "functions": [...]}
+    object  the bytes of `TargetMachine.emit_object`
+
+A file that is short, has a bad header, a hash mismatch or another key's meta is never
+handed to LLVM (which could abort the process on garbage); it is rebuilt and rewritten.
+Writes go to a temporary file in the same directory, are fsynced and renamed over the
+entry, so readers see an old entry, a new one or none, and processes racing to write the
+same entry only replace identical bytes. The directory is kept under
+`$KILN_CACHE_MAX_BYTES` (default 256 MiB) by removing the least recently used entries;
+a hit sets an entry's mtime, because atime is unreliable (noatime, relatime mounts).
+
+    python -m runtime.cache info     # directory, entries, bytes
+    python -m runtime.cache clear    # remove every entry
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import hashlib
+import importlib.metadata
+import json
+import os
+import struct
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Generic, TypeVar
+
+FORMAT = "kiln-cpu-object-1"
+MAGIC = b"KILNOBJ1"
+HEADER = struct.Struct("<8sIQ32s")
+SUFFIX = ".kobj"
+TMP_PREFIX = ".tmp-"
+DEFAULT_MAX_BYTES = 256 << 20
+STALE_TMP_SECONDS = 3600  # a temporary file this old belongs to a writer that died
+
+Value = TypeVar("Value")
+
+
+class CorruptEntry(Exception):
+    """A cache file that must not be loaded; the message says what is wrong with it."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """What a cache file holds: the names of the functions the object code defines, and
+    the object code."""
+    functions: tuple[str, ...]
+    object_code: bytes
+
+
+@dataclass
+class CacheStats:
+    memory_hits: int = 0
+    disk_hits: int = 0
+    misses: int = 0
+    rebuilt_corrupt: int = 0  # also counted in misses
+    evictions: int = 0
+    write_failures: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    directory: Path
+    entries: int
+    bytes: int
+    max_bytes: int
+
+
+def cache_dir() -> Path:
+    """`$KILN_CACHE_DIR`, or `~/.cache/kiln`; read at every use, so tests can point it
+    elsewhere at any time."""
+    configured = os.environ.get("KILN_CACHE_DIR")
+    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "kiln"
+
+
+def max_bytes() -> int:
+    """`$KILN_CACHE_MAX_BYTES`, or 256 MiB."""
+    configured = os.environ.get("KILN_CACHE_MAX_BYTES")
+    if not configured:
+        return DEFAULT_MAX_BYTES
+    try:
+        return int(configured)
+    except ValueError:
+        raise ValueError(f"KILN_CACHE_MAX_BYTES must be a number of bytes, got {configured!r}")
+
+
+@functools.cache
+def kiln_version() -> str:
+    """kiln's version from its installed metadata, else from the checkout's
+    pyproject.toml, else 'unknown'."""
+    try:
+        return importlib.metadata.version("kiln")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    import tomllib
+    try:
+        with open(Path(__file__).resolve().parents[1] / "pyproject.toml", "rb") as f:
+            return tomllib.load(f)["project"]["version"]
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        return "unknown"
+
+
+def kernel_key(ir_text: str, *, triple: str, cpu: str, features: str, version: str,
+               llvm_version: str = "") -> str:
+    """Hex SHA-256 naming the object code that `ir_text` compiles to on this target."""
+    parts = [FORMAT, triple, cpu, features, version, llvm_version, ir_text]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+
+
+def encode(key: str, entry: Entry) -> bytes:
+    meta = json.dumps({"key": key, "functions": list(entry.functions)}).encode()
+    digest = hashlib.sha256(meta + entry.object_code).digest()
+    return HEADER.pack(MAGIC, len(meta), len(entry.object_code), digest) + meta \
+        + entry.object_code
+
+
+def decode(key: str, data: bytes) -> Entry:
+    """The entry in `data`, or CorruptEntry if it is not exactly a valid entry for `key`."""
+    if len(data) < HEADER.size:
+        raise CorruptEntry(f"{len(data)} bytes is shorter than the header")
+    magic, meta_length, object_length, digest = HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise CorruptEntry(f"bad magic {magic!r}")
+    if len(data) != HEADER.size + meta_length + object_length:
+        raise CorruptEntry(f"{len(data)} bytes where the header says "
+                           f"{HEADER.size + meta_length + object_length}")
+    body = data[HEADER.size:]
+    if hashlib.sha256(body).digest() != digest:
+        raise CorruptEntry("SHA-256 of the contents does not match the header")
+    try:
+        meta = json.loads(body[:meta_length])
+        functions = tuple(meta["functions"])
+        stored_key = meta["key"]
+    except (ValueError, KeyError, TypeError) as error:
+        raise CorruptEntry(f"unreadable meta: {error}")
+    if stored_key != key:
+        raise CorruptEntry(f"holds key {stored_key!r}")
+    return Entry(functions, body[meta_length:])
+
+
+class KernelCache(Generic[Value]):
+    """Memory and disk tiers around a build step. One per engine: the memory tier holds
+    values (addresses) that only mean something in that engine.
+
+    Lookups are serialised by one lock, so concurrent requests for a key build it once.
+    """
+
+    def __init__(self, directory: Path | str | None = None):
+        self._directory = Path(directory) if directory is not None else None
+        self._memory: dict[str, Value] = {}
+        self._lock = threading.RLock()
+        self.stats = CacheStats()
+
+    @property
+    def directory(self) -> Path:
+        return self._directory if self._directory is not None else cache_dir()
+
+    def path(self, key: str) -> Path:
+        return self.directory / (key + SUFFIX)
+
+    def get_or_build(self, key: str, build: Callable[[], Entry],
+                     load: Callable[[Entry], Value]) -> Value:
+        """The value for `key`: from memory; else `load` of the disk entry; else `load`
+        of `build()`, which is then written to disk."""
+        if key in self._memory:
+            self.stats.memory_hits += 1
+            return self._memory[key]
+        with self._lock:
+            if key in self._memory:
+                self.stats.memory_hits += 1
+                return self._memory[key]
+            entry = self.read(key)
+            if entry is None:
+                self.stats.misses += 1
+                entry = build()
+                self.write(key, entry)
+            else:
+                self.stats.disk_hits += 1
+            value = load(entry)
+            self._memory[key] = value
+            return value
+
+    def read(self, key: str) -> Entry | None:
+        """The disk entry for `key`, or None if there is none or it is corrupt (counted in
+        stats.rebuilt_corrupt: the caller builds and writes it again)."""
+        path = self.path(key)
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return None
+        try:
+            entry = decode(key, data)
+        except CorruptEntry:
+            self.stats.rebuilt_corrupt += 1
+            return None
+        _touch(path)
+        return entry
+
+    def write(self, key: str, entry: Entry) -> None:
+        """Atomically write the entry, then evict down to the size cap. A cache that
+        cannot be written (read-only, disk full) only costs a rebuild next time."""
+        try:
+            _write_atomically(self.path(key), encode(key, entry))
+        except OSError:
+            self.stats.write_failures += 1
+            return
+        self.stats.evictions += evict(self.directory, max_bytes(), keep=self.path(key))
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, temporary = tempfile.mkstemp(prefix=TMP_PREFIX, dir=path.parent)
+    try:
+        with os.fdopen(descriptor, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        _remove(Path(temporary))
+        raise
+
+
+def _touch(path: Path) -> None:
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
+def _remove(path: Path) -> int:
+    """Bytes freed by removing `path`; 0 if another process removed it first."""
+    try:
+        size = path.stat().st_size
+        path.unlink()
+        return size
+    except OSError:
+        return 0
+
+
+def _entries(directory: Path) -> list[tuple[Path, os.stat_result]]:
+    found = []
+    try:
+        paths = list(directory.iterdir())
+    except OSError:
+        return found
+    for path in paths:
+        if path.suffix == SUFFIX and not path.name.startswith(TMP_PREFIX):
+            try:
+                found.append((path, path.stat()))
+            except OSError:
+                pass
+    return found
+
+
+def evict(directory: Path, limit: int, keep: Path | None = None) -> int:
+    """Remove least recently used entries (oldest mtime first) until the entries total at
+    most `limit` bytes, never `keep` (the entry just written); also remove temporary files
+    left by writers that died. Returns how many entries were removed."""
+    now = time.time()
+    for path in directory.glob(TMP_PREFIX + "*"):
+        try:
+            if now - path.stat().st_mtime > STALE_TMP_SECONDS:
+                path.unlink()
+        except OSError:
+            pass
+    entries = sorted(_entries(directory), key=lambda item: item[1].st_mtime)
+    total = sum(stat.st_size for _, stat in entries)
+    removed = 0
+    for path, stat in entries:
+        if total <= limit:
+            break
+        if path == keep:
+            continue
+        if _remove(path):
+            removed += 1
+        total -= stat.st_size
+    return removed
+
+
+def info(directory: Path | str | None = None) -> CacheInfo:
+    """What the disk cache holds now."""
+    directory = Path(directory) if directory is not None else cache_dir()
+    entries = _entries(directory)
+    return CacheInfo(directory, len(entries), sum(stat.st_size for _, stat in entries),
+                     max_bytes())
+
+
+def clear(directory: Path | str | None = None) -> int:
+    """Remove every cache entry (and temporary file) from the disk cache; returns how many
+    entries were removed. Other files in the directory are left alone. Kernels already
+    loaded into an engine stay loaded: MCJIT cannot unload them."""
+    directory = Path(directory) if directory is not None else cache_dir()
+    for path in directory.glob(TMP_PREFIX + "*"):
+        _remove(path)
+    return sum(1 for path, _ in _entries(directory) if _remove(path))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m runtime.cache",
+                                     description="Inspect or empty kiln's kernel cache.")
+    parser.add_argument("command", choices=["info", "clear"])
+    args = parser.parse_args(argv)
+    if args.command == "clear":
+        directory = cache_dir()
+        before = info(directory)
+        removed = clear(directory)
+        print(f"removed {removed} entries ({before.bytes} bytes) from {directory}")
+    else:
+        now = info()
+        print(f"directory: {now.directory}\nentries:   {now.entries}\n"
+              f"bytes:     {now.bytes} (cap {now.max_bytes})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,272 @@
+"""The kernel cache: memory and disk tiers, damaged entries, racing writers, the size cap,
+clear/info and the CLI, and what the key depends on. Every test has its own
+KILN_CACHE_DIR."""
+import json
+import os
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from runtime import cache
+from runtime.jit import HostJit
+from runtime_kernels import ADD_ONE, add_one_module, unique_name
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKER = Path(__file__).with_name("runtime_cache_worker.py")
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    directory = tmp_path / "kiln-cache"
+    monkeypatch.setenv("KILN_CACHE_DIR", str(directory))
+    monkeypatch.delenv("KILN_CACHE_MAX_BYTES", raising=False)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def jit():
+    return HostJit()
+
+
+def worker(*args, cache_dir):
+    """Start the worker script in a fresh process with this test's cache directory."""
+    env = dict(os.environ, KILN_CACHE_DIR=str(cache_dir), PYTHONPATH=str(ROOT))
+    return subprocess.Popen([sys.executable, str(WORKER), *args], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(process) -> dict:
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    return json.loads(out)
+
+
+def run_add_one(address: int) -> np.ndarray:
+    x = np.zeros(32, np.float32)
+    ADD_ONE(address)(x.ctypes.data, 4, 20)
+    return x
+
+
+def expected() -> np.ndarray:
+    x = np.zeros(32, np.float32)
+    x[4:20] = 1
+    return x
+
+
+def entry_files(directory: Path) -> list[Path]:
+    return sorted(directory.glob("*" + cache.SUFFIX))
+
+
+def test_second_load_in_a_process_is_a_memory_hit(jit, cache_dir):
+    name = unique_name()
+    before = jit.cache.stats.as_dict()
+    first = jit.load(add_one_module(jit, name))
+    again = jit.load(add_one_module(jit, name), [name])
+    after = jit.cache.stats.as_dict()
+    assert first == again and list(first) == [name]
+    assert after["misses"] - before["misses"] == 1
+    assert after["memory_hits"] - before["memory_hits"] == 1
+    assert jit.address(name) == first[name]
+    np.testing.assert_array_equal(run_add_one(first[name]), expected())
+    assert [p.name for p in entry_files(cache_dir)] == [jit.cache_key(add_one_module(jit, name))
+                                                        + cache.SUFFIX]
+
+
+def test_a_fresh_engine_links_the_disk_entry(jit, cache_dir):
+    name = unique_name()
+    jit.load(add_one_module(jit, name))
+    fresh = HostJit()
+    address = fresh.load(add_one_module(fresh, name))[name]
+    assert fresh.cache.stats.as_dict() | {"disk_hits": 0} == cache.CacheStats().as_dict()
+    assert fresh.cache.stats.disk_hits == 1
+    np.testing.assert_array_equal(run_add_one(address), expected())
+
+
+def test_a_second_process_hits_the_disk_and_runs_no_llvm_optimisation(cache_dir):
+    name = unique_name()
+    first = finish(worker("load", name, cache_dir=cache_dir))
+    assert (first["misses"], first["disk_hits"]) == (1, 0)
+    second = finish(worker("load", name, "--no-llvm", cache_dir=cache_dir))
+    assert (second["misses"], second["disk_hits"], second["rebuilt_corrupt"]) == (0, 1, 0)
+
+
+def flip_last_byte(data: bytes) -> bytes:
+    return data[:-1] + bytes([data[-1] ^ 0x40])
+
+
+DAMAGE = {
+    "flipped object byte": flip_last_byte,
+    "flipped magic": lambda data: b"X" + data[1:],
+    "flipped hash": lambda data: data[:30] + bytes([data[30] ^ 1]) + data[31:],
+    "truncated": lambda data: data[: len(data) // 2],
+    "header only": lambda data: data[: cache.HEADER.size],
+    "short header": lambda data: data[:10],
+    "empty": lambda data: b"",
+    "trailing bytes": lambda data: data + b"\0",
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE.values(), ids=DAMAGE.keys())
+def test_a_damaged_entry_is_detected(damage):
+    data = cache.encode("k", cache.Entry(("f", "g"), b"\x7fELF" + bytes(100)))
+    assert cache.decode("k", data) == cache.Entry(("f", "g"), b"\x7fELF" + bytes(100))
+    with pytest.raises(cache.CorruptEntry):
+        cache.decode("k", damage(data))
+
+
+def test_an_entry_filed_under_another_key_is_not_loaded():
+    data = cache.encode("k", cache.Entry(("f",), b"code"))
+    with pytest.raises(cache.CorruptEntry, match="holds key 'k'"):
+        cache.decode("other", data)
+
+
+@pytest.mark.parametrize("damage", [flip_last_byte, DAMAGE["truncated"]],
+                         ids=["flipped", "truncated"])
+def test_a_damaged_entry_is_rebuilt_not_loaded(jit, cache_dir, damage):
+    name = unique_name()
+    jit.load(add_one_module(jit, name))
+    [path] = entry_files(cache_dir)
+    path.write_bytes(damage(path.read_bytes()))
+    fresh = HostJit()
+    address = fresh.load(add_one_module(fresh, name))[name]
+    stats = fresh.cache.stats
+    assert (stats.rebuilt_corrupt, stats.misses, stats.disk_hits) == (1, 1, 0)
+    np.testing.assert_array_equal(run_add_one(address), expected())
+    key = fresh.cache_key(add_one_module(fresh, name))
+    assert cache.decode(key, path.read_bytes()).functions == (name,)
+
+
+def test_processes_racing_to_compile_one_kernel_leave_one_good_entry(cache_dir):
+    name = unique_name()
+    racers = [worker("load", name, cache_dir=cache_dir) for _ in range(4)]
+    results = [finish(process) for process in racers]
+    assert all(r["misses"] + r["disk_hits"] == 1 and r["rebuilt_corrupt"] == 0
+               for r in results)
+    [path] = entry_files(cache_dir)
+    assert [p.name for p in cache_dir.iterdir()] == [path.name]
+    follower = finish(worker("load", name, "--no-llvm", cache_dir=cache_dir))
+    assert follower["disk_hits"] == 1
+
+
+def test_readers_never_see_a_partly_written_entry(cache_dir):
+    key = "racing"
+    writers = [worker("write", key, "150", cache_dir=cache_dir) for _ in range(3)]
+    store = cache.KernelCache()
+    reads = 0
+    while any(process.poll() is None for process in writers):
+        if store.read(key) is not None:
+            reads += 1
+    assert all(finish(process)["write_failures"] == 0 for process in writers)
+    assert store.stats.rebuilt_corrupt == 0
+    assert store.read(key) is not None and reads > 0
+    assert [p.name for p in cache_dir.iterdir()] == [key + cache.SUFFIX]
+
+
+def test_the_size_cap_evicts_the_least_recently_used_entries(cache_dir, monkeypatch):
+    store = cache.KernelCache()
+    entry = cache.Entry(("f",), bytes(1000))
+    size = len(cache.encode("a" * 64, entry))
+    monkeypatch.setenv("KILN_CACHE_MAX_BYTES", str(2 * size))
+    for age, key in enumerate(["a" * 64, "b" * 64]):
+        store.write(key, entry)
+        os.utime(store.path(key), (time.time() - 100 + age, time.time() - 100 + age))
+    assert store.read("a" * 64) is not None  # a is now the most recently used
+    stale = cache_dir / (cache.TMP_PREFIX + "dead-writer")
+    stale.write_bytes(b"partial")
+    os.utime(stale, (0, 0))
+    store.write("c" * 64, entry)
+    assert [p.name[0] for p in entry_files(cache_dir)] == ["a", "c"]
+    assert store.stats.evictions == 1 and not stale.exists()
+    monkeypatch.setenv("KILN_CACHE_MAX_BYTES", "1")
+    store.write("d" * 64, entry)
+    assert [p.name[0] for p in entry_files(cache_dir)] == ["d"]  # the newest always stays
+
+
+def test_info_clear_and_the_command_line(cache_dir):
+    store = cache.KernelCache()
+    for key in ("a" * 64, "b" * 64):
+        store.write(key, cache.Entry(("f",), bytes(500)))
+    unrelated = cache_dir / "notes.txt"
+    unrelated.write_text("not ours")
+    now = cache.info()
+    assert (now.directory, now.entries, now.max_bytes) == (cache_dir, 2, cache.DEFAULT_MAX_BYTES)
+    assert now.bytes == sum(p.stat().st_size for p in entry_files(cache_dir))
+
+    def cli(command):
+        return subprocess.run([sys.executable, "-m", "runtime.cache", command], cwd=ROOT,
+                              env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True,
+                              text=True, check=True).stdout
+
+    shown = cli("info")
+    assert f"directory: {cache_dir}" in shown and "entries:   2" in shown
+    assert f"removed 2 entries ({now.bytes} bytes)" in cli("clear")
+    assert cache.info().entries == 0 and unrelated.exists()
+    assert cache.clear() == 0
+
+
+def test_the_default_directory_and_cap(monkeypatch):
+    monkeypatch.delenv("KILN_CACHE_DIR")
+    assert cache.cache_dir() == Path.home() / ".cache" / "kiln"
+    monkeypatch.setenv("KILN_CACHE_MAX_BYTES", "lots")
+    with pytest.raises(ValueError, match="KILN_CACHE_MAX_BYTES"):
+        cache.max_bytes()
+
+
+def test_an_unwritable_cache_only_costs_a_rebuild(jit, cache_dir, monkeypatch):
+    blocker = cache_dir.parent / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("KILN_CACHE_DIR", str(blocker))
+    name = unique_name()
+    before = jit.cache.stats.write_failures
+    address = jit.load(add_one_module(jit, name))[name]
+    assert jit.cache.stats.write_failures == before + 1
+    np.testing.assert_array_equal(run_add_one(address), expected())
+
+
+def test_the_key_follows_target_and_versions(jit):
+    target = dict(triple="x86_64-unknown-linux-gnu", cpu="znver4", features="+avx512f,+fma",
+                  version="0.1.0", llvm_version="22.1.0")
+    base = cache.kernel_key("define void @f() {ret void}", **target)
+    changes = [("cpu", "skylake"), ("features", "+avx2,+fma"), ("version", "0.1.1"),
+               ("triple", "aarch64-unknown-linux-gnu"), ("llvm_version", "21.0.0")]
+    keys = {cache.kernel_key("define void @f() {ret void}", **target | {field: value})
+            for field, value in changes}
+    assert base not in keys and len(keys) == len(changes)
+    assert cache.kernel_key("define void @g() {ret void}", **target) != base
+
+    module = add_one_module(jit, "keyed")
+    fresh = HostJit()
+    assert fresh.cache_key(module) == jit.cache_key(module)
+    fresh.features += ",-avx512f"
+    assert fresh.cache_key(module) != jit.cache_key(module)
+
+
+def test_kiln_version_is_the_project_version():
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        assert cache.kiln_version() == tomllib.load(f)["project"]["version"]
+
+
+def test_load_refuses_another_module_with_a_taken_name(jit):
+    name = unique_name()
+    jit.load(add_one_module(jit, name))
+    other = add_one_module(jit, name)
+    other.name = "another"
+    with pytest.raises(ValueError, match=f"already has a function named '{name}'"):
+        jit.load(other)
+    with pytest.raises(KeyError, match="no function named 'missing'"):
+        jit.load(add_one_module(jit, name), ["missing"])
+    with pytest.raises(TypeError, match="collection of names"):
+        jit.load(add_one_module(jit, name), name)
+
+
+def test_a_cached_kernel_shows_its_optimised_ir_and_assembly(jit):
+    name = unique_name()
+    module = add_one_module(jit, name)
+    jit.load(module)
+    assert f"define void @{name}(" in str(jit.optimise(module))
+    assert f"{name}:" in jit.assembly(module)
