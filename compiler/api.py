@@ -66,7 +66,7 @@ class CompiledFunction:
     def __call__(self, *args, **kwargs):
         if self.gave_up:
             return self.fn(*args, **kwargs)
-        key = self.guards.key(args, kwargs, self.dynamic_dims)
+        key, leaves = self.guards.key_and_leaves(args, kwargs, self.dynamic_dims)
         entry = self.entries.get(key)
         if entry is None:
             with self._lock:
@@ -76,7 +76,7 @@ class CompiledFunction:
                         return self._give_up(key, args, kwargs)
                     return self._first_call(key, args, kwargs)
         entry.calls += 1
-        out = self._replay(entry, args, kwargs) if entry.mode == "replay" else \
+        out = self._replay(entry, leaves) if entry.mode == "replay" else \
             self._run_python(entry, args, kwargs)[0]
         if self.check_calls:
             self._check(out, args, kwargs)
@@ -226,9 +226,7 @@ class CompiledFunction:
         entry.run = self._compile_region(record.graph) if record is not None else None
         entry.sources, entry.out_tree, entry.out_slots = sources, tree, slots
 
-    def _replay(self, entry: Entry, args, kwargs):
-        leaves: list = []
-        guards.flatten((args, kwargs), "arg", leaves)
+    def _replay(self, entry: Entry, leaves: list):
         results = []
         if entry.run is not None:
             inputs = [guards.resolve(s, leaves) for s in entry.sources]

@@ -314,11 +314,18 @@ class Trace:
 
 def run_region(run, graph: Graph, inputs: list) -> list:
     """Run a compiled region with capture off, as one profiler event."""
-    from eager.profiler import record_function
-    with dispatcher.exclude_keys(DispatchKey.Tracer):
+    from eager.profiler import profile, record_function
+    tls = dispatcher.tls
+    previous = tls.exclude
+    tls.exclude = previous | TRACER_BIT
+    try:
+        if profile._active is None:
+            return run(inputs)
         with record_function(f"kiln::{graph.name}", [list(t.shape) for t in inputs],
                              category="kernel"):
             return run(inputs)
+    finally:
+        tls.exclude = previous
 
 
 def _become(t: Tensor, r: Tensor) -> None:

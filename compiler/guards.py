@@ -15,14 +15,18 @@ from eager.autograd.grad_mode import is_grad_enabled
 from eager.tensor import Tensor
 
 _PLAIN = (bool, int, float, str, type(None), complex)
+_TREES: dict[int, object] = {}  # number of positional tensors -> their treedef
 
 
 def tensor_meta(t: Tensor) -> tuple:
-    return (tuple(t.shape), t.dtype.name, str(t.device), t.requires_grad)
+    device = t.device
+    return (t._shape, t.dtype, device.type if device.index is None else str(device),
+            t._requires_grad)
 
 
 def describe_meta(meta: tuple) -> str:
     shape, dtype, device, requires_grad = meta
+    dtype = getattr(dtype, "name", dtype)
     dims = "(" + ", ".join("any" if s == -1 else str(s) for s in shape) + \
         ("," if len(shape) == 1 else "") + ")"
     return f"Tensor shape {dims}, {dtype}, {device}, requires_grad={requires_grad}"
@@ -136,8 +140,19 @@ class GuardSet:
 
     def key(self, args: tuple, kwargs: dict, dynamic=frozenset()) -> tuple:
         """The call's guard key; sizes at `dynamic` (leaf, dim) positions read as -1."""
-        leaves: list = []
-        tree = flatten((args, kwargs), "arg", leaves)
+        return self.key_and_leaves(args, kwargs, dynamic)[0]
+
+    def key_and_leaves(self, args: tuple, kwargs: dict, dynamic=frozenset()):
+        """The guard key and the arguments' leaves [(path, value)] (paths are None on the
+        fast path of plain positional tensors: `flatten` makes them when needed)."""
+        if not kwargs and all(type(a) is Tensor for a in args):
+            leaves = [(None, a) for a in args]
+            tree = _TREES.get(len(args))
+            if tree is None:
+                tree = _TREES[len(args)] = flatten((args, {}), "arg", [])
+        else:
+            leaves = []
+            tree = flatten((args, kwargs), "arg", leaves)
         leaf_keys = tuple(_leaf_key(v) for _, v in leaves)
         if dynamic:
             leaf_keys = abstract_sizes(leaf_keys, dynamic)
@@ -147,7 +162,7 @@ class GuardSet:
         parts.append(tuple(_leaf_key(getattr(m, a, None)) for _, m, a in self.attributes))
         if self.module is not None:
             parts.append(tuple((n, tensor_meta(t)) for n, t in _module_tensors(self.module)))
-        return tuple(parts)
+        return tuple(parts), leaves
 
     @staticmethod
     def abstract(key: tuple, dynamic) -> tuple:

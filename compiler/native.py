@@ -79,8 +79,41 @@ class FusedKernel:
         self.operands = tuple(operands)
         self._check(computed)
         self.space = self._space()
+        self.row_values = self._row_values()
+        full, reduced = self.space
+        self.squeezed = tuple(v in self.row_values and len(v.type.shape) < len(full)
+                              for v in self.operands + tuple(self.body.outputs))
         self.fallback_reason = ""  # set when a call's layout made it run interpreted
         self.artifacts: list[KernelArtifact] = []  # one per compiled stride pattern
+        self._layouts: dict = {}  # operand shapes and strides -> how to launch
+        self._out_types = [(tuple(v.type.shape), v.type.dtype.np) for v in body.outputs]
+
+    def _row_values(self) -> frozenset:
+        """Values with one element per row: reductions' results, the ops over them, and
+        the operands only those ops read."""
+        if self.kind != "reduction":
+            return frozenset()
+        full, reduced = self.space
+        rows = {v for v, _ in self.scalars}
+        full_readers: set = set()
+        for n in self.nodes:
+            out = n.outputs[0]
+            if n.op in K.REDUCE_OPS or (_is_kept(out.type.shape, full, reduced) and
+                                        len(out.type.shape) < len(full)):
+                rows.add(out)
+            elif _is_kept(out.type.shape, full, reduced) and all(
+                    v in rows or v in self.operands for v in n.input_values()):
+                rows.add(out)
+            else:
+                full_readers.update(n.input_values())
+        for v in self.operands:
+            readers = [n for n in self.nodes if v in n.input_values()]
+            if _is_kept(v.type.shape, full, reduced) and all(n.outputs[0] in rows
+                                                             for n in readers):
+                if v in full_readers:
+                    raise Unsupported("an operand read both per row and per element")
+                rows.add(v)
+        return frozenset(rows)
 
     def _check(self, computed) -> None:
         allowed = V.NATIVE_OPS | set(K.REDUCE_OPS)
@@ -127,39 +160,46 @@ class FusedKernel:
         full, reduced = self.space
         if 0 in full:  # nothing to compute: eager's answer (zeros, NaN or its error)
             return interpreter.run(self.body, inputs)
-        outs = [np.empty(tuple(v.type.shape), v.type.dtype.np) for v in self.body.outputs]
-        arrays = [env[v]._np() for v in self.operands] + outs
-        shapes = [tuple(v.type.shape) for v in self.operands + tuple(self.body.outputs)]
-        try:
-            rows, inner, offsets, strides = _layout(arrays, shapes, full, reduced)
-        except Unsupported as e:  # this call's memory layout: the interpreter runs it
-            self.fallback_reason = str(e)
-            return interpreter.run(self.body, inputs)
-        fn = self._function(tuple(_stride_class(s) for s in strides), shapes, full, reduced)
-        _launch(fn, arrays, offsets, strides, rows, inner, self.kind == "elementwise")
-        return [from_array(o) for o in outs]
+        operands = [env[v] for v in self.operands]
+        key = tuple((t._shape, t._stride) for t in operands)
+        launch = self._layouts.get(key)
+        if launch is None:
+            outs = [np.empty(tuple(v.type.shape), v.type.dtype.np) for v in self.body.outputs]
+            try:
+                launch = self._layouts[key] = self._plan_launch(
+                    [t._np() for t in operands] + outs)
+            except Unsupported as e:  # this call's memory layout: the interpreter runs it
+                self.fallback_reason = str(e)
+                return interpreter.run(self.body, inputs)
+        outs = [from_array(np.empty(shape, dt)) for shape, dt in self._out_types]
+        launch([t.data_ptr() for t in operands] + [o.data_ptr() for o in outs])
+        return outs
 
-    def _function(self, classes, shapes, full, reduced):
+    def _plan_launch(self, arrays):
+        """How to call the kernel for operands laid out like `arrays`."""
+        full, reduced = self.space
+        shapes = [tuple(v.type.shape) for v in self.operands + tuple(self.body.outputs)]
+        rows, inner, offsets, strides = _layout(arrays, shapes, full, reduced, self.squeezed)
+        fn = self._function(tuple(_stride_class(s) for s in strides))
+        return _Launch(fn, offsets, strides, rows, inner, self.kind == "elementwise")
+
+    def _function(self, classes):
         key = (str(self.body), classes)
         with _lock:
             hit = _compiled.get(key)
             if hit is None:
-                hit = _compiled[key] = self._compile(classes, shapes, full, reduced)
+                hit = _compiled[key] = self._compile(classes)
             if hit[1] not in self.artifacts:
                 self.artifacts.append(hit[1])
         return hit[0]
 
-    def _compile(self, classes, shapes, full, reduced):
+    def _compile(self, classes):
         from runtime.jit import host_jit, vector_width
         jit = host_jit()
         _counter[0] += 1
         name = f"kiln_{self.kind}_{_counter[0]}"
-        per_row = frozenset(v for v, s in zip(self.operands + tuple(self.body.outputs), shapes)
-                            if self.kind == "reduction" and _is_kept(s, full, reduced)) | \
-            frozenset(n.outputs[0] for n in self.nodes if self.kind == "reduction" and
-                      _is_kept(tuple(n.outputs[0].type.shape), full, reduced))
         spec = K.KernelSpec(name, self.kind, self.operands, self.nodes,
-                            tuple(self.body.outputs), self.scalars, per_row, classes)
+                            tuple(self.body.outputs), self.scalars, self.row_values, classes)
         module = jit.new_module(name)
         K.build_kernel(module, spec, vector_width())
         debug.banner(f"LLVM IR: {name}", str(module), at_level=3)
@@ -184,10 +224,10 @@ def _stride_class(s: int):
     return s if s in (0, 1) else K.STRIDED
 
 
-def _broadcast_strides(a: np.ndarray, shape, full, reduced=frozenset()) -> list[int]:
-    """Element strides of `a` (of `shape`) over the iteration space `full`; a reduction's
-    result without its reduced dims gets them back (with stride 0)."""
-    if reduced and len(shape) == len(full) - len(reduced) and len(shape) < len(full):
+def _broadcast_strides(a: np.ndarray, shape, full, reduced, squeezed: bool) -> list[int]:
+    """Element strides of `a` (of `shape`) over the iteration space `full`; a per-row
+    value without its reduced dims (`squeezed`) gets them back with stride 0."""
+    if squeezed:
         strides, it = [], iter(zip(shape, a.strides))
         for d in range(len(full)):
             if d in reduced:
@@ -203,9 +243,10 @@ def _broadcast_strides(a: np.ndarray, shape, full, reduced=frozenset()) -> list[
     return out
 
 
-def _layout(arrays, shapes, full, reduced):
+def _layout(arrays, shapes, full, reduced, squeezed):
     """Rows, inner length, per-operand row offsets and inner strides."""
-    strides = [_broadcast_strides(a, s, full, reduced) for a, s in zip(arrays, shapes)]
+    strides = [_broadcast_strides(a, s, full, reduced, q)
+               for a, s, q in zip(arrays, shapes, squeezed)]
     # dims of size 1 take no part in addressing
     dims = [d for d in range(len(full)) if d not in reduced and full[d] != 1] + \
         [d for d in sorted(reduced) if full[d] != 1]
@@ -242,23 +283,41 @@ def _layout(arrays, shapes, full, reduced):
     return rows, inner[0], offsets, [c for c in inner[1]]
 
 
-def _launch(fn, arrays, offsets, strides, rows: int, inner: int, split_inner: bool) -> None:
-    ptrs = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
-    offs = (ctypes.c_void_p * len(offsets))(*[o.ctypes.data for o in offsets])
-    strd = (ctypes.c_int64 * len(strides))(*strides)
-    if rows == 0 or (split_inner and inner == 0):  # no element to read or write
-        return
-    try:
-        from runtime import threads
-    except ImportError:  # the thread pool is being written; run on this thread meanwhile
-        threads = None
-    n = threads.num_threads() if threads and rows * inner >= _PARALLEL_ELEMENTS else 1
-    if n > 1 and rows >= n:
-        threads.parallel_for(rows, lambda a, b: fn(ptrs, offs, strd, a, b, 0, inner))
-    elif n > 1 and split_inner and rows == 1:
-        threads.parallel_for(inner, lambda a, b: fn(ptrs, offs, strd, 0, 1, a, b), grain=1024)
-    else:
-        fn(ptrs, offs, strd, 0, rows, 0, inner)
+class _Launch:
+    """A kernel call prepared for one layout: the offset tables and strides stay; each
+    call only brings the operands' data pointers."""
+
+    def __init__(self, fn, offsets, strides, rows: int, inner: int, split_inner: bool):
+        self.fn, self.rows, self.inner = fn, rows, inner
+        self._offsets = offsets  # the tables the pointers below point into
+        self.offs = (ctypes.c_void_p * len(offsets))(*[o.ctypes.data for o in offsets])
+        self.strides = (ctypes.c_int64 * len(strides))(*strides)
+        self.ptrs_type = ctypes.c_void_p * len(offsets)
+        self.threads = _thread_count(rows * inner)
+        self.split_inner = split_inner and rows == 1 and self.threads > 1
+        self.empty = rows == 0 or (split_inner and inner == 0)  # nothing to read or write
+
+    def __call__(self, addresses: list) -> None:
+        if self.empty:
+            return
+        fn, offs, strd, rows, inner = self.fn, self.offs, self.strides, self.rows, self.inner
+        ptrs = self.ptrs_type(*addresses)
+        if self.threads > 1 and rows >= self.threads:
+            from runtime import threads
+            threads.parallel_for(rows, lambda a, b: fn(ptrs, offs, strd, a, b, 0, inner))
+        elif self.split_inner:
+            from runtime import threads
+            threads.parallel_for(inner, lambda a, b: fn(ptrs, offs, strd, 0, 1, a, b),
+                                 grain=4096)
+        else:
+            fn(ptrs, offs, strd, 0, rows, 0, inner)
+
+
+def _thread_count(elements: int) -> int:
+    if elements < _PARALLEL_ELEMENTS:
+        return 1
+    from runtime import threads
+    return threads.num_threads()
 
 
 def prepare(graph: Graph):

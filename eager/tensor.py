@@ -28,13 +28,21 @@ class Size(tuple):
 
 class Storage:
     """Memory that tensors view. `data` is a 1-D numpy array on the CPU, None on meta."""
-    __slots__ = ("data", "version", "device", "nbytes", "__weakref__")
+    __slots__ = ("data", "version", "device", "nbytes", "_address", "__weakref__")
 
     def __init__(self, data, device_: device, nbytes: int):
         self.data = data
         self.version = 0
         self.device = device_
         self.nbytes = nbytes
+        self._address = None
+
+    @property
+    def address(self) -> int:
+        """Where the memory starts (asked once: numpy's ctypes bridge is slow)."""
+        if self._address is None:
+            self._address = self.data.ctypes.data if self.data is not None else 0
+        return self._address
 
 
 def contiguous_strides(shape) -> tuple[int, ...]:
@@ -140,7 +148,7 @@ class Tensor:
     def data_ptr(self) -> int:
         if self._storage.data is None:
             return 0
-        return self._storage.data.ctypes.data + self._offset * self.dtype.itemsize
+        return self._storage.address + self._offset * self.dtype.itemsize
 
     @property
     def _version(self) -> int:

@@ -328,8 +328,12 @@ class _Gemm(_Emitter):
         self.row_buffer.align = PACK_ALIGN
 
     def packed(self, pack_a: ir.Function, pack_b: ir.Function) -> None:
-        b, arg, t = self.b, self.arg, self.tile
+        """The blocked loop nest. B is always packed; A is packed unless its rows are
+        contiguous (unit column stride), in which case the micro-kernel broadcasts from
+        A in place: packing it would only copy rows that are already streams."""
+        b, arg = self.b, self.arg
         m, n, k, zero = arg["m"], arg["n"], arg["k"], self.i64(0)
+        a_in_place = b.icmp_signed("==", arg["a_cs"], self.i64(1))
         with self.loop(zero, n, arg["nc"], "jc") as jc:
             n_block = self.min(b.sub(n, jc), arg["nc"])
             with self.loop(zero, k, arg["kc"], "pc") as pc:
@@ -340,24 +344,44 @@ class _Gemm(_Emitter):
                 last = b.icmp_signed("==", b.add(pc, k_block), k)
                 with self.loop(zero, m, arg["mc"], "ic") as ic:
                     m_block = self.min(b.sub(m, ic), arg["mc"])
-                    b.call(pack_a, [self.at(arg["a"], b.mul(ic, arg["a_rs"]),
-                                            b.mul(pc, arg["a_cs"])),
-                                    arg["a_rs"], arg["a_cs"], m_block, k_block, arg["pack_a"]])
-                    self._macro_kernel(ic, jc, m_block, n_block, k_block, first, last)
+                    block = (ic, jc, pc, m_block, n_block, k_block, first, last)
+                    with b.if_else(a_in_place) as (in_place, packed):
+                        with in_place:
+                            self._macro_kernel(block, packed_a=False)
+                        with packed:
+                            b.call(pack_a, [self.at(arg["a"], b.mul(ic, arg["a_rs"]),
+                                                    b.mul(pc, arg["a_cs"])),
+                                            arg["a_rs"], arg["a_cs"], m_block, k_block,
+                                            arg["pack_a"]])
+                            self._macro_kernel(block, packed_a=True)
         b.ret_void()
 
-    def _macro_kernel(self, ic, jc, m_block, n_block, k_block, first, last):
+    def _macro_kernel(self, block, packed_a: bool):
+        """jr over the packed B block by NR, ir over the A block by MR: micro-kernel and
+        tile store. A comes from its packed buffer or in place (rows past M re-read the
+        last row; they are never stored)."""
+        ic, jc, pc, m_block, n_block, k_block, first, last = block
         b, t, arg, zero = self.b, self.tile, self.arg, self.i64(0)
         with self.loop(zero, n_block, self.i64(t.nr), "jr") as jr:
             cols = self.min(b.sub(n_block, jr), self.i64(t.nr))
             panel_b = self.at(arg["pack_b"], b.mul(jr, k_block))
             with self.loop(zero, m_block, self.i64(t.mr), "ir") as ir_:
                 rows = self.min(b.sub(m_block, ir_), self.i64(t.mr))
-                panel_a = self.at(arg["pack_a"], b.mul(ir_, k_block))
+                if packed_a:
+                    panel_a = self.at(arg["pack_a"], b.mul(ir_, k_block))
 
-                def load_a(kk, i):
-                    return b.load(self.at(panel_a, b.mul(kk, self.i64(t.mr)), self.i64(i)),
-                                  align=self.itemsize)
+                    def load_a(kk, i):
+                        return b.load(self.at(panel_a, b.mul(kk, self.i64(t.mr)), self.i64(i)),
+                                      align=self.itemsize)
+                else:
+                    row0 = b.add(ic, ir_)
+                    last_row = b.add(row0, b.sub(rows, self.i64(1)))
+                    a_block = self.at(arg["a"], pc)
+                    offsets = [b.mul(self.min(b.add(row0, self.i64(i)), last_row), arg["a_rs"])
+                               for i in range(t.mr)]
+
+                    def load_a(kk, i):
+                        return b.load(self.at(a_block, offsets[i], kk), align=self.itemsize)
 
                 def load_b(kk, v):
                     return self.load_vector(self.at(panel_b, b.mul(kk, self.i64(t.nr)),

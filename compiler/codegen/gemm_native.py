@@ -5,7 +5,7 @@ processes) the module of gemm_kernel.py for this CPU's tile and returns a `GemmK
 `run(kernel, calls, ...)` splits each `Call` (one matrix product, pointers and element
 strides) into per-thread sub-problems and runs them on runtime.threads' pool.
 
-Work is split along M (or N when N is the larger side), never along K, so every element
+Work is split along N or M (see `split`), never along K, so every element
 of C is computed by the same sequence of operations whatever the thread count: results
 are bitwise identical across thread counts for one blocking. Each thread packs the
 panels it uses into its own buffers (allocated here, 64-byte aligned, reused).
@@ -13,19 +13,20 @@ panels it uses into its own buffers (allocated here, 64-byte aligned, reused).
 from __future__ import annotations
 
 import ctypes
-import dataclasses
+import functools
 import threading
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
-from compiler.debugging import banner
 from compiler.codegen.gemm_kernel import (KERNEL_ARGS, PACK_ALIGN, EpilogueSpec, Tile,
                                           build_module, emit_activation)
+from compiler.debugging import banner
 
-# Below this many multiply-adds a product runs on one thread: a pool round trip costs
-# about as much as the work.
-PARALLEL_MIN_MACS = 1 << 21
+# Each thread gets at least this many multiply-adds (about 60 us of work on one core):
+# waking a pool thread cost 40-100 us here.
+PARALLEL_MIN_MACS = 1 << 23
 
 
 @dataclass(frozen=True)
@@ -37,10 +38,10 @@ class Blocking:
     nc: int
 
 
-@dataclass(frozen=True)
-class Call:
-    """One product for the kernel: sizes, then pointers (ints, bytes) and element strides
-    of op(A), op(B), C, out, bias and residual, and the scalars; see KERNEL_ARGS."""
+class Call(NamedTuple):
+    """One product for the kernel, in KERNEL_ARGS order up to the packing arguments:
+    sizes, then pointers (ints, bytes) and element strides of op(A), op(B), C, out, bias
+    and residual, and the scalars."""
     m: int
     n: int
     k: int
@@ -66,16 +67,16 @@ class Call:
 
     def rows(self, start: int, stop: int, itemsize: int, bias_per_row: bool) -> "Call":
         """The sub-problem of rows start:stop of C."""
-        return dataclasses.replace(
-            self, m=stop - start, a=self.a + start * self.a_rs * itemsize,
+        return self._replace(
+            m=stop - start, a=self.a + start * self.a_rs * itemsize,
             c=self.c + start * self.c_rs * itemsize, out=self.out + start * self.o_rs * itemsize,
             res=self.res + start * self.r_rs * itemsize,
             bias=self.bias + (start * self.bias_stride * itemsize if bias_per_row else 0))
 
     def cols(self, start: int, stop: int, itemsize: int, bias_per_col: bool) -> "Call":
         """The sub-problem of columns start:stop of C."""
-        return dataclasses.replace(
-            self, n=stop - start, b=self.b + start * self.b_cs * itemsize,
+        return self._replace(
+            n=stop - start, b=self.b + start * self.b_cs * itemsize,
             c=self.c + start * self.c_cs * itemsize, out=self.out + start * itemsize,
             res=self.res + start * self.r_cs * itemsize,
             bias=self.bias + (start * self.bias_stride * itemsize if bias_per_col else 0))
@@ -95,12 +96,11 @@ class GemmKernel:
 
     def __call__(self, call: Call, blocking: Blocking | None) -> None:
         """Run one call on this thread: packed with `blocking`, or direct if None."""
-        args = dataclasses.astuple(call)
         if blocking is None:
-            self.direct(*args, None, None, 0, 0, 0)
+            self.direct(*call, None, None, 0, 0, 0)
             return
         pack_a, pack_b = _pack_buffers(self.dtype, self.tile, blocking)
-        self.packed(*args, pack_a, pack_b, blocking.mc, blocking.kc, blocking.nc)
+        self.packed(*call, pack_a, pack_b, blocking.mc, blocking.kc, blocking.nc)
 
 
 def default_tile(dtype: str, lanes_f32: int) -> Tile:
@@ -116,16 +116,20 @@ _kernels: dict = {}
 _kernels_lock = threading.Lock()
 
 
-def kernel(dtype: str, spec: EpilogueSpec, tile: Tile | None = None) -> GemmKernel:
+def kernel(dtype: np.dtype, spec: EpilogueSpec, tile: Tile | None = None) -> GemmKernel:
     """The compiled kernel for (dtype, tile, epilogue), built on first use. Transposes
     need no kernel of their own: packing reads any strides, with a vector path for the
     unit-stride side."""
+    key = (np.dtype(dtype), spec, tile)
+    found = _kernels.get(key)
+    if found is not None:
+        return found
     from runtime.jit import host_jit, vector_width
-    tile = tile or default_tile(dtype, vector_width())
-    key = (tile, spec)
     with _kernels_lock:
         if key not in _kernels:
-            _kernels[key] = _compile(host_jit(), tile, spec)
+            chosen = tile or default_tile(key[0].name, vector_width())
+            made = _kernels.get((key[0], spec, chosen)) or _compile(host_jit(), chosen, spec)
+            _kernels[key] = _kernels[(key[0], spec, chosen)] = made
         return _kernels[key]
 
 
@@ -139,6 +143,7 @@ def _compile(jit, tile: Tile, spec: EpilogueSpec) -> GemmKernel:
     return GemmKernel(tile, spec, addresses[f"{name}_packed"], addresses[f"{name}_direct"])
 
 
+@functools.cache
 def native_activations() -> frozenset:
     """Activations the epilogue can compute in native code: relu always, the rest once
     compiler/codegen/vmath.py provides the math they need."""
@@ -176,11 +181,14 @@ def _aligned(count: int, dtype: np.dtype) -> np.ndarray:
 
 
 def split(call: Call, kernel: GemmKernel, parts: int, packed: bool) -> list[Call]:
-    """`call` as up to `parts` sub-problems over disjoint rows (or columns, when N is the
-    larger side and the product is packed), cut at tile boundaries."""
+    """`call` as up to `parts` sub-problems over disjoint columns or rows of C, cut at
+    tile boundaries. A packed product splits N when it can: each thread then packs only
+    its own columns of B, and A, read in place when its rows are contiguous, needs no
+    packing at all; otherwise (and on the direct path) it splits M."""
     t, itemsize = kernel.tile, kernel.dtype.itemsize
     parts = max(1, min(parts, call.m * call.n * call.k // PARALLEL_MIN_MACS or 1))
-    by_columns = packed and call.n > call.m
+    column_tiles = -(-call.n // t.nr)
+    by_columns = packed and column_tiles >= parts and (call.a_cs == 1 or call.n >= call.m)
     size, step = (call.n, t.nr) if by_columns else (call.m, t.mr)
     tiles = -(-size // step)
     parts = min(parts, tiles)

@@ -149,3 +149,15 @@ def test_results_do_not_depend_on_the_thread_split():
     first = fn(a).numpy()
     np.testing.assert_array_equal(fn(a).numpy(), first)
     assert math.isfinite(float(first.sum()))
+
+
+def test_row_kernels_tell_row_operands_from_broadcast_rows():
+    x, w, b = eager.randn(37, 53), eager.randn(53), eager.randn(53)
+    ln = compiler.compile(lambda x: eager.nn.functional.layer_norm(x, (53,), w, b))
+    np.testing.assert_allclose(ln(x).numpy(),
+                               eager.nn.functional.layer_norm(x, (53,), w, b).numpy(),
+                               rtol=1e-4, atol=1e-5)
+    r = eager.randn(37)  # one value per row, added to a reduced row
+    per_row = compiler.compile(lambda x, r: x.sum(-1) + r)
+    np.testing.assert_allclose(per_row(x, r).numpy(), (x.sum(-1) + r).numpy(), rtol=1e-4,
+                               atol=1e-5)

@@ -1,0 +1,329 @@
+"""kiln's own GEMM on numpy arrays, through native code built with llvmlite:
+
+    out = residual + scale * act(alpha * op(A) @ op(B) + beta * C + bias)
+
+with op = identity or transpose, float32 or float64, any strides (transposed and
+non-contiguous views are read in place), and batches (`bmm`, with numpy broadcasting of
+the batch dims). The epilogue (bias, activation, scale, residual) is fused into the
+store of each register tile. When beta == 0, C is not read (NaNs in it do not leak), as
+in BLAS; with K == 0 the product is zero.
+
+The structure is Goto/BLIS (see gemm_kernel.py): packed, cache-blocked, an MR x NR
+register micro-kernel, one native call per thread per product; products below
+DIRECT_MAX_MACS skip packing. Results are identical across thread counts.
+
+Error bound (checked by the tests): each element of alpha * op(A) @ op(B) is within
+K * eps * (|alpha| * |op(A)| @ |op(B)|) of the exact value, eps the dtype's machine
+epsilon; the beta and epilogue steps each add at most a few eps relative error.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from compiler.codegen import gemm_native as native
+from compiler.codegen import gemm_tune
+from compiler.codegen.gemm_kernel import ACTIVATIONS, EpilogueSpec
+
+DIRECT_MAX_MACS = 96 ** 3  # multiply-adds below which packing costs more than it saves
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """What happens to each element after the product, in this order: `bias` added (a
+    vector indexed by column when `bias_axis` is 1, as in a linear layer, or by row when
+    it is 0; leading batch dims broadcast), `activation` (one of ACTIVATIONS or None),
+    multiplication by `scale`, `residual` added (broadcastable to the output)."""
+    bias: np.ndarray | None = None
+    bias_axis: int = 1
+    activation: str | None = None
+    residual: np.ndarray | None = None
+    scale: float = 1.0
+
+
+def gemm(a, b, *, out=None, alpha=1.0, beta=0.0, c=None, trans_a=False, trans_b=False,
+         epilogue: Epilogue | None = None, threads: int | None = None) -> np.ndarray:
+    """alpha * op(a) @ op(b) + beta * C, then the epilogue, for 2-D a and b. C is `c`
+    (broadcastable to M x N) or, if c is None, `out` (updated in place). Returns `out`
+    (allocated when None). `threads` defaults to runtime.threads.num_threads()."""
+    a, b = _array("a", a), _array("b", b)
+    for name, x in (("a", a), ("b", b)):
+        if x.ndim != 2:
+            raise ValueError(f"gemm: {name} must be 2-D, got shape {x.shape}; use bmm for "
+                             "batches")
+    return _product("gemm", a, b, out, alpha, beta, c, trans_a, trans_b, epilogue, threads)
+
+
+def bmm(a, b, *, out=None, alpha=1.0, beta=0.0, c=None, trans_a=False, trans_b=False,
+        epilogue: Epilogue | None = None, threads: int | None = None) -> np.ndarray:
+    """gemm over the leading (batch) dims of a (..., M, K) and b (..., K, N), which
+    broadcast as in numpy; c, the bias and the residual broadcast likewise."""
+    a, b = _array("a", a), _array("b", b)
+    for name, x in (("a", a), ("b", b)):
+        if x.ndim < 2:
+            raise ValueError(f"bmm: {name} must have at least 2 dims, got shape {x.shape}")
+    return _product("bmm", a, b, out, alpha, beta, c, trans_a, trans_b, epilogue, threads)
+
+
+def _array(name: str, x) -> np.ndarray:
+    if hasattr(x, "_np"):
+        x = x._np()
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{name} must be a numpy array or a kiln tensor, not "
+                        f"{type(x).__name__}")
+    return x
+
+
+def _product(api, a, b, out, alpha, beta, c, trans_a, trans_b, epilogue, threads):
+    epilogue = epilogue or _NO_EPILOGUE
+    dtype = a.dtype
+    if dtype.char not in "fd" or b.dtype != dtype:
+        raise TypeError(f"{api}: a is {a.dtype} and b is {b.dtype}; both must be float32 "
+                        "or both float64")
+    op_a = a.swapaxes(-1, -2) if trans_a else a
+    op_b = b.swapaxes(-1, -2) if trans_b else b
+    if op_a.shape[-1] != op_b.shape[-2]:
+        raise ValueError(f"{api}: op(a) has shape {op_a.shape} and op(b) has shape "
+                         f"{op_b.shape} (trans_a={trans_a}, trans_b={trans_b}): "
+                         f"inner dims {op_a.shape[-1]} and {op_b.shape[-2]} differ")
+    batch = _batch(api, a, b) if a.ndim > 2 or b.ndim > 2 else ()
+    m, k, n = op_a.shape[-2], op_a.shape[-1], op_b.shape[-1]
+    shape = (*batch, m, n)
+    if batch:
+        op_a, op_b = np.broadcast_to(op_a, (*batch, m, k)), np.broadcast_to(op_b, (*batch, k, n))
+    if epilogue.activation is not None and epilogue.activation not in ACTIVATIONS:
+        raise ValueError(f"{api}: unknown activation {epilogue.activation!r}; expected one "
+                         f"of {ACTIVATIONS}")
+    bias = _bias(api, epilogue, dtype, batch, m, n)
+    residual = _operand(api, "residual", epilogue.residual, dtype, shape)
+    if beta != 0 and c is None:
+        if out is None:
+            raise ValueError(f"{api}: beta is {beta} but there is no C: pass c or out")
+        c = out
+    c = _operand(api, "c", c, dtype, shape) if beta != 0 else None
+    if out is None:
+        out = np.empty(shape, dtype)
+    else:
+        out = _output(api, out, dtype, shape)
+        op_a, op_b, bias, residual = (_unshared(x, out) for x in (op_a, op_b, bias, residual))
+        if c is not None and np.may_share_memory(c, out) and not _same_view(c, out):
+            c = c.copy()
+    if out.size == 0:
+        return out
+    if k == 0:
+        start = beta * c if c is not None else np.zeros(shape, dtype)
+        out[...] = _numpy_epilogue(start.astype(dtype, copy=False), epilogue, bias, residual)
+        return out
+    problem = _Problem(op_a, op_b, c, out, bias, epilogue.bias_axis, residual,
+                       dtype.type(alpha), dtype.type(beta), dtype.type(epilogue.scale))
+    activation = epilogue.activation
+    if activation is None or activation in native.native_activations():
+        _run(problem, activation, threads)
+        return out
+    # The activation is not available natively yet: product and bias natively, the rest
+    # in numpy.
+    plain = _Problem(op_a, op_b, c, out, bias, epilogue.bias_axis, None, problem.alpha,
+                     problem.beta, dtype.type(1))
+    _run(plain, None, threads)
+    out[...] = _numpy_epilogue(out, Epilogue(activation=activation, scale=epilogue.scale),
+                               None, residual)
+    return out
+
+
+_NO_EPILOGUE = Epilogue()
+
+
+def _batch(api, a, b) -> tuple:
+    try:
+        return np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except ValueError:
+        raise ValueError(f"{api}: batch dims of a {a.shape} and b {b.shape} do not "
+                         "broadcast") from None
+
+
+def _unshared(x, out):
+    """x, or a copy of it if it may overlap out (which is written before x is read)."""
+    return x if x is None or not np.may_share_memory(x, out) else x.copy()
+
+
+def _bias(api, epilogue, dtype, batch, m, n):
+    if epilogue.bias is None:
+        return None
+    if epilogue.bias_axis not in (0, 1):
+        raise ValueError(f"{api}: bias_axis must be 0 (one value per row) or 1 (one per "
+                         f"column), not {epilogue.bias_axis}")
+    length = n if epilogue.bias_axis == 1 else m
+    return _operand(api, "bias", epilogue.bias, dtype, (*batch, length))
+
+
+def _operand(api, name, x, dtype, shape):
+    if x is None:
+        return None
+    x = _array(name, x)
+    if x.dtype != dtype:
+        raise TypeError(f"{api}: {name} is {x.dtype} but the product is {dtype}")
+    try:
+        return np.broadcast_to(x, shape)
+    except ValueError:
+        raise ValueError(f"{api}: {name} has shape {x.shape}, which does not broadcast "
+                         f"to {shape}") from None
+
+
+def _output(api, out, dtype, shape):
+    if out is None:
+        return np.empty(shape, dtype)
+    out = _array("out", out)
+    if out.shape != shape or out.dtype != dtype:
+        raise ValueError(f"{api}: out must be {dtype} of shape {shape}, got {out.dtype} "
+                         f"of shape {out.shape}")
+    if not out.flags.writeable:
+        raise ValueError(f"{api}: out is read-only")
+    if any(s == 0 and d > 1 for s, d in zip(out.strides, out.shape)):
+        raise ValueError(f"{api}: out has overlapping elements (a zero stride)")
+    return out
+
+
+def _same_view(x, y) -> bool:
+    return x.ctypes.data == y.ctypes.data and x.strides == y.strides
+
+
+def _numpy_epilogue(x, epilogue, bias, residual):
+    """The epilogue in numpy (K == 0, and activations with no native code yet)."""
+    if bias is not None:
+        x = x + (bias[..., None, :] if epilogue.bias_axis == 1 else bias[..., :, None])
+    if epilogue.activation is not None:
+        x = ACTIVATION_REFERENCE[epilogue.activation](x)
+    x = x * x.dtype.type(epilogue.scale)
+    return x + residual if residual is not None else x
+
+
+def _erf(x):
+    from eager.kernels._erf import erf
+    return erf(x.astype(np.float64)).astype(x.dtype)
+
+
+ACTIVATION_REFERENCE = {
+    "relu": lambda x: np.where(x < 0, x.dtype.type(0), x),
+    "gelu": lambda x: 0.5 * x * (1 + _erf(x * x.dtype.type(0.7071067811865476))),
+    "gelu_tanh": lambda x: 0.5 * x * (1 + np.tanh(x.dtype.type(0.7978845608028654)
+                                                  * (x + x.dtype.type(0.044715) * x ** 3))),
+    "silu": lambda x: x / (1 + np.exp(-x)),
+    "tanh": np.tanh,
+}
+
+
+@dataclass
+class _Problem:
+    """A validated product: every operand broadcast to its full (batch...) shape."""
+    a: np.ndarray
+    b: np.ndarray
+    c: np.ndarray | None
+    out: np.ndarray
+    bias: np.ndarray | None
+    bias_axis: int
+    residual: np.ndarray | None
+    alpha: float
+    beta: float
+    scale: float
+
+    def transposed(self) -> "_Problem":
+        """The same product as out^T = op(B)^T op(A)^T: bias axis and roles swap."""
+        t = lambda x: None if x is None else np.swapaxes(x, -1, -2)  # noqa: E731
+        return _Problem(t(self.b), t(self.a), t(self.c), t(self.out), self.bias,
+                        1 - self.bias_axis, t(self.residual), self.alpha, self.beta,
+                        self.scale)
+
+
+def _run(problem: _Problem, activation, threads) -> None:
+    """Lay out `problem` for the kernel (unit column stride of out, element strides)
+    and run it, batch element by batch element, across threads."""
+    out, itemsize = problem.out, problem.out.itemsize
+    if out.shape[-1] > 1 and out.strides[-1] != itemsize:
+        if out.shape[-2] == 1 or out.strides[-2] == itemsize:
+            problem = problem.transposed()
+        else:
+            target = out
+            problem.out = np.empty(out.shape, out.dtype)
+            _run(problem, activation, threads)
+            target[...] = problem.out
+            return
+    _whole_element_strides(problem)
+    bias = None if problem.bias is None else ("col" if problem.bias_axis == 1 else "row")
+    kernel = native.kernel(out.dtype, _spec(bias, activation, problem.residual is not None))
+    calls = _calls(problem)
+    m, n, k = calls[0].m, calls[0].n, calls[0].k
+    direct = m * n * k <= DIRECT_MAX_MACS and (n == 1 or calls[0].b_cs == 1)
+    blocking = None if direct else gemm_tune.blocking(kernel, _tuning_measure)
+    if len(calls) * m * n * k >= 2 * native.PARALLEL_MIN_MACS:
+        if threads is None:
+            from runtime.threads import num_threads
+            threads = num_threads()
+        parts = -(-threads // len(calls))
+        calls = [piece for call in calls for piece in native.split(call, kernel, parts,
+                                                                    not direct)]
+    native.run(kernel, calls, blocking)
+
+
+@functools.cache
+def _spec(bias, activation, residual) -> EpilogueSpec:
+    return EpilogueSpec(bias, activation, residual)
+
+
+def _whole_element_strides(problem: _Problem) -> None:
+    """Copy the (rare) operands whose byte strides are not whole elements."""
+    for name in ("a", "b", "c", "bias", "residual"):
+        x = getattr(problem, name)
+        if x is not None and any(s % x.itemsize for s in x.strides):
+            setattr(problem, name, np.ascontiguousarray(x))
+
+
+def _calls(problem: _Problem) -> list[native.Call]:
+    """One native.Call per batch element."""
+    p, itemsize = problem, problem.out.itemsize
+    m, k, n = p.a.shape[-2], p.a.shape[-1], p.b.shape[-1]
+    batch = p.out.shape[:-2]
+    operands = [_layout(p.a, 2, itemsize), _layout(p.b, 2, itemsize),
+                _layout(p.c, 2, itemsize), _layout(p.out, 2, itemsize),
+                _layout(p.bias, 1, itemsize), _layout(p.residual, 2, itemsize)]
+    if not batch:
+        pointers = [base for base, _, _ in operands]
+    calls = []
+    for index in np.ndindex(*batch) if batch else [()]:
+        if batch:
+            pointers = [base + sum(i * s for i, s in zip(index, strides))
+                        for base, strides, _ in operands]
+        (a, b, c, out, bias, res) = pointers
+        (sa, sb, sc, so, sbias, sr) = (strides for _, _, strides in operands)
+        calls.append(native.Call(m, n, k, a, *sa, b, *sb, c, *sc, out, so[0], p.alpha,
+                                 p.beta, p.scale, bias, sbias[0], res, *sr))
+    return calls
+
+
+def _layout(x, dims: int, itemsize: int) -> tuple:
+    """(address, batch strides in bytes, last `dims` strides in elements, padded to 2)."""
+    if x is None:
+        return _ABSENT
+    strides = x.strides
+    inner = (strides[-2] // itemsize, strides[-1] // itemsize) if dims == 2 else (
+        strides[-1] // itemsize, 0)
+    return x.__array_interface__["data"][0], strides[:-dims], inner
+
+
+_ABSENT = (0, (), (0, 0))
+
+
+def _tuning_measure(kernel: native.GemmKernel):
+    """A function timing one square TUNE_SIZE product with a given blocking, for the
+    autotuner."""
+    from runtime.threads import num_threads
+    size, dtype = gemm_tune.TUNE_SIZE, kernel.dtype
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((size, size)).astype(dtype) for _ in range(2))
+    out = np.empty((size, size), dtype)
+    problem = _Problem(a, b, None, out, None, 1, None, dtype.type(1), dtype.type(0),
+                       dtype.type(1))
+    plain = native.kernel(dtype, EpilogueSpec(), kernel.tile)
+    work = native.split(_calls(problem)[0], plain, num_threads(), True)
+    return gemm_tune.timer(lambda blocking: native.run(plain, work, blocking))
