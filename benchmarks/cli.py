@@ -101,8 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.progress import Progress
 
     threads = args.threads or _usable_cores()
+    # torch gets the same thread count as OpenBLAS, which uses every usable core by default
     lineup = Lineup(torch={"torch": "required", "none": "off"}.get(args.compare, "auto"),
-                    threads=args.threads)
+                    threads=threads, quick=args.quick)
     problem = lineup.require_torch()
     if problem:
         print(f"error: {problem}", file=sys.stderr)

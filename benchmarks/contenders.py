@@ -5,12 +5,19 @@ None when it is available or the reason it is not. A missing contender is report
 skipped, never as failed. Suites use the same kind of check for their own needs
 (`compiler_missing`, `gpu_missing`).
 
+"kiln compiled" is `eager.compile` with its default backend, which runs what it can as
+generated kernels and the rest through the interpreter of eager ops (`explain()` on a
+compiled function says which). "torch.compile" is PyTorch's default (inductor), which
+builds C++ on its first call; SLOW_TO_START leaves it out of --quick runs.
+
 Nothing heavy is imported at module level: torch is imported by the first check that
 needs it, so a run that does not use it never pays its import time.
 """
 from __future__ import annotations
 
 import importlib
+import os
+import shutil
 import sys
 from typing import Callable
 
@@ -25,7 +32,20 @@ def kiln_missing() -> str | None:
     return None
 
 
+def kiln_compiled_missing() -> str | None:
+    return kiln_missing() or compiler_missing()
+
+
 def numpy_missing() -> str | None:
+    return None
+
+
+def scipy_missing() -> str | None:
+    """numpy has no erf: the numpy spelling of GELU takes scipy's."""
+    try:
+        importlib.import_module("scipy.special")
+    except Exception as e:  # noqa: BLE001
+        return f"scipy is not importable ({type(e).__name__}: {e})"
     return None
 
 
@@ -34,6 +54,16 @@ def torch_missing() -> str | None:
         importlib.import_module("torch")
     except Exception as e:  # noqa: BLE001 - a broken install is as missing as none
         return f"torch is not importable ({type(e).__name__}: {e})"
+    return None
+
+
+def torch_compile_missing() -> str | None:
+    reason = torch_missing()
+    if reason:
+        return reason
+    compiler = os.environ.get("CXX") or "g++"
+    if shutil.which(compiler) is None:
+        return f"torch.compile's CPU backend needs a C++ compiler ({compiler} not found)"
     return None
 
 
@@ -60,8 +90,17 @@ def gpu_missing() -> str | None:
 
 CONTENDERS: dict[str, Check] = {
     "kiln eager": kiln_missing,
+    "kiln compiled": kiln_compiled_missing,
     "numpy": numpy_missing,
+    "numpy + scipy": scipy_missing,
     "torch eager": torch_missing,
+    "torch.compile": torch_compile_missing,
+}
+
+# Contenders too slow to start for a --quick run, with the reason they are left out.
+SLOW_TO_START: dict[str, str] = {
+    "torch.compile": "left out of --quick: its first call imports and starts inductor "
+                     "(~20 s here); run without --quick to include it",
 }
 
 
@@ -70,14 +109,16 @@ class Lineup:
 
     torch: "auto" uses PyTorch when importable, "required" makes its absence an error
     (see `require_torch`), "off" leaves it out. threads: applied to torch when it is loaded.
+    quick: leave out the contenders in SLOW_TO_START.
     """
 
     def __init__(self, torch: str = "auto", threads: int | None = None,
-                 checks: dict[str, Check] | None = None):
+                 checks: dict[str, Check] | None = None, quick: bool = False):
         if torch not in ("auto", "required", "off"):
             raise ValueError(f"torch must be 'auto', 'required' or 'off', not {torch!r}")
         self.torch = torch
         self.threads = threads
+        self.quick = quick
         self.checks = dict(CONTENDERS if checks is None else checks)
         self._answers: dict[str, str | None] = {}
 
@@ -90,6 +131,8 @@ class Lineup:
     def _ask(self, name: str) -> str | None:
         if name.startswith("torch") and self.torch == "off":
             return "left out (--compare none)"
+        if self.quick and name in SLOW_TO_START:
+            return SLOW_TO_START[name]
         check = self.checks.get(name)
         if check is None:
             return f"unknown contender {name!r}"

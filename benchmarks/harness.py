@@ -122,6 +122,7 @@ class SuiteResult:
     status: str  # "ran" or "skipped"
     reason: str = ""
     cases: list[CaseResult] = field(default_factory=list)
+    notes: str = ""
 
     @property
     def failures(self) -> int:
@@ -140,6 +141,7 @@ def run_suite(suite, lineup, settings: Settings, progress=None) -> SuiteResult:
         if progress is not None:
             progress.step(f"{suite.name} {i + 1}/{len(cases)}: {case.name}")
         result.cases.append(run_case(case, lineup, settings, progress))
+    result.notes = suite.notes(settings.quick) if hasattr(suite, "notes") else ""
     return result
 
 

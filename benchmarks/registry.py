@@ -1,8 +1,9 @@
 """The suites `python -m benchmarks` knows, in the order it runs them.
 
 A suite is a module with `cases(quick: bool) -> list[Case]`, registered here by name
-with the checks it needs (each returns None or why it cannot run). Adding a suite is one
-module and one `register` line, e.g.
+with the checks it needs (each returns None or why it cannot run). A module holding
+several suites names each one's function after a colon: "benchmarks.train:mlp_cases".
+Adding a suite is one module and one `register` line, e.g.
 
     register("gemm", "benchmarks.gemm", "float32 GEMM, square and skinny",
              requires=(contenders.compiler_missing,))
@@ -20,7 +21,7 @@ from typing import Callable
 @dataclass(frozen=True)
 class Suite:
     name: str
-    module: str  # imported only when the suite runs
+    module: str  # "package.module" or "package.module:function"; imported only when run
     description: str
     requires: tuple[Callable[[], "str | None"], ...] = ()
 
@@ -33,7 +34,13 @@ class Suite:
         return None
 
     def cases(self, quick: bool) -> list:
-        return importlib.import_module(self.module).cases(quick)
+        module, _, function = self.module.partition(":")
+        return getattr(importlib.import_module(module), function or "cases")(quick)
+
+    def notes(self, quick: bool) -> str:
+        """Text a suite prints under its table (its module's `notes(quick)`, if any)."""
+        module = importlib.import_module(self.module.partition(":")[0])
+        return module.notes(quick) if hasattr(module, "notes") else ""
 
 
 SUITES: dict[str, Suite] = {}
@@ -59,3 +66,13 @@ def lookup(names: list[str]) -> list[Suite]:
 
 register("eager_overhead", "benchmarks.eager_overhead",
          "per-op cost of tiny eager ops, import time, profiler cost")
+register("elementwise", "benchmarks.elementwise", "a GELU chain, add, mul, exp on 4M floats")
+register("reductions", "benchmarks.reductions", "sum/mean/amax, softmax, layer_norm")
+register("gemm", "benchmarks.gemm", "float32 matmul: square, tall-skinny, batched")
+register("mlp_train", "benchmarks.train:mlp_cases", "MLP 784-256-256-10 training, Adam")
+register("transformer_train", "benchmarks.train:transformer_cases",
+         "char transformer training, AdamW")
+register("fusion", "benchmarks.fusion",
+         "the passes on the suite's graphs: kernels, bytes moved, intermediate memory")
+register("compile_overhead", "benchmarks.compile_overhead",
+         "cached compiled calls on tiny inputs; first-call (trace + compile) time")

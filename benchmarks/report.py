@@ -66,19 +66,26 @@ def format_suite(suite: SuiteResult, settings: Settings, limits=None) -> str:
     lines = [title, f"   times per call: median of {settings.rounds} rounds "
                     f"({settings.self_timed_rounds} for subprocess timings), spread min-max; "
                     f"ratio = time / reference (*), lower is faster"]
-    widths = [max(len(r[i]) for r in rows if len(r) > i and len(r) > 1)
-              for i in range(len(head))]
+    # a FAILED/ERROR row's message runs past the columns, so it sets only the name's width
+    widths = [max(len(r[i]) for r in rows if len(r) > i and len(r) > 1
+                  and (i == 0 or not _is_problem(r))) for i in range(len(head))]
     for row in rows:
         if len(row) == 1:
             lines.append(row[0])
-        elif row[1].startswith(("FAILED", "ERROR")):
+        elif _is_problem(row):
             lines.append(f"{row[0].ljust(widths[0])}  {row[1]}")
         else:
             cells = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]
             lines.append("  ".join(cells).rstrip())
     for reason, labels in skips.items():
         lines.append(f"   skipped {', '.join(sorted(set(labels)))}: {reason}")
+    if suite.notes:
+        lines += ["", suite.notes.rstrip()]
     return "\n".join(lines) + "\n"
+
+
+def _is_problem(row: list[str]) -> bool:
+    return row[1].startswith(("FAILED", "ERROR"))
 
 
 def _row(case: CaseResult, outcome: Outcome, limits, with_limit: bool) -> list[str]:

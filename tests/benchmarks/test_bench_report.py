@@ -60,6 +60,13 @@ def test_table_shows_failures_skips_and_fraction_of_limit():
     assert "skipped: needs a GPU" in skipped
 
 
+def test_a_failure_message_does_not_widen_the_columns():
+    lines = report.format_suite(tiny_suites()[0], TINY, LIMITS).splitlines()
+    header = next(line for line in lines if line.startswith("case / contender"))
+    failed = next(line for line in lines if "FAILED" in line)
+    assert len(header) < len(failed)  # the message overhangs; the header is not padded to it
+
+
 def test_times_and_rates_read_naturally():
     assert report.format_time(2.5e-6) == "2.5 us"
     assert report.format_time(0.0123) == "12.3 ms"

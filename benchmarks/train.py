@@ -1,0 +1,134 @@
+"""Training steps per second, kiln eager against PyTorch eager, from the same initial
+weights on the same batches in the same run. Two suites live here:
+
+mlp_cases          examples.mlp_classifier's MLP at 784-256-256-10 (MNIST-shaped
+                   random inputs), batch 128, float32, Adam (lr 1e-3), cross_entropy.
+transformer_cases  examples.char_transformer (2 layers, 4 heads, d_model 64, context 32)
+                   on batches of 16 from its text, AdamW (lr 3e-3, weight decay 0.01).
+
+One timed call is one optimiser step (forward, loss, backward, step) on the next of a
+few fixed batches; --quick runs fewer steps because it runs fewer, shorter rounds. The
+gate: the first step's loss, before any update, matches the float64 numpy model in
+train_reference to 1e-4 relative, so both libraries start from the same weights and
+compute the same loss. (tests/examples/test_torch_parity.py checks that 20 updates
+agree with PyTorch too.)
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+from typing import Callable
+
+import numpy as np
+
+from benchmarks import train_reference
+from benchmarks.harness import Case, Impl
+from benchmarks.impls import KILN, TORCH, kiln_tensors, torch_tensors
+
+BATCHES = 8  # distinct batches, cycled
+MLP_INPUTS, MLP_HIDDEN, MLP_CLASSES, MLP_BATCH = 784, 256, 10, 128
+D_MODEL, HEADS, LAYERS, CONTEXT, TEXT_BATCH = 64, 4, 2, 32, 16
+
+
+def mlp_cases(quick: bool) -> list[Case]:
+    """The sizes are the benchmark's own; `quick` only means fewer rounds."""
+    rng = np.random.default_rng(0)
+    data = [(rng.standard_normal((MLP_BATCH, MLP_INPUTS), dtype=np.float32),
+             rng.integers(0, MLP_CLASSES, MLP_BATCH)) for _ in range(BATCHES)]
+
+    def model(lib):
+        from examples.mlp_classifier import make_model
+        return make_model(MLP_HIDDEN, MLP_CLASSES, MLP_INPUTS, torch=lib)
+
+    def adam(lib, parameters):
+        return lib.optim.Adam(parameters, lr=1e-3)
+
+    initial = _initial_state(model)
+    name = (f"MLP {MLP_INPUTS}-{MLP_HIDDEN}-{MLP_HIDDEN}-{MLP_CLASSES}, "
+            f"batch {MLP_BATCH}, Adam step")
+    return [_training_case(name, model, adam, _classify, initial, data,
+                           lambda: train_reference.mlp_loss(_float64(initial()), *data[0]))]
+
+
+def transformer_cases(quick: bool) -> list[Case]:
+    """The sizes are the benchmark's own; `quick` only means fewer rounds."""
+    from examples.char_transformer import load_text
+    _, chars, text = load_text()
+    rng = np.random.default_rng(0)
+    data = [_text_batch(text, rng) for _ in range(BATCHES)]
+
+    def model(lib):
+        from examples.char_transformer import define
+        return define(lib)(len(chars), D_MODEL, HEADS, LAYERS, CONTEXT)
+
+    def adamw(lib, parameters):
+        return lib.optim.AdamW(parameters, lr=3e-3, weight_decay=0.01)
+
+    def next_characters(lib, model, x, y):
+        logits = model(x)
+        return lib.nn.functional.cross_entropy(logits.reshape(-1, len(chars)), y.reshape(-1))
+
+    initial = _initial_state(model)
+    name = (f"char transformer, {LAYERS} layers, {HEADS} heads, d_model {D_MODEL}, "
+            f"context {CONTEXT}, batch {TEXT_BATCH}, AdamW step")
+    return [_training_case(name, model, adamw, next_characters, initial, data,
+                           lambda: train_reference.transformer_loss(
+                               _float64(initial()), *data[0], heads=HEADS))]
+
+
+def _classify(lib, model, x, y):
+    return lib.nn.functional.cross_entropy(model(x), y)
+
+
+def _text_batch(text: np.ndarray, rng) -> tuple[np.ndarray, np.ndarray]:
+    """Windows of the text and the same windows one character on (the targets)."""
+    starts = rng.integers(0, len(text) - CONTEXT - 1, TEXT_BATCH)
+    return (np.stack([text[s:s + CONTEXT] for s in starts]),
+            np.stack([text[s + 1:s + CONTEXT + 1] for s in starts]))
+
+
+def _training_case(name: str, model: Callable, optimizer: Callable, loss: Callable,
+                   initial: Callable[[], dict], data: list, expected: Callable) -> Case:
+    def in_kiln():
+        import eager
+        return _trainer(eager, kiln_tensors, model, optimizer, loss, initial(), data)
+
+    def in_torch():
+        import torch
+        return _trainer(torch, torch_tensors, model, optimizer, loss, initial(), data)
+
+    return Case(name, [Impl(KILN, in_kiln), Impl(TORCH, in_torch)], expected=expected,
+                unit="steps/s", reference=(TORCH,))
+
+
+def _trainer(lib, tensors: Callable, model: Callable, optimizer: Callable, loss: Callable,
+             initial: dict, data: list) -> Callable[[], object]:
+    """One optimiser step per call, on the next batch; returns the step's loss."""
+    net = model(lib)
+    net.load_state_dict(dict(zip(initial, tensors(list(initial.values())))))
+    opt = optimizer(lib, net.parameters())
+    batches = itertools.cycle([tuple(tensors([x, y])) for x, y in data])
+
+    def step():
+        x, y = next(batches)
+        value = loss(lib, net, x, y)
+        opt.zero_grad()
+        value.backward()
+        opt.step()
+        return value
+    return step
+
+
+def _initial_state(model: Callable) -> Callable[[], dict]:
+    """The initial weights as float32 arrays, drawn once by kiln's seeded initialisers
+    and then given to every contender (and to the float64 reference)."""
+    @functools.cache
+    def state() -> dict:
+        import eager
+        eager.manual_seed(0)
+        return {k: v.numpy().copy() for k, v in model(eager).state_dict().items()}
+    return state
+
+
+def _float64(state: dict) -> dict:
+    return {k: v.astype(np.float64) for k, v in state.items()}

@@ -1,0 +1,90 @@
+"""The suites: every case runs through the harness on tiny sizes and every contender that
+is available here passes the correctness gate. No timing is asserted.
+
+Sizes are shrunk by patching each suite's size constants; torch runs on one thread so a
+busy neighbour cannot stall its thread pool. torch.compile is left out (as in --quick)
+except in the slow test, because its first call takes ~20 s.
+"""
+import pytest
+from bench_helpers import TINY
+
+from benchmarks import compile_overhead, elementwise, gemm, registry, reductions, train
+from benchmarks.contenders import SLOW_TO_START, Lineup
+from benchmarks.harness import run_case, run_suite
+
+NEW_SUITES = ["elementwise", "reductions", "gemm", "mlp_train", "transformer_train",
+              "compile_overhead"]
+
+
+@pytest.fixture
+def tiny_sizes(monkeypatch):
+    for module, name, value in (
+            (elementwise, "QUICK_ROWS", 3), (elementwise, "COLUMNS", 16),
+            (reductions, "QUICK_SHAPE", (6, 10)),
+            (gemm, "QUICK_SQUARES", (8,)), (gemm, "QUICK_TALL_SKINNY", (32, 8, 4)),
+            (gemm, "QUICK_BATCHED", (2, 4, 3, 5)),
+            (train, "BATCHES", 2), (train, "MLP_HIDDEN", 16), (train, "MLP_BATCH", 8),
+            (train, "D_MODEL", 16), (train, "HEADS", 2), (train, "CONTEXT", 8),
+            (train, "TEXT_BATCH", 2)):
+        monkeypatch.setattr(module, name, value)
+
+
+def test_the_new_suites_are_registered_and_runnable_here():
+    assert set(NEW_SUITES) <= set(registry.SUITES)
+    for name in NEW_SUITES:
+        assert registry.SUITES[name].why_skipped() is None, name
+
+
+def test_a_module_can_hold_several_suites():
+    assert registry.SUITES["mlp_train"].module == "benchmarks.train:mlp_cases"
+    assert registry.SUITES["transformer_train"].module == "benchmarks.train:transformer_cases"
+
+
+@pytest.mark.parametrize("name", NEW_SUITES)
+def test_every_case_passes_the_correctness_gate(name, tiny_sizes):
+    result = run_suite(registry.SUITES[name], Lineup(threads=1, quick=True), TINY)
+    assert result.status == "ran" and result.cases
+    for case in result.cases:
+        for outcome in case.outcomes:
+            assert outcome.status in ("ok", "skipped"), (case.case.name, outcome)
+            if outcome.status == "ok":
+                assert len(outcome.times) == (TINY.self_timed_rounds if case.case.self_timed
+                                              else TINY.rounds)
+    ran = {o.contender for c in result.cases for o in c.outcomes if o.status == "ok"}
+    assert "kiln eager" in ran or "kiln compiled" in ran
+
+
+def test_quick_leaves_torch_compile_out_with_the_reason():
+    assert Lineup(quick=True).why_skipped("torch.compile") == SLOW_TO_START["torch.compile"]
+    assert "left out (--compare none)" in Lineup(torch="off").why_skipped("torch.compile")
+    assert Lineup(quick=True).why_skipped("kiln compiled") is None
+
+
+def test_training_starts_both_libraries_from_the_same_loss(tiny_sizes):
+    """The first step's loss agrees across libraries (each is checked against float64)."""
+    pytest.importorskip("torch")
+    for case in train.mlp_cases(quick=True) + train.transformer_cases(quick=True):
+        kiln, torch = (impl.build()().item() for impl in case.impls)
+        assert kiln == pytest.approx(torch, rel=1e-4)
+        assert kiln == pytest.approx(case.expected(), rel=1e-4)
+
+
+@pytest.mark.slow
+def test_torch_compile_passes_the_gate(tiny_sizes):
+    """torch.compile's first call starts inductor (~20 s); later ones take about 1 s."""
+    pytest.importorskip("torch")
+    lineup = Lineup(threads=1)
+    if lineup.why_skipped("torch.compile"):
+        pytest.skip(lineup.why_skipped("torch.compile"))
+    add = elementwise.cases(quick=True)[1]
+    for case in [add, *compile_overhead.cases(quick=True)]:
+        result = run_case(case, lineup, TINY)
+        outcome = next(o for o in result.outcomes if o.contender == "torch.compile")
+        assert outcome.status == "ok", outcome
+
+
+def test_fusion_suite_reports_what_the_passes_buy():
+    from benchmarks import fusion
+    text = fusion.notes(quick=True)
+    assert "GELU chain" in text and "6 -> 1" in text  # six eager kernels become one
+    assert "layer norm rows" in text and "-> 1 " in text
