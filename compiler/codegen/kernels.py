@@ -189,11 +189,18 @@ class _Builder:
 
     # values -----------------------------------------------------------------------------
     def compute(self, node: Node, env: dict, L: V.Lanes):
-        args = [env[x] for x in node.input_values()]
-        in_dts = [x.type.dtype for x in node.input_values()]
-        out = V.compute(L, node.op, args, in_dts, node.outputs[0].type.dtype,
-                        node.attr, compute_dtype(node, set(self.scalars)))
-        env[node.outputs[0]] = out
+        out_dt = node.outputs[0].type.dtype
+        cdt = compute_dtype(node, set(self.scalars))
+        args, in_dts = [], []
+        for x in node.input_values():
+            if x in self.scalars:  # a Python number: made in the type it is used in, at
+                at = out_dt if node.op is Op.WHERE else cdt  # full precision, as eager does
+                args.append(L.const(self.scalars[x], at))
+                in_dts.append(at)
+            else:
+                args.append(env[x])
+                in_dts.append(x.type.dtype)
+        env[node.outputs[0]] = V.compute(L, node.op, args, in_dts, out_dt, node.attr, cdt)
 
     def constants(self, env: dict, L: V.Lanes) -> None:
         for v, value in self.scalars.items():

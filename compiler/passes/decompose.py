@@ -5,6 +5,7 @@ gelu_backward -> elementwise primitives.
 Each decomposition is written in eager ops and captured into a graph (the same capture
 compile() uses), then inlined. Only float32 and float64 ops decompose: eager computes
 float16 ops in float32 and rounds once, which a chain of float16 ops would not match.
+Ops over empty tensors stay whole: their own rules say what an empty softmax or var is.
 """
 from __future__ import annotations
 
@@ -94,8 +95,9 @@ def decompose(graph: Graph) -> Graph:
     rw = Rewriter(graph)
     for node in graph.nodes:
         fn = DECOMPOSITIONS.get(node.op)
-        if fn is None or any(v.type.dtype.name not in _FLOATS
-                             for v in node.input_values() + list(node.outputs)):
+        values = node.input_values() + list(node.outputs)
+        if fn is None or any(v.type.dtype.name not in _FLOATS for v in values) or \
+                any(0 in v.type.shape for v in values):  # empty: keep the op's own rules
             rw.copy(node)
             continue
         inputs = [rw.map(i) for i in node.inputs]
