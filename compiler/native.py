@@ -126,7 +126,7 @@ class FusedKernel:
                 if not v.type.is_static:
                     raise Unsupported("symbolic sizes are not supported natively yet")
             if (n.op in V.FLOAT_OPS or n.op in (Op.POW, Op.GELU) or n.op in K.REDUCE_OPS) \
-                    and not n.outputs[0].type.dtype.is_floating_point:
+                    and not n.input_values()[0].type.dtype.is_floating_point:
                 raise Unsupported(f"{n.op.qualified_name} on integers")
         if any(v not in computed and v not in self.operands for v in self.body.outputs):
             raise Unsupported("an output that is not computed by the kernel")
@@ -140,14 +140,9 @@ class FusedKernel:
             return tuple(shapes[0]), frozenset()
         reductions = [n for n in self.nodes if n.op in K.REDUCE_OPS]
         full = tuple(reductions[0].inputs[0].type.shape)
-        dims = reductions[0].attr["dim"]
-        dims = range(len(full)) if dims in (None, ()) else dims
-        reduced = frozenset(d % max(len(full), 1) for d in dims)
+        reduced = _reduced_dims(reductions[0], full)
         for n in reductions:
-            d = n.attr["dim"]
-            d = range(len(full)) if d in (None, ()) else d
-            if tuple(n.inputs[0].type.shape) != full or \
-                    frozenset(x % max(len(full), 1) for x in d) != reduced:
+            if tuple(n.inputs[0].type.shape) != full or _reduced_dims(n, full) != reduced:
                 raise Unsupported("reductions over different rows")
         return full, reduced
 
@@ -208,6 +203,13 @@ class FusedKernel:
         if debug.level() >= 4:
             debug.banner(f"assembly: {name}", artifact.assembly, at_level=4)
         return _KERNEL_FN(address), artifact
+
+
+def _reduced_dims(node: Node, full) -> frozenset:
+    dims = node.attr["dim"]
+    dims = range(len(full)) if dims is None or dims == () else \
+        ((dims,) if isinstance(dims, int) else dims)
+    return frozenset(d % max(len(full), 1) for d in dims)
 
 
 def _is_kept(shape, full, reduced) -> bool:

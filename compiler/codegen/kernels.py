@@ -26,7 +26,8 @@ from ir.dtypes import DType
 from ir.graph import Node, Value
 from ir.ops import COMPARISON, Op
 
-REDUCE_OPS = {Op.SUM: "sum", Op.AMAX: "max", Op.AMIN: "min"}
+REDUCE_OPS = {Op.SUM: "sum", Op.AMAX: "max", Op.AMIN: "min", Op.ARGMAX: "argmax",
+              Op.ARGMIN: "argmin"}
 STRIDED = None  # an operand's inner-stride class when it is neither 1 nor 0
 
 
@@ -299,7 +300,7 @@ def _rows(k: _Builder) -> None:
                     if node.outputs[0] in needed:
                         k.compute(node, env, L)
                 for node, acc in accs.items():
-                    _accumulate(k, node, acc, env[node.inputs[0]], count)
+                    _accumulate(k, node, acc, env[node.inputs[0]], i, count)
                 for j, v in stores:
                     k.store(n_in + j, bases[n_in + j], i, env[v], count)
             k.loop(k.i0, k.i1, k.w, step, tail=lambda i, count, s=step: s(i, count))
@@ -332,41 +333,80 @@ def _needed(spec, producer, targets, known) -> set:
     return need
 
 
-def _identity(node: Node, dt: DType):
-    kind = REDUCE_OPS[node.op]
-    return {"sum": 0.0, "max": float("-inf"), "min": float("inf")}[kind]
+def _identity(kind: str) -> float:
+    return {"sum": 0.0, "max": float("-inf"), "min": float("inf"),
+            "argmax": float("-inf"), "argmin": float("inf")}[kind]
 
 
 def _start_acc(k: _Builder, node: Node):
+    """The accumulator slots of a reduction: its W partial values (and for argmax /
+    argmin the W lanes' best indices)."""
     b = k.b
-    dt = node.outputs[0].type.dtype
+    kind = REDUCE_OPS[node.op]
+    dt = node.inputs[0].type.dtype if kind.startswith("arg") else node.outputs[0].type.dtype
     L = V.Lanes(b, k.w)
     with b.goto_entry_block():
         slot = b.alloca(L.type(dt))
-    b.store(L.const(_identity(node, dt), dt), slot)
-    return slot
+        index = b.alloca(L.type(dtypes.int64)) if kind.startswith("arg") else None
+    b.store(L.const(_identity(kind), dt), slot)
+    if index is not None:
+        b.store(L.const(0, dtypes.int64), index)
+    return slot, index, dt
 
 
-def _accumulate(k: _Builder, node: Node, slot, x, count) -> None:
-    b, dt = k.b, node.outputs[0].type.dtype
+def _accumulate(k: _Builder, node: Node, acc, x, i, count) -> None:
+    b = k.b
+    slot, index, dt = acc
     L = V.Lanes(b, k.w)
-    x = L.cast(x, node.inputs[0].type.dtype, dt)
-    if count is not None:  # lanes past the row's end contribute the identity
-        x = b.select(k._mask(count), x, L.const(_identity(node, dt), dt))
-    acc = b.load(slot)
     kind = REDUCE_OPS[node.op]
-    new = b.fadd(acc, x) if kind == "sum" else V._max_min(L, acc, x, dt, kind == "max")
+    x = L.cast(x, node.inputs[0].type.dtype, dt)
+    best = b.load(slot)
+    if kind.startswith("arg"):
+        lanes = b.add(L.splat(i), ir.Constant(ir.VectorType(V.I64, k.w), list(range(k.w))))
+        take = _beats(L, x, best, kind)
+        if count is not None:  # lanes past the row's end never win
+            take = b.and_(take, k._mask(count))
+        b.store(b.select(take, x, best), slot)
+        b.store(b.select(take, lanes, b.load(index)), index)
+        return
+    if count is not None:  # lanes past the row's end contribute the identity
+        x = b.select(k._mask(count), x, L.const(_identity(kind), dt))
+    new = b.fadd(best, x) if kind == "sum" else V._max_min(L, best, x, dt, kind == "max")
     b.store(new, slot)
 
 
-def _finish_acc(k: _Builder, node: Node, slot):
+def _beats(L: V.Lanes, x, best, kind: str):
+    """Whether x replaces the best so far: strictly better (the first occurrence stays),
+    or the first NaN (PyTorch's argmax and argmin both pick NaN)."""
+    b = L.b
+    better = b.fcmp_ordered(">" if kind == "argmax" else "<", x, best)
+    first_nan = b.and_(V._isnan(L, x), b.not_(V._isnan(L, best)))
+    return b.or_(better, first_nan)
+
+
+def _finish_acc(k: _Builder, node: Node, acc):
     """Fold the W partial results of a row into one (pairwise, so the sum's error grows
-    with log2(W) on top of the per-lane sums)."""
-    b, dt = k.b, node.outputs[0].type.dtype
+    with log2(W) on top of the per-lane sums); argmax and argmin keep the lowest index
+    among equal values."""
+    b = k.b
+    slot, index, dt = acc
     S = V.Lanes(b, None)
-    parts = [b.extract_element(b.load(slot), ir.Constant(V.I32, i)) for i in range(k.w)]
     kind = REDUCE_OPS[node.op]
-    while len(parts) > 1:
-        parts = [b.fadd(x, y) if kind == "sum" else V._max_min(S, x, y, dt, kind == "max")
-                 for x, y in zip(parts[::2], parts[1::2])]
-    return parts[0]
+    values = [b.extract_element(b.load(slot), ir.Constant(V.I32, i)) for i in range(k.w)]
+    if kind.startswith("arg"):
+        indices = [b.extract_element(b.load(index), ir.Constant(V.I32, i)) for i in range(k.w)]
+        pairs = list(zip(values, indices))
+        while len(pairs) > 1:
+            merged = []
+            for (va, ia), (vb, ib) in zip(pairs[::2], pairs[1::2]):
+                tie = b.and_(b.fcmp_ordered("==", va, vb), b.icmp_signed("<", ib, ia))
+                both_nan = b.and_(V._isnan(S, va), V._isnan(S, vb))
+                take = b.or_(b.or_(_beats(S, vb, va, kind), tie),
+                             b.and_(both_nan, b.icmp_signed("<", ib, ia)))
+                merged.append((b.select(take, vb, va), b.select(take, ib, ia)))
+            pairs = merged
+        return pairs[0][1]
+    while len(values) > 1:
+        values = [b.fadd(x, y) if kind == "sum" else V._max_min(S, x, y, dt, kind == "max")
+                  for x, y in zip(values[::2], values[1::2])]
+    return values[0]

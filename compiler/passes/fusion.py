@@ -24,7 +24,7 @@ from ir.ops import COMPARISON, ELEMENTWISE, VIEW, Op
 
 FREE = VIEW | {Op.SCALAR}
 POINTWISE = ELEMENTWISE | COMPARISON | {Op.CLONE, Op.TO_COPY}
-REDUCE = frozenset({Op.SUM, Op.AMAX, Op.AMIN})
+REDUCE = frozenset({Op.SUM, Op.AMAX, Op.AMIN, Op.ARGMAX, Op.ARGMIN})
 GEMM = frozenset({Op.MM, Op.BMM})
 
 
@@ -114,7 +114,8 @@ def _row_space(node: Node):
     """(input shape, reduced dims) of a reduction, dims made non-negative."""
     x = node.inputs[0].type.shape
     dims = node.attr["dim"]
-    dims = range(len(x)) if dims is None or dims == () else dims
+    dims = range(len(x)) if dims is None or dims == () else \
+        ((dims,) if isinstance(dims, int) else dims)
     return tuple(x), frozenset(d % max(len(x), 1) for d in dims)
 
 

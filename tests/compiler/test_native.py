@@ -165,3 +165,16 @@ def test_row_kernels_tell_row_operands_from_broadcast_rows():
     per_row = compiler.compile(lambda x, r: x.sum(-1) + r)
     np.testing.assert_allclose(per_row(x, r).numpy(), (x.sum(-1) + r).numpy(), rtol=1e-4,
                                atol=1e-5)
+
+
+@pytest.mark.parametrize("fn", [lambda x: x.argmax(-1), lambda x: x.argmin(0),
+                                lambda x: x.argmax(), lambda x: x.argmax(1, keepdim=True) + 1,
+                                lambda x: eager.softmax(x, -1).argmin(-1)])
+def test_argmax_and_argmin_keep_the_first_best_and_pick_nan(fn):
+    rows = np.random.default_rng(5).standard_normal((37, 53)).astype(np.float32)
+    rows[3, 10] = rows[3, 20] = 50.0  # a tie: the first index wins
+    rows[5, 7] = rows[5, 9] = np.nan  # NaN beats everything, the first NaN wins
+    x = eager.tensor(rows)
+    np.testing.assert_array_equal(compiler.compile(fn, backend="native")(x).numpy(),
+                                  fn(x).numpy())
+    assert compiler.lower(fn, x).kernels, "argmax/argmin should run as native code"
