@@ -325,11 +325,13 @@ def _thread_count(elements: int) -> int:
 def prepare(graph: Graph):
     """`graph` (after the passes) as a callable; fused nodes run natively where they can."""
     natives, reasons = {}, {}
+    from compiler import gemm_kernel_runner as gemm
     for i, node in enumerate(graph.nodes):
         if node.op is Op.FUSED:
             try:
-                natives[i] = FusedKernel(node)
-            except Unsupported as e:
+                natives[i] = gemm.GemmKernel(node, FusedKernel) if node.attr["kind"] == \
+                    "gemm" else FusedKernel(node)
+            except (Unsupported, gemm.Unsupported) as e:
                 reasons[i] = str(e)
     run = interpreter.prepare(graph, replace=natives)
     run.graph = graph

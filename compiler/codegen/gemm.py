@@ -118,17 +118,7 @@ def _product(api, a, b, out, alpha, beta, c, trans_a, trans_b, epilogue, threads
         return out
     problem = _Problem(op_a, op_b, c, out, bias, epilogue.bias_axis, residual,
                        dtype.type(alpha), dtype.type(beta), dtype.type(epilogue.scale))
-    activation = epilogue.activation
-    if activation is None or activation in native.native_activations():
-        _run(problem, activation, threads)
-        return out
-    # The activation is not available natively yet: product and bias natively, the rest
-    # in numpy.
-    plain = _Problem(op_a, op_b, c, out, bias, epilogue.bias_axis, None, problem.alpha,
-                     problem.beta, dtype.type(1))
-    _run(plain, None, threads)
-    out[...] = _numpy_epilogue(out, Epilogue(activation=activation, scale=epilogue.scale),
-                               None, residual)
+    _run(problem, epilogue.activation, threads)
     return out
 
 
@@ -190,7 +180,7 @@ def _same_view(x, y) -> bool:
 
 
 def _numpy_epilogue(x, epilogue, bias, residual):
-    """The epilogue in numpy (K == 0, and activations with no native code yet)."""
+    """The epilogue in numpy, for K == 0 (no product to fuse it into)."""
     if bias is not None:
         x = x + (bias[..., None, :] if epilogue.bias_axis == 1 else bias[..., :, None])
     if epilogue.activation is not None:
@@ -255,15 +245,12 @@ def _run(problem: _Problem, activation, threads) -> None:
     calls = _calls(problem)
     m, n, k = calls[0].m, calls[0].n, calls[0].k
     direct = m * n * k <= DIRECT_MAX_MACS and (n == 1 or calls[0].b_cs == 1)
-    blocking = None if direct else gemm_tune.blocking(kernel, _tuning_measure)
-    if len(calls) * m * n * k >= 2 * native.PARALLEL_MIN_MACS:
-        if threads is None:
-            from runtime.threads import num_threads
-            threads = num_threads()
-        parts = -(-threads // len(calls))
-        calls = [piece for call in calls for piece in native.split(call, kernel, parts,
-                                                                    not direct)]
-    native.run(kernel, calls, blocking)
+    blocking = None if direct else gemm_tune.for_depth(
+        gemm_tune.blocking(kernel, _tuning_measure), k)
+    if threads is None:
+        from runtime.threads import num_threads
+        threads = num_threads()
+    native.run(kernel, calls, blocking, threads)
 
 
 @functools.cache
@@ -272,10 +259,11 @@ def _spec(bias, activation, residual) -> EpilogueSpec:
 
 
 def _whole_element_strides(problem: _Problem) -> None:
-    """Copy the (rare) operands whose byte strides are not whole elements."""
+    """Copy the (rare) operands whose strides or address are not whole elements (numpy
+    marks them unaligned)."""
     for name in ("a", "b", "c", "bias", "residual"):
         x = getattr(problem, name)
-        if x is not None and any(s % x.itemsize for s in x.strides):
+        if x is not None and not x.flags.aligned:
             setattr(problem, name, np.ascontiguousarray(x))
 
 
@@ -283,21 +271,18 @@ def _calls(problem: _Problem) -> list[native.Call]:
     """One native.Call per batch element."""
     p, itemsize = problem, problem.out.itemsize
     m, k, n = p.a.shape[-2], p.a.shape[-1], p.b.shape[-1]
-    batch = p.out.shape[:-2]
     operands = [_layout(p.a, 2, itemsize), _layout(p.b, 2, itemsize),
                 _layout(p.c, 2, itemsize), _layout(p.out, 2, itemsize),
                 _layout(p.bias, 1, itemsize), _layout(p.residual, 2, itemsize)]
-    if not batch:
-        pointers = [base for base, _, _ in operands]
+    (_, _, sa), (_, _, sb), (_, _, sc), (_, _, so), (_, _, sbias), (_, _, sr) = operands
+    in_place = int(native.reads_a_in_place(*sa, itemsize))
+    batch = p.out.shape[:-2]
     calls = []
     for index in np.ndindex(*batch) if batch else [()]:
-        if batch:
-            pointers = [base + sum(i * s for i, s in zip(index, strides))
-                        for base, strides, _ in operands]
-        (a, b, c, out, bias, res) = pointers
-        (sa, sb, sc, so, sbias, sr) = (strides for _, _, strides in operands)
+        a, b, c, out, bias, res = (base + sum(i * s for i, s in zip(index, strides))
+                                   for base, strides, _ in operands)
         calls.append(native.Call(m, n, k, a, *sa, b, *sb, c, *sc, out, so[0], p.alpha,
-                                 p.beta, p.scale, bias, sbias[0], res, *sr))
+                                 p.beta, p.scale, bias, sbias[0], res, *sr, in_place))
     return calls
 
 
@@ -325,5 +310,10 @@ def _tuning_measure(kernel: native.GemmKernel):
     problem = _Problem(a, b, None, out, None, 1, None, dtype.type(1), dtype.type(0),
                        dtype.type(1))
     plain = native.kernel(dtype, EpilogueSpec(), kernel.tile)
-    work = native.split(_calls(problem)[0], plain, num_threads(), True)
-    return gemm_tune.timer(lambda blocking: native.run(plain, work, blocking))
+    calls = _calls(problem)
+
+    def run(blocking: native.Blocking) -> tuple:
+        native.run(plain, calls, blocking, num_threads())
+        return a, b, out  # the closure keeps the arrays behind calls' pointers alive
+
+    return gemm_tune.timer(run)

@@ -5,7 +5,9 @@ One module per (dtype, tile, epilogue) holds two exported functions with one sig
 (`KERNEL_ARGS`): `<name>_packed` runs the whole blocked loop nest for its sub-problem
 (jc over N by NC -> pc over K by KC, pack B -> ic over M by MC, pack A -> jr by NR ->
 ir by MR -> micro-kernel) in one native call; `<name>_direct` reads A and B in place (B
-must have unit column stride) for problems too small for packing to pay.
+must have unit column stride) for problems too small for packing to pay. Threads that
+split M share one packing of B: `<name>_pack_b_all` makes it, and the packed kernel with
+`b_prepacked` set reads its blocks instead of packing its own.
 
 Matrices are element pointers plus row and column strides in elements, so transposes
 and strided numpy views need no copies; `out` has unit column stride. The vector axis
@@ -20,14 +22,14 @@ the last K block it then applies the epilogue:
 """
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from typing import Callable
 
 import llvmlite.ir as ir
 
-I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
-PACK_ALIGN = 64  # bytes; packed buffers are ours and aligned to it, user buffers are not
+from compiler.codegen.gemm_ir import I1, I64, PACK_ALIGN, Emitter
+from compiler.codegen.gemm_pack import Packing
+
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "tanh")
 
 # (name, kind): kind "i" is i64, "f" the element type, "p" an element pointer.
@@ -40,9 +42,13 @@ KERNEL_ARGS = (
     ("alpha", "f"), ("beta", "f"), ("scale", "f"),
     ("bias", "p"), ("bias_stride", "i"),
     ("res", "p"), ("r_rs", "i"), ("r_cs", "i"),
-    ("pack_a", "p"), ("pack_b", "p"),
+    ("a_in_place", "i"),
+    ("pack_a", "p"), ("pack_b", "p"), ("b_prepacked", "i"),
     ("mc", "i"), ("kc", "i"), ("nc", "i"),
 )
+# <name>_pack_b_all: all of B packed for the packed kernel's b_prepacked mode.
+PACK_B_ALL_ARGS = (("b", "p"), ("b_rs", "i"), ("b_cs", "i"), ("k", "i"), ("n", "i"),
+                   ("kc", "i"), ("nc", "i"), ("dst", "p"))
 
 
 @dataclass(frozen=True)
@@ -91,229 +97,41 @@ class EpilogueSpec:
 
 def build_module(module: ir.Module, name: str, tile: Tile, spec: EpilogueSpec,
                  activation: Callable | None = None) -> None:
-    """Add `<name>_packed` and `<name>_direct` to `module`. `activation(builder, name,
-    x)` emits an activation on a vector (needed for any activation but relu)."""
-    pack_a = _Packing(module, tile).pack_a(f"{name}_pack_a")
-    pack_b = _Packing(module, tile).pack_b(f"{name}_pack_b")
+    """Add `<name>_packed`, `<name>_direct` and `<name>_pack_b_all` to `module`.
+    `activation(builder, name, x)` emits an activation on a vector (needed for any
+    activation but relu)."""
+    pack_a = Packing(module, tile).pack_a(f"{name}_pack_a")
+    pack_b = Packing(module, tile).pack_b(f"{name}_pack_b")
+    _pack_b_all(module, f"{name}_pack_b_all", tile, pack_b)
     _Gemm(module, f"{name}_packed", tile, spec, activation).packed(pack_a, pack_b)
     _Gemm(module, f"{name}_direct", tile, spec, activation).direct()
 
 
-class _Emitter:
-    """Types, intrinsics and control-flow helpers shared by the functions built here."""
-
-    def __init__(self, module: ir.Module, tile: Tile):
-        self.module, self.tile = module, tile
-        self.T = ir.FloatType() if tile.dtype == "float32" else ir.DoubleType()
-        self.P = self.T.as_pointer()
-        self.V = ir.VectorType(self.T, tile.lanes)
-        self.VP = self.V.as_pointer()
-        self.itemsize = 4 if tile.dtype == "float32" else 8
-        self.b: ir.IRBuilder = None
-        suffix = f"v{tile.lanes}f{self.itemsize * 8}"
-        mask = ir.VectorType(I1, tile.lanes)
-        self._fma = self._declare(f"llvm.fma.{suffix}", self.V, [self.V] * 3)
-        self._masked_load = self._declare(f"llvm.masked.load.{suffix}.p0", self.V,
-                                          [self.VP, I32, mask, self.V])
-        self._masked_store = self._declare(f"llvm.masked.store.{suffix}.p0", ir.VoidType(),
-                                           [self.V, self.VP, I32, mask])
-
-    def _declare(self, name, ret, args) -> ir.Function:
-        existing = self.module.globals.get(name)
-        return existing or ir.Function(self.module, ir.FunctionType(ret, args), name)
-
-    def define(self, name: str, args: tuple, linkage: str = "") -> ir.Function:
-        kinds = {"i": I64, "f": self.T, "p": self.P}
-        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(),
-                                                      [kinds[k] for _, k in args]), name)
-        if linkage:
-            fn.linkage = linkage
-        fn.attributes.add("nounwind")
-        for arg, (arg_name, _) in zip(fn.args, args):
-            arg.name = arg_name
-        self.b = ir.IRBuilder(fn.append_basic_block("entry"))
-        return fn
-
-    # values
-    @staticmethod
-    def i64(value: int) -> ir.Constant:
-        return ir.Constant(I64, value)
-
-    def splat(self, scalar) -> ir.Value:
-        b = self.b
-        one = b.insert_element(ir.Constant(self.V, ir.Undefined), scalar, ir.Constant(I32, 0))
-        return b.shuffle_vector(one, ir.Constant(self.V, ir.Undefined),
-                                ir.Constant(ir.VectorType(I32, self.tile.lanes), None))
-
-    def at(self, ptr, *offsets) -> ir.Value:
-        """ptr + sum(offsets) elements (through GEP, never integer arithmetic)."""
-        b = self.b
-        index = offsets[0]
-        for offset in offsets[1:]:
-            index = b.add(index, offset)
-        return b.gep(ptr, [index])
-
-    def min(self, x, y):
-        return self.b.select(self.b.icmp_signed("<", x, y), x, y)
-
-    def load_vector(self, ptr, align: int):
-        return self.b.load(self.b.bitcast(ptr, self.VP), align=align)
-
-    def store_vector(self, value, ptr, align: int):
-        self.b.store(value, self.b.bitcast(ptr, self.VP), align=align)
-
-    def masked_load(self, ptr, mask):
-        return self.b.call(self._masked_load, [self.b.bitcast(ptr, self.VP),
-                                               ir.Constant(I32, self.itemsize), mask,
-                                               ir.Constant(self.V, None)])
-
-    def masked_store(self, value, ptr, mask):
-        self.b.call(self._masked_store, [value, self.b.bitcast(ptr, self.VP),
-                                         ir.Constant(I32, self.itemsize), mask])
-
-    def fma(self, x, y, z):
-        return self.b.call(self._fma, [x, y, z])
-
-    def lane_masks(self, count, vectors: int) -> list:
-        """Masks of the lanes j < count, for `vectors` consecutive vectors."""
-        lanes = self.tile.lanes
-        limit = self.b.trunc(count, I32)
-        limit = self.b.insert_element(ir.Constant(ir.VectorType(I32, lanes), ir.Undefined),
-                                      limit, ir.Constant(I32, 0))
-        limit = self.b.shuffle_vector(limit, ir.Constant(ir.VectorType(I32, lanes), ir.Undefined),
-                                      ir.Constant(ir.VectorType(I32, lanes), None))
-        return [self.b.icmp_signed(">", limit, ir.Constant(ir.VectorType(I32, lanes), list(
-            range(v * lanes, (v + 1) * lanes)))) for v in range(vectors)]
-
-    # control flow
-    @contextlib.contextmanager
-    def loop(self, start, stop, step, name: str):
-        """for (i = start; i < stop; i += step): yields i; no values carried."""
-        b = self.b
-        before = b.block
-        head, body, done = (b.append_basic_block(f"{name}.{part}")
-                            for part in ("head", "body", "done"))
-        b.branch(head)
-        b.position_at_end(head)
-        i = b.phi(I64, name=name)
-        i.add_incoming(start, before)
-        b.cbranch(b.icmp_signed("<", i, stop), body, done)
-        b.position_at_end(body)
-        yield i
-        i.add_incoming(b.add(i, step), b.block)
-        b.branch(head)
-        b.position_at_end(done)
-
-    def when(self, condition, values: list, then: Callable[[list], list]) -> list:
-        """`then(values)` if condition else `values`, as phis after the branch."""
-        b = self.b
-        before = b.block
-        taken, merge = b.append_basic_block("when.then"), b.append_basic_block("when.end")
-        b.cbranch(condition, taken, merge)
-        b.position_at_end(taken)
-        new = then(values)
-        taken_end = b.block
-        b.branch(merge)
-        b.position_at_end(merge)
-        merged = []
-        for old, value in zip(values, new):
-            phi = b.phi(old.type)
-            phi.add_incoming(value, taken_end)
-            phi.add_incoming(old, before)
-            merged.append(phi)
-        return merged
-
-    def choose(self, condition, if_true: Callable[[], list], if_false: Callable[[], list]):
-        """Values of if_true() or if_false(), as phis after the branch."""
-        b = self.b
-        yes, no, merge = (b.append_basic_block(f"choose.{p}") for p in ("yes", "no", "end"))
-        b.cbranch(condition, yes, no)
-        arms = []
-        for block, build in ((yes, if_true), (no, if_false)):
-            b.position_at_end(block)
-            values = build()
-            arms.append((values, b.block))
-            b.branch(merge)
-        b.position_at_end(merge)
-        merged = []
-        for index, value in enumerate(arms[0][0]):
-            phi = b.phi(value.type)
-            for values, block in arms:
-                phi.add_incoming(values[index], block)
-            merged.append(phi)
-        return merged
+def prepacked_offset(e: Emitter, jc, pc, k, n_block):
+    """Where block (jc, pc) of B starts in the all-of-B packing: column blocks one after
+    another (jc * k, jc a multiple of NR), K blocks within them, each NR-padded."""
+    b, nr = e.b, e.i64(e.tile.nr)
+    padded = b.mul(b.sdiv(b.add(n_block, e.i64(e.tile.nr - 1)), nr), nr)
+    return b.add(b.mul(jc, k), b.mul(pc, padded))
 
 
-class _Packing(_Emitter):
-    """pack_a(src, rs, cs, rows, depth, dst): MR-row panels, dst[(p*depth + k)*MR + i];
-    pack_b(src, rs, cs, depth, cols, dst): NR-column panels, dst[(p*depth + k)*NR + j].
-    Both zero-pad the last panel; both read the source through its strides, with a
-    vector path for unit stride along the panel."""
-    ARGS = (("src", "p"), ("rs", "i"), ("cs", "i"), ("rows", "i"), ("cols", "i"),
-            ("dst", "p"))
-
-    def pack_a(self, name: str) -> ir.Function:
-        # A panel: MR consecutive rows; unit row stride (a transposed A) means each k
-        # reads MR contiguous elements, otherwise MR strided streams.
-        return self._pack(name, self.tile.mr, along_rows=True)
-
-    def pack_b(self, name: str) -> ir.Function:
-        return self._pack(name, self.tile.nr, along_rows=False)
-
-    def _pack(self, name: str, width: int, along_rows: bool) -> ir.Function:
-        fn = self.define(name, self.ARGS, linkage="internal")
-        src, rs, cs, rows, cols, dst = fn.args
-        b = self.b
-        # "across" is the panel's short axis (width), "depth" the k axis.
-        across, depth = (rows, cols) if along_rows else (cols, rows)
-        step_across, step_depth = (rs, cs) if along_rows else (cs, rs)
-        with self.loop(self.i64(0), across, self.i64(width), "panel") as p0:
-            count = self.min(b.sub(across, p0), self.i64(width))
-            panel_src = self.at(src, b.mul(p0, step_across))
-            panel_dst = self.at(dst, b.mul(p0, depth))
-            contiguous = b.icmp_signed("==", step_across, self.i64(1))
-            with b.if_else(contiguous) as (vector_path, scalar_path):
-                with vector_path:
-                    self._pack_contiguous(panel_src, step_depth, depth, count, width,
-                                          panel_dst)
-                with scalar_path:
-                    self._pack_strided(panel_src, step_across, step_depth, depth, count,
-                                       width, panel_dst)
-        b.ret_void()
-        return fn
-
-    def _pack_contiguous(self, src, step_depth, depth, count, width, dst):
-        lanes = self.tile.lanes
-        vectors = -(-width // lanes)
-        masks = self.lane_masks(count, vectors)
-        store_masks = self.lane_masks(self.i64(width), vectors)
-        with self.loop(self.i64(0), depth, self.i64(1), "k") as k:
-            row = self.at(src, self.b.mul(k, step_depth))
-            out = self.at(dst, self.b.mul(k, self.i64(width)))
-            for v in range(vectors):
-                value = self.masked_load(self.at(row, self.i64(v * lanes)), masks[v])
-                target = self.at(out, self.i64(v * lanes))
-                if (v + 1) * lanes <= width:
-                    self.store_vector(value, target, align=self.itemsize)
-                else:
-                    self.masked_store(value, target, store_masks[v])
-
-    def _pack_strided(self, src, step_across, step_depth, depth, count, width, dst):
-        b = self.b
-        last = b.sub(count, self.i64(1))
-        offsets = [b.mul(self.min(self.i64(j), last), step_across) for j in range(width)]
-        keep = [b.icmp_signed("<", self.i64(j), count) for j in range(width)]
-        zero = ir.Constant(self.T, 0.0)
-        with self.loop(self.i64(0), depth, self.i64(1), "k") as k:
-            row = self.at(src, b.mul(k, step_depth))
-            out = self.at(dst, b.mul(k, self.i64(width)))
-            for j in range(width):
-                value = b.load(self.at(row, offsets[j]), align=self.itemsize)
-                b.store(b.select(keep[j], value, zero), self.at(out, self.i64(j)),
-                        align=self.itemsize)
+def _pack_b_all(module, name: str, tile: Tile, pack_b: ir.Function) -> None:
+    """Pack all of B once, for threads that share it (each K x NC block as the packed
+    kernel would pack it, at prepacked_offset)."""
+    e = Emitter(module, tile)
+    fn = e.define(name, PACK_B_ALL_ARGS)
+    b_ptr, b_rs, b_cs, k, n, kc, nc, dst = fn.args
+    b, zero = e.b, e.i64(0)
+    with e.loop(zero, n, nc, "jc") as jc:
+        n_block = e.min(b.sub(n, jc), nc)
+        with e.loop(zero, k, kc, "pc") as pc:
+            k_block = e.min(b.sub(k, pc), kc)
+            b.call(pack_b, [e.at(b_ptr, b.mul(pc, b_rs), b.mul(jc, b_cs)), b_rs, b_cs, k_block,
+                            n_block, e.at(dst, prepacked_offset(e, jc, pc, k, n_block))])
+    b.ret_void()
 
 
-class _Gemm(_Emitter):
+class _Gemm(Emitter):
     """One exported GEMM function: the loop nest, the micro-kernel and the tile store."""
 
     def __init__(self, module, name, tile, spec, activation):
@@ -328,23 +146,31 @@ class _Gemm(_Emitter):
         self.row_buffer.align = PACK_ALIGN
 
     def packed(self, pack_a: ir.Function, pack_b: ir.Function) -> None:
-        """The blocked loop nest. B is always packed; A is packed unless its rows are
-        contiguous (unit column stride), in which case the micro-kernel broadcasts from
-        A in place: packing it would only copy rows that are already streams."""
+        """The blocked loop nest. B is always packed; A is packed unless `a_in_place`
+        is set and its rows are contiguous (unit column stride): then the micro-kernel
+        broadcasts from A in place, as packing would only copy rows that are already
+        streams (the caller decides: rows a multiple of 4 KiB apart share L1 sets)."""
         b, arg = self.b, self.arg
         m, n, k, zero = arg["m"], arg["n"], arg["k"], self.i64(0)
-        a_in_place = b.icmp_signed("==", arg["a_cs"], self.i64(1))
+        a_in_place = b.and_(b.icmp_signed("==", arg["a_cs"], self.i64(1)),
+                            b.icmp_signed("!=", arg["a_in_place"], self.i64(0)))
+        prepacked = b.icmp_signed("!=", arg["b_prepacked"], zero)
         with self.loop(zero, n, arg["nc"], "jc") as jc:
             n_block = self.min(b.sub(n, jc), arg["nc"])
             with self.loop(zero, k, arg["kc"], "pc") as pc:
                 k_block = self.min(b.sub(k, pc), arg["kc"])
-                b.call(pack_b, [self.at(arg["b"], b.mul(pc, arg["b_rs"]), b.mul(jc, arg["b_cs"])),
-                                arg["b_rs"], arg["b_cs"], k_block, n_block, arg["pack_b"]])
+                with b.if_then(b.not_(prepacked)):
+                    b.call(pack_b, [self.at(arg["b"], b.mul(pc, arg["b_rs"]),
+                                            b.mul(jc, arg["b_cs"])),
+                                    arg["b_rs"], arg["b_cs"], k_block, n_block, arg["pack_b"]])
+                b_block = b.select(prepacked, self.at(arg["pack_b"], prepacked_offset(
+                    self, jc, pc, k, n_block)), arg["pack_b"])
                 first = b.icmp_signed("==", pc, zero)
                 last = b.icmp_signed("==", b.add(pc, k_block), k)
-                with self.loop(zero, m, arg["mc"], "ic") as ic:
-                    m_block = self.min(b.sub(m, ic), arg["mc"])
-                    block = (ic, jc, pc, m_block, n_block, k_block, first, last)
+                mc = self._balanced_mc(m, arg["mc"])
+                with self.loop(zero, m, mc, "ic") as ic:
+                    m_block = self.min(b.sub(m, ic), mc)
+                    block = (ic, jc, pc, m_block, n_block, k_block, first, last, b_block)
                     with b.if_else(a_in_place) as (in_place, packed):
                         with in_place:
                             self._macro_kernel(block, packed_a=False)
@@ -356,15 +182,23 @@ class _Gemm(_Emitter):
                             self._macro_kernel(block, packed_a=True)
         b.ret_void()
 
+    def _balanced_mc(self, m, mc):
+        """MC shrunk so that M splits into equal blocks of whole tiles (300 rows as 156
+        + 144, not 168 + 132): no thin last block with little reuse of each B panel."""
+        b, mr = self.b, self.i64(self.tile.mr)
+        blocks = b.sdiv(b.add(m, b.sub(mc, self.i64(1))), mc)
+        rows = b.sdiv(b.add(m, b.sub(blocks, self.i64(1))), blocks)
+        return b.mul(b.sdiv(b.add(rows, b.sub(mr, self.i64(1))), mr), mr)
+
     def _macro_kernel(self, block, packed_a: bool):
         """jr over the packed B block by NR, ir over the A block by MR: micro-kernel and
         tile store. A comes from its packed buffer or in place (rows past M re-read the
         last row; they are never stored)."""
-        ic, jc, pc, m_block, n_block, k_block, first, last = block
+        ic, jc, pc, m_block, n_block, k_block, first, last, b_block = block
         b, t, arg, zero = self.b, self.tile, self.arg, self.i64(0)
         with self.loop(zero, n_block, self.i64(t.nr), "jr") as jr:
             cols = self.min(b.sub(n_block, jr), self.i64(t.nr))
-            panel_b = self.at(arg["pack_b"], b.mul(jr, k_block))
+            panel_b = self.at(b_block, b.mul(jr, k_block))
             with self.loop(zero, m_block, self.i64(t.mr), "ir") as ir_:
                 rows = self.min(b.sub(m_block, ir_), self.i64(t.mr))
                 if packed_a:
@@ -458,42 +292,71 @@ class _Gemm(_Emitter):
         return phis
 
     def _store_tile(self, accs, row0, col0, rows, cols, first, last) -> None:
-        """Write the rows x cols corner of the tile to out, with the K-block update and
-        (on the last K block) the epilogue; row by row from a stack copy of the tile."""
+        """Write the rows x cols corner of the tile to out: alpha * acc plus, on the first
+        K block, beta * C (C unread when beta == 0) or, on later ones, out; then, on the
+        last K block, the epilogue. A full tile whose operands have unit column stride
+        goes straight from the registers; any other tile row by row from a stack copy."""
+        b, t, arg, spec = self.b, self.tile, self.arg, self.spec
+        update = _Update(self, first)
+        one = self.i64(1)
+        simple = [b.icmp_signed("==", rows, self.i64(t.mr)),
+                  b.icmp_signed("==", cols, self.i64(t.nr)),
+                  b.or_(b.not_(update.read_previous),
+                        b.icmp_signed("==", update.previous_cs, one))]
+        if spec.residual:
+            simple.append(b.icmp_signed("==", arg["r_cs"], one))
+        if spec.bias == "col":
+            simple.append(b.icmp_signed("==", arg["bias_stride"], one))
+        whole = simple[0]
+        for condition in simple[1:]:
+            whole = b.and_(whole, condition)
+        with b.if_else(whole) as (from_registers, row_by_row):
+            with from_registers:
+                for i in range(t.mr):
+                    row = accs[i * t.vectors:(i + 1) * t.vectors]
+                    self._store_row(row, b.add(row0, self.i64(i)), col0, cols, None, update,
+                                    last)
+            with row_by_row:
+                tile = b.bitcast(self.tile_buffer, self.P)
+                for index, acc in enumerate(accs):
+                    self.store_vector(acc, self.at(tile, self.i64(index * t.lanes)),
+                                      align=PACK_ALIGN)
+                masks = self.lane_masks(cols, t.vectors)
+                with self.loop(self.i64(0), rows, self.i64(1), "row") as i:
+                    row = [self.load_vector(self.at(tile, b.mul(i, self.i64(t.nr)),
+                                                    self.i64(v * t.lanes)), PACK_ALIGN)
+                           for v in range(t.vectors)]
+                    self._store_row(row, b.add(row0, i), col0, cols, masks, update, last)
+
+    def _store_row(self, values, row, col0, cols, masks, update: "_Update", last) -> None:
+        """One tile row: the K-block update, the epilogue on the last block, the store.
+        `masks` None means a whole row with unit-stride operands."""
         b, t, arg = self.b, self.tile, self.arg
-        tile = b.bitcast(self.tile_buffer, self.P)
-        for index, acc in enumerate(accs):
-            self.store_vector(acc, self.at(tile, self.i64(index * t.lanes)), align=PACK_ALIGN)
-        masks = self.lane_masks(cols, t.vectors)
-        one = ir.Constant(self.T, 1.0)
-        previous = b.select(first, arg["c"], arg["out"])
-        previous_rs = b.select(first, arg["c_rs"], arg["o_rs"])
-        previous_cs = b.select(first, arg["c_cs"], self.i64(1))
-        previous_scale = self.splat(b.select(first, arg["beta"], one))
-        beta_zero = b.fcmp_ordered("==", arg["beta"], ir.Constant(self.T, 0.0))
-        read_previous = b.not_(b.and_(first, beta_zero))
-        alpha = self.splat(arg["alpha"])
-        with self.loop(self.i64(0), rows, self.i64(1), "row") as i:
-            row = b.add(row0, i)
-            values = [b.fmul(alpha, self.load_vector(
-                self.at(tile, b.mul(i, self.i64(t.nr)), self.i64(v * t.lanes)), PACK_ALIGN))
-                for v in range(t.vectors)]
+        values = [b.fmul(update.alpha, x) for x in values]
 
-            def add_previous(xs):
-                prior = self._load_row(self.at(previous, b.mul(row, previous_rs),
-                                               b.mul(col0, previous_cs)),
-                                       previous_cs, cols, masks)
-                return [b.fadd(x, b.fmul(previous_scale, p)) for x, p in zip(xs, prior)]
+        def add_previous(xs):
+            prior = self._load_row(self.at(update.previous, b.mul(row, update.previous_rs),
+                                           b.mul(col0, update.previous_cs)),
+                                   update.previous_cs, cols, masks)
+            return [b.fadd(x, b.fmul(update.previous_scale, p)) for x, p in zip(xs, prior)]
 
-            values = self.when(read_previous, values, add_previous)
-            values = self.when(last, values, lambda xs: self._epilogue(xs, row, col0, cols, masks))
-            out_row = self.at(arg["out"], b.mul(row, arg["o_rs"]), col0)
-            for v, value in enumerate(values):
-                self.masked_store(value, self.at(out_row, self.i64(v * t.lanes)), masks[v])
+        values = self.when(update.read_previous, values, add_previous)
+        values = self.when(last, values, lambda xs: self._epilogue(xs, row, col0, cols, masks))
+        out_row = self.at(arg["out"], b.mul(row, arg["o_rs"]), col0)
+        for v, value in enumerate(values):
+            target = self.at(out_row, self.i64(v * t.lanes))
+            if masks is None:
+                self.store_vector(value, target, align=self.itemsize)
+            else:
+                self.masked_store(value, target, masks[v])
 
     def _load_row(self, ptr, stride, cols, masks) -> list:
-        """The `cols` elements ptr[j * stride] as tile-row vectors (zero past cols)."""
+        """The `cols` elements ptr[j * stride] as tile-row vectors (zero past cols);
+        with `masks` None, a whole row at unit stride."""
         b, t = self.b, self.tile
+        if masks is None:
+            return [self.load_vector(self.at(ptr, self.i64(v * t.lanes)), self.itemsize)
+                    for v in range(t.vectors)]
 
         def contiguous():
             return [self.masked_load(self.at(ptr, self.i64(v * t.lanes)), masks[v])
@@ -534,6 +397,21 @@ class _Gemm(_Emitter):
                                       arg["r_cs"], cols, masks)
             values = [b.fadd(x, r) for x, r in zip(values, residual)]
         return values
+
+
+class _Update:
+    """Per tile: where the value being accumulated onto comes from (C scaled by beta on
+    the first K block, out itself after), whether to read it at all, and alpha."""
+
+    def __init__(self, gemm: _Gemm, first):
+        b, arg = gemm.b, gemm.arg
+        self.previous = b.select(first, arg["c"], arg["out"])
+        self.previous_rs = b.select(first, arg["c_rs"], arg["o_rs"])
+        self.previous_cs = b.select(first, arg["c_cs"], gemm.i64(1))
+        self.previous_scale = gemm.splat(b.select(first, arg["beta"], ir.Constant(gemm.T, 1.0)))
+        beta_zero = b.fcmp_ordered("==", arg["beta"], ir.Constant(gemm.T, 0.0))
+        self.read_previous = b.not_(b.and_(first, beta_zero))
+        self.alpha = gemm.splat(arg["alpha"])
 
 
 def emit_activation(b: ir.IRBuilder, name: str, x: ir.Value) -> ir.Value:

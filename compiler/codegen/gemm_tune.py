@@ -55,6 +55,15 @@ def default_blocking(kernel: GemmKernel) -> Blocking:
     return Blocking(mc, kc, nc)
 
 
+def for_depth(blocking: Blocking, k: int) -> Blocking:
+    """`blocking` with K cut into equal blocks (513 = 257 + 256 rather than 384 + 129):
+    no thin last block paying a full tile update for little work. Depends only on K, so
+    results stay identical however the rest of the problem is split."""
+    blocks = -(-k // blocking.kc)
+    kc = -(-k // blocks)
+    return blocking if kc == blocking.kc else Blocking(blocking.mc, kc, blocking.nc)
+
+
 def candidates(kernel: GemmKernel) -> list[Blocking]:
     """The default and its neighbours along KC and MC."""
     base = default_blocking(kernel)

@@ -178,3 +178,28 @@ def test_argmax_and_argmin_keep_the_first_best_and_pick_nan(fn):
     np.testing.assert_array_equal(compiler.compile(fn, backend="native")(x).numpy(),
                                   fn(x).numpy())
     assert compiler.lower(fn, x).kernels, "argmax/argmin should run as native code"
+
+
+GEMM_PROGRAMS = {
+    "mlp": lambda x, w, r: (x @ w.t()).relu() @ w,
+    "bias_relu_scale_residual": lambda x, w, r: (eager.nn.functional.linear(x, w, r[0])
+                                                 .relu() * 0.5 + r),
+    "tanh_then_gelu": lambda x, w, r: eager.gelu((x @ w).tanh()),
+    "attention": lambda x, w, r: eager.softmax(x @ x.t() * 0.125, -1) @ x,
+    "batched": lambda x, w, r: (x.view(3, 11, 32) @ w.view(1, 32, 32)).sigmoid(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GEMM_PROGRAMS))
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_gemm_kernels_with_their_epilogues(name, dtype):
+    rng = np.random.default_rng(7)
+    x, w, r = (eager.tensor(rng.standard_normal(s).astype(dtype)) for s in
+               ((33, 32), (32, 32), (33, 32)))
+    fn = GEMM_PROGRAMS[name]
+    expected = fn(x, w, r)
+    tol = 1e-4 if dtype == "float32" else 1e-10
+    np.testing.assert_allclose(compiler.compile(fn, backend="native")(x, w, r).numpy(),
+                               expected.numpy(), rtol=tol, atol=tol)
+    lowered = compiler.lower(fn, x, w, r)
+    assert not lowered.interpreted, lowered.interpreted

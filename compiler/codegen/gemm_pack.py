@@ -1,0 +1,134 @@
+"""Packing for the GEMM, as LLVM IR: copies of blocks of A and B into contiguous,
+zero-padded panels in the order the micro-kernel reads them. Sources are read through
+their strides, with a vector path for each unit-stride layout."""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from compiler.codegen.gemm_ir import I32, Emitter
+
+
+class Packing(Emitter):
+    """pack_a(src, rs, cs, rows, depth, dst): MR-row panels, dst[(p*depth + k)*MR + i];
+    pack_b(src, rs, cs, depth, cols, dst): NR-column panels, dst[(p*depth + k)*NR + j].
+    Both zero-pad the last panel; both read the source through its strides, with a
+    vector path for unit stride along the panel."""
+    ARGS = (("src", "p"), ("rs", "i"), ("cs", "i"), ("rows", "i"), ("cols", "i"),
+            ("dst", "p"))
+
+    def pack_a(self, name: str) -> ir.Function:
+        # A panel: MR consecutive rows; unit row stride (a transposed A) means each k
+        # reads MR contiguous elements, otherwise MR strided streams.
+        return self._pack(name, self.tile.mr, along_rows=True)
+
+    def pack_b(self, name: str) -> ir.Function:
+        return self._pack(name, self.tile.nr, along_rows=False)
+
+    def _pack(self, name: str, width: int, along_rows: bool) -> ir.Function:
+        fn = self.define(name, self.ARGS, linkage="internal")
+        src, rs, cs, rows, cols, dst = fn.args
+        b = self.b
+        # "across" is the panel's short axis (width), "depth" the k axis.
+        across, depth = (rows, cols) if along_rows else (cols, rows)
+        step_across, step_depth = (rs, cs) if along_rows else (cs, rs)
+        contiguous = b.icmp_signed("==", step_across, self.i64(1))
+        with b.if_else(contiguous) as (vector_path, panel_paths):
+            with vector_path:
+                self._pack_contiguous(src, step_depth, depth, across, width, dst)
+            with panel_paths:
+                with self.loop(self.i64(0), across, self.i64(width), "panel") as p0:
+                    count = self.min(b.sub(across, p0), self.i64(width))
+                    panel_src = self.at(src, b.mul(p0, step_across))
+                    panel_dst = self.at(dst, b.mul(p0, depth))
+                    rows_contiguous = b.icmp_signed("==", step_depth, self.i64(1))
+                    with b.if_else(rows_contiguous) as (transpose_path, scalar_path):
+                        with transpose_path:
+                            self._pack_transposing(panel_src, step_across, depth, count,
+                                                   width, panel_dst)
+                        with scalar_path:
+                            self._pack_strided(panel_src, step_across, step_depth, depth,
+                                               count, width, panel_dst)
+        b.ret_void()
+        return fn
+
+    def _pack_contiguous(self, src, step_depth, depth, across, width, dst):
+        """Unit stride across the panels (a row-major B): line by line of the source,
+        each line cut into its panels' rows with vector copies, so the source is read
+        in order; the last, partial panel with masks and zeros."""
+        b, lanes = self.b, self.tile.lanes
+        vectors = -(-width // lanes)
+        store_masks = self.lane_masks(self.i64(width), vectors)
+        full_end = b.mul(b.sdiv(across, self.i64(width)), self.i64(width))
+        tail_masks = self.lane_masks(b.sub(across, full_end), vectors)
+        with self.loop(self.i64(0), depth, self.i64(1), "k") as k:
+            line = self.at(src, b.mul(k, step_depth))
+            with self.loop(self.i64(0), full_end, self.i64(width), "panel") as p0:
+                self._copy(self.at(line, p0), self.at(dst, b.mul(p0, depth), b.mul(
+                    k, self.i64(width))), store_masks, store_masks, width)
+            with b.if_then(b.icmp_signed("<", full_end, across)):
+                self._copy(self.at(line, full_end), self.at(dst, b.mul(full_end, depth), b.mul(
+                    k, self.i64(width))), tail_masks, store_masks, width)
+
+    def _copy(self, source, target, load_masks, store_masks, width):
+        """One panel row: `width` elements, those past load_masks zero."""
+        lanes = self.tile.lanes
+        for v, (load_mask, store_mask) in enumerate(zip(load_masks, store_masks)):
+            value = self.masked_load(self.at(source, self.i64(v * lanes)), load_mask)
+            place = self.at(target, self.i64(v * lanes))
+            if (v + 1) * lanes <= width:
+                self.store_vector(value, place, align=self.itemsize)
+            else:
+                self.masked_store(value, place, store_mask)
+
+    def _pack_transposing(self, src, step_across, depth, count, width, dst):
+        """Source lines contiguous along depth (a row-major A): `lanes` steps of depth at
+        a time, one vector load per line, transposed in registers by one shuffle; the
+        last depth % lanes steps go through the strided path."""
+        b, lanes = self.b, self.tile.lanes
+        last = b.sub(count, self.i64(1))
+        lines = [self.at(src, b.mul(self.min(self.i64(j), last), step_across))
+                 for j in range(width)]
+        keep = [b.icmp_signed("<", self.i64(j), count) for j in range(width)]
+        zero = ir.Constant(self.V, None)
+        main_end = b.mul(b.sdiv(depth, self.i64(lanes)), self.i64(lanes))
+        wide = ir.VectorType(self.T, width * lanes)
+        order = [j * lanes + k for k in range(lanes) for j in range(width)]
+        with self.loop(self.i64(0), main_end, self.i64(lanes), "k") as k:
+            vectors = [b.select(keep[j], self.load_vector(self.at(lines[j], k), self.itemsize),
+                                zero) for j in range(width)]
+            block = self._concatenate(vectors)
+            block = b.shuffle_vector(block, ir.Constant(block.type, ir.Undefined),
+                                     ir.Constant(ir.VectorType(I32, len(order)), order))
+            target = b.bitcast(self.at(dst, b.mul(k, self.i64(width))), wide.as_pointer())
+            b.store(block, target, align=self.itemsize)
+        self._pack_strided(self.at(src, main_end), step_across, self.i64(1),
+                           b.sub(depth, main_end), count, width,
+                           self.at(dst, b.mul(main_end, self.i64(width))))
+
+    def _concatenate(self, vectors: list) -> ir.Value:
+        """One vector holding `vectors` end to end (padded with undef to a power of two
+        count, whose extra lanes the caller's shuffle never picks)."""
+        b = self.b
+        size = 1
+        while size < len(vectors):
+            size *= 2
+        vectors = vectors + [ir.Constant(self.V, ir.Undefined)] * (size - len(vectors))
+        while len(vectors) > 1:
+            half = vectors[0].type.count
+            both = ir.Constant(ir.VectorType(I32, 2 * half), list(range(2 * half)))
+            vectors = [b.shuffle_vector(x, y, both) for x, y in zip(vectors[::2], vectors[1::2])]
+        return vectors[0]
+
+    def _pack_strided(self, src, step_across, step_depth, depth, count, width, dst):
+        b = self.b
+        last = b.sub(count, self.i64(1))
+        offsets = [b.mul(self.min(self.i64(j), last), step_across) for j in range(width)]
+        keep = [b.icmp_signed("<", self.i64(j), count) for j in range(width)]
+        zero = ir.Constant(self.T, 0.0)
+        with self.loop(self.i64(0), depth, self.i64(1), "k") as k:
+            row = self.at(src, b.mul(k, step_depth))
+            out = self.at(dst, b.mul(k, self.i64(width)))
+            for j in range(width):
+                value = b.load(self.at(row, offsets[j]), align=self.itemsize)
+                b.store(b.select(keep[j], value, zero), self.at(out, self.i64(j)),
+                        align=self.itemsize)

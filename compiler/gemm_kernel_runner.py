@@ -1,0 +1,149 @@
+"""GEMM kernels of the native backend: a fused `gemm` node (views and prologues of its
+operands, mm or bmm, an elementwise epilogue) runs as kiln's own GEMM
+(compiler/codegen/gemm.py), with the leading part of the epilogue that the GEMM can
+fuse into its store (bias, relu/tanh, scale, residual) fused there, and the rest of the
+epilogue as one native elementwise kernel."""
+from __future__ import annotations
+
+from compiler import interpreter
+from eager.tensor import from_array
+from ir.graph import Graph, GraphBuilder, Node, Value
+from ir.ops import Op
+
+_ACTIVATIONS = {Op.RELU: "relu", Op.TANH: "tanh"}
+_FLOATS = ("float32", "float64")
+
+
+class Unsupported(Exception):
+    pass
+
+
+class GemmKernel:
+    def __init__(self, node: Node, elementwise_kernel):
+        body = node.attr["body"]
+        products = [n for n in body.nodes if n.op in (Op.MM, Op.BMM)]
+        if len(products) != 1:
+            raise Unsupported("a gemm kernel with other than one matrix product")
+        product = products[0]
+        if any(v.type.dtype.name not in _FLOATS for v in product.input_values()):
+            raise Unsupported(f"{product.outputs[0].type.dtype.name} matrix products")
+        index = body.nodes.index(product)
+        self.body, self.product = body, product
+        after = body.nodes[index + 1:]
+        defined_before = [v for n in body.nodes[:index] for v in n.outputs]
+        needed = [v for v in defined_before
+                  if v in product.input_values() or any(v in n.input_values() for n in after)]
+        self.before = Graph(body.inputs, body.nodes[:index], tuple(needed), "operands")
+        self.fused, self.chain = _store_epilogue(body, product, after)
+        fused_nodes = [n for n, _ in self.fused]
+        rest = [n for n in after if n not in fused_nodes]
+        computed = {v for n in after for v in n.outputs} | {product.outputs[0]}
+        if any(v not in computed for v in body.outputs):
+            raise Unsupported("a gemm kernel whose outputs are not its product's epilogue")
+        self.rest = _rest_kernel(body, self.chain, rest, elementwise_kernel) if rest else None
+        self.fallback_reason = ""
+        self.kind = "gemm"
+
+    @property
+    def artifacts(self) -> list:
+        return self.rest[0].artifacts if self.rest else []
+
+    def __call__(self, inputs: list) -> list:
+        from compiler.codegen.gemm import Epilogue, bmm, gemm
+        env = dict(zip(self.body.inputs, inputs))
+        env.update(zip(self.before.outputs, interpreter.run(self.before, inputs)))
+        bias = activation = residual = None
+        scale, bias_axis = 1.0, 1
+        for node, role in self.fused:
+            other = next((v for v in node.input_values() if v != self.chain and v in env), None)
+            if role == "bias":
+                bias = env[other]._np()
+            elif role == "residual":
+                residual = env[other]._np()
+            elif role == "scale":
+                scale = self._scalar(node)
+            else:
+                activation = role
+        a, b = (env[v] for v in self.product.input_values())
+        product = bmm if self.product.op is Op.BMM else gemm
+        value = from_array(product(a._np(), b._np(), epilogue=Epilogue(
+            bias=bias, bias_axis=bias_axis, activation=activation, residual=residual,
+            scale=scale)))
+        env[self.chain] = value
+        if self.rest is not None:
+            kernel, rest_inputs, rest_outputs = self.rest
+            env.update(zip(rest_outputs, kernel([value] + [env[v] for v in rest_inputs])))
+        return [env[v] for v in self.body.outputs]
+
+    def _scalar(self, node: Node) -> float:
+        for v in node.input_values():
+            for n in self.body.nodes:
+                if n.op is Op.SCALAR and v in n.outputs:
+                    return float(n.attr["value"])
+        raise Unsupported("scale without a constant")
+
+
+def _store_epilogue(body: Graph, product: Node, after) -> tuple[list, Value]:
+    """The leading epilogue nodes the GEMM's store can do, in its order (bias, activation,
+    scale, residual), each reading the previous one's result; and the value they end on."""
+    producers = {v: n for n in body.nodes for v in n.outputs}
+    users: dict = {}
+    for n in body.nodes:
+        for v in n.input_values():
+            users.setdefault(v, []).append(n)
+    chain, fused, stage = product.outputs[0], [], 0
+    out_shape = product.outputs[0].type.shape
+    order = ["bias", "activation", "scale", "residual"]
+    for node in after:
+        if chain in body.outputs or len(users.get(chain, [])) != 1 or \
+                users[chain][0] is not node or node.outputs[0].type != product.outputs[0].type:
+            break
+        others = [v for v in node.input_values() if v != chain]
+        role = None
+        if node.op is Op.ADD and node.attr.get("alpha", 1) == 1 and len(others) == 1:
+            other = others[0]
+            if other in body.inputs and tuple(other.type.shape) == tuple(out_shape):
+                role = "residual"
+            elif other in body.inputs and len(other.type.shape) == 1 and \
+                    other.type.shape[0] == out_shape[-1]:
+                role = "bias"
+        elif node.op in _ACTIVATIONS and not others:
+            role = _ACTIVATIONS[node.op]
+        elif node.op is Op.MUL and len(others) == 1 and producers.get(others[0]) is not None \
+                and producers[others[0]].op is Op.SCALAR:
+            role = "scale"
+        stage_of = {"bias": 0, "residual": 3, "scale": 2}.get(role, 1)
+        if role is None or stage_of < stage or any(
+                r == role or (r in _ACTIVATIONS.values() and role in _ACTIVATIONS.values())
+                for _, r in fused):
+            break
+        stage = stage_of
+        fused.append((node, role))
+        chain = node.outputs[0]
+    return fused, chain
+
+
+def _rest_kernel(body: Graph, chain: Value, rest: list, elementwise_kernel):
+    """The epilogue the store could not take, as one native elementwise kernel over the
+    GEMM's result and the values it reads."""
+    b = GraphBuilder()
+    env = {chain: b.input(chain.type, "a0")}
+    inputs = []
+    for n in rest:
+        for v in n.input_values():
+            if v not in env and not any(v in m.outputs for m in rest):
+                producer = next((m for m in body.nodes if v in m.outputs), None)
+                if producer is not None and producer.op is Op.SCALAR:
+                    (env[v],) = b.add(Op.SCALAR, [], producer.attrs, [v.type])
+                    continue
+                env[v] = b.input(v.type, f"a{len(env)}")
+                inputs.append(v)
+        ins = [tuple(env[x] for x in a) if isinstance(a, tuple) else
+               (None if a is None else env[a]) for a in n.inputs]
+        env.update(zip(n.outputs, b.add(n.op, ins, n.attrs, [v.type for v in n.outputs])))
+    produced = {v for n in rest for v in n.outputs}
+    outputs = [v for v in body.outputs if v in produced]
+    graph = b.build([env[v] for v in outputs], name="elementwise")
+    fused = Node(Op.FUSED, (tuple(b._inputs),), (("kind", "elementwise"), ("body", graph)),
+                 tuple(graph.outputs))
+    return elementwise_kernel(fused), inputs, outputs

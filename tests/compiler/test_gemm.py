@@ -1,0 +1,364 @@
+"""kiln's native GEMM (compiler/codegen/gemm*.py) against numpy float64.
+
+Every result is checked against the error bound documented in compiler/codegen/gemm.py:
+
+    |out - exact| <= (K + 8) * eps * (1.2 * |scale| * P + |exact| + |residual|)
+    P = |alpha| * |op(A)| @ |op(B)| + |beta| * |C| + |bias|
+
+(K * eps for the dot products, a few eps for the alpha/beta/bias/scale/residual steps,
+1.2 bounding the slope of every activation.)
+"""
+import json
+
+import numpy as np
+import pytest
+
+from compiler.codegen import gemm_native, gemm_tune
+from compiler.codegen.gemm import ACTIVATION_REFERENCE, DIRECT_MAX_MACS, Epilogue, bmm, gemm
+from compiler.codegen.gemm_kernel import ACTIVATIONS, EpilogueSpec
+
+DTYPES = [np.float32, np.float64]
+
+
+def rand(rng, shape, dtype):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def reference(a, b, *, alpha=1.0, beta=0.0, c=None, trans_a=False, trans_b=False,
+              epilogue=None):
+    """The exact (float64) result and the allowed error for each element."""
+    e = epilogue or Epilogue()
+    f64 = lambda x: None if x is None else np.asarray(x, np.float64)  # noqa: E731
+    A, B = f64(a), f64(b)
+    A = np.swapaxes(A, -1, -2) if trans_a else A
+    B = np.swapaxes(B, -1, -2) if trans_b else B
+    x = alpha * (A @ B)
+    size = abs(alpha) * (np.abs(A) @ np.abs(B))
+    if beta != 0:
+        x = x + beta * f64(c)
+        size = size + abs(beta) * np.abs(f64(c))
+    if e.bias is not None:
+        bias = f64(e.bias)
+        bias = bias[..., None, :] if e.bias_axis == 1 else bias[..., :, None]
+        x, size = x + bias, size + np.abs(bias)
+    if e.activation is not None:
+        x = ACTIVATION_REFERENCE[e.activation](x)
+    x = e.scale * x
+    residual = 0.0
+    if e.residual is not None:
+        residual = np.abs(f64(e.residual))
+        x = x + f64(e.residual)
+    k = A.shape[-1]
+    eps = np.finfo(np.dtype(a.dtype)).eps
+    bound = (k + 8) * eps * (1.2 * abs(e.scale) * size + np.abs(x) + residual)
+    return x, bound + np.finfo(np.dtype(a.dtype)).tiny
+
+
+def check(out, a, b, **kwargs):
+    exact, bound = reference(a, b, **kwargs)
+    assert out.shape == np.broadcast_shapes(exact.shape, out.shape)
+    assert out.dtype == a.dtype
+    error = np.abs(out - exact)
+    assert np.all(error <= bound), (
+        f"max error {error.max()} at {np.unravel_index(error.argmax(), error.shape)}, "
+        f"bound there {bound.flat[error.argmax()]}")
+
+
+SHAPES = [  # (M, K, N)
+    (1, 1, 1), (2, 3, 4), (5, 7, 3), (12, 16, 32), (13, 17, 35), (31, 9, 65),
+    (100, 7, 1), (1, 300, 200), (127, 513, 255), (300, 200, 97), (64, 64, 64),
+    (8, 64, 3000), (3000, 64, 8), (20, 30, 4200),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m,k,n", SHAPES)
+def test_matches_numpy(dtype, m, k, n):
+    rng = np.random.default_rng(m * 1000 + k * 10 + n)
+    a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
+    check(gemm(a, b), a, b)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("trans_a", [False, True])
+@pytest.mark.parametrize("trans_b", [False, True])
+@pytest.mark.parametrize("m,k,n", [(7, 5, 9), (129, 400, 67)])
+def test_transposes(dtype, trans_a, trans_b, m, k, n):
+    rng = np.random.default_rng(1)
+    a = rand(rng, (k, m) if trans_a else (m, k), dtype)
+    b = rand(rng, (n, k) if trans_b else (k, n), dtype)
+    out = gemm(a, b, trans_a=trans_a, trans_b=trans_b)
+    check(out, a, b, trans_a=trans_a, trans_b=trans_b)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m,k,n", [(9, 11, 13), (150, 420, 70)])
+def test_strided_views_are_read_in_place(dtype, m, k, n):
+    rng = np.random.default_rng(2)
+    a = rand(rng, (2 * m, 3 * k), dtype)[::2, ::3]           # both strides non-unit
+    b = rand(rng, (k, 2 * n), dtype)[::-1, ::2]              # negative rows, gaps
+    check(gemm(a, b), a, b)
+    a_f, b_f = np.asfortranarray(a), np.asfortranarray(b)    # column-major
+    check(gemm(a_f, b_f), a_f, b_f)
+
+
+@pytest.mark.parametrize("layout", ["transposed", "strided", "fortran"])
+def test_out_views_with_any_layout(layout):
+    rng = np.random.default_rng(3)
+    m, k, n = 37, 50, 45
+    a, b = rand(rng, (m, k), np.float32), rand(rng, (k, n), np.float32)
+    bias, residual = rand(rng, (n,), np.float32), rand(rng, (m, n), np.float32)
+    base = {"transposed": np.zeros((n, m), np.float32).T,
+            "strided": np.zeros((m, 2 * n), np.float32)[:, ::2],
+            "fortran": np.zeros((m, n), np.float32, order="F")}[layout]
+    epilogue = Epilogue(bias=bias, activation="relu", residual=residual, scale=0.5)
+    out = gemm(a, b, out=base, epilogue=epilogue)
+    assert out is base
+    check(out, a, b, epilogue=epilogue)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m,k,n", [(0, 5, 7), (6, 5, 0), (0, 0, 0)])
+def test_empty_outputs(dtype, m, k, n):
+    a, b = np.ones((m, k), dtype), np.ones((k, n), dtype)
+    out = gemm(a, b)
+    assert out.shape == (m, n) and out.dtype == dtype
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_k_zero_gives_beta_c_then_epilogue(dtype):
+    rng = np.random.default_rng(4)
+    a, b = np.ones((4, 0), dtype), np.ones((0, 6), dtype)
+    assert np.array_equal(gemm(a, b), np.zeros((4, 6), dtype))
+    c = rand(rng, (4, 6), dtype)
+    epilogue = Epilogue(bias=np.arange(6, dtype=dtype), activation="relu", scale=2.0)
+    out = gemm(a, b, beta=0.5, c=c, epilogue=epilogue)
+    check(out, a, b, beta=0.5, c=c, epilogue=epilogue)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m,k,n", [(10, 20, 30), (200, 500, 150)])
+def test_alpha_beta_and_c(dtype, m, k, n):
+    rng = np.random.default_rng(5)
+    a, b, c = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype), rand(rng, (m, n), dtype)
+    check(gemm(a, b, alpha=-1.5, beta=0.25, c=c), a, b, alpha=-1.5, beta=0.25, c=c)
+    row = rand(rng, (1, n), dtype)  # c broadcasts to M x N
+    check(gemm(a, b, beta=2.0, c=row), a, b, beta=2.0, c=np.broadcast_to(row, (m, n)))
+    out = c.copy()
+    gemm(a, b, alpha=2.0, beta=-1.0, out=out)  # C is out: updated in place
+    check(out, a, b, alpha=2.0, beta=-1.0, c=c)
+
+
+def test_beta_zero_never_reads_c():
+    a, b = np.ones((20, 30), np.float32), np.ones((30, 40), np.float32)
+    out = np.full((20, 40), np.nan, np.float32)
+    gemm(a, b, out=out, c=np.full((20, 40), np.nan, np.float32))
+    assert np.all(out == 30)
+
+
+EPILOGUES = [
+    dict(bias="col"), dict(bias="row"), dict(residual=True), dict(scale=-0.75),
+    *[dict(activation=name) for name in ACTIVATIONS],
+    dict(bias="col", activation="gelu", residual=True, scale=0.5),
+    dict(bias="row", activation="silu", residual=True),
+    dict(bias="col", activation="gelu_tanh", scale=2.0),
+    dict(bias="row", activation="tanh", residual=True, scale=3.0),
+]
+
+
+def make_epilogue(rng, dtype, m, n, bias=None, activation=None, residual=False, scale=1.0):
+    return Epilogue(
+        bias=None if bias is None else rand(rng, (n if bias == "col" else m,), dtype),
+        bias_axis=0 if bias == "row" else 1, activation=activation,
+        residual=rand(rng, (m, n), dtype) if residual else None, scale=scale)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("parts", EPILOGUES, ids=lambda p: "-".join(map(str, p.values())))
+@pytest.mark.parametrize("m,k,n", [(13, 21, 37), (130, 400, 90)])
+def test_epilogues(dtype, parts, m, k, n):
+    rng = np.random.default_rng(6)
+    a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
+    epilogue = make_epilogue(rng, dtype, m, n, **parts)
+    check(gemm(a, b, alpha=0.5, epilogue=epilogue), a, b, alpha=0.5, epilogue=epilogue)
+
+
+def test_strided_epilogue_operands():
+    rng = np.random.default_rng(7)
+    m, k, n = 45, 400, 70
+    a, b = rand(rng, (m, k), np.float32), rand(rng, (k, n), np.float32)
+    c = rand(rng, (n, m), np.float32).T                     # column-major C
+    bias = rand(rng, (3 * n,), np.float32)[::3]              # strided bias
+    residual = rand(rng, (2 * m, 3 * n), np.float32)[::2, ::3]
+    epilogue = Epilogue(bias=bias, residual=residual, activation="relu")
+    out = gemm(a, b, beta=1.0, c=c, epilogue=epilogue)
+    check(out, a, b, beta=1.0, c=c, epilogue=epilogue)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_bmm_broadcasts_batch_dims(dtype):
+    rng = np.random.default_rng(8)
+    a, b = rand(rng, (3, 1, 17, 23), dtype), rand(rng, (1, 4, 23, 29), dtype)
+    out = bmm(a, b)
+    assert out.shape == (3, 4, 17, 29)
+    check(out, a, b)
+    shared = rand(rng, (23, 29), dtype)  # a 2-D operand broadcasts over the batch
+    check(bmm(a, shared), a, shared)
+
+
+def test_bmm_with_epilogue_and_transposes():
+    rng = np.random.default_rng(9)
+    a, b = rand(rng, (5, 40, 130), np.float32), rand(rng, (5, 90, 40), np.float32)
+    c = rand(rng, (5, 130, 90), np.float32)
+    epilogue = Epilogue(bias=rand(rng, (5, 90), np.float32), activation="gelu",
+                        residual=rand(rng, (130, 90), np.float32), scale=0.5)
+    out = bmm(a, b, trans_a=True, trans_b=True, beta=0.5, c=c, epilogue=epilogue)
+    check(out, a, b, trans_a=True, trans_b=True, beta=0.5, c=c, epilogue=epilogue)
+
+
+@pytest.mark.parametrize("m,k,n,trans_a", [
+    (333, 777, 555, False),   # rows split, B packed once and shared, A read in place
+    (333, 777, 555, True),    # the same with A packed per piece
+    (256, 512, 700, False),   # rows 2 KiB apart: A packed (L1 sets)
+    (20, 900, 2000, False),   # too few rows: columns split, each piece packs its B
+])
+def test_identical_across_thread_counts(m, k, n, trans_a, monkeypatch):
+    monkeypatch.setattr(gemm_native, "SHARED_B_ELEMENTS", 1 << 18)  # several B chunks
+    rng = np.random.default_rng(10)
+    a = rand(rng, (k, m) if trans_a else (m, k), np.float32)
+    b = rand(rng, (k, n), np.float32)
+    epilogue = Epilogue(bias=rand(rng, (n,), np.float32), activation="relu")
+    results = [gemm(a, b, trans_a=trans_a, epilogue=epilogue, threads=t) for t in (1, 2, 3)]
+    assert all(np.array_equal(results[0], r) for r in results[1:])
+    check(results[0], a, b, trans_a=trans_a, epilogue=epilogue)
+
+
+def test_batches_identical_across_thread_counts():
+    rng = np.random.default_rng(16)
+    batch, b = rand(rng, (3, 200, 300), np.float32), rand(rng, (300, 250), np.float32)
+    results = [bmm(batch, b, threads=t) for t in (1, 2, 4)]
+    assert all(np.array_equal(results[0], r) for r in results[1:])
+    check(results[0], batch, b)
+
+
+def test_native_code_stays_in_bounds():
+    """Operands are views into larger buffers: NaN around (and between the elements of)
+    every input, and a sentinel around the output. A stray read would put NaN into the
+    result; a stray write would change a sentinel."""
+    rng = np.random.default_rng(11)
+    for m, k, n, trans_a, trans_b in [(13, 19, 35, 0, 0), (131, 403, 67, 0, 1),
+                                      (97, 390, 129, 1, 0), (1, 1, 1, 1, 1),
+                                      (25, 3, 47, 0, 0)]:
+        def embed(shape):
+            big = np.full((shape[0] * 2 + 8, shape[1] * 2 + 8), np.nan, np.float32)
+            view = big[4:4 + 2 * shape[0]:2, 4:4 + 2 * shape[1]:2]
+            view[...] = rand(rng, shape, np.float32)
+            return view
+
+        a = embed((k, m) if trans_a else (m, k))
+        b = embed((n, k) if trans_b else (k, n))
+        c, residual, bias = embed((m, n)), embed((m, n)), embed((1, n))
+        out_buffer = np.full((m + 8, 2 * n + 8), 7.0, np.float32)
+        out = out_buffer[4:4 + m, 4:4 + n]  # unit column stride: written with masks
+        epilogue = Epilogue(bias=bias[0], residual=residual, activation="relu")
+        gemm(a, b, out=out, beta=0.5, c=c, trans_a=bool(trans_a), trans_b=bool(trans_b),
+             epilogue=epilogue)
+        check(out, a, b, beta=0.5, c=c, trans_a=bool(trans_a), trans_b=bool(trans_b),
+              epilogue=epilogue)
+        outside = np.ones(out_buffer.shape, bool)
+        outside[4:4 + m, 4:4 + n] = False
+        assert np.all(out_buffer[outside] == 7.0)
+
+
+def test_direct_and_packed_paths_agree():
+    rng = np.random.default_rng(12)
+    side = int(round(DIRECT_MAX_MACS ** (1 / 3)))
+    a, b = rand(rng, (side, side), np.float64), rand(rng, (side, side), np.float64)
+    direct = gemm(a, b)
+    packed = gemm(a, b[:, ::-1])[:, ::-1]  # B with stride -1 along N takes the packed path
+    check(direct, a, b)
+    check(packed, a, b)
+
+
+@pytest.mark.slow
+def test_tall_skinny():
+    rng = np.random.default_rng(13)
+    m, k, n = 4096, 64, 4096
+    a, b = rand(rng, (m, k), np.float32), rand(rng, (k, n), np.float32)
+    check(gemm(a, b), a, b)
+    check(gemm(b.T, a.T), b.T, a.T)  # 4096 x 4096 @ 4096 x 64 ... as K-deep and narrow
+
+
+def test_kiln_tensors_are_accepted():
+    class Tensor:
+        def __init__(self, array):
+            self.array = array
+
+        def _np(self):
+            return self.array
+
+    a, b = np.ones((3, 4), np.float32), np.ones((4, 5), np.float32)
+    assert np.all(gemm(Tensor(a), Tensor(b)) == 4)
+
+
+def test_bad_inputs_raise_clear_errors():
+    f32 = np.ones((3, 4), np.float32)
+    with pytest.raises(ValueError, match=r"\(3, 4\).*\(5, 6\)"):
+        gemm(f32, np.ones((5, 6), np.float32))
+    with pytest.raises(TypeError, match="float32.*float64|float64.*float32"):
+        gemm(f32, np.ones((4, 2), np.float64))
+    with pytest.raises(TypeError, match="int64"):
+        gemm(np.ones((3, 4), np.int64), np.ones((4, 2), np.int64))
+    with pytest.raises(ValueError, match="2-D"):
+        gemm(np.ones((2, 3, 4), np.float32), f32)
+    with pytest.raises(ValueError, match="2-D"):
+        gemm(np.ones(4, np.float32), f32)
+    with pytest.raises(ValueError, match="at least 2"):
+        bmm(np.ones(4, np.float32), f32)
+    with pytest.raises(ValueError, match="do not broadcast"):
+        bmm(np.ones((2, 3, 4), np.float32), np.ones((3, 4, 5), np.float32))
+    with pytest.raises(ValueError, match="bias"):
+        gemm(f32, f32.T, epilogue=Epilogue(bias=np.ones(4, np.float32)))
+    with pytest.raises(ValueError, match="bias_axis"):
+        gemm(f32, f32.T, epilogue=Epilogue(bias=np.ones(3, np.float32), bias_axis=2))
+    with pytest.raises(ValueError, match="activation"):
+        gemm(f32, f32.T, epilogue=Epilogue(activation="softplus"))
+    with pytest.raises(ValueError, match="out must be"):
+        gemm(f32, f32.T, out=np.empty((3, 4), np.float32))
+    with pytest.raises(ValueError, match="read-only"):
+        gemm(f32, f32.T, out=np.broadcast_to(np.empty(3, np.float32), (3, 3)))
+    with pytest.raises(ValueError, match="no C"):
+        gemm(f32, f32.T, beta=1.0)
+    with pytest.raises(TypeError, match="numpy array"):
+        gemm([[1.0]], f32)
+
+
+def test_inputs_overlapping_out_are_read_before_written():
+    rng = np.random.default_rng(14)
+    x = rand(rng, (40, 40), np.float64)
+    w = rand(rng, (40, 40), np.float64)
+    expected, bound = reference(x, w, epilogue=Epilogue(residual=x))
+    gemm(x, w, out=x, epilogue=Epilogue(residual=x))  # x = x @ w + x, in place
+    assert np.all(np.abs(x - expected) <= bound)
+
+
+def test_kernels_are_cached_per_dtype_and_epilogue():
+    spec = EpilogueSpec(bias="col", activation="relu")
+    assert gemm_native.kernel(np.float32, spec) is gemm_native.kernel(np.float32, spec)
+    assert gemm_native.kernel(np.float32, spec) is not gemm_native.kernel(np.float64, spec)
+
+
+def test_autotuner_stores_its_choice(monkeypatch, tmp_path):
+    monkeypatch.setenv("KILN_AUTOTUNE", "1")
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(gemm_tune, "TUNE_SIZE", 128)
+    monkeypatch.setattr(gemm_tune, "_chosen", {})
+    rng = np.random.default_rng(15)
+    a, b = rand(rng, (150, 160), np.float32), rand(rng, (160, 170), np.float32)
+    check(gemm(a, b), a, b)
+    stored = json.loads((tmp_path / gemm_tune.FILE_NAME).read_text())
+    assert len(stored) == 1
+    kernel = gemm_native.kernel(np.float32, EpilogueSpec())
+    assert gemm_native.Blocking(**next(iter(stored.values()))) in gemm_tune.candidates(kernel)
+    monkeypatch.setenv("KILN_AUTOTUNE", "0")
+    assert gemm_tune.blocking(kernel) == gemm_tune.default_blocking(kernel)
