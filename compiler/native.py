@@ -87,6 +87,8 @@ class FusedKernel:
         self.artifacts: list[KernelArtifact] = []  # one per compiled stride pattern
         self._layouts: dict = {}  # operand shapes and strides -> how to launch
         self._out_types = [(tuple(v.type.shape), v.type.dtype.np) for v in body.outputs]
+        self._positions = None if self.views else [body.inputs.index(v) for v in self.operands]
+        self._empty = 0 in full
 
     def _row_values(self) -> frozenset:
         """Values with one element per row: reductions' results, the ops over them, and
@@ -148,14 +150,16 @@ class FusedKernel:
 
     # running ------------------------------------------------------------------------
     def __call__(self, inputs: list) -> list:
-        env = dict(zip(self.body.inputs, inputs))
-        for n in self.views:
-            args, kwargs = interpreter.node_call_args(n, env)
-            env[n.outputs[0]] = ATEN[n.op](*args, **kwargs)
-        full, reduced = self.space
-        if 0 in full:  # nothing to compute: eager's answer (zeros, NaN or its error)
+        if self._positions is not None:  # operands are inputs as given: no views to apply
+            operands = [inputs[i] for i in self._positions]
+        else:
+            env = dict(zip(self.body.inputs, inputs))
+            for n in self.views:
+                args, kwargs = interpreter.node_call_args(n, env)
+                env[n.outputs[0]] = ATEN[n.op](*args, **kwargs)
+            operands = [env[v] for v in self.operands]
+        if self._empty:  # nothing to compute: eager's answer (zeros, NaN or its error)
             return interpreter.run(self.body, inputs)
-        operands = [env[v] for v in self.operands]
         key = tuple((t._shape, t._stride) for t in operands)
         launch = self._layouts.get(key)
         if launch is None:
@@ -322,6 +326,16 @@ def _thread_count(elements: int) -> int:
     return threads.num_threads()
 
 
+class _Direct:
+    """A graph that is one native kernel: called without the interpreter's bookkeeping."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def __call__(self, inputs: list) -> list:
+        return self.kernel(list(inputs))
+
+
 def prepare(graph: Graph):
     """`graph` (after the passes) as a callable; fused nodes run natively where they can."""
     natives, reasons = {}, {}
@@ -334,6 +348,9 @@ def prepare(graph: Graph):
             except (Unsupported, gemm.Unsupported) as e:
                 reasons[i] = str(e)
     run = interpreter.prepare(graph, replace=natives)
+    if len(graph.nodes) == 1 and natives and graph.nodes[0].inputs[0] == graph.inputs and \
+            graph.nodes[0].outputs == graph.outputs:
+        run = _Direct(natives[0])  # one kernel over the graph's own inputs: call it as is
     run.graph = graph
     run.kernels = natives
     run.native_reasons = {str(graph.nodes[i]).split(" = ")[0]: r for i, r in reasons.items()}

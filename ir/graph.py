@@ -48,6 +48,13 @@ class Value:
     name: str
     type: TensorType
 
+    def __post_init__(self):
+        # values key every environment of the interpreter and the passes: hash once
+        object.__setattr__(self, "_hash", hash((self.name, self.type)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
     def __str__(self) -> str:
         return f"%{self.name}"
 
