@@ -63,8 +63,13 @@ class HostJit:
         _initialise()
         self.cpu_name = llvm.get_host_cpu_name()
         self.features = llvm.get_host_cpu_features().flatten()
+        # position-independent objects (the disk cache loads them back) with the small
+        # code model: with the default (large) one, constants are reached through GOT
+        # entries, and a module that itself calls a library function (memset) shifted
+        # every later module's constant addresses by 8 bytes
         self.target_machine = llvm.Target.from_default_triple().create_target_machine(
-            cpu=self.cpu_name, features=self.features, opt=3, reloc="pic")
+            cpu=self.cpu_name, features=self.features, opt=3, reloc="pic",
+            codemodel="small")
         self.triple = llvm.get_process_triple()
         self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self.target_machine)
         self.cache: KernelCache[dict[str, int]] = cache if cache is not None else KernelCache()

@@ -1,19 +1,20 @@
-"""LLVM IR for kiln's GEMM: packing routines, the MR x NR register micro-kernel, the
-macro-kernel loops around it (Goto/BLIS) and the epilogue fused into the tile store.
+"""LLVM IR for kiln's GEMM: the MR x NR register micro-kernel and the macro-kernel loops
+around it (Goto/BLIS). The tile store with its fused epilogue is in gemm_store.py,
+packing in gemm_pack.py, shared IR helpers in gemm_ir.py.
 
-One module per (dtype, tile, epilogue) holds two exported functions with one signature
-(`KERNEL_ARGS`): `<name>_packed` runs the whole blocked loop nest for its sub-problem
-(jc over N by NC -> pc over K by KC, pack B -> ic over M by MC, pack A -> jr by NR ->
-ir by MR -> micro-kernel) in one native call; `<name>_direct` reads A and B in place (B
-must have unit column stride) for problems too small for packing to pay. Threads that
-split M share one packing of B: `<name>_pack_b_all` makes it, and the packed kernel with
-`b_prepacked` set reads its blocks instead of packing its own.
+One module per (dtype, tile, epilogue) exports three functions. `<name>_packed` and
+`<name>_direct` share one signature (`KERNEL_ARGS`): the first runs the whole blocked
+loop nest for its sub-problem (jc over N by NC -> pc over K by KC, pack B -> ic over M by
+MC, pack A -> jr by NR -> ir by MR -> micro-kernel) in one native call; the second reads
+A and B in place (B with unit column stride) for problems too small for packing to pay.
+Threads that split M share one packing of B, made (in column ranges, by any threads) by
+`<name>_pack_b`: the packed kernel with `b_prepacked` set reads it instead of packing.
 
 Matrices are element pointers plus row and column strides in elements, so transposes
 and strided numpy views need no copies; `out` has unit column stride. The vector axis
 of the tile runs along N: packed B rows are loaded as vectors, A elements broadcast, and
-the N tail is handled with masked loads and stores. Rows past M are zero-padded in
-packed A (the direct path re-reads the last row) and never stored.
+the N tail is handled with masked loads and stores. Rows past M are zero in packed A
+(read in place, the last row is read again); they are never stored.
 
 The tile store computes, per element, `alpha * acc + beta * C` on the first K block
 (`C` is not read when beta == 0, as in BLAS) and `alpha * acc + out` on later ones; on
@@ -29,6 +30,7 @@ import llvmlite.ir as ir
 
 from compiler.codegen.gemm_ir import I1, I64, PACK_ALIGN, Emitter
 from compiler.codegen.gemm_pack import Packing
+from compiler.codegen.gemm_store import TileStore
 
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "tanh")
 
@@ -46,9 +48,9 @@ KERNEL_ARGS = (
     ("pack_a", "p"), ("pack_b", "p"), ("b_prepacked", "i"),
     ("mc", "i"), ("kc", "i"), ("nc", "i"),
 )
-# <name>_pack_b_all: all of B packed for the packed kernel's b_prepacked mode.
-PACK_B_ALL_ARGS = (("b", "p"), ("b_rs", "i"), ("b_cs", "i"), ("k", "i"), ("n", "i"),
-                   ("kc", "i"), ("nc", "i"), ("dst", "p"))
+# <name>_pack_b(b, b_rs, b_cs, k, n, dst): B (k x n) as NR-column panels of all k rows,
+# the layout the packed kernel reads with b_prepacked set.
+PACK_B_ARGS = Packing.ARGS
 
 
 @dataclass(frozen=True)
@@ -97,41 +99,26 @@ class EpilogueSpec:
 
 def build_module(module: ir.Module, name: str, tile: Tile, spec: EpilogueSpec,
                  activation: Callable | None = None) -> None:
-    """Add `<name>_packed`, `<name>_direct` and `<name>_pack_b_all` to `module`.
+    """Add `<name>_packed`, `<name>_direct` and `<name>_pack_b` to `module`.
     `activation(builder, name, x)` emits an activation on a vector (needed for any
     activation but relu)."""
     pack_a = Packing(module, tile).pack_a(f"{name}_pack_a")
-    pack_b = Packing(module, tile).pack_b(f"{name}_pack_b")
-    _pack_b_all(module, f"{name}_pack_b_all", tile, pack_b)
+    pack_b = Packing(module, tile).pack_b(f"{name}_pack_b_panels")
     _Gemm(module, f"{name}_packed", tile, spec, activation).packed(pack_a, pack_b)
     _Gemm(module, f"{name}_direct", tile, spec, activation).direct()
+    _export(module, f"{name}_pack_b", tile, pack_b)
 
 
-def prepacked_offset(e: Emitter, jc, pc, k, n_block):
-    """Where block (jc, pc) of B starts in the all-of-B packing: column blocks one after
-    another (jc * k, jc a multiple of NR), K blocks within them, each NR-padded."""
-    b, nr = e.b, e.i64(e.tile.nr)
-    padded = b.mul(b.sdiv(b.add(n_block, e.i64(e.tile.nr - 1)), nr), nr)
-    return b.add(b.mul(jc, k), b.mul(pc, padded))
-
-
-def _pack_b_all(module, name: str, tile: Tile, pack_b: ir.Function) -> None:
-    """Pack all of B once, for threads that share it (each K x NC block as the packed
-    kernel would pack it, at prepacked_offset)."""
+def _export(module: ir.Module, name: str, tile: Tile, internal: ir.Function) -> None:
+    """An exported function calling `internal`. Exported functions are preemptible, and
+    a call to one from the module goes through the GOT: only Python calls this one."""
     e = Emitter(module, tile)
-    fn = e.define(name, PACK_B_ALL_ARGS)
-    b_ptr, b_rs, b_cs, k, n, kc, nc, dst = fn.args
-    b, zero = e.b, e.i64(0)
-    with e.loop(zero, n, nc, "jc") as jc:
-        n_block = e.min(b.sub(n, jc), nc)
-        with e.loop(zero, k, kc, "pc") as pc:
-            k_block = e.min(b.sub(k, pc), kc)
-            b.call(pack_b, [e.at(b_ptr, b.mul(pc, b_rs), b.mul(jc, b_cs)), b_rs, b_cs, k_block,
-                            n_block, e.at(dst, prepacked_offset(e, jc, pc, k, n_block))])
-    b.ret_void()
+    fn = e.define(name, PACK_B_ARGS)
+    e.b.call(internal, list(fn.args))
+    e.b.ret_void()
 
 
-class _Gemm(Emitter):
+class _Gemm(TileStore):
     """One exported GEMM function: the loop nest, the micro-kernel and the tile store."""
 
     def __init__(self, module, name, tile, spec, activation):
@@ -149,7 +136,7 @@ class _Gemm(Emitter):
         """The blocked loop nest. B is always packed; A is packed unless `a_in_place`
         is set and its rows are contiguous (unit column stride): then the micro-kernel
         broadcasts from A in place, as packing would only copy rows that are already
-        streams (the caller decides: rows a multiple of 4 KiB apart share L1 sets)."""
+        streams (the caller decides: rows a multiple of 2 KiB apart crowd L1 sets)."""
         b, arg = self.b, self.arg
         m, n, k, zero = arg["m"], arg["n"], arg["k"], self.i64(0)
         a_in_place = b.and_(b.icmp_signed("==", arg["a_cs"], self.i64(1)),
@@ -163,14 +150,19 @@ class _Gemm(Emitter):
                     b.call(pack_b, [self.at(arg["b"], b.mul(pc, arg["b_rs"]),
                                             b.mul(jc, arg["b_cs"])),
                                     arg["b_rs"], arg["b_cs"], k_block, n_block, arg["pack_b"]])
-                b_block = b.select(prepacked, self.at(arg["pack_b"], prepacked_offset(
-                    self, jc, pc, k, n_block)), arg["pack_b"])
+                # Prepacked panels hold all of K: block pc starts pc rows in, and panels
+                # are k (not k_block) rows apart.
+                b_block = b.select(prepacked, self.at(arg["pack_b"], b.mul(jc, k),
+                                                      b.mul(pc, self.i64(self.tile.nr))),
+                                   arg["pack_b"])
+                panel_stride = b.select(prepacked, k, k_block)
                 first = b.icmp_signed("==", pc, zero)
                 last = b.icmp_signed("==", b.add(pc, k_block), k)
                 mc = self._balanced_mc(m, arg["mc"])
                 with self.loop(zero, m, mc, "ic") as ic:
                     m_block = self.min(b.sub(m, ic), mc)
-                    block = (ic, jc, pc, m_block, n_block, k_block, first, last, b_block)
+                    block = (ic, jc, pc, m_block, n_block, k_block, first, last, b_block,
+                             panel_stride)
                     with b.if_else(a_in_place) as (in_place, packed):
                         with in_place:
                             self._macro_kernel(block, packed_a=False)
@@ -194,11 +186,11 @@ class _Gemm(Emitter):
         """jr over the packed B block by NR, ir over the A block by MR: micro-kernel and
         tile store. A comes from its packed buffer or in place (rows past M re-read the
         last row; they are never stored)."""
-        ic, jc, pc, m_block, n_block, k_block, first, last, b_block = block
+        ic, jc, pc, m_block, n_block, k_block, first, last, b_block, panel_stride = block
         b, t, arg, zero = self.b, self.tile, self.arg, self.i64(0)
         with self.loop(zero, n_block, self.i64(t.nr), "jr") as jr:
             cols = self.min(b.sub(n_block, jr), self.i64(t.nr))
-            panel_b = self.at(b_block, b.mul(jr, k_block))
+            panel_b = self.at(b_block, b.mul(jr, panel_stride))
             with self.loop(zero, m_block, self.i64(t.mr), "ir") as ir_:
                 rows = self.min(b.sub(m_block, ir_), self.i64(t.mr))
                 if packed_a:
@@ -222,9 +214,11 @@ class _Gemm(Emitter):
                                                     self.i64(v * t.lanes)), align=PACK_ALIGN)
 
                 accs = self._micro_kernel(k_block, load_a, load_b)
-                self._store_tile(accs, b.add(ic, ir_), b.add(jc, jr), rows, cols, first, last)
+                self.store_tile(accs, b.add(ic, ir_), b.add(jc, jr), rows, cols, first, last)
 
     def direct(self) -> None:
+        """Tile by tile over C, A and B read in place (rows past M re-read the last row,
+        B's N tail through masked loads), all of K in one pass."""
         b, arg, t = self.b, self.arg, self.tile
         m, n, k, zero = arg["m"], arg["n"], arg["k"], self.i64(0)
         true = ir.Constant(I1, 1)
@@ -246,7 +240,7 @@ class _Gemm(Emitter):
                                                     self.i64(v * t.lanes)), masks[v])
 
                 accs = self._micro_kernel(k, load_a, load_b)
-                self._store_tile(accs, i0, j0, rows, cols, true, true)
+                self.store_tile(accs, i0, j0, rows, cols, true, true)
         b.ret_void()
 
     def _micro_kernel(self, depth, load_a, load_b) -> list:
@@ -290,128 +284,6 @@ class _Gemm(Emitter):
         b.branch(head)
         b.position_at_end(done)
         return phis
-
-    def _store_tile(self, accs, row0, col0, rows, cols, first, last) -> None:
-        """Write the rows x cols corner of the tile to out: alpha * acc plus, on the first
-        K block, beta * C (C unread when beta == 0) or, on later ones, out; then, on the
-        last K block, the epilogue. A full tile whose operands have unit column stride
-        goes straight from the registers; any other tile row by row from a stack copy."""
-        b, t, arg, spec = self.b, self.tile, self.arg, self.spec
-        update = _Update(self, first)
-        one = self.i64(1)
-        simple = [b.icmp_signed("==", rows, self.i64(t.mr)),
-                  b.icmp_signed("==", cols, self.i64(t.nr)),
-                  b.or_(b.not_(update.read_previous),
-                        b.icmp_signed("==", update.previous_cs, one))]
-        if spec.residual:
-            simple.append(b.icmp_signed("==", arg["r_cs"], one))
-        if spec.bias == "col":
-            simple.append(b.icmp_signed("==", arg["bias_stride"], one))
-        whole = simple[0]
-        for condition in simple[1:]:
-            whole = b.and_(whole, condition)
-        with b.if_else(whole) as (from_registers, row_by_row):
-            with from_registers:
-                for i in range(t.mr):
-                    row = accs[i * t.vectors:(i + 1) * t.vectors]
-                    self._store_row(row, b.add(row0, self.i64(i)), col0, cols, None, update,
-                                    last)
-            with row_by_row:
-                tile = b.bitcast(self.tile_buffer, self.P)
-                for index, acc in enumerate(accs):
-                    self.store_vector(acc, self.at(tile, self.i64(index * t.lanes)),
-                                      align=PACK_ALIGN)
-                masks = self.lane_masks(cols, t.vectors)
-                with self.loop(self.i64(0), rows, self.i64(1), "row") as i:
-                    row = [self.load_vector(self.at(tile, b.mul(i, self.i64(t.nr)),
-                                                    self.i64(v * t.lanes)), PACK_ALIGN)
-                           for v in range(t.vectors)]
-                    self._store_row(row, b.add(row0, i), col0, cols, masks, update, last)
-
-    def _store_row(self, values, row, col0, cols, masks, update: "_Update", last) -> None:
-        """One tile row: the K-block update, the epilogue on the last block, the store.
-        `masks` None means a whole row with unit-stride operands."""
-        b, t, arg = self.b, self.tile, self.arg
-        values = [b.fmul(update.alpha, x) for x in values]
-
-        def add_previous(xs):
-            prior = self._load_row(self.at(update.previous, b.mul(row, update.previous_rs),
-                                           b.mul(col0, update.previous_cs)),
-                                   update.previous_cs, cols, masks)
-            return [b.fadd(x, b.fmul(update.previous_scale, p)) for x, p in zip(xs, prior)]
-
-        values = self.when(update.read_previous, values, add_previous)
-        values = self.when(last, values, lambda xs: self._epilogue(xs, row, col0, cols, masks))
-        out_row = self.at(arg["out"], b.mul(row, arg["o_rs"]), col0)
-        for v, value in enumerate(values):
-            target = self.at(out_row, self.i64(v * t.lanes))
-            if masks is None:
-                self.store_vector(value, target, align=self.itemsize)
-            else:
-                self.masked_store(value, target, masks[v])
-
-    def _load_row(self, ptr, stride, cols, masks) -> list:
-        """The `cols` elements ptr[j * stride] as tile-row vectors (zero past cols);
-        with `masks` None, a whole row at unit stride."""
-        b, t = self.b, self.tile
-        if masks is None:
-            return [self.load_vector(self.at(ptr, self.i64(v * t.lanes)), self.itemsize)
-                    for v in range(t.vectors)]
-
-        def contiguous():
-            return [self.masked_load(self.at(ptr, self.i64(v * t.lanes)), masks[v])
-                    for v in range(t.vectors)]
-
-        def strided():
-            scratch = b.bitcast(self.row_buffer, self.P)
-            with self.loop(self.i64(0), cols, self.i64(1), "gather") as j:
-                value = b.load(self.at(ptr, b.mul(j, stride)), align=self.itemsize)
-                b.store(value, self.at(scratch, j), align=self.itemsize)
-            zero = ir.Constant(self.V, None)
-            return [b.select(masks[v], self.load_vector(
-                self.at(scratch, self.i64(v * t.lanes)), PACK_ALIGN), zero)
-                for v in range(t.vectors)]
-
-        return self.choose(b.icmp_signed("==", stride, self.i64(1)), contiguous, strided)
-
-    def _epilogue(self, values, row, col0, cols, masks) -> list:
-        b, arg, spec = self.b, self.arg, self.spec
-        if spec.bias == "col":
-            bias = self._load_row(self.at(arg["bias"], b.mul(col0, arg["bias_stride"])),
-                                  arg["bias_stride"], cols, masks)
-            values = [b.fadd(x, y) for x, y in zip(values, bias)]
-        elif spec.bias == "row":
-            bias = self.splat(b.load(self.at(arg["bias"], b.mul(row, arg["bias_stride"])),
-                                     align=self.itemsize))
-            values = [b.fadd(x, bias) for x in values]
-        if spec.activation == "relu":
-            zero = ir.Constant(self.V, None)
-            values = [b.select(b.fcmp_ordered("<", x, zero), zero, x) for x in values]
-        elif spec.activation is not None:
-            values = [self.activation(b, spec.activation, x) for x in values]
-        scale = self.splat(arg["scale"])
-        values = [b.fmul(x, scale) for x in values]
-        if spec.residual:
-            residual = self._load_row(self.at(arg["res"], b.mul(row, arg["r_rs"]),
-                                              b.mul(col0, arg["r_cs"])),
-                                      arg["r_cs"], cols, masks)
-            values = [b.fadd(x, r) for x, r in zip(values, residual)]
-        return values
-
-
-class _Update:
-    """Per tile: where the value being accumulated onto comes from (C scaled by beta on
-    the first K block, out itself after), whether to read it at all, and alpha."""
-
-    def __init__(self, gemm: _Gemm, first):
-        b, arg = gemm.b, gemm.arg
-        self.previous = b.select(first, arg["c"], arg["out"])
-        self.previous_rs = b.select(first, arg["c_rs"], arg["o_rs"])
-        self.previous_cs = b.select(first, arg["c_cs"], gemm.i64(1))
-        self.previous_scale = gemm.splat(b.select(first, arg["beta"], ir.Constant(gemm.T, 1.0)))
-        beta_zero = b.fcmp_ordered("==", arg["beta"], ir.Constant(gemm.T, 0.0))
-        self.read_previous = b.not_(b.and_(first, beta_zero))
-        self.alpha = gemm.splat(arg["alpha"])
 
 
 def emit_activation(b: ir.IRBuilder, name: str, x: ir.Value) -> ir.Value:

@@ -17,17 +17,16 @@ from typing import NamedTuple
 
 import numpy as np
 
-from compiler.codegen.gemm_ir import PACK_ALIGN
-from compiler.codegen.gemm_kernel import (KERNEL_ARGS, PACK_B_ALL_ARGS, EpilogueSpec, Tile,
-                                          build_module, emit_activation)
 from compiler import debugging
-from compiler.debugging import banner
+from compiler.codegen.gemm_ir import PACK_ALIGN
+from compiler.codegen.gemm_kernel import (KERNEL_ARGS, PACK_B_ARGS, EpilogueSpec, Tile,
+                                          build_module, emit_activation)
 
-# Each thread gets at least this many multiply-adds (about 60 us of work on one core):
-# waking a pool thread cost 40-100 us here.
-PARALLEL_MIN_MACS = 1 << 23
+# Each thread gets at least this many multiply-adds (about 200 us of work on one core):
+# below about 400^3 a second thread did not pay for waking it (40-100 us here) and
+# sharing the work.
+PARALLEL_MIN_MACS = 1 << 25
 PIECE_MIN_MACS = 1 << 22
-PIECES_PER_THREAD = 1
 SHARED_B_ELEMENTS = 1 << 22  # the shared packing of B goes column chunk by chunk
 CONFLICT_STRIDE = 2048  # bytes
 
@@ -88,7 +87,7 @@ class Call(NamedTuple):
 
 class GemmKernel:
     """The entry points of one compiled (dtype, tile, epilogue): packed, direct, and the
-    packing of all of B that threads share."""
+    packing of B that threads share."""
 
     def __init__(self, tile: Tile, spec: EpilogueSpec, addresses: dict[str, int]):
         self.tile, self.spec = tile, spec
@@ -98,12 +97,12 @@ class GemmKernel:
         signature = ctypes.CFUNCTYPE(None, *[kinds[kind] for _, kind in KERNEL_ARGS])
         self.packed = signature(addresses["packed"])
         self.direct = signature(addresses["direct"])
-        self.pack_b_all = ctypes.CFUNCTYPE(None, *[kinds[kind] for _, kind in PACK_B_ALL_ARGS])(
-            addresses["pack_b_all"])
+        self.pack_b = ctypes.CFUNCTYPE(None, *[kinds[kind] for _, kind in PACK_B_ARGS])(
+            addresses["pack_b"])
 
     def __call__(self, call: Call, blocking: Blocking | None, packed_b: int = 0) -> None:
         """Run one call on this thread: direct if `blocking` is None, else packed, with B
-        from `packed_b` (made by pack_b_all with the same blocking) when given."""
+        from `packed_b` (see pack_b_columns) when given."""
         if blocking is None:
             self.direct(*call, None, None, 0, 0, 0, 0)
             return
@@ -114,13 +113,12 @@ class GemmKernel:
         self.packed(*call, pack_a, pack_b, int(bool(packed_b)), blocking.mc, blocking.kc,
                     blocking.nc)
 
-    def pack_b(self, call: Call, blocking: Blocking) -> int:
-        """All of the call's B packed (into a buffer of this thread) for its threads."""
-        size = call.k * _round_up(call.n, self.tile.nr)
-        packed = _scratch("shared b", size, self.dtype)
-        self.pack_b_all(call.b, call.b_rs, call.b_cs, call.k, call.n, blocking.kc,
-                        blocking.nc, packed)
-        return packed
+    def pack_b_columns(self, call: Call, start: int, stop: int, packed_b: int) -> None:
+        """Columns start:stop (start a multiple of NR) of the call's B into `packed_b`,
+        which holds all of B as NR-column panels of all K rows."""
+        itemsize = self.dtype.itemsize
+        self.pack_b(call.b + start * call.b_cs * itemsize, call.b_rs, call.b_cs, call.k,
+                    stop - start, packed_b + start * call.k * itemsize)
 
 
 def default_tile(dtype: str, lanes_f32: int) -> Tile:
@@ -158,11 +156,11 @@ def _compile(jit, tile: Tile, spec: EpilogueSpec) -> GemmKernel:
     module = jit.new_module(name)
     build_module(module, name, tile, spec, emit_activation)
     if debugging.level() >= 3:
-        banner(f"LLVM IR {name}", str(module), at_level=3)
-    entries = ("packed", "direct", "pack_b_all")
+        debugging.banner(f"LLVM IR {name}", str(module), at_level=3)
+    entries = ("packed", "direct", "pack_b")
     addresses = jit.load(module, [f"{name}_{entry}" for entry in entries])
     if debugging.level() >= 4:
-        banner(f"assembly {name}", jit.assembly(module), at_level=4)
+        debugging.banner(f"assembly {name}", jit.assembly(module), at_level=4)
     return GemmKernel(tile, spec, {entry: addresses[f"{name}_{entry}"] for entry in entries})
 
 
@@ -196,18 +194,22 @@ def reads_a_in_place(a_rs: int, a_cs: int, itemsize: int) -> bool:
 
 
 def run(kernel: GemmKernel, calls: list[Call], blocking: Blocking | None,
-        threads: int) -> None:
+        threads: int | None = None) -> None:
     """Run `calls` (disjoint outputs; `blocking` None: the direct path) on up to
-    `threads` threads. Work is split along M or N, never K, so every element of C sees
-    the same operations in the same order whatever the thread count.
+    `threads` threads (default runtime.threads.num_threads()). Work is split along M or
+    N, never K, so every element of C sees the same operations in the same order
+    whatever the thread count.
 
     Fewer packed calls than threads: each call's M is cut into pieces that share one
-    packing of B (made by the calling thread while the pool wakes up) and each pack their
-    own rows of A. Otherwise whole calls (or, on the direct path, row pieces) are the
-    units. Either way threads take the next unclaimed piece until none is left: pool
-    threads wake late here, and whoever is running takes up the slack."""
+    packing of B (which the threads make together first) and each pack their own rows
+    of A. Otherwise whole calls (or, on the direct path, row pieces) are the units.
+    Either way threads take the next unclaimed piece until none is left: pool threads
+    wake late here, and whoever is running takes up the slack."""
     macs = sum(call.m * call.n * call.k for call in calls)
-    if threads <= 1 or macs < 2 * PARALLEL_MIN_MACS:
+    if macs >= 2 * PARALLEL_MIN_MACS and threads is None:
+        from runtime.threads import num_threads
+        threads = num_threads()
+    if macs < 2 * PARALLEL_MIN_MACS or threads <= 1:
         for call in calls:
             kernel(call, blocking)
     elif blocking is not None and len(calls) < threads:
@@ -216,72 +218,79 @@ def run(kernel: GemmKernel, calls: list[Call], blocking: Blocking | None,
     else:
         pieces = calls if len(calls) >= threads else [
             piece for call in calls for piece in _row_pieces(call, kernel, threads)]
-        _claim_in_turn(pieces, lambda piece: kernel(piece, blocking), threads)
+        _claim_in_turn([], None, pieces, lambda piece: kernel(piece, blocking), threads)
 
 
 def _run_sharing_b(kernel: GemmKernel, call: Call, blocking: Blocking, threads: int):
     """One packed call on `threads` threads, column chunk by column chunk (bounding the
-    shared packed B), rows split into pieces."""
-    nr, itemsize = kernel.tile.nr, kernel.dtype.itemsize
-    if -(-call.m // kernel.tile.mr) < 2 * threads:  # too few rows: columns, own B each
-        pieces = _column_pieces(call, kernel, threads * PIECES_PER_THREAD)
-        _claim_in_turn(pieces, lambda piece: kernel(piece, blocking), threads)
+    shared packed B): the threads first pack B's columns together, then take row pieces
+    of about MC rows (one A block each) that all read that packing."""
+    t, itemsize = kernel.tile, kernel.dtype.itemsize
+    if -(-call.m // t.mr) < 2 * threads:  # too few rows: columns, own B each
+        pieces = _column_pieces(call, kernel, 2 * threads)
+        _claim_in_turn([], None, pieces, lambda piece: kernel(piece, blocking), threads)
         return
-    width = min(call.n, max(nr, SHARED_B_ELEMENTS // call.k // nr * nr))
+    width = min(call.n, max(t.nr, SHARED_B_ELEMENTS // call.k // t.nr * t.nr))
+    packed_b = _scratch("shared b", call.k * _round_up(width, t.nr), kernel.dtype)
     for start in range(0, call.n, width):
         chunk = call.cols(start, min(call.n, start + width), itemsize,
                           kernel.spec.bias == "col")
-        pieces = _row_pieces(chunk, kernel, threads * PIECES_PER_THREAD)
-        ready = threading.Event()
-        packed_b = []
+        columns = _cuts(chunk.n, t.nr, 2 * threads)
+        pieces = _row_pieces(chunk, kernel, max(threads, -(-call.m // blocking.mc)))
+        _claim_in_turn(columns, lambda cols: kernel.pack_b_columns(chunk, *cols, packed_b),
+                       pieces, lambda piece: kernel(piece, blocking, packed_b), threads)
 
-        def prepare() -> None:
-            try:
-                packed_b.append(kernel.pack_b(chunk, blocking))
-            finally:
-                ready.set()
 
-        def work(piece: Call) -> None:
-            ready.wait()
-            kernel(piece, blocking, packed_b[0])
-
-        _claim_in_turn(pieces, work, threads, prepare)
+def _cuts(size: int, step: int, parts: int) -> list[tuple[int, int]]:
+    """range(size) as up to `parts` near-equal (start, stop) pieces, cut at multiples of
+    `step`."""
+    steps = -(-size // step)
+    parts = max(1, min(parts, steps))
+    bounds = [min(size, steps * i // parts * step) for i in range(parts + 1)]
+    return list(zip(bounds, bounds[1:]))
 
 
 def _row_pieces(call: Call, kernel: GemmKernel, parts: int) -> list[Call]:
-    """`call` cut into up to `parts` pieces of whole MR-row tiles, none under
+    """`call` as up to `parts` pieces of whole MR-row tiles, none much under
     PIECE_MIN_MACS multiply-adds."""
-    mr, itemsize = kernel.tile.mr, kernel.dtype.itemsize
-    tiles = -(-call.m // mr)
-    parts = max(1, min(parts, tiles, call.m * call.n * call.k // PIECE_MIN_MACS))
-    bounds = [min(call.m, tiles * i // parts * mr) for i in range(parts + 1)]
-    return [call.rows(lo, hi, itemsize, kernel.spec.bias == "row")
-            for lo, hi in zip(bounds, bounds[1:])]
+    parts = min(parts, max(1, call.m * call.n * call.k // PIECE_MIN_MACS))
+    return [call.rows(lo, hi, kernel.dtype.itemsize, kernel.spec.bias == "row")
+            for lo, hi in _cuts(call.m, kernel.tile.mr, parts)]
 
 
 def _column_pieces(call: Call, kernel: GemmKernel, parts: int) -> list[Call]:
-    """`call` cut into up to `parts` pieces of whole NR-column tiles."""
-    nr, itemsize = kernel.tile.nr, kernel.dtype.itemsize
-    tiles = -(-call.n // nr)
-    parts = max(1, min(parts, tiles, call.m * call.n * call.k // PIECE_MIN_MACS))
-    bounds = [min(call.n, tiles * i // parts * nr) for i in range(parts + 1)]
-    return [call.cols(lo, hi, itemsize, kernel.spec.bias == "col")
-            for lo, hi in zip(bounds, bounds[1:])]
+    """`call` as up to `parts` pieces of whole NR-column tiles, none much under
+    PIECE_MIN_MACS multiply-adds."""
+    parts = min(parts, max(1, call.m * call.n * call.k // PIECE_MIN_MACS))
+    return [call.cols(lo, hi, kernel.dtype.itemsize, kernel.spec.bias == "col")
+            for lo, hi in _cuts(call.n, kernel.tile.nr, parts)]
 
 
-def _claim_in_turn(pieces: list, work, threads: int, prepare=None) -> None:
-    """work(piece) for every piece, on up to `threads` threads of runtime's pool, each
-    taking the next unclaimed piece; `prepare()` runs first on the calling thread (work
-    must wait for what it makes)."""
+def _claim_in_turn(first: list, do_first, then: list, do_then, threads: int) -> None:
+    """do_first(item) for every item of `first`, then, once all of those are done,
+    do_then(item) for every item of `then`, on up to `threads` threads of runtime's pool.
+    Each thread takes the next unclaimed item; one that finds `first` exhausted waits for
+    its stragglers before going on."""
     from runtime.threads import parallel_for
-    claim = itertools.count().__next__  # one step of a C iterator: atomic under the GIL
+    claim_first, finished = itertools.count().__next__, itertools.count(1).__next__
+    claim_then = itertools.count().__next__  # steps of C iterators: atomic under the GIL
+    all_first_done = threading.Event()
+    if not first:
+        all_first_done.set()
 
     def task(start: int, end: int) -> None:
-        if start == 0 and prepare is not None:
-            prepare()
-        index = claim()
-        while index < len(pieces):
-            work(pieces[index])
-            index = claim()
+        index = claim_first()
+        while index < len(first):
+            try:
+                do_first(first[index])
+            finally:
+                if finished() == len(first):
+                    all_first_done.set()
+            index = claim_first()
+        all_first_done.wait()
+        index = claim_then()
+        while index < len(then):
+            do_then(then[index])
+            index = claim_then()
 
-    parallel_for(max(1, min(threads, len(pieces))), task)
+    parallel_for(max(1, min(threads, len(first) + len(then))), task)

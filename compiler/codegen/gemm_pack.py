@@ -11,8 +11,9 @@ from compiler.codegen.gemm_ir import I32, Emitter
 class Packing(Emitter):
     """pack_a(src, rs, cs, rows, depth, dst): MR-row panels, dst[(p*depth + k)*MR + i];
     pack_b(src, rs, cs, depth, cols, dst): NR-column panels, dst[(p*depth + k)*NR + j].
-    Both zero-pad the last panel; both read the source through its strides, with a
-    vector path for unit stride along the panel."""
+    Both pad the last panel to full width (zeros, or copies of its last line: either
+    way the results they feed are never stored) and read the source through its
+    strides, with vector paths for the unit-stride layouts."""
     ARGS = (("src", "p"), ("rs", "i"), ("cs", "i"), ("rows", "i"), ("cols", "i"),
             ("dst", "p"))
 
@@ -83,19 +84,18 @@ class Packing(Emitter):
     def _pack_transposing(self, src, step_across, depth, count, width, dst):
         """Source lines contiguous along depth (a row-major A): `lanes` steps of depth at
         a time, one vector load per line, transposed in registers by one shuffle; the
-        last depth % lanes steps go through the strided path."""
+        last depth % lanes steps go through the strided path. Like it, pads a partial
+        panel with copies of its last line."""
         b, lanes = self.b, self.tile.lanes
         last = b.sub(count, self.i64(1))
         lines = [self.at(src, b.mul(self.min(self.i64(j), last), step_across))
                  for j in range(width)]
-        keep = [b.icmp_signed("<", self.i64(j), count) for j in range(width)]
-        zero = ir.Constant(self.V, None)
         main_end = b.mul(b.sdiv(depth, self.i64(lanes)), self.i64(lanes))
         wide = ir.VectorType(self.T, width * lanes)
         order = [j * lanes + k for k in range(lanes) for j in range(width)]
         with self.loop(self.i64(0), main_end, self.i64(lanes), "k") as k:
-            vectors = [b.select(keep[j], self.load_vector(self.at(lines[j], k), self.itemsize),
-                                zero) for j in range(width)]
+            vectors = [self.load_vector(self.at(lines[j], k), self.itemsize)
+                       for j in range(width)]
             block = self._concatenate(vectors)
             block = b.shuffle_vector(block, ir.Constant(block.type, ir.Undefined),
                                      ir.Constant(ir.VectorType(I32, len(order)), order))
@@ -120,15 +120,16 @@ class Packing(Emitter):
         return vectors[0]
 
     def _pack_strided(self, src, step_across, step_depth, depth, count, width, dst):
+        """Any strides: element by element. A partial panel is padded with copies of its
+        last line rather than zeros (the results they feed are never stored), which
+        keeps LLVM from turning the padding into a memset call: a library call would
+        give the module a GOT entry."""
         b = self.b
         last = b.sub(count, self.i64(1))
         offsets = [b.mul(self.min(self.i64(j), last), step_across) for j in range(width)]
-        keep = [b.icmp_signed("<", self.i64(j), count) for j in range(width)]
-        zero = ir.Constant(self.T, 0.0)
         with self.loop(self.i64(0), depth, self.i64(1), "k") as k:
             row = self.at(src, b.mul(k, step_depth))
             out = self.at(dst, b.mul(k, self.i64(width)))
             for j in range(width):
                 value = b.load(self.at(row, offsets[j]), align=self.itemsize)
-                b.store(b.select(keep[j], value, zero), self.at(out, self.i64(j)),
-                        align=self.itemsize)
+                b.store(value, self.at(out, self.i64(j)), align=self.itemsize)

@@ -220,25 +220,41 @@ def test_bmm_with_epilogue_and_transposes():
     (333, 777, 555, False),   # rows split, B packed once and shared, A read in place
     (333, 777, 555, True),    # the same with A packed per piece
     (256, 512, 700, False),   # rows 2 KiB apart: A packed (L1 sets)
-    (20, 900, 2000, False),   # too few rows: columns split, each piece packs its B
+    (20, 2000, 2000, False),  # too few rows: columns split, each piece packs its B
 ])
 def test_identical_across_thread_counts(m, k, n, trans_a, monkeypatch):
     monkeypatch.setattr(gemm_native, "SHARED_B_ELEMENTS", 1 << 18)  # several B chunks
+    pieces = spy_on_pieces(monkeypatch)
     rng = np.random.default_rng(10)
     a = rand(rng, (k, m) if trans_a else (m, k), np.float32)
     b = rand(rng, (k, n), np.float32)
     epilogue = Epilogue(bias=rand(rng, (n,), np.float32), activation="relu")
     results = [gemm(a, b, trans_a=trans_a, epilogue=epilogue, threads=t) for t in (1, 2, 3)]
     assert all(np.array_equal(results[0], r) for r in results[1:])
+    assert max(pieces) >= 2  # the work was really split
     check(results[0], a, b, trans_a=trans_a, epilogue=epilogue)
 
 
-def test_batches_identical_across_thread_counts():
+def test_batches_identical_across_thread_counts(monkeypatch):
+    pieces = spy_on_pieces(monkeypatch)
     rng = np.random.default_rng(16)
-    batch, b = rand(rng, (3, 200, 300), np.float32), rand(rng, (300, 250), np.float32)
+    batch, b = rand(rng, (3, 400, 300), np.float32), rand(rng, (300, 250), np.float32)
     results = [bmm(batch, b, threads=t) for t in (1, 2, 4)]
     assert all(np.array_equal(results[0], r) for r in results[1:])
+    assert max(pieces) >= 3
     check(results[0], batch, b)
+
+
+def spy_on_pieces(monkeypatch) -> list:
+    """A list that gets the number of pieces of every parallel run."""
+    seen, claim = [], gemm_native._claim_in_turn
+
+    def spy(first, do_first, then, do_then, threads):
+        seen.append(len(then))
+        claim(first, do_first, then, do_then, threads)
+
+    monkeypatch.setattr(gemm_native, "_claim_in_turn", spy)
+    return seen
 
 
 def test_native_code_stays_in_bounds():
@@ -362,3 +378,33 @@ def test_autotuner_stores_its_choice(monkeypatch, tmp_path):
     assert gemm_native.Blocking(**next(iter(stored.values()))) in gemm_tune.candidates(kernel)
     monkeypatch.setenv("KILN_AUTOTUNE", "0")
     assert gemm_tune.blocking(kernel) == gemm_tune.default_blocking(kernel)
+
+
+@pytest.mark.parametrize("lanes_f32", [8, 4])  # the tiles chosen for AVX2 and for SSE
+def test_narrower_vector_tiles(lanes_f32, monkeypatch):
+    chosen = {dtype: gemm_native.default_tile(dtype, lanes_f32)
+              for dtype in ("float32", "float64")}
+    monkeypatch.setattr(gemm_native, "default_tile", lambda dtype, lanes: chosen[dtype])
+    monkeypatch.setattr(gemm_native, "_kernels", {})
+    rng = np.random.default_rng(17)
+    for dtype in DTYPES:
+        for m, k, n in [(7, 5, 9), (127, 130, 61), (250, 300, 270)]:
+            a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
+            epilogue = Epilogue(bias=rand(rng, (n,), dtype), activation="gelu")
+            check(gemm(a, b, epilogue=epilogue, threads=2), a, b, epilogue=epilogue)
+
+
+def test_kernels_call_no_library_functions():
+    """No memset/memcpy/libm calls: a call through the GOT in one module has shifted the
+    constant-pool addresses of modules the host JIT loaded after it."""
+    from runtime.jit import host_jit
+    from compiler.codegen.gemm_kernel import build_module, emit_activation
+    jit = host_jit()
+    for dtype in ("float32", "float64"):
+        for lanes in (16, 4):
+            tile = gemm_native.default_tile(dtype, lanes)
+            module = jit.new_module("gemm_no_libcalls")
+            build_module(module, f"no_libcalls_{dtype}_{lanes}", tile,
+                         EpilogueSpec("col", "gelu", True), emit_activation)
+            assembly = jit.assembly(module)
+            assert "@GOT" not in assembly.replace("@GOTOFF", "") and "@PLT" not in assembly

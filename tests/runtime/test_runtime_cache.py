@@ -270,3 +270,39 @@ def test_a_cached_kernel_shows_its_optimised_ir_and_assembly(jit):
     jit.load(module)
     assert f"define void @{name}(" in str(jit.optimise(module))
     assert f"{name}:" in jit.assembly(module)
+
+
+def test_a_module_calling_a_library_function_does_not_shift_later_constants(tmp_path,
+                                                                            monkeypatch):
+    """With the large code model, a module reaching memset through the GOT made every
+    module loaded after it read its constants 8 bytes off (wrong sums, or a crash)."""
+    import ctypes
+
+    import llvmlite.ir as ir
+    import numpy as np
+
+    from runtime.jit import HostJit
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
+    jit = HostJit()
+    i8p, i64 = ir.PointerType(ir.IntType(8)), ir.IntType(64)
+    first = jit.new_module("uses_memset")
+    fill = ir.Function(first, ir.FunctionType(ir.VoidType(), [i8p, i64]), "kiln_test_fill")
+    memset = ir.Function(first, ir.FunctionType(i8p, [i8p, ir.IntType(32), i64]), "memset")
+    b = ir.IRBuilder(fill.append_basic_block())
+    b.call(memset, [fill.args[0], ir.Constant(ir.IntType(32), 0), fill.args[1]])
+    b.ret_void()
+    jit.load(first)
+    second = jit.new_module("adds_constants")
+    v16 = ir.VectorType(ir.IntType(32), 16)
+    add = ir.Function(second, ir.FunctionType(ir.VoidType(), [ir.PointerType(v16)]),
+                      "kiln_test_add_lanes")
+    b = ir.IRBuilder(add.append_basic_block())
+    ptr = add.args[0]
+    # align=4: numpy's buffers are not 64-byte aligned
+    b.store(b.add(b.load(ptr, align=4), ir.Constant(v16, list(range(100, 116)))), ptr,
+            align=4)
+    b.ret_void()
+    address = jit.load(second)["kiln_test_add_lanes"]
+    data = np.arange(16, dtype=np.int32)
+    ctypes.CFUNCTYPE(None, ctypes.c_void_p)(address)(data.ctypes.data)
+    np.testing.assert_array_equal(data, np.arange(16) + np.arange(100, 116))

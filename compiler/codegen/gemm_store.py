@@ -1,0 +1,137 @@
+"""The tile store of kiln's GEMM, as LLVM IR: the register tile written to C with the
+K-block update (alpha, beta and C, or the partial sum already in out) and, on the last
+K block, the fused epilogue (bias, activation, scale, residual)."""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from compiler.codegen.gemm_ir import PACK_ALIGN, Emitter
+
+
+class TileStore(Emitter):
+    """Tile-store methods for the GEMM function builder, which provides `arg` (the
+    function's arguments by name), `spec` (the EpilogueSpec), `activation` (the emitter
+    of non-relu activations) and the stack buffers `tile_buffer` (MR x NR) and
+    `row_buffer` (NR)."""
+
+    def store_tile(self, accs, row0, col0, rows, cols, first, last) -> None:
+        """Write the rows x cols corner of the tile to out: alpha * acc plus, on the first
+        K block, beta * C (C unread when beta == 0) or, on later ones, out; then, on the
+        last K block, the epilogue. A full tile whose operands have unit column stride
+        goes straight from the registers; any other tile row by row from a stack copy."""
+        b, t, arg, spec = self.b, self.tile, self.arg, self.spec
+        update = Update(self, first)
+        one = self.i64(1)
+        simple = [b.icmp_signed("==", rows, self.i64(t.mr)),
+                  b.icmp_signed("==", cols, self.i64(t.nr)),
+                  b.or_(b.not_(update.read_previous),
+                        b.icmp_signed("==", update.previous_cs, one))]
+        if spec.residual:
+            simple.append(b.icmp_signed("==", arg["r_cs"], one))
+        if spec.bias == "col":
+            simple.append(b.icmp_signed("==", arg["bias_stride"], one))
+        whole = simple[0]
+        for condition in simple[1:]:
+            whole = b.and_(whole, condition)
+        with b.if_else(whole) as (from_registers, row_by_row):
+            with from_registers:
+                for i in range(t.mr):
+                    row = accs[i * t.vectors:(i + 1) * t.vectors]
+                    self._store_row(row, b.add(row0, self.i64(i)), col0, cols, None, update,
+                                    last)
+            with row_by_row:
+                tile = b.bitcast(self.tile_buffer, self.P)
+                for index, acc in enumerate(accs):
+                    self.store_vector(acc, self.at(tile, self.i64(index * t.lanes)),
+                                      align=PACK_ALIGN)
+                masks = self.lane_masks(cols, t.vectors)
+                with self.loop(self.i64(0), rows, self.i64(1), "row") as i:
+                    row = [self.load_vector(self.at(tile, b.mul(i, self.i64(t.nr)),
+                                                    self.i64(v * t.lanes)), PACK_ALIGN)
+                           for v in range(t.vectors)]
+                    self._store_row(row, b.add(row0, i), col0, cols, masks, update, last)
+
+    def _store_row(self, values, row, col0, cols, masks, update: Update, last) -> None:
+        """One tile row: the K-block update, the epilogue on the last block, the store.
+        `masks` None means a whole row with unit-stride operands."""
+        b, t, arg = self.b, self.tile, self.arg
+        values = [b.fmul(update.alpha, x) for x in values]
+
+        def add_previous(xs):
+            prior = self._load_row(self.at(update.previous, b.mul(row, update.previous_rs),
+                                           b.mul(col0, update.previous_cs)),
+                                   update.previous_cs, cols, masks)
+            return [b.fadd(x, b.fmul(update.previous_scale, p)) for x, p in zip(xs, prior)]
+
+        values = self.when(update.read_previous, values, add_previous)
+        values = self.when(last, values, lambda xs: self._epilogue(xs, row, col0, cols, masks))
+        out_row = self.at(arg["out"], b.mul(row, arg["o_rs"]), col0)
+        for v, value in enumerate(values):
+            target = self.at(out_row, self.i64(v * t.lanes))
+            if masks is None:
+                self.store_vector(value, target, align=self.itemsize)
+            else:
+                self.masked_store(value, target, masks[v])
+
+    def _load_row(self, ptr, stride, cols, masks) -> list:
+        """The `cols` elements ptr[j * stride] as tile-row vectors (zero past cols);
+        with `masks` None, a whole row at unit stride."""
+        b, t = self.b, self.tile
+        if masks is None:
+            return [self.load_vector(self.at(ptr, self.i64(v * t.lanes)), self.itemsize)
+                    for v in range(t.vectors)]
+
+        def contiguous():
+            return [self.masked_load(self.at(ptr, self.i64(v * t.lanes)), masks[v])
+                    for v in range(t.vectors)]
+
+        def strided():
+            scratch = b.bitcast(self.row_buffer, self.P)
+            with self.loop(self.i64(0), cols, self.i64(1), "gather") as j:
+                value = b.load(self.at(ptr, b.mul(j, stride)), align=self.itemsize)
+                b.store(value, self.at(scratch, j), align=self.itemsize)
+            zero = ir.Constant(self.V, None)
+            return [b.select(masks[v], self.load_vector(
+                self.at(scratch, self.i64(v * t.lanes)), PACK_ALIGN), zero)
+                for v in range(t.vectors)]
+
+        return self.choose(b.icmp_signed("==", stride, self.i64(1)), contiguous, strided)
+
+    def _epilogue(self, values, row, col0, cols, masks) -> list:
+        b, arg, spec = self.b, self.arg, self.spec
+        if spec.bias == "col":
+            bias = self._load_row(self.at(arg["bias"], b.mul(col0, arg["bias_stride"])),
+                                  arg["bias_stride"], cols, masks)
+            values = [b.fadd(x, y) for x, y in zip(values, bias)]
+        elif spec.bias == "row":
+            bias = self.splat(b.load(self.at(arg["bias"], b.mul(row, arg["bias_stride"])),
+                                     align=self.itemsize))
+            values = [b.fadd(x, bias) for x in values]
+        if spec.activation == "relu":
+            zero = ir.Constant(self.V, None)
+            values = [b.select(b.fcmp_ordered("<", x, zero), zero, x) for x in values]
+        elif spec.activation is not None:
+            values = [self.activation(b, spec.activation, x) for x in values]
+        scale = self.splat(arg["scale"])
+        values = [b.fmul(x, scale) for x in values]
+        if spec.residual:
+            residual = self._load_row(self.at(arg["res"], b.mul(row, arg["r_rs"]),
+                                              b.mul(col0, arg["r_cs"])),
+                                      arg["r_cs"], cols, masks)
+            values = [b.fadd(x, r) for x, r in zip(values, residual)]
+        return values
+
+
+class Update:
+    """Per tile: where the value being accumulated onto comes from (C scaled by beta on
+    the first K block, out itself after), whether to read it at all, and alpha."""
+
+    def __init__(self, gemm: TileStore, first):
+        b, arg = gemm.b, gemm.arg
+        self.previous = b.select(first, arg["c"], arg["out"])
+        self.previous_rs = b.select(first, arg["c_rs"], arg["o_rs"])
+        self.previous_cs = b.select(first, arg["c_cs"], gemm.i64(1))
+        self.previous_scale = gemm.splat(b.select(first, arg["beta"], ir.Constant(gemm.T, 1.0)))
+        beta_zero = b.fcmp_ordered("==", arg["beta"], ir.Constant(gemm.T, 0.0))
+        self.read_previous = b.not_(b.and_(first, beta_zero))
+        self.alpha = gemm.splat(arg["alpha"])
