@@ -150,16 +150,23 @@ class GuardSet:
             tree = _TREES.get(len(args))
             if tree is None:
                 tree = _TREES[len(args)] = flatten((args, {}), "arg", [])
+            leaf_keys = tuple([tensor_meta(a) for a in args])
+            aliases = tuple(range(len(args))) if len({id(a) for a in args}) == len(args) \
+                else _alias_pattern(leaves)
         else:
             leaves = []
             tree = flatten((args, kwargs), "arg", leaves)
-        leaf_keys = tuple(_leaf_key(v) for _, v in leaves)
+            leaf_keys = tuple([_leaf_key(v) for _, v in leaves])
+            aliases = _alias_pattern(leaves)
         if dynamic:
             leaf_keys = abstract_sizes(leaf_keys, dynamic)
-        parts = [tree, leaf_keys, _alias_pattern(leaves), is_grad_enabled()]
-        parts.append(tuple(_leaf_key(ns.get(name)) for _, ns, name in self.globals))
-        parts.append(tuple(_leaf_key(_cell_value(c)) for _, c in self.closures))
-        parts.append(tuple(_leaf_key(getattr(m, a, None)) for _, m, a in self.attributes))
+        parts = [tree, leaf_keys, aliases, is_grad_enabled(),
+                 tuple([_leaf_key(ns.get(name)) for _, ns, name in self.globals]) if
+                 self.globals else (),
+                 tuple([_leaf_key(_cell_value(c)) for _, c in self.closures]) if
+                 self.closures else (),
+                 tuple([_leaf_key(getattr(m, a, None)) for _, m, a in self.attributes]) if
+                 self.attributes else ()]
         if self.module is not None:
             parts.append(tuple((n, tensor_meta(t)) for n, t in _module_tensors(self.module)))
         return tuple(parts), leaves
