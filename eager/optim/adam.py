@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from eager import factories
 from eager.optim.optimizer import Optimizer
+
+
+_FAST_DTYPES = ("float32", "float64")
 
 
 class Adam(Optimizer):
@@ -33,6 +38,8 @@ class Adam(Optimizer):
             state["exp_avg_sq"] = factories.zeros_like(p)
             if group["amsgrad"]:
                 state["max_exp_avg_sq"] = factories.zeros_like(p)
+        if self._numpy_update(p, grad, group, state):
+            return
         beta1, beta2 = group["betas"]
         lr, wd = group["lr"], group["weight_decay"]
         grad = -grad if group["maximize"] else grad
@@ -53,6 +60,39 @@ class Adam(Optimizer):
         step_size = lr / (1 - beta1 ** step)
         denom = (second.sqrt() / math.sqrt(1 - beta2 ** step)).add_(group["eps"])
         p.add_(exp_avg / denom, alpha=-step_size)
+
+    def _numpy_update(self, p, grad, group, state) -> bool:
+        """The same arithmetic, in the same order, as numpy ops on the CPU tensors' own
+        memory: no dispatch and fewer temporaries (PyTorch's foreach / fused paths play
+        this part). Returns False where it does not apply (amsgrad, float16, other
+        devices): the op-by-op update runs instead."""
+        if group["amsgrad"] or p.device.type != "cpu" or p.dtype.name not in _FAST_DTYPES \
+                or grad.dtype is not p.dtype or grad.shape != p.shape or not state:
+            return False
+        x, g = p._np(), grad._np()
+        beta1, beta2 = group["betas"]
+        lr, wd = group["lr"], group["weight_decay"]
+        if group["maximize"]:
+            g = -g
+        if wd != 0:
+            if self._decoupled:
+                x *= 1 - lr * wd
+            else:
+                g = g + x * wd
+        state["step"] += 1
+        step = state["step"]
+        m, v = state["exp_avg"], state["exp_avg_sq"]
+        a, b = m._np(), v._np()
+        a *= beta1
+        a += g * (1 - beta1)
+        b *= beta2
+        b += (g * g) * (1 - beta2)
+        denom = np.sqrt(b) / math.sqrt(1 - beta2 ** step)
+        denom += group["eps"]
+        x += (a / denom) * -(lr / (1 - beta1 ** step))
+        for t in (p, m, v):
+            t._bump()
+        return True
 
 
 class AdamW(Adam):
