@@ -53,7 +53,8 @@ def configure_threads(threads: int | None) -> str | None:
     OpenBLAS reads its variables once, when numpy is first imported."""
     if threads is None:
         return None
-    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                 "KILN_NUM_THREADS"):
         os.environ[name] = str(threads)
     if "numpy" not in sys.modules:
         return None

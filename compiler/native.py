@@ -26,7 +26,9 @@ from ir.ops import VIEW, Op
 
 _KERNEL_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                               ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
-_PARALLEL_ELEMENTS = 1 << 16  # below this a kernel runs on the calling thread alone
+# below this a kernel runs on the calling thread alone: waking the pool costs tens of
+# microseconds, more than the second core saves on a megabyte of work
+_PARALLEL_ELEMENTS = 1 << 20
 _lock = threading.Lock()
 _compiled: dict[tuple, tuple] = {}  # (body text, strides) -> (ctypes function, ir, asm)
 _counter = [0]

@@ -147,11 +147,18 @@ def test_no_lane_reads_or_writes_past_the_end():
     assert np.isnan(base[:8]).all() and np.isnan(base[29:]).all()
 
 
-def test_results_do_not_depend_on_the_thread_split():
-    a = eager.tensor(np.random.default_rng(3).standard_normal((40, 4001)).astype(np.float32))
-    fn = compiler.compile(lambda x: (x * x).sum(-1), backend="native")
-    first = fn(a).numpy()
-    np.testing.assert_array_equal(fn(a).numpy(), first)
+@pytest.mark.parametrize("fn", [lambda x: (x * x).sum(-1), lambda x: x.exp() * 2,
+                                lambda x: eager.softmax(x, -1)])
+def test_kernels_large_enough_to_span_threads(fn, monkeypatch):
+    monkeypatch.setenv("KILN_NUM_THREADS", "2")
+    a = eager.tensor(np.random.default_rng(3).standard_normal((1100, 1001)).astype(np.float32))
+    compiled = compiler.compile(fn, backend="native")
+    first = compiled(a).numpy()
+    np.testing.assert_allclose(first, fn(a).numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(compiled(a).numpy(), first)  # the same split, same bits
+    run = next(iter(compiled.region_cache.values()))
+    launches = [launch for k in run.kernels.values() for launch in k._layouts.values()]
+    assert launches and all(launch.threads == 2 for launch in launches)
     assert math.isfinite(float(first.sum()))
 
 
