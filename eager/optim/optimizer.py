@@ -6,6 +6,7 @@ import copy
 from collections import defaultdict
 
 from eager.autograd.grad_mode import no_grad
+from eager.nn.modules.module import zero_grads
 from eager.tensor import Tensor
 
 
@@ -42,15 +43,7 @@ class Optimizer:
         self.param_groups.append(group)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                if set_to_none:
-                    p.grad = None
-                else:
-                    p.grad = p.grad.detach()
-                    p.grad.zero_()
+        zero_grads((p for group in self.param_groups for p in group["params"]), set_to_none)
 
     def step(self, closure=None):
         loss = None

@@ -8,6 +8,19 @@ from eager.nn.parameter import Parameter
 from eager.tensor import Tensor
 
 
+def zero_grads(params, set_to_none: bool = True) -> None:
+    """Forget (or zero in place) the gradients of `params`: what Module.zero_grad and
+    Optimizer.zero_grad do."""
+    for p in params:
+        if p.grad is None:
+            continue
+        if set_to_none:
+            p.grad = None
+        else:
+            p.grad = p.grad.detach()
+            p.grad.zero_()
+
+
 class _IncompatibleKeys:
     def __init__(self, missing_keys, unexpected_keys):
         self.missing_keys = missing_keys
@@ -189,14 +202,7 @@ class Module:
         return self
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        for p in self.parameters():
-            if p.grad is None:
-                continue
-            if set_to_none:
-                p.grad = None
-            else:
-                p.grad = p.grad.detach()
-                p.grad.zero_()
+        zero_grads(self.parameters(), set_to_none)
 
     # calling ----------------------------------------------------------------------
     def forward(self, *args, **kwargs):
