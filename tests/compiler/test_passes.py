@@ -275,3 +275,19 @@ def test_debug_level_2_prints_every_pass(capsys):
     err = capsys.readouterr().err
     for name in ("decompose", "simplify", "cse", "fuse"):
         assert f"after {name}" in err
+
+
+def test_drop_copies_keeps_a_clone_a_view_depends_on():
+    text = """
+        graph(%x: f32[4,6]):
+          %0: f32[6,4] = t(%x)
+          %1: f32[6,4] = clone(%0)
+          %2: f32[24] = view(%1, size=[24])
+          %3: f32[24] = exp(%2)
+          return (%3)
+        """
+    g = G(text)
+    assert str(drop_copies(g)) == str(g)
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    np.testing.assert_allclose(run(optimize(g, verify=True), x)[0], np.exp(x.T.reshape(-1)),
+                               rtol=1e-6)
