@@ -93,31 +93,29 @@ class FusedKernel:
         self._empty = 0 in full
 
     def _row_values(self) -> frozenset:
-        """Values with one element per row: reductions' results, the ops over them, and
-        the operands only those ops read."""
+        """Values with one element per row: reductions' results, the ops over only such
+        values, and the operands that only those ops read (when all reduced dims have
+        size 1 a row is one element, and a full-shaped value counts as full)."""
         if self.kind != "reduction":
             return frozenset()
         full, reduced = self.space
-        rows = {v for v, _ in self.scalars}
-        full_readers: set = set()
+        scalars = {v for v, _ in self.scalars}
+        candidates = {v for v in self.operands
+                      if _is_kept(v.type.shape, full, reduced) and tuple(v.type.shape) != full}
+        rows: set = set()
         for n in self.nodes:
-            out = n.outputs[0]
-            if n.op in K.REDUCE_OPS or (_is_kept(out.type.shape, full, reduced) and
-                                        len(out.type.shape) < len(full)):
-                rows.add(out)
-            elif _is_kept(out.type.shape, full, reduced) and all(
-                    v in rows or v in self.operands for v in n.input_values()):
-                rows.add(out)
-            else:
-                full_readers.update(n.input_values())
-        for v in self.operands:
+            ins = [v for v in n.input_values() if v not in scalars]
+            if n.op in K.REDUCE_OPS or (ins and all(v in rows or v in candidates
+                                                   for v in ins)):
+                rows.add(n.outputs[0])
+        for v in candidates:
             readers = [n for n in self.nodes if v in n.input_values()]
-            if _is_kept(v.type.shape, full, reduced) and all(n.outputs[0] in rows
-                                                             for n in readers):
-                if v in full_readers:
-                    raise Unsupported("an operand read both per row and per element")
+            per_row = [n.outputs[0] in rows for n in readers]
+            if all(per_row):
                 rows.add(v)
-        return frozenset(rows)
+            elif any(per_row):
+                raise Unsupported("an operand read both per row and per element")
+        return frozenset(rows | scalars)
 
     def _check(self, computed) -> None:
         allowed = V.NATIVE_OPS | set(K.REDUCE_OPS)
