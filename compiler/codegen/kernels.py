@@ -29,6 +29,7 @@ from ir.ops import COMPARISON, Op
 REDUCE_OPS = {Op.SUM: "sum", Op.AMAX: "max", Op.AMIN: "min", Op.ARGMAX: "argmax",
               Op.ARGMIN: "argmin"}
 STRIDED = None  # an operand's inner-stride class when it is neither 1 nor 0
+UNROLL = 4  # vectors per trip of an elementwise kernel's main loop
 
 
 @dataclass(frozen=True)
@@ -244,7 +245,11 @@ def _elementwise(k: _Builder) -> None:
                 k.compute(node, env, L)
             for j, v in enumerate(spec.outputs):
                 k.store(n_in + j, bases[n_in + j], i, env[v], count)
-        k.loop(k.i0, k.i1, k.w, step, tail=lambda i, count: step(i, count))
+        def unrolled(i):  # several vectors per trip keep more loads in flight
+            for u in range(UNROLL):
+                step(k.b.add(i, ir.Constant(V.I64, u * k.w)))
+        rest = k.loop(k.i0, k.i1, UNROLL * k.w, unrolled)
+        k.loop(rest, k.i1, k.w, step, tail=lambda i, count: step(i, count))
     _row_loop(k, row)
 
 
