@@ -131,8 +131,8 @@ class CompiledFunction:
             trace.flush("return")
         finally:
             capture.stop(token)
-        trace.seconds["trace"] = time.perf_counter() - start - trace.seconds["compile"] - \
-            trace.seconds["run"]
+        trace.seconds["trace"] = time.perf_counter() - start - sum(
+            v for k, v in trace.seconds.items() if k != "trace")
         if trace.breaks and self.fullgraph:
             b = trace.breaks[0]
             raise RuntimeError(f"kiln.compile(fullgraph=True): graph break in "

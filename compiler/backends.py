@@ -7,6 +7,8 @@ says so.
 """
 from __future__ import annotations
 
+import time
+
 from compiler import interpreter
 from ir.graph import Graph
 
@@ -28,8 +30,12 @@ class NativeBackend(EagerBackend):
     def compile(self, graph: Graph):
         from compiler import native
         from compiler.passes import optimize
-        run = native.prepare(optimize(graph))
+        start = time.perf_counter()
+        optimized = optimize(graph)
+        passes = time.perf_counter() - start
+        run = native.prepare(optimized)
         run.source = graph
+        run.phase_seconds = {"passes": passes}
         return run
 
 

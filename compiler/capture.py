@@ -227,7 +227,7 @@ class Trace:
         self.untracked_inputs: list[str] = []
         self.created: set[int] = set()        # ids of tensors made by factories meanwhile
         self.random = False
-        self.seconds = {"trace": 0.0, "compile": 0.0, "run": 0.0}
+        self.seconds = {"trace": 0.0, "passes": 0.0, "codegen+JIT": 0.0, "run": 0.0}
 
     # inputs -------------------------------------------------------------------------
     def note_input(self, t: Tensor) -> None:
@@ -302,10 +302,19 @@ class Trace:
         debug.banner(f"captured graph (ended by: {reason})", str(graph))
         start = time.perf_counter()
         run = self.compile_region(graph)
-        self.seconds["compile"] += time.perf_counter() - start
-        start = time.perf_counter()
+        compiling = time.perf_counter() - start
+        phases = getattr(run, "phase_seconds", None)
+        if phases and not getattr(run, "phases_counted", False):
+            run.phases_counted = True  # a region found again costs nothing to compile
+            self.seconds["passes"] += phases["passes"]
+            compiling -= phases["passes"]
+        self.seconds["codegen+JIT"] += compiling
+        from compiler.native import codegen_seconds
+        start, codegen = time.perf_counter(), codegen_seconds()
         results = run_region(run, graph, inputs)
-        self.seconds["run"] += time.perf_counter() - start
+        kernels = codegen_seconds() - codegen  # kernels are generated on their first call
+        self.seconds["codegen+JIT"] += kernels
+        self.seconds["run"] += time.perf_counter() - start - kernels
         for (_, t), r in zip(live, results):
             _become(t, r)
         for saved in region.saved:  # their tensors are concrete now: take today's version

@@ -32,6 +32,11 @@ _PARALLEL_ELEMENTS = 1 << 20
 _lock = threading.Lock()
 _compiled: dict[tuple, tuple] = {}  # (body text, strides) -> (ctypes function, ir, asm)
 _counter = [0]
+def codegen_seconds() -> float:
+    """Seconds this thread has spent compiling and loading kernels (all of them: the
+    elementwise and row kernels here, GEMM kernels in codegen/)."""
+    from runtime.jit import load_seconds
+    return load_seconds()
 
 
 class Unsupported(Exception):

@@ -17,12 +17,21 @@ Importing this module imports llvmlite; the eager runtime never does.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Iterable
 
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
 from runtime.cache import Entry, KernelCache, kernel_key, kiln_version
+
+
+_clock = threading.local()  # seconds this thread spent in load(): LLVM and linking
+
+
+def load_seconds() -> float:
+    """Time this thread has spent loading kernels (compiling them on a cache miss)."""
+    return getattr(_clock, "total", 0.0)
 
 
 def _initialise() -> None:
@@ -114,8 +123,12 @@ class HostJit:
         if isinstance(names, str):
             raise TypeError(f"names is a collection of names; pass [{names!r}]")
         text = str(module)
-        addresses = self.cache.get_or_build(self.cache_key(text), lambda: self._build(text),
-                                            self._link)
+        start = time.perf_counter()
+        try:
+            addresses = self.cache.get_or_build(self.cache_key(text),
+                                                lambda: self._build(text), self._link)
+        finally:
+            _clock.total = load_seconds() + time.perf_counter() - start
         if names is None:
             return dict(addresses)
         missing = [name for name in names if name not in addresses]
