@@ -229,17 +229,20 @@ class CompiledFunction:
     def _replay(self, entry: Entry, leaves: list):
         results = []
         if entry.run is not None:
-            inputs = [guards.resolve(s, leaves) for s in entry.sources]
+            inputs = [leaves[s[1]][1] if s[0] == "arg" else guards.resolve(s, leaves)
+                      for s in entry.sources]
             results = capture.run_region(entry.run, entry.graph, inputs)
-        out = []
-        for kind, v in entry.out_slots:
-            if kind == "graph":
-                out.append(results[v])
-            elif kind == "source":
-                out.append(guards.resolve(v, leaves))
-            else:
-                out.append(v)
+        if entry.out_tree == 0:  # a single result
+            return self._slot(entry.out_slots[0], results, leaves)
+        out = [self._slot(slot, results, leaves) for slot in entry.out_slots]
         return guards.unflatten(entry.out_tree, out)
+
+    @staticmethod
+    def _slot(slot, results, leaves):
+        kind, v = slot
+        if kind == "graph":
+            return results[v]
+        return guards.resolve(v, leaves) if kind == "source" else v
 
     # check=True ---------------------------------------------------------------------
     def _check(self, out, args, kwargs) -> None:

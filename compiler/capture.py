@@ -24,6 +24,7 @@ from compiler import debugging as debug
 from eager import dispatcher
 from eager.device import CPU, META
 from eager.dispatcher import DispatchKey
+from eager.profiler import profile, record_function
 from eager.tensor import Storage, Tensor
 from ir.graph import Graph, GraphBuilder, Node, TensorType, Value
 from ir.ops import INPLACE, Op
@@ -323,7 +324,6 @@ class Trace:
 
 def run_region(run, graph: Graph, inputs: list) -> list:
     """Run a compiled region with capture off, as one profiler event."""
-    from eager.profiler import profile, record_function
     tls = dispatcher.tls
     previous = tls.exclude
     tls.exclude = previous | TRACER_BIT

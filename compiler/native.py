@@ -165,7 +165,7 @@ class FusedKernel:
             operands = [env[v] for v in self.operands]
         if self._empty:  # nothing to compute: eager's answer (zeros, NaN or its error)
             return interpreter.run(self.body, inputs)
-        key = tuple((t._shape, t._stride) for t in operands)
+        key = tuple([(t._shape, t._stride) for t in operands])
         launch = self._layouts.get(key)
         if launch is None:
             outs = [np.empty(tuple(v.type.shape), v.type.dtype.np) for v in self.body.outputs]
