@@ -52,8 +52,8 @@ class GemmKernel:
         from compiler.codegen.gemm import Epilogue, bmm, gemm
         env = dict(zip(self.body.inputs, inputs))
         env.update(zip(self.before.outputs, interpreter.run(self.before, inputs)))
-        bias = activation = residual = None
-        scale, bias_axis = 1.0, 1
+        bias = activation = residual = None  # bias: one per column, as in linear
+        scale = 1.0
         for node, role in self.fused:
             other = next((v for v in node.input_values() if v != self.chain and v in env), None)
             if role == "bias":
@@ -67,8 +67,7 @@ class GemmKernel:
         a, b = (env[v] for v in self.product.input_values())
         product = bmm if self.product.op is Op.BMM else gemm
         value = from_array(product(a._np(), b._np(), epilogue=Epilogue(
-            bias=bias, bias_axis=bias_axis, activation=activation, residual=residual,
-            scale=scale)))
+            bias=bias, activation=activation, residual=residual, scale=scale)))
         env[self.chain] = value
         if self.rest is not None:
             kernel, rest_inputs, rest_outputs = self.rest
