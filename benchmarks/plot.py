@@ -1,4 +1,6 @@
-"""`--plot DIR`: one bar chart per suite of each contender's time ratio to the reference.
+"""`--plot DIR`: one bar chart per suite of each contender's time ratio to the reference,
+and for the gemm suite the GFLOP/s of each contender against the size N of the square
+products.
 
 matplotlib is optional: `missing()` says why plots cannot be drawn, before any timing.
 """
@@ -53,4 +55,35 @@ def write_plots(suites: list[SuiteResult], directory: str) -> list[str]:
         fig.savefig(path, dpi=120)
         plt.close(fig)
         paths.append(path)
+        if suite.name == "gemm":
+            paths += _gemm_curve(plt, suite, directory)
     return paths
+
+
+def _gemm_curve(plt, suite: SuiteResult, directory: str) -> list[str]:
+    """GFLOP/s against N for the square cases ("square N"), one line per contender."""
+    lines: dict[str, list] = {}
+    for case in suite.cases:
+        kind, _, size = case.case.name.partition(" ")
+        if kind != "square" or not size.isdigit():
+            continue
+        for o in case.outcomes:
+            rate = case.throughput(o)
+            if rate is not None:
+                lines.setdefault(o.label, []).append((int(size), rate))
+    if not lines:
+        return []
+    fig, ax = plt.subplots(figsize=(6.0, 4.0))
+    for label, points in lines.items():
+        xs, ys = zip(*sorted(points))
+        ax.plot(xs, ys, marker="o", label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("N (square N x N x N float32 product)")
+    ax.set_ylabel("GFLOP/s")
+    ax.legend(fontsize=8)
+    ax.set_title("gemm", fontsize=10)
+    fig.tight_layout()
+    path = os.path.join(directory, "gemm_gflops.png")
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return [path]

@@ -83,3 +83,20 @@ def test_plots_are_drawn_when_matplotlib_is_installed(tmp_path):
     from benchmarks.plot import write_plots
     assert write_plots(tiny_suites(), str(tmp_path)) == [str(tmp_path / "tiny.png")]
     assert (tmp_path / "tiny.png").stat().st_size > 0
+
+
+def test_the_gemm_suite_also_gets_its_gflops_curve(tmp_path):
+    pytest.importorskip("matplotlib")
+    import dataclasses
+
+    from benchmarks.harness import CaseResult, Outcome, SuiteResult
+    from benchmarks.plot import write_plots
+    base = tiny_suites()[0].cases[0]
+    cases = []
+    for n in (64, 128):
+        case = dataclasses.replace(base.case, name=f"square {n}", unit="GFLOP/s",
+                                   work=2 * n ** 3)
+        cases.append(CaseResult(case, [Outcome("numpy", "numpy", "ok", times=[1e-4, 1e-4])]))
+    suite = SuiteResult("gemm", "squares", "ran", cases=cases)
+    paths = write_plots([suite], str(tmp_path))
+    assert str(tmp_path / "gemm_gflops.png") in paths
