@@ -24,6 +24,19 @@ def compile(fn=None, *, backend: str = "native", fullgraph: bool = False,  # noq
     return CompiledFunction(fn, **options)
 
 
+def cache_clear() -> int:
+    """Empty the on-disk kernel cache ($KILN_CACHE_DIR, default ~/.cache/kiln); returns
+    the number of entries removed. Also `python -m runtime.cache clear`."""
+    from runtime.cache import clear
+    return clear()
+
+
+def cache_info():
+    """Where the kernel cache is, how many entries and bytes it holds, its size cap."""
+    from runtime.cache import info
+    return info()
+
+
 class CompiledModule:
     """A module whose calls run its forward compiled; attributes reach the module."""
 
@@ -48,5 +61,5 @@ class CompiledModule:
         return f"CompiledModule({self._orig_mod!r})"
 
 
-__all__ = ["compile", "lower", "Lowered", "CompiledFunction", "CompiledModule",
+__all__ = ["compile", "lower", "Lowered", "cache_clear", "cache_info", "CompiledFunction", "CompiledModule",
            "CompileCheckError", "debug", "interpreter", "RECOMPILE_LIMIT"]

@@ -333,3 +333,10 @@ def test_dynamic_true_probes_sizes_on_the_first_call():
     x = eager.randn(11, 5)
     assert_close(cf(x), eager.softmax(x, -1) * 2)
     assert len(cf.entries) == 1
+
+
+def test_compiled_kernels_land_in_the_disk_cache_which_can_be_cleared(tmp_path, monkeypatch):
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
+    compiler.compile(lambda x: (x * 3.25).exp() - 1.5)(eager.randn(5))
+    assert compiler.cache_info().entries >= 1
+    assert compiler.cache_clear() >= 1 and compiler.cache_info().entries == 0
