@@ -210,3 +210,11 @@ def test_gemm_kernels_with_their_epilogues(name, dtype):
                                expected.numpy(), rtol=tol, atol=tol)
     lowered = compiler.lower(fn, x, w, r)
     assert not lowered.interpreted, lowered.interpreted
+
+
+def test_debug_levels_3_and_4_print_llvm_ir_and_assembly(capsys):
+    with compiler.debug(4):
+        compiler.compile(lambda x: x * 7.125 - 0.375, backend="native")(eager.randn(9))
+    err = capsys.readouterr().err
+    assert "LLVM IR: kiln_elementwise" in err and "define void @\"kiln_elementwise" in err
+    assert "assembly: kiln_elementwise" in err and "ret" in err
