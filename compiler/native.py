@@ -183,27 +183,34 @@ class FusedKernel:
         """How to call the kernel for operands laid out like `arrays`."""
         full, reduced = self.space
         shapes = [tuple(v.type.shape) for v in self.operands + tuple(self.body.outputs)]
-        rows, inner, offsets, strides = _layout(arrays, shapes, full, reduced, self.squeezed)
-        fn = self._function(tuple(_stride_class(s) for s in strides))
+        rows, inner, offsets, strides, outer = _layout(arrays, shapes, full, reduced,
+                                                       self.squeezed)
+        classes = tuple(_stride_class(s) for s in strides)
+        columns = ()
+        if self.kind == "reduction" and K.STRIDED in classes and len(outer) == 1 and \
+                all(s in (0, 1) for s in outer[0]):
+            columns = tuple(outer[0])  # rows adjacent in memory: put them in the lanes
+        fn = self._function(classes, columns)
         return _Launch(fn, offsets, strides, rows, inner, self.kind == "elementwise")
 
-    def _function(self, classes):
-        key = (str(self.body), classes)
+    def _function(self, classes, columns=()):
+        key = (str(self.body), classes, columns)
         with _lock:
             hit = _compiled.get(key)
             if hit is None:
-                hit = _compiled[key] = self._compile(classes)
+                hit = _compiled[key] = self._compile(classes, columns)
             if hit[1] not in self.artifacts:
                 self.artifacts.append(hit[1])
         return hit[0]
 
-    def _compile(self, classes):
+    def _compile(self, classes, columns=()):
         from runtime.jit import host_jit, vector_width
         jit = host_jit()
         _counter[0] += 1
-        name = f"kiln_{self.kind}_{_counter[0]}"
+        name = f"kiln_{'columns' if columns else self.kind}_{_counter[0]}"
         spec = K.KernelSpec(name, self.kind, self.operands, self.nodes,
-                            tuple(self.body.outputs), self.scalars, self.row_values, classes)
+                            tuple(self.body.outputs), self.scalars, self.row_values, classes,
+                            columns)
         module = jit.new_module(name)
         K.build_kernel(module, spec, vector_width())
         debug.banner(f"LLVM IR: {name}", str(module), at_level=3)
@@ -291,7 +298,7 @@ def _layout(arrays, shapes, full, reduced, squeezed):
         for size, col, _ in outer:
             off = (off[:, None] + np.arange(size, dtype=np.int64)[None, :] * col[j]).ravel()
         offsets.append(np.ascontiguousarray(off))
-    return rows, inner[0], offsets, [c for c in inner[1]]
+    return rows, inner[0], offsets, [c for c in inner[1]], [m[1] for m in outer]
 
 
 class _Launch:

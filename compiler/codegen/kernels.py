@@ -12,7 +12,9 @@ per row: loaded once, broadcast) or strided (gathered lane by lane). The inner l
 W lanes at a time and finishes with one masked step, so no lane reads or writes past
 `i_end`. A row kernel (`reduction`) runs its row in passes: each pass accumulates the
 reductions whose inputs it can compute, and the elementwise ops between passes run once
-per row on the reduced values.
+per row on the reduced values. When the reduced dim is the strided one and the rows are
+adjacent in memory (a reduction over a leading dim), the kernel puts W rows in the lanes
+instead (`_columns`) and walks the reduced dim one element per step.
 """
 from __future__ import annotations
 
@@ -45,6 +47,7 @@ class KernelSpec:
     scalars: tuple[tuple[Value, object], ...]
     per_row: frozenset
     strides: tuple               # per operand: 1, 0 or STRIDED
+    row_strides: tuple = ()      # column mode: per operand 1 (rows adjacent) or 0
 
     def width(self, host_lanes: int) -> int:
         sizes = [v.type.dtype.itemsize for v in self.inputs + self.outputs] + \
@@ -131,6 +134,47 @@ class _Builder:
         lanes = ir.Constant(ir.VectorType(V.I64, self.w), list(range(self.w)))
         return self.b.icmp_signed("<", lanes, L.splat(count))
 
+    def rows_at(self, j, ptr, count=None):
+        """W elements of operand j from `ptr` on, one per row (column mode)."""
+        b, w, v = self.b, self.w, self.operands[j]
+        L = V.Lanes(b, w)
+        if self.spec.row_strides[j] == 0:
+            return L.splat(V.Lanes(b, None).from_memory(b.load(ptr), v.type.dtype))
+        mem = V._MEMORY[v.type.dtype.name]
+        vt = ir.VectorType(mem, w)
+        vptr = b.bitcast(ptr, ir.PointerType(vt))
+        if count is None:
+            return L.from_memory(b.load(vptr, align=v.type.dtype.itemsize), v.type.dtype)
+        fn = _declare(self.module, f"llvm.masked.load.v{w}{_suffix(mem)}.p0",
+                      ir.FunctionType(vt, [ir.PointerType(vt), V.I32, ir.VectorType(V.I1, w),
+                                           vt]))
+        raw = b.call(fn, [vptr, ir.Constant(V.I32, v.type.dtype.itemsize), self._mask(count),
+                          ir.Constant(vt, None)])
+        return L.from_memory(raw, v.type.dtype)
+
+    def store_rows(self, j, ptr, value, count=None):
+        b, w, v = self.b, self.w, self.operands[j]
+        mem_value = V.Lanes(b, w).to_memory(value, v.type.dtype)
+        vt = mem_value.type
+        vptr = b.bitcast(ptr, ir.PointerType(vt))
+        if count is None:
+            b.store(mem_value, vptr, align=v.type.dtype.itemsize)
+            return
+        fn = _declare(self.module, f"llvm.masked.store.v{w}{_suffix(vt.element)}.p0",
+                      ir.FunctionType(ir.VoidType(), [vt, ir.PointerType(vt), V.I32,
+                                                      ir.VectorType(V.I1, w)]))
+        b.call(fn, [mem_value, vptr, ir.Constant(V.I32, v.type.dtype.itemsize),
+                    self._mask(count)])
+
+    def inner_at(self, j, base, i):
+        """The address of operand j's element i along the inner dim, from a row's base."""
+        cls = self.spec.strides[j]
+        if cls == 0:
+            return base
+        if cls == 1:
+            return self.b.gep(base, [i])
+        return self.b.gep(base, [self.b.mul(i, self.stride[j])])
+
     def load(self, j, base, i, count=None):
         """W elements of operand j at inner index i (count: lanes that exist, for the tail)."""
         b, w = self.b, self.w
@@ -213,6 +257,8 @@ def build_kernel(module: ir.Module, spec: KernelSpec, host_lanes: int) -> ir.Fun
     builder = _Builder(module, spec, spec.width(host_lanes))
     if spec.kind == "elementwise":
         _elementwise(builder)
+    elif spec.row_strides:
+        _columns(builder)
     else:
         _rows(builder)
     builder.b.ret_void()
@@ -316,6 +362,74 @@ def _rows(k: _Builder) -> None:
             if v in spec.per_row:
                 b.store(S.to_memory(known[v], v.type.dtype), bases[n_in + j])
     _row_loop(k, row)
+
+
+def _columns(k: _Builder) -> None:
+    """A row kernel with its rows in the lanes: W adjacent rows at a time (a reduction
+    over a leading dim, whose rows are adjacent in memory), walking the reduced dim one
+    element per step, so every load is a plain vector and no lanes need folding."""
+    spec, b = k.spec, k.b
+    n_in = len(spec.inputs)
+    level, acc_pass = _levels(spec)
+    producer = {n.outputs[0]: n for n in spec.nodes}
+    full_outputs = [(j, v) for j, v in enumerate(spec.outputs) if v not in spec.per_row]
+    passes = max([level[v] for _, v in full_outputs] + list(acc_pass.values()) + [0]) + 1
+
+    def block(r, count=None):
+        L = V.Lanes(b, k.w)
+        bases = [k.row_base(j, r) for j in range(len(k.operands))]
+        known = {v: k.rows_at(j, bases[j], count) for j, v in enumerate(spec.inputs)
+                 if v in spec.per_row}
+        k.constants(known, L)
+        for p in range(passes):
+            _row_scalars(k, spec, known, L, producer)
+            reductions = [n for n, q in acc_pass.items() if q == p]
+            stores = [(j, v) for j, v in full_outputs if level[v] == p]
+            if not reductions and not stores:
+                continue
+            needed = _needed(spec, producer, [n.inputs[0] for n in reductions] +
+                             [v for _, v in stores], known)
+            accs = {n: _start_acc(k, n) for n in reductions}
+
+            def step(i, needed=needed, accs=accs, stores=stores):
+                env = dict(known)
+                for j, v in enumerate(spec.inputs):
+                    if v not in spec.per_row:
+                        env[v] = k.rows_at(j, k.inner_at(j, bases[j], i), count)
+                for node in spec.nodes:
+                    if node.outputs[0] in needed:
+                        k.compute(node, env, L)
+                for node, acc in accs.items():
+                    _accumulate_lanes(k, node, acc, env[node.inputs[0]], i)
+                for j, v in stores:
+                    k.store_rows(n_in + j, k.inner_at(n_in + j, bases[n_in + j], i), env[v],
+                                 count)
+            k.loop(k.i0, k.i1, 1, step)
+            for node, (slot, index, _) in accs.items():
+                known[node.outputs[0]] = b.load(index if index is not None else slot)
+        _row_scalars(k, spec, known, L, producer)
+        for j, v in enumerate(spec.outputs):
+            if v in spec.per_row:
+                k.store_rows(n_in + j, bases[n_in + j], known[v], count)
+    k.loop(k.r0, k.r1, k.w, block, tail=lambda r, count: block(r, count))
+
+
+def _accumulate_lanes(k: _Builder, node: Node, acc, x, i) -> None:
+    """One step of a reduction whose lanes are separate rows (nothing is masked: lanes
+    past the last row are computed and never stored)."""
+    b = k.b
+    slot, index, dt = acc
+    L = V.Lanes(b, k.w)
+    kind = REDUCE_OPS[node.op]
+    x = L.cast(x, node.inputs[0].type.dtype, dt)
+    best = b.load(slot)
+    if kind.startswith("arg"):
+        take = _beats(L, x, best, kind)
+        b.store(b.select(take, x, best), slot)
+        b.store(b.select(take, L.splat(i), b.load(index)), index)
+        return
+    b.store(b.fadd(best, x) if kind == "sum" else V._max_min(L, best, x, dt, kind == "max"),
+            slot)
 
 
 def _row_scalars(k, spec, known, S, producer) -> None:

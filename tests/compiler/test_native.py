@@ -218,3 +218,14 @@ def test_debug_levels_3_and_4_print_llvm_ir_and_assembly(capsys):
     err = capsys.readouterr().err
     assert "LLVM IR: kiln_elementwise" in err and "define void @\"kiln_elementwise" in err
     assert "assembly: kiln_elementwise" in err and "ret" in err
+
+
+@pytest.mark.parametrize("shape", [(512, 256), (37, 53), (4, 5, 6), (129, 17)], ids=str)
+@pytest.mark.parametrize("fn", [lambda x: x.sum(0), lambda x: eager.softmax(x, 0),
+                                lambda x: x.argmin(0), lambda x: x - x.amax(0, keepdim=True)])
+def test_reductions_over_a_leading_dim_put_rows_in_the_lanes(fn, shape):
+    x = eager.tensor(np.random.default_rng(9).standard_normal(shape).astype(np.float32))
+    np.testing.assert_allclose(compiler.compile(fn, backend="native")(x).numpy(),
+                               fn(x).numpy(), rtol=1e-5, atol=1e-6)
+    names = [k.name for k in compiler.lower(fn, x).kernels]
+    assert names and all(n.startswith("kiln_columns") for n in names), names
