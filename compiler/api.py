@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from compiler import capture, dynamic, guards
+from eager import dispatcher
+from eager.profiler import profile
 from compiler.backends import get_backend
 from eager.tensor import Tensor
 
@@ -38,6 +40,7 @@ class Entry:
     breaks: list = field(default_factory=list)
     calls: int = 0
     seconds: dict = field(default_factory=dict)
+    direct: object = None          # replay as one kernel call on the arguments
 
 
 class CompileCheckError(AssertionError):
@@ -76,6 +79,9 @@ class CompiledFunction:
                         return self._give_up(key, args, kwargs)
                     return self._first_call(key, args, kwargs)
         entry.calls += 1
+        if entry.direct is not None and not self.check_calls and profile._active is None \
+                and not dispatcher.tls.include:
+            return entry.direct(list(args))[0]  # one kernel over the arguments as given
         out = self._replay(entry, leaves) if entry.mode == "replay" else \
             self._run_python(entry, args, kwargs)[0]
         if self.check_calls:
@@ -225,6 +231,11 @@ class CompiledFunction:
         entry.graph = record.graph if record is not None else None
         entry.run = self._compile_region(record.graph) if record is not None else None
         entry.sources, entry.out_tree, entry.out_slots = sources, tree, slots
+        kernel = getattr(entry.run, "kernel", None)  # a graph that is one native kernel
+        if kernel is not None and tree == 0 and slots == [("graph", 0)] and \
+                sources == [("arg", i) for i in range(len(sources))] and \
+                len(sources) == len(leaves_of_args(entry.key)):
+            entry.direct = kernel
 
     def _replay(self, entry: Entry, leaves: list):
         results = []
@@ -270,6 +281,11 @@ class CompiledFunction:
     def explain(self) -> str:
         from compiler.explain import explain
         return explain(self)
+
+
+def leaves_of_args(key: tuple) -> tuple:
+    """The argument leaves a guard key describes (its second part)."""
+    return key[1]
 
 
 def _constants(entry: Entry) -> list:
