@@ -58,8 +58,10 @@ def kiln_eager(fn: Callable, arrays: list[np.ndarray]):
 
 
 def kiln_compiled(fn: Callable, arrays: list[np.ndarray]):
+    """The compiled function takes the tensors alone (the library is bound in a closure),
+    as a user's compiled function does."""
     import eager
-    return bound(eager.compile(fn), [eager, *kiln_tensors(arrays)])
+    return bound(eager.compile(lambda *tensors: fn(eager, *tensors)), kiln_tensors(arrays))
 
 
 def torch_eager(fn: Callable, arrays: list[np.ndarray]):
@@ -70,7 +72,7 @@ def torch_eager(fn: Callable, arrays: list[np.ndarray]):
 def torch_compiled(fn: Callable, arrays: list[np.ndarray]):
     import torch
     torch._dynamo.reset()  # earlier cases' code stays out of this one's caches and limits
-    return bound(torch.compile(fn), [torch, *torch_tensors(arrays)])
+    return bound(torch.compile(lambda *tensors: fn(torch, *tensors)), torch_tensors(arrays))
 
 
 def kiln_tensors(arrays: list[np.ndarray]) -> list:
