@@ -315,13 +315,33 @@ def _levels(spec: KernelSpec):
     return level, acc_pass
 
 
+class _Passes:
+    """The plan of a row kernel's passes over its rows: pass p accumulates the reductions
+    whose inputs it can compute and stores the full-row outputs available by then."""
+
+    def __init__(self, spec: KernelSpec):
+        self.spec = spec
+        self.level, self.acc_pass = _levels(spec)
+        self.producer = {n.outputs[0]: n for n in spec.nodes}
+        self.full_outputs = [(j, v) for j, v in enumerate(spec.outputs)
+                             if v not in spec.per_row]
+        self.count = max([self.level[v] for _, v in self.full_outputs] +
+                         list(self.acc_pass.values()) + [0]) + 1
+
+    def work(self, p: int, known: dict):
+        """Pass p's reductions, stores, and the full-row values they need."""
+        reductions = [n for n, q in self.acc_pass.items() if q == p]
+        stores = [(j, v) for j, v in self.full_outputs if self.level[v] == p]
+        needed = _needed(self.spec, self.producer, [n.inputs[0] for n in reductions] +
+                         [v for _, v in stores], known)
+        return reductions, stores, needed
+
+
 def _rows(k: _Builder) -> None:
     spec, b = k.spec, k.b
     n_in = len(spec.inputs)
-    level, acc_pass = _levels(spec)
-    producer = {n.outputs[0]: n for n in spec.nodes}
-    full_outputs = [(j, v) for j, v in enumerate(spec.outputs) if v not in spec.per_row]
-    passes = max([level[v] for _, v in full_outputs] + list(acc_pass.values()) + [0]) + 1
+    plan = _Passes(spec)
+    producer = plan.producer
 
     def row(r):
         bases = [k.row_base(j, r) for j in range(len(k.operands))]
@@ -331,14 +351,11 @@ def _rows(k: _Builder) -> None:
             if v in spec.per_row:
                 known[v] = S.from_memory(b.load(bases[j]), v.type.dtype)
         k.constants(known, S)
-        for p in range(passes):
+        for p in range(plan.count):
             _row_scalars(k, spec, known, S, producer)
-            reductions = [n for n, q in acc_pass.items() if q == p]
-            stores = [(j, v) for j, v in full_outputs if level[v] == p]
+            reductions, stores, needed = plan.work(p, known)
             if not reductions and not stores:
                 continue
-            needed = _needed(spec, producer, [n.inputs[0] for n in reductions] +
-                             [v for _, v in stores], known)
             accs = {n: _start_acc(k, n) for n in reductions}
 
             def step(i, count=None, needed=needed, accs=accs, stores=stores):
@@ -370,10 +387,8 @@ def _columns(k: _Builder) -> None:
     element per step, so every load is a plain vector and no lanes need folding."""
     spec, b = k.spec, k.b
     n_in = len(spec.inputs)
-    level, acc_pass = _levels(spec)
-    producer = {n.outputs[0]: n for n in spec.nodes}
-    full_outputs = [(j, v) for j, v in enumerate(spec.outputs) if v not in spec.per_row]
-    passes = max([level[v] for _, v in full_outputs] + list(acc_pass.values()) + [0]) + 1
+    plan = _Passes(spec)
+    producer = plan.producer
 
     def block(r, count=None):
         L = V.Lanes(b, k.w)
@@ -381,14 +396,11 @@ def _columns(k: _Builder) -> None:
         known = {v: k.rows_at(j, bases[j], count) for j, v in enumerate(spec.inputs)
                  if v in spec.per_row}
         k.constants(known, L)
-        for p in range(passes):
+        for p in range(plan.count):
             _row_scalars(k, spec, known, L, producer)
-            reductions = [n for n, q in acc_pass.items() if q == p]
-            stores = [(j, v) for j, v in full_outputs if level[v] == p]
+            reductions, stores, needed = plan.work(p, known)
             if not reductions and not stores:
                 continue
-            needed = _needed(spec, producer, [n.inputs[0] for n in reductions] +
-                             [v for _, v in stores], known)
             accs = {n: _start_acc(k, n) for n in reductions}
 
             def step(i, needed=needed, accs=accs, stores=stores):
