@@ -61,5 +61,6 @@ class CompiledModule:
         return f"CompiledModule({self._orig_mod!r})"
 
 
-__all__ = ["compile", "lower", "Lowered", "cache_clear", "cache_info", "CompiledFunction", "CompiledModule",
+__all__ = ["compile", "lower", "Lowered", "cache_clear", "cache_info", "CompiledFunction",
+           "CompiledModule",
            "CompileCheckError", "debug", "interpreter", "RECOMPILE_LIMIT"]

@@ -92,7 +92,6 @@ def _store_epilogue(body: Graph, product: Node, after) -> tuple[list, Value]:
             users.setdefault(v, []).append(n)
     chain, fused, stage = product.outputs[0], [], 0
     out_shape = product.outputs[0].type.shape
-    order = ["bias", "activation", "scale", "residual"]
     for node in after:
         if chain in body.outputs or len(users.get(chain, [])) != 1 or \
                 users[chain][0] is not node or node.outputs[0].type != product.outputs[0].type:

@@ -19,15 +19,17 @@ def assert_close(actual, expected, *, rtol=None, atol=None, equal_nan=False,
     a, adt = _as_array(actual)
     e, edt = _as_array(expected)
     if check_dtype and adt != edt:
-        raise AssertionError(msg or f"The values for attribute 'dtype' do not match: {adt} != {edt}.")
+        raise AssertionError(msg or f"The values for attribute 'dtype' do not match: "
+                             f"{adt} != {edt}.")
     if a.shape != e.shape:
         raise AssertionError(msg or f"The values for attribute 'shape' do not match: "
                              f"{a.shape} != {e.shape}.")
     default_rtol, default_atol = _TOLERANCES.get(adt, (0.0, 0.0))
     rtol = default_rtol if rtol is None else rtol
     atol = default_atol if atol is None else atol
-    if not np.allclose(a, e, rtol=rtol, atol=atol, equal_nan=equal_nan):
+    close = np.isclose(a, e, rtol=rtol, atol=atol, equal_nan=equal_nan)
+    if not close.all():
         diff = np.abs(a.astype(np.float64) - e.astype(np.float64))
         raise AssertionError(msg or f"Tensor-likes are not close!\n\nMismatched elements: "
-                             f"{int((~np.isclose(a, e, rtol=rtol, atol=atol, equal_nan=equal_nan)).sum())}"
-                             f" / {a.size}\nGreatest absolute difference: {np.nanmax(diff)}")
+                             f"{int((~close).sum())} / {a.size}\n"
+                             f"Greatest absolute difference: {np.nanmax(diff)}")

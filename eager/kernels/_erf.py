@@ -65,7 +65,8 @@ def _tail(ax):
     """1 - erfc(ax) for 1.25 <= ax < 6."""
     s = 1.0 / (ax * ax)
     first = ax < 1 / 0.35
-    ratio = np.where(first, _poly(ERF_RA, s) / _poly(ERF_SA, s), _poly(ERF_RB, s) / _poly(ERF_SB, s))
+    ratio = np.where(first, _poly(ERF_RA, s) / _poly(ERF_SA, s),
+                     _poly(ERF_RB, s) / _poly(ERF_SB, s))
     # z is ax with the low 32 bits of its mantissa cleared: z*z is then exact, and
     # exp(-ax^2) = exp(-z*z) * exp((z - ax) * (z + ax)) loses nothing to cancellation
     z = (ax.view(np.uint64) & np.uint64(0xFFFFFFFF00000000)).view(np.float64)
