@@ -1,4 +1,5 @@
 """nn.Module behaviour: registration, traversal, modes, state dicts, hooks, repr."""
+import numpy as np
 import pytest
 
 import eager
@@ -153,3 +154,17 @@ def test_wrong_input_shape_names_the_layer_and_both_shapes():
                                            r": expected input with last dimension 4, got shape "
                                            r"\[2, 5\]"):
         layer(eager.ones(2, 5))
+
+
+def test_to_keeps_the_parameter_objects_an_optimizer_holds():
+    net = nn.Linear(3, 2)
+    opt = eager.optim.SGD(net.parameters(), lr=0.1)
+    before = [id(p) for p in net.parameters()]
+    net.double()
+    assert [id(p) for p in net.parameters()] == before
+    loss = net(eager.ones(4, 3, dtype=eager.float64)).sum()
+    loss.backward()
+    weight = net.weight.detach().clone()
+    opt.step()
+    assert net.weight.dtype is eager.float64
+    assert not np.allclose(net.weight.detach().numpy(), weight.numpy())  # the step landed

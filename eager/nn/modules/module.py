@@ -285,14 +285,13 @@ class Module:
         from eager.autograd.grad_mode import no_grad
         with no_grad():
             for m in self.modules():
-                for name, p in m._parameters.items():
+                for p in m._parameters.values():
                     if p is not None:
                         new = fn(p)
-                        if new is not p:
-                            param = Parameter(new, p.requires_grad)
+                        if new is not p:  # the same Parameter object, as PyTorch keeps it:
+                            p.data = new  # an optimiser built before .to() still holds it
                             if p.grad is not None:
-                                param.grad = fn(p.grad)
-                            m._parameters[name] = param
+                                p.grad = fn(p.grad)
                 for name, b in m._buffers.items():
                     if b is not None:
                         m._buffers[name] = fn(b)
