@@ -134,37 +134,49 @@ class _Builder:
         lanes = ir.Constant(ir.VectorType(V.I64, self.w), list(range(self.w)))
         return self.b.icmp_signed("<", lanes, L.splat(count))
 
-    def rows_at(self, j, ptr, count=None):
-        """W elements of operand j from `ptr` on, one per row (column mode)."""
-        b, w, v = self.b, self.w, self.operands[j]
-        L = V.Lanes(b, w)
-        if self.spec.row_strides[j] == 0:
-            return L.splat(V.Lanes(b, None).from_memory(b.load(ptr), v.type.dtype))
-        mem = V._MEMORY[v.type.dtype.name]
-        vt = ir.VectorType(mem, w)
+    def _vector_at(self, j, ptr, count=None):
+        """W consecutive elements of operand j from `ptr` (masked past `count` lanes),
+        still in their memory type."""
+        b, w, dt = self.b, self.w, self.operands[j].type.dtype
+        vt = ir.VectorType(V._MEMORY[dt.name], w)
         vptr = b.bitcast(ptr, ir.PointerType(vt))
         if count is None:
-            return L.from_memory(b.load(vptr, align=v.type.dtype.itemsize), v.type.dtype)
-        fn = _declare(self.module, f"llvm.masked.load.v{w}{_suffix(mem)}.p0",
+            return b.load(vptr, align=dt.itemsize)
+        fn = _declare(self.module, f"llvm.masked.load.v{w}{_suffix(vt.element)}.p0",
                       ir.FunctionType(vt, [ir.PointerType(vt), V.I32, ir.VectorType(V.I1, w),
                                            vt]))
-        raw = b.call(fn, [vptr, ir.Constant(V.I32, v.type.dtype.itemsize), self._mask(count),
-                          ir.Constant(vt, None)])
-        return L.from_memory(raw, v.type.dtype)
+        return b.call(fn, [vptr, ir.Constant(V.I32, dt.itemsize), self._mask(count),
+                           ir.Constant(vt, None)])
 
-    def store_rows(self, j, ptr, value, count=None):
-        b, w, v = self.b, self.w, self.operands[j]
-        mem_value = V.Lanes(b, w).to_memory(value, v.type.dtype)
+    def _vector_put(self, j, ptr, mem_value, count=None) -> None:
+        """Store W consecutive elements of operand j at `ptr` (only the first `count`)."""
+        b, w, dt = self.b, self.w, self.operands[j].type.dtype
         vt = mem_value.type
         vptr = b.bitcast(ptr, ir.PointerType(vt))
         if count is None:
-            b.store(mem_value, vptr, align=v.type.dtype.itemsize)
+            b.store(mem_value, vptr, align=dt.itemsize)
             return
         fn = _declare(self.module, f"llvm.masked.store.v{w}{_suffix(vt.element)}.p0",
                       ir.FunctionType(ir.VoidType(), [vt, ir.PointerType(vt), V.I32,
                                                       ir.VectorType(V.I1, w)]))
-        b.call(fn, [mem_value, vptr, ir.Constant(V.I32, v.type.dtype.itemsize),
-                    self._mask(count)])
+        b.call(fn, [mem_value, vptr, ir.Constant(V.I32, dt.itemsize), self._mask(count)])
+
+    def _splat_first(self, j, ptr):
+        """Operand j's element at `ptr`, in every lane."""
+        dt = self.operands[j].type.dtype
+        return V.Lanes(self.b, self.w).splat(
+            V.Lanes(self.b, None).from_memory(self.b.load(ptr), dt))
+
+    def rows_at(self, j, ptr, count=None):
+        """W elements of operand j from `ptr` on, one per row (column mode)."""
+        if self.spec.row_strides[j] == 0:
+            return self._splat_first(j, ptr)
+        dt = self.operands[j].type.dtype
+        return V.Lanes(self.b, self.w).from_memory(self._vector_at(j, ptr, count), dt)
+
+    def store_rows(self, j, ptr, value, count=None):
+        dt = self.operands[j].type.dtype
+        self._vector_put(j, ptr, V.Lanes(self.b, self.w).to_memory(value, dt), count)
 
     def inner_at(self, j, base, i):
         """The address of operand j's element i along the inner dim, from a row's base."""
@@ -178,25 +190,14 @@ class _Builder:
     def load(self, j, base, i, count=None):
         """W elements of operand j at inner index i (count: lanes that exist, for the tail)."""
         b, w = self.b, self.w
-        v = self.operands[j]
-        L = V.Lanes(b, w)
-        mem = V._MEMORY[v.type.dtype.name]
+        dt = self.operands[j].type.dtype
         cls = self.spec.strides[j]
         if cls == 0:  # one element for the whole row
-            return L.splat(V.Lanes(b, None).from_memory(b.load(base), v.type.dtype))
+            return self._splat_first(j, base)
         if cls == 1:
-            ptr = b.bitcast(b.gep(base, [i]), ir.PointerType(ir.VectorType(mem, w)))
-            if count is None:
-                raw = b.load(ptr, align=v.type.dtype.itemsize)
-            else:
-                vt = ir.VectorType(mem, w)
-                fn = _declare(self.module, f"llvm.masked.load.v{w}{_suffix(mem)}.p0",
-                              ir.FunctionType(vt, [ir.PointerType(vt), V.I32,
-                                                   ir.VectorType(V.I1, w), vt]))
-                raw = b.call(fn, [ptr, ir.Constant(V.I32, v.type.dtype.itemsize),
-                                  self._mask(count), ir.Constant(vt, None)])
+            raw = self._vector_at(j, b.gep(base, [i]), count)
         else:
-            raw = ir.Constant(ir.VectorType(mem, w), ir.Undefined)
+            raw = ir.Constant(ir.VectorType(V._MEMORY[dt.name], w), ir.Undefined)
             last = b.sub(b.add(i, count), ir.Constant(V.I64, 1)) if count is not None else None
             for k in range(w):
                 idx = b.add(i, ir.Constant(V.I64, k))
@@ -204,34 +205,23 @@ class _Builder:
                     idx = b.select(b.icmp_signed("<", idx, last), idx, last)
                 raw = b.insert_element(raw, b.load(b.gep(base, [b.mul(idx, self.stride[j])])),
                                        ir.Constant(V.I32, k))
-        return L.from_memory(raw, v.type.dtype)
+        return V.Lanes(b, w).from_memory(raw, dt)
 
     def store(self, j, base, i, value, count=None):
         b, w = self.b, self.w
-        v = self.operands[j]
-        L = V.Lanes(b, w)
-        mem_value = L.to_memory(value, v.type.dtype)
-        vt = mem_value.type
-        if self.spec.strides[j] != 1:  # strided: lane by lane, only lanes that exist
-            for k in range(w):
-                idx = b.add(i, ir.Constant(V.I64, k))
-                lane = b.extract_element(mem_value, ir.Constant(V.I32, k))
-                target = b.gep(base, [b.mul(idx, self.stride[j])])
-                if count is None:
-                    b.store(lane, target)
-                else:
-                    with b.if_then(b.icmp_signed("<", ir.Constant(V.I64, k), count)):
-                        b.store(lane, target)
+        mem_value = V.Lanes(b, w).to_memory(value, self.operands[j].type.dtype)
+        if self.spec.strides[j] == 1:
+            self._vector_put(j, b.gep(base, [i]), mem_value, count)
             return
-        ptr = b.bitcast(b.gep(base, [i]), ir.PointerType(vt))
-        if count is None:
-            b.store(mem_value, ptr, align=v.type.dtype.itemsize)
-        else:
-            fn = _declare(self.module, f"llvm.masked.store.v{w}{_suffix(vt.element)}.p0",
-                          ir.FunctionType(ir.VoidType(), [vt, ir.PointerType(vt), V.I32,
-                                                          ir.VectorType(V.I1, w)]))
-            b.call(fn, [mem_value, ptr, ir.Constant(V.I32, v.type.dtype.itemsize),
-                        self._mask(count)])
+        for k in range(w):  # strided: lane by lane, only lanes that exist
+            idx = b.add(i, ir.Constant(V.I64, k))
+            lane = b.extract_element(mem_value, ir.Constant(V.I32, k))
+            target = b.gep(base, [b.mul(idx, self.stride[j])])
+            if count is None:
+                b.store(lane, target)
+            else:
+                with b.if_then(b.icmp_signed("<", ir.Constant(V.I64, k), count)):
+                    b.store(lane, target)
 
     # values -----------------------------------------------------------------------------
     def compute(self, node: Node, env: dict, L: V.Lanes):
