@@ -19,6 +19,7 @@ from compiler import debugging as debug
 from compiler import interpreter
 from compiler.codegen import kernels as K
 from compiler.codegen import values as V
+from compiler.passes.fusion import row_space
 from eager.dispatcher import ATEN
 from eager.tensor import from_array
 from ir.graph import Graph, Node
@@ -146,12 +147,10 @@ class FusedKernel:
                 raise Unsupported("outputs of different shapes")
             return tuple(shapes[0]), frozenset()
         reductions = [n for n in self.nodes if n.op in K.REDUCE_OPS]
-        full = tuple(reductions[0].inputs[0].type.shape)
-        reduced = _reduced_dims(reductions[0], full)
-        for n in reductions:
-            if tuple(n.inputs[0].type.shape) != full or _reduced_dims(n, full) != reduced:
-                raise Unsupported("reductions over different rows")
-        return full, reduced
+        space = row_space(reductions[0])
+        if any(row_space(n) != space for n in reductions):
+            raise Unsupported("reductions over different rows")
+        return space
 
     # running ------------------------------------------------------------------------
     def __call__(self, inputs: list) -> list:
@@ -219,13 +218,6 @@ class FusedKernel:
         if debug.level() >= 4:
             debug.banner(f"assembly: {name}", artifact.assembly, at_level=4)
         return _KERNEL_FN(address), artifact
-
-
-def _reduced_dims(node: Node, full) -> frozenset:
-    dims = node.attr["dim"]
-    dims = range(len(full)) if dims is None or dims == () else \
-        ((dims,) if isinstance(dims, int) else dims)
-    return frozenset(d % max(len(full), 1) for d in dims)
 
 
 def _is_kept(shape, full, reduced) -> bool:

@@ -61,27 +61,26 @@ tls = _LocalState()
 
 
 @contextlib.contextmanager
+def _keys_in(mask: str, keys):
+    """Set `keys`' bits in the thread's `mask` ("include" or "exclude") for a while;
+    on exit only those bits go back to what they were."""
+    bits = sum(1 << DispatchKey(k) for k in keys)
+    prev = getattr(tls, mask) & bits
+    setattr(tls, mask, getattr(tls, mask) | bits)
+    try:
+        yield
+    finally:
+        setattr(tls, mask, (getattr(tls, mask) & ~bits) | prev)
+
+
 def include_keys(*keys: DispatchKey):
     """Add `keys` to every call's key set on this thread (capture turns on Tracer)."""
-    bits = sum(1 << DispatchKey(k) for k in keys)
-    prev = tls.include & bits
-    tls.include |= bits
-    try:
-        yield
-    finally:
-        tls.include = (tls.include & ~bits) | prev
+    return _keys_in("include", keys)
 
 
-@contextlib.contextmanager
 def exclude_keys(*keys: DispatchKey):
     """Remove `keys` from every call's key set on this thread."""
-    bits = sum(1 << DispatchKey(k) for k in keys)
-    prev = tls.exclude & bits
-    tls.exclude |= bits
-    try:
-        yield
-    finally:
-        tls.exclude = (tls.exclude & ~bits) | prev
+    return _keys_in("exclude", keys)
 
 
 # Per-key fallbacks: `make(handle) -> kernel` for ops with no kernel of their own for the

@@ -110,7 +110,7 @@ def _shape(node: Node):
     return node.outputs[0].type.shape
 
 
-def _row_space(node: Node):
+def row_space(node: Node):
     """(input shape, reduced dims) of a reduction, dims made non-negative."""
     x = node.inputs[0].type.shape
     dims = node.attr["dim"]
@@ -131,7 +131,7 @@ def _fuse_reductions(g: _Groups) -> None:
     for i, node in enumerate(g.nodes):
         if g.kind[i] != "reduction":
             continue
-        space = _row_space(node)
+        space = row_space(node)
         for j, other in spaces.items():
             if other == space:
                 g.try_merge(j, i, "reduction")
