@@ -37,6 +37,7 @@ def load_seconds() -> float:
 def _initialise() -> None:
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
+    llvm.initialize_native_asmparser()  # inline assembly (runtime.pool's syscalls)
 
 
 def host_cpu_name() -> str:

@@ -99,23 +99,62 @@ class EpilogueSpec:
 
 def build_module(module: ir.Module, name: str, tile: Tile, spec: EpilogueSpec,
                  activation: Callable | None = None) -> None:
-    """Add `<name>_packed`, `<name>_direct` and `<name>_pack_b` to `module`.
+    """Add `<name>_packed`, `<name>_direct` and `<name>_pack_b` to `module`, and each
+    of them as an item for runtime.pool (`<name>_packed_item`, ...: see `_export_item`).
     `activation(builder, name, x)` emits an activation on a vector (needed for any
     activation but relu)."""
     pack_a = Packing(module, tile).pack_a(f"{name}_pack_a")
     pack_b = Packing(module, tile).pack_b(f"{name}_pack_b_panels")
-    _Gemm(module, f"{name}_packed", tile, spec, activation).packed(pack_a, pack_b)
-    _Gemm(module, f"{name}_direct", tile, spec, activation).direct()
-    _export(module, f"{name}_pack_b", tile, pack_b)
+    packed = _Gemm(module, f"{name}_packed_body", tile, spec, activation)
+    packed.packed(pack_a, pack_b)
+    direct = _Gemm(module, f"{name}_direct_body", tile, spec, activation)
+    direct.direct()
+    _export(module, f"{name}_packed", tile, packed.fn, KERNEL_ARGS)
+    _export(module, f"{name}_direct", tile, direct.fn, KERNEL_ARGS)
+    _export(module, f"{name}_pack_b", tile, pack_b, PACK_B_ARGS)
+    _export_item(module, f"{name}_packed_item", tile, packed.fn, KERNEL_ARGS,
+                 ("pack_a", "pack_b"))
+    _export_item(module, f"{name}_direct_item", tile, direct.fn, KERNEL_ARGS)
+    _export_item(module, f"{name}_pack_b_item", tile, pack_b, PACK_B_ARGS)
 
 
-def _export(module: ir.Module, name: str, tile: Tile, internal: ir.Function) -> None:
+def _export(module: ir.Module, name: str, tile: Tile, internal: ir.Function,
+            args: tuple) -> None:
     """An exported function calling `internal`. Exported functions are preemptible, and
-    a call to one from the module goes through the GOT: only Python calls this one."""
+    a call to one from the module goes through the GOT: only Python and runtime.pool
+    call these, and the module calls only its internal functions."""
     e = Emitter(module, tile)
-    fn = e.define(name, PACK_B_ARGS)
+    fn = e.define(name, args)
     e.b.call(internal, list(fn.args))
     e.b.ret_void()
+
+
+def _export_item(module: ir.Module, name: str, tile: Tile, target: ir.Function,
+                 args: tuple, per_worker: tuple = ()) -> None:
+    """`name(record, worker)`, runtime.pool's item signature: calls `target` with its
+    `args` read from the record, one 8-byte slot each in order (integers and pointers
+    as i64, scalars as double). The slots named in `per_worker` hold the address of a
+    table of pointers indexed by worker (each thread's own packing buffers)."""
+    e = Emitter(module, tile)
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(),
+                                                              I64]), name)
+    fn.attributes.add("nounwind")
+    record, worker = fn.args
+    b = e.b = ir.IRBuilder(fn.append_basic_block("entry"))
+    slots = b.bitcast(record, I64.as_pointer())
+    values = []
+    for index, (arg_name, kind) in enumerate(args):
+        slot = b.gep(slots, [e.i64(index)])
+        if kind == "f":
+            value = b.load(b.bitcast(slot, ir.DoubleType().as_pointer()))
+            values.append(value if e.T == value.type else b.fptrunc(value, e.T))
+            continue
+        value = b.load(slot)
+        if arg_name in per_worker:
+            value = b.load(b.gep(b.inttoptr(value, I64.as_pointer()), [worker]))
+        values.append(b.inttoptr(value, e.P) if kind == "p" else value)
+    b.call(target, values)
+    b.ret_void()
 
 
 class _Gemm(TileStore):
@@ -124,7 +163,7 @@ class _Gemm(TileStore):
     def __init__(self, module, name, tile, spec, activation):
         super().__init__(module, tile)
         self.spec, self.activation = spec, activation
-        self.fn = self.define(name, KERNEL_ARGS)
+        self.fn = self.define(name, KERNEL_ARGS, linkage="internal")
         self.arg = {arg_name: arg for arg, (arg_name, _) in zip(self.fn.args, KERNEL_ARGS)}
         size = tile.mr * tile.nr
         self.tile_buffer = self.b.alloca(ir.ArrayType(self.T, size), name="tile")

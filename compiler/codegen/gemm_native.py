@@ -10,7 +10,6 @@ for one blocking. Packing buffers are per thread, 64-byte aligned and reused.
 from __future__ import annotations
 
 import ctypes
-import itertools
 import threading
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -25,8 +24,8 @@ from compiler.codegen.gemm_kernel import (KERNEL_ARGS, PACK_B_ARGS, EpilogueSpec
 # Each thread gets at least this many multiply-adds (about 200 us of work on one core):
 # below about 400^3 a second thread did not pay for waking it (40-100 us here) and
 # sharing the work.
-PARALLEL_MIN_MACS = 1 << 25
-PIECE_MIN_MACS = 1 << 22
+PARALLEL_MIN_MACS = 1 << 19
+PIECE_MIN_MACS = 1 << 18
 SHARED_B_ELEMENTS = 1 << 22  # the shared packing of B goes column chunk by chunk
 CONFLICT_STRIDE = 2048  # bytes
 
@@ -99,10 +98,12 @@ class GemmKernel:
         self.direct = signature(addresses["direct"])
         self.pack_b = ctypes.CFUNCTYPE(None, *[kinds[kind] for _, kind in PACK_B_ARGS])(
             addresses["pack_b"])
+        self.items = {entry: addresses[f"{entry}_item"]
+                      for entry in ("packed", "direct", "pack_b")}
 
     def __call__(self, call: Call, blocking: Blocking | None, packed_b: int = 0) -> None:
         """Run one call on this thread: direct if `blocking` is None, else packed, with B
-        from `packed_b` (see pack_b_columns) when given."""
+        from `packed_b` (see pack_b_record) when given."""
         if blocking is None:
             self.direct(*call, None, None, 0, 0, 0, 0)
             return
@@ -113,12 +114,13 @@ class GemmKernel:
         self.packed(*call, pack_a, pack_b, int(bool(packed_b)), blocking.mc, blocking.kc,
                     blocking.nc)
 
-    def pack_b_columns(self, call: Call, start: int, stop: int, packed_b: int) -> None:
-        """Columns start:stop (start a multiple of NR) of the call's B into `packed_b`,
-        which holds all of B as NR-column panels of all K rows."""
+    def pack_b_record(self, call: Call, start: int, stop: int, packed_b: int) -> tuple:
+        """The PACK_B_ARGS that put columns start:stop (start a multiple of NR) of the
+        call's B into `packed_b`, which holds all of B as NR-column panels of all K
+        rows."""
         itemsize = self.dtype.itemsize
-        self.pack_b(call.b + start * call.b_cs * itemsize, call.b_rs, call.b_cs, call.k,
-                    stop - start, packed_b + start * call.k * itemsize)
+        return (call.b + start * call.b_cs * itemsize, call.b_rs, call.b_cs, call.k,
+                stop - start, packed_b + start * call.k * itemsize)
 
 
 def default_tile(dtype: str, lanes_f32: int) -> Tile:
@@ -157,7 +159,7 @@ def _compile(jit, tile: Tile, spec: EpilogueSpec) -> GemmKernel:
     build_module(module, name, tile, spec, emit_activation)
     if debugging.level() >= 3:
         debugging.banner(f"LLVM IR {name}", str(module), at_level=3)
-    entries = ("packed", "direct", "pack_b")
+    entries = ("packed", "direct", "pack_b", "packed_item", "direct_item", "pack_b_item")
     addresses = jit.load(module, [f"{name}_{entry}" for entry in entries])
     if debugging.level() >= 4:
         debugging.banner(f"assembly {name}", jit.assembly(module), at_level=4)
@@ -176,10 +178,15 @@ def _scratch(role: str, count: int, dtype: np.dtype) -> int:
     key = (role, dtype.str)
     buffer = held.get(key)
     if buffer is None or buffer.size < count:
-        raw = np.empty(count * dtype.itemsize + PACK_ALIGN, dtype=np.uint8)
-        offset = -raw.ctypes.data % PACK_ALIGN
-        buffer = held[key] = raw[offset:offset + count * dtype.itemsize].view(dtype)
+        buffer = held[key] = _aligned(count, dtype)
     return buffer.ctypes.data
+
+
+def _aligned(count: int, dtype: np.dtype) -> np.ndarray:
+    """An uninitialised array of `count` elements at a PACK_ALIGN-byte boundary."""
+    raw = np.empty(count * dtype.itemsize + PACK_ALIGN, dtype=np.uint8)
+    offset = -raw.ctypes.data % PACK_ALIGN
+    return raw[offset:offset + count * dtype.itemsize].view(dtype)
 
 
 def _round_up(x: int, to: int) -> int:
@@ -196,29 +203,37 @@ def reads_a_in_place(a_rs: int, a_cs: int, itemsize: int) -> bool:
 def run(kernel: GemmKernel, calls: list[Call], blocking: Blocking | None,
         threads: int | None = None) -> None:
     """Run `calls` (disjoint outputs; `blocking` None: the direct path) on up to
-    `threads` threads (default runtime.threads.num_threads()). Work is split along M or
-    N, never K, so every element of C sees the same operations in the same order
-    whatever the thread count.
+    `threads` threads (default runtime.threads.num_threads()) of runtime.pool. Work is
+    split along M or N, never K, so every element of C sees the same operations in the
+    same order whatever the thread count.
 
     Fewer packed calls than threads: each call's M is cut into pieces that share one
     packing of B (which the threads make together first) and each pack their own rows
     of A. Otherwise whole calls (or, on the direct path, row pieces) are the units.
-    Either way threads take the next unclaimed piece until none is left: pool threads
-    wake late here, and whoever is running takes up the slack."""
+    Either way threads claim the next piece until none is left."""
     macs = sum(call.m * call.n * call.k for call in calls)
     if macs >= 2 * PARALLEL_MIN_MACS and threads is None:
         from runtime.threads import num_threads
         threads = num_threads()
-    if macs < 2 * PARALLEL_MIN_MACS or threads <= 1:
-        for call in calls:
+    if macs < 2 * PARALLEL_MIN_MACS or threads <= 1 or not _parallel.acquire(blocking=False):
+        for call in calls:  # small, or another thread is using the pool: this one alone
             kernel(call, blocking)
-    elif blocking is not None and len(calls) < threads:
-        for call in calls:
-            _run_sharing_b(kernel, call, blocking, threads)
-    else:
-        pieces = calls if len(calls) >= threads else [
-            piece for call in calls for piece in _row_pieces(call, kernel, threads)]
-        _claim_in_turn([], None, pieces, lambda piece: kernel(piece, blocking), threads)
+        return
+    try:
+        if blocking is not None and len(calls) < threads:
+            for call in calls:
+                _run_sharing_b(kernel, call, blocking, threads)
+        else:
+            pieces = calls if len(calls) >= threads else [
+                piece for call in calls for piece in _row_pieces(call, kernel, threads)]
+            _in_pool(kernel, None, _records(kernel, pieces, blocking, threads), threads)
+    finally:
+        _parallel.release()
+
+
+# Held by the one Python thread whose product runs on runtime.pool, which also guards
+# the workers' packing buffers; others run theirs alone meanwhile.
+_parallel = threading.Lock()
 
 
 def _run_sharing_b(kernel: GemmKernel, call: Call, blocking: Blocking, threads: int):
@@ -228,17 +243,18 @@ def _run_sharing_b(kernel: GemmKernel, call: Call, blocking: Blocking, threads: 
     t, itemsize = kernel.tile, kernel.dtype.itemsize
     if -(-call.m // t.mr) < 2 * threads:  # too few rows: columns, own B each
         pieces = _column_pieces(call, kernel, 2 * threads)
-        _claim_in_turn([], None, pieces, lambda piece: kernel(piece, blocking), threads)
+        _in_pool(kernel, None, _records(kernel, pieces, blocking, threads), threads)
         return
     width = min(call.n, max(t.nr, SHARED_B_ELEMENTS // call.k // t.nr * t.nr))
     packed_b = _scratch("shared b", call.k * _round_up(width, t.nr), kernel.dtype)
     for start in range(0, call.n, width):
         chunk = call.cols(start, min(call.n, start + width), itemsize,
                           kernel.spec.bias == "col")
-        columns = _cuts(chunk.n, t.nr, 2 * threads)
+        columns = np.array([kernel.pack_b_record(chunk, *cols, packed_b)
+                            for cols in _cuts(chunk.n, t.nr, 2 * threads)], _PACK_B_RECORD)
         pieces = _row_pieces(chunk, kernel, max(threads, -(-call.m // blocking.mc)))
-        _claim_in_turn(columns, lambda cols: kernel.pack_b_columns(chunk, *cols, packed_b),
-                       pieces, lambda piece: kernel(piece, blocking, packed_b), threads)
+        _in_pool(kernel, columns, _records(kernel, pieces, blocking, threads, packed_b),
+                 threads)
 
 
 def _cuts(size: int, step: int, parts: int) -> list[tuple[int, int]]:
@@ -266,31 +282,58 @@ def _column_pieces(call: Call, kernel: GemmKernel, parts: int) -> list[Call]:
             for lo, hi in _cuts(call.n, kernel.tile.nr, parts)]
 
 
-def _claim_in_turn(first: list, do_first, then: list, do_then, threads: int) -> None:
-    """do_first(item) for every item of `first`, then, once all of those are done,
-    do_then(item) for every item of `then`, on up to `threads` threads of runtime's pool.
-    Each thread takes the next unclaimed item; one that finds `first` exhausted waits for
-    its stragglers before going on."""
-    from runtime.threads import parallel_for
-    claim_first, finished = itertools.count().__next__, itertools.count(1).__next__
-    claim_then = itertools.count().__next__  # steps of C iterators: atomic under the GIL
-    all_first_done = threading.Event()
-    if not first:
-        all_first_done.set()
+_KERNEL_RECORD = np.dtype([(name, "<f8" if kind == "f" else "<i8")
+                           for name, kind in KERNEL_ARGS])
+_PACK_B_RECORD = np.dtype([(name, "<i8") for name, _ in PACK_B_ARGS])
 
-    def task(start: int, end: int) -> None:
-        index = claim_first()
-        while index < len(first):
-            try:
-                do_first(first[index])
-            finally:
-                if finished() == len(first):
-                    all_first_done.set()
-            index = claim_first()
-        all_first_done.wait()
-        index = claim_then()
-        while index < len(then):
-            do_then(then[index])
-            index = claim_then()
 
-    parallel_for(max(1, min(threads, len(first) + len(then))), task)
+def _records(kernel: GemmKernel, pieces: list[Call], blocking: Blocking | None,
+             threads: int, packed_b: int = 0) -> np.ndarray:
+    """`pieces` as kernel records for runtime.pool: their packing buffers are tables
+    indexed by worker (this thread's for worker 0), or the shared `packed_b`."""
+    if blocking is None:
+        tail = (0, 0, 0, 0, 0, 0)
+    else:
+        t = kernel.tile
+        a_size = _round_up(blocking.mc, t.mr) * blocking.kc
+        tables = [_worker_buffers(kernel.dtype, "a", a_size, threads)]
+        if packed_b:
+            tables.append(np.full(threads, packed_b, np.int64))
+        else:
+            b_size = _round_up(blocking.nc, t.nr) * blocking.kc
+            tables.append(_worker_buffers(kernel.dtype, "b", b_size, threads))
+        _keep.tables = tables
+        tail = (tables[0].ctypes.data, tables[1].ctypes.data, int(bool(packed_b)),
+                blocking.mc, blocking.kc, blocking.nc)
+    return np.array([(*piece, *tail) for piece in pieces], _KERNEL_RECORD)
+
+
+_keep = threading.local()  # the tables of the product this thread is running
+_worker_buffers_held: dict = {}
+
+
+def _worker_buffers(dtype: np.dtype, role: str, count: int, threads: int) -> np.ndarray:
+    """Addresses of `role` packing buffers of at least `count` elements for workers 0
+    .. threads-1: this thread's own for worker 0, the pool workers' (guarded by
+    _parallel) for the others."""
+    addresses = [_scratch(role, count, dtype)]
+    for worker in range(1, threads):
+        key = (worker, role, dtype.str)
+        buffer = _worker_buffers_held.get(key)
+        if buffer is None or buffer.size < count:
+            buffer = _worker_buffers_held[key] = _aligned(count, dtype)
+        addresses.append(buffer.ctypes.data)
+    return np.array(addresses, np.int64)
+
+
+def _in_pool(kernel: GemmKernel, first: np.ndarray | None, then: np.ndarray,
+             threads: int) -> None:
+    """Every record of `first` (packings of B), then every record of `then` (kernel
+    pieces), on up to `threads` threads of runtime.pool."""
+    from runtime.pool import pool
+    packed = then["pack_a"][0] != 0
+    function = kernel.items["packed" if packed else "direct"]
+    listed = None if first is None else (kernel.items["pack_b"], first.ctypes.data,
+                                         len(first), first.itemsize)
+    pool(threads).run_items(listed, (function, then.ctypes.data, len(then), then.itemsize),
+                            threads)

@@ -1,0 +1,309 @@
+"""A thread pool whose workers wait in native code, for native tasks.
+
+runtime.threads' pool hands Python callables to Python threads: every job is a queue
+round trip and a thread wake-up, 40-100 us on this machine, more than a whole 256^3
+GEMM is worth splitting. Here the workers are Python threads that enter one native
+function and never return (they hold no GIL), and a job is a function pointer and a
+context pointer published by bumping a generation counter: a worker that is spinning
+sees it within a microsecond. Idle workers spin briefly, then yield the core
+(sched_yield, as OpenBLAS's threads do), then sleep on a futex, so an idle process
+costs nothing.
+
+The contract for a task `void fn(i8* ctx, i64 worker, i64 threads)`: the calling thread
+runs it as worker 0; workers 1 .. threads-1 may each run it any number of times (a late
+worker may join after the work is gone, or not at all), never two at once with the same
+index. So tasks claim their work with atomic counters (`run_items` below does), and a
+worker index may own scratch memory. `run` returns once every worker that joined has
+left. A job submitted while another runs (another Python thread) runs on its caller
+alone, as worker 0 with threads = 1.
+
+Linux on x86-64 only (the futex and sched_yield system call numbers); elsewhere
+`available()` is False and callers use runtime.threads.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import sys
+import threading
+
+import llvmlite.ir as ir
+
+I8P = ir.IntType(8).as_pointer()
+I32, I64 = ir.IntType(32), ir.IntType(64)
+VOID = ir.VoidType()
+TASK = ir.FunctionType(VOID, [I8P, I64, I64])  # fn(ctx, worker, threads)
+ITEM = ir.FunctionType(VOID, [I8P, I64])  # fn(record, worker)
+
+SYS_SCHED_YIELD, SYS_FUTEX = 24, 202
+FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 128, 129
+SPIN_CYCLES = 1 << 16  # ~20 us of pause loops: back-to-back jobs never leave them
+YIELD_CYCLES = 1 << 21  # ~0.7 ms more of sched_yield before sleeping on the futex
+
+# The pool's shared words, each on its own cache line (index in i64 slots); the job's
+# function, context and thread count share one line, written together.
+GENERATION, SLEEPERS, ACTIVE, CLOSED, BUSY, JOB = 0, 8, 16, 24, 32, 40
+POOL_SLOTS = 48
+# run_items' job record (i64 slots): two lists of (function, records, count, stride)
+# and the counters that hand their records out.
+FIRST, THEN, CLAIM_FIRST, DONE_FIRST, CLAIM_THEN = 0, 4, 8, 16, 24
+ITEMS_SLOTS = 32
+
+
+def available() -> bool:
+    return sys.platform.startswith("linux") and platform.machine() in ("x86_64", "AMD64")
+
+
+class _Emitter:
+    """IR for the pool's three functions; see the module docstring for what they do."""
+
+    def __init__(self, module: ir.Module):
+        self.module = module
+        self.pause = ir.Function(module, ir.FunctionType(VOID, []), "llvm.x86.sse2.pause")
+        self.cycles = ir.Function(module, ir.FunctionType(I64, []), "llvm.readcyclecounter")
+        # the syscall instruction itself, not libc's wrapper: the module calls nothing
+        # outside itself
+        self._syscall = ir.InlineAsm(ir.FunctionType(I64, [I64] * 5), "syscall",
+                                     "={rax},{rax},{rdi},{rsi},{rdx},{r10},~{rcx},~{r11},"
+                                     "~{memory}", side_effect=True)
+
+    def syscall(self, b, number: int, *args):
+        """System call `number` with up to four arguments (pointers or i64)."""
+        values = [ir.Constant(I64, number)] + [
+            b.ptrtoint(arg, I64) if isinstance(arg.type, ir.PointerType) else arg
+            for arg in args]
+        values += [ir.Constant(I64, 0)] * (5 - len(values))
+        return b.call(self._syscall, values)
+
+    def slot(self, b, base, index):
+        return b.gep(base, [ir.Constant(I64, index)])
+
+    def function(self, name, fn_type, arg_names):
+        fn = ir.Function(self.module, fn_type, name)
+        fn.attributes.add("nounwind")
+        for arg, arg_name in zip(fn.args, arg_names):
+            arg.name = arg_name
+        return fn, ir.IRBuilder(fn.append_basic_block("entry"))
+
+    def worker(self) -> None:
+        """kiln_pool_worker(pool, index): wait for a new generation, join the job if
+        it is still open, leave, forever."""
+        fn, b = self.function("kiln_pool_worker", ir.FunctionType(VOID, [I64.as_pointer(),
+                                                                      I64]), ("pool", "index"))
+        pool, index = fn.args
+        generation = b.bitcast(pool, I32.as_pointer())
+        first_seen = b.load_atomic(generation, "acquire", 8)
+        entry = b.block
+        loop, wait, idle, spin, later, yield_, sleep, got, enter, call, leave = (
+            fn.append_basic_block(name) for name in (
+                "loop", "wait", "idle", "spin", "later", "yield", "sleep", "got", "enter",
+                "call", "leave"))
+        b.branch(loop)
+
+        b.position_at_end(loop)
+        seen = b.phi(I32, "seen")
+        seen.add_incoming(first_seen, entry)
+        started = b.call(self.cycles, [])
+        b.branch(wait)
+
+        b.position_at_end(wait)
+        current = b.load_atomic(generation, "acquire", 8)
+        b.cbranch(b.icmp_unsigned("!=", current, seen), got, idle)
+
+        b.position_at_end(idle)
+        elapsed = b.sub(b.call(self.cycles, []), started)
+        b.cbranch(b.icmp_unsigned("<", elapsed, ir.Constant(I64, SPIN_CYCLES)), spin, later)
+        b.position_at_end(spin)
+        b.call(self.pause, [])
+        b.branch(wait)
+        b.position_at_end(later)
+        b.cbranch(b.icmp_unsigned("<", elapsed, ir.Constant(I64, YIELD_CYCLES)), yield_, sleep)
+        b.position_at_end(yield_)
+        self.syscall(b, SYS_SCHED_YIELD)
+        b.branch(wait)
+        b.position_at_end(sleep)  # the kernel sleeps only if the generation is still seen
+        sleepers = self.slot(b, pool, SLEEPERS)
+        b.atomic_rmw("add", sleepers, ir.Constant(I64, 1), "seq_cst")
+        self.syscall(b, SYS_FUTEX, generation, ir.Constant(I64, FUTEX_WAIT_PRIVATE),
+                     b.zext(seen, I64), ir.Constant(I64, 0))
+        b.atomic_rmw("sub", sleepers, ir.Constant(I64, 1), "seq_cst")
+        b.branch(wait)
+
+        b.position_at_end(got)  # joining: counted in ACTIVE before CLOSED is read
+        active = self.slot(b, pool, ACTIVE)
+        b.atomic_rmw("add", active, ir.Constant(I64, 1), "seq_cst")
+        closed = b.load_atomic(self.slot(b, pool, CLOSED), "seq_cst", 8)
+        b.cbranch(b.icmp_unsigned("==", closed, ir.Constant(I64, 0)), enter, leave)
+        b.position_at_end(enter)
+        task, context, threads = (b.load_atomic(self.slot(b, pool, JOB + i), "acquire", 8)
+                                  for i in range(3))
+        b.cbranch(b.icmp_signed("<", index, threads), call, leave)
+        b.position_at_end(call)
+        b.call(b.inttoptr(task, TASK.as_pointer()), [b.inttoptr(context, I8P), index, threads])
+        b.branch(leave)
+        b.position_at_end(leave)
+        b.atomic_rmw("sub", active, ir.Constant(I64, 1), "release")
+        seen.add_incoming(current, leave)
+        b.branch(loop)
+
+    def run(self) -> None:
+        """kiln_pool_run(pool, task, context, threads): publish the job, wake sleepers,
+        run it as worker 0, close it, wait for the workers inside to leave."""
+        fn, b = self.function("kiln_pool_run", ir.FunctionType(
+            VOID, [I64.as_pointer(), TASK.as_pointer(), I8P, I64]),
+            ("pool", "task", "context", "threads"))
+        pool, task, context, threads = fn.args
+        alone, claim, publish, wake, work, drain, relax, done = (
+            fn.append_basic_block(name) for name in (
+                "alone", "claim", "publish", "wake", "work", "drain", "relax", "done"))
+        zero, one = ir.Constant(I64, 0), ir.Constant(I64, 1)
+        b.cbranch(b.icmp_signed(">", threads, one), claim, alone)
+        b.position_at_end(alone)
+        b.call(task, [context, zero, one])
+        b.ret_void()
+
+        b.position_at_end(claim)
+        busy = self.slot(b, pool, BUSY)
+        claimed = b.extract_value(b.cmpxchg(busy, zero, one, "acquire", "monotonic"), 1)
+        b.cbranch(claimed, publish, alone)
+
+        b.position_at_end(publish)
+        for i, value in enumerate((b.ptrtoint(task, I64), b.ptrtoint(context, I64), threads)):
+            b.store_atomic(value, self.slot(b, pool, JOB + i), "release", 8)
+        b.store_atomic(zero, self.slot(b, pool, CLOSED), "seq_cst", 8)
+        generation = b.bitcast(pool, I32.as_pointer())
+        b.atomic_rmw("add", generation, ir.Constant(I32, 1), "seq_cst")
+        sleeping = b.load_atomic(self.slot(b, pool, SLEEPERS), "seq_cst", 8)
+        b.cbranch(b.icmp_unsigned("!=", sleeping, zero), wake, work)
+        b.position_at_end(wake)
+        self.syscall(b, SYS_FUTEX, generation, ir.Constant(I64, FUTEX_WAKE_PRIVATE),
+                     ir.Constant(I64, 2 ** 31 - 1))
+        b.branch(work)
+
+        b.position_at_end(work)
+        b.call(task, [context, zero, threads])
+        b.atomic_rmw("xchg", self.slot(b, pool, CLOSED), one, "seq_cst")
+        b.branch(drain)
+        b.position_at_end(drain)
+        inside = b.load_atomic(self.slot(b, pool, ACTIVE), "acquire", 8)
+        b.cbranch(b.icmp_unsigned("==", inside, zero), done, relax)
+        b.position_at_end(relax)
+        b.call(self.pause, [])
+        b.branch(drain)
+        b.position_at_end(done)
+        b.store_atomic(zero, busy, "release", 8)
+        b.ret_void()
+
+    def items(self) -> None:
+        """kiln_pool_items(job, worker, threads), a task: claim records of the first
+        list one by one and run its function on each, wait until all of them are done,
+        then the same for the second list."""
+        fn, b = self.function("kiln_pool_items", TASK, ("job", "worker", "threads"))
+        job, worker = b.bitcast(fn.args[0], I64.as_pointer()), fn.args[1]
+        for part, (claim, finished) in ((FIRST, (CLAIM_FIRST, DONE_FIRST)),
+                                        (THEN, (CLAIM_THEN, None))):
+            function, records, count, stride = (
+                b.load(self.slot(b, job, part + i)) for i in range(4))
+            head, body, after = (fn.append_basic_block(f"{part}.{name}")
+                                 for name in ("head", "body", "after"))
+            b.branch(head)
+            b.position_at_end(head)
+            index = b.atomic_rmw("add", self.slot(b, job, claim), ir.Constant(I64, 1),
+                                 "monotonic")
+            b.cbranch(b.icmp_signed("<", index, count), body, after)
+            b.position_at_end(body)
+            record = b.inttoptr(b.add(records, b.mul(index, stride)), I8P)
+            b.call(b.inttoptr(function, ITEM.as_pointer()), [record, worker])
+            if finished is not None:
+                b.atomic_rmw("add", self.slot(b, job, finished), ir.Constant(I64, 1),
+                             "release")
+            b.branch(head)
+            b.position_at_end(after)
+            if finished is not None:  # the second list reads what the first wrote
+                wait, relax, go = (fn.append_basic_block(f"{part}.{name}")
+                                   for name in ("wait", "relax", "go"))
+                b.branch(wait)
+                b.position_at_end(wait)
+                done = b.load_atomic(self.slot(b, job, finished), "acquire", 8)
+                b.cbranch(b.icmp_signed("<", done, count), relax, go)
+                b.position_at_end(relax)
+                b.call(self.pause, [])
+                b.branch(wait)
+                b.position_at_end(go)
+        b.ret_void()
+
+
+class NativePool:
+    """`size` - 1 worker threads (the caller is the size-th) waiting in native code."""
+
+    def __init__(self, size: int):
+        from runtime.jit import host_jit
+        jit = host_jit()
+        module = jit.new_module("kiln_pool")
+        emitter = _Emitter(module)
+        emitter.worker()
+        emitter.run()
+        emitter.items()
+        addresses = jit.load(module)
+        self.size = size
+        self._words = (ctypes.c_int64 * (POOL_SLOTS + 8))()
+        self.address = ctypes.addressof(self._words) + (-ctypes.addressof(self._words) % 64)
+        self.run_address = addresses["kiln_pool_run"]
+        self.items_address = addresses["kiln_pool_items"]
+        self._run = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                     ctypes.c_int64)(self.run_address)
+        self._items_job = threading.local()
+        worker = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(
+            addresses["kiln_pool_worker"])
+        self._workers = [threading.Thread(target=worker, args=(self.address, index),
+                                          daemon=True, name=f"kiln-native-{index}")
+                         for index in range(1, size)]
+        for thread in self._workers:
+            thread.start()
+
+    def run(self, task: int, context: int, threads: int) -> None:
+        """task(context, worker, threads) on up to min(threads, size) threads."""
+        self._run(self.address, task, context, min(threads, self.size))
+
+    def run_items(self, first: tuple | None, then: tuple, threads: int) -> None:
+        """Each list is (function address, records address, count, stride in bytes):
+        function(record, worker) for every record of `first`, then, once they are all
+        done, for every record of `then`, on up to `threads` threads; each record is
+        run once, by whichever thread claims it."""
+        job = getattr(self._items_job, "words", None)
+        if job is None:
+            job = self._items_job.words = (ctypes.c_int64 * ITEMS_SLOTS)()
+        ctypes.memset(job, 0, ctypes.sizeof(job))
+        job[FIRST:FIRST + 4] = first or (0, 0, 0, 0)
+        job[THEN:THEN + 4] = then
+        self.run(self.items_address, ctypes.addressof(job), threads)
+
+
+_pool: NativePool | None = None
+_retired: list[NativePool] = []  # smaller pools: their sleeping workers still read them
+_pool_lock = threading.Lock()
+
+
+def pool(threads: int) -> NativePool:
+    """The process's pool, with at least `threads` threads (made again, larger, if an
+    earlier one was smaller: the old workers stay asleep)."""
+    global _pool
+    found = _pool
+    if found is not None and found.size >= threads:
+        return found
+    with _pool_lock:
+        if _pool is None or _pool.size < threads:
+            if _pool is not None:
+                _retired.append(_pool)
+            _pool = NativePool(threads)
+        return _pool
+
+
+def _forget_after_fork() -> None:
+    global _pool
+    _pool = None  # the child has none of the parent's worker threads
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
