@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from compiler.codegen import gemm_native as native
+from compiler.codegen import gemm_small as small
 from compiler.codegen import gemm_tune
 from compiler.codegen.gemm_kernel import ACTIVATIONS, EpilogueSpec
 
@@ -55,12 +56,17 @@ def gemm(a, b, *, out=None, alpha=1.0, beta=0.0, c=None, trans_a=False, trans_b=
     """alpha * op(a) @ op(b) + beta * C, then the epilogue, for 2-D a and b. C is `c`
     (broadcastable to M x N) or, if c is None, `out` (updated in place). Returns `out`
     (allocated when None). `threads` defaults to runtime.threads.num_threads()."""
+    request = _request(a, b, out, alpha, beta, trans_a, trans_b, epilogue)
+    plan = _small_plans.get(request) if request is not None else None
+    if plan is not None:
+        return plan(a, b, alpha, epilogue)
     a, b = _array("a", a), _array("b", b)
     for name, x in (("a", a), ("b", b)):
         if x.ndim != 2:
             raise ValueError(f"gemm: {name} must be 2-D, got shape {x.shape}; use bmm for "
                              "batches")
-    return _product("gemm", a, b, out, alpha, beta, c, trans_a, trans_b, epilogue, threads)
+    return _product("gemm", a, b, out, alpha, beta, c, trans_a, trans_b, epilogue, threads,
+                    request)
 
 
 def bmm(a, b, *, out=None, alpha=1.0, beta=0.0, c=None, trans_a=False, trans_b=False,
@@ -83,7 +89,8 @@ def _array(name: str, x) -> np.ndarray:
     return x
 
 
-def _product(api, a, b, out, alpha, beta, c, trans_a, trans_b, epilogue, threads):
+def _product(api, a, b, out, alpha, beta, c, trans_a, trans_b, epilogue, threads,
+             request=None):
     epilogue = epilogue or _NO_EPILOGUE
     dtype = a.dtype
     if dtype.char not in "fd" or b.dtype != dtype:
@@ -125,7 +132,11 @@ def _product(api, a, b, out, alpha, beta, c, trans_a, trans_b, epilogue, threads
         return out
     problem = _Problem(op_a, op_b, c, out, bias, epilogue.bias_axis, residual,
                        dtype.type(alpha), dtype.type(beta), dtype.type(epilogue.scale))
-    _run(problem, epilogue.activation, threads)
+    plan = _small_plan(request, problem, epilogue) if request is not None else None
+    if plan is not None:
+        plan.run(a, b, out, alpha, epilogue)
+    else:
+        _run(problem, epilogue.activation, threads)
     return out
 
 
@@ -249,10 +260,95 @@ def _run(problem: _Problem, activation, threads) -> None:
     kernel = native.kernel(out.dtype, _spec(bias, activation, problem.residual is not None))
     calls = _calls(problem)
     m, n, k = calls[0].m, calls[0].n, calls[0].k
-    direct = m * n * k <= DIRECT_MAX_MACS and (n == 1 or calls[0].b_cs == 1)
-    blocking = None if direct else gemm_tune.for_depth(
-        gemm_tune.blocking(kernel, _tuning_measure), k)
+    direct_domain = m * n * k <= DIRECT_MAX_MACS
+    blocking = None
+    if not direct_domain or (n > 1 and calls[0].b_cs != 1):
+        blocking = gemm_tune.for_depth(gemm_tune.blocking(kernel, _tuning_measure), k)
+        if direct_domain:  # all of K in one block, as in the direct and gemm_small kernels:
+            blocking = native.Blocking(blocking.mc, k, blocking.nc)  # the same result
     native.run(kernel, calls, blocking, threads)
+
+
+def _request(a, b, out, alpha, beta, trans_a, trans_b, epilogue) -> tuple | None:
+    """What a shape-specialised kernel depends on, for a gemm() call that could use one
+    (numpy operands, no C, a new output), else None. (An operand's address need not be
+    aligned: the kernels assume whole-element strides, which the key holds, and x86
+    loads need no alignment.)"""
+    if out is not None or beta != 0 or type(a) is not np.ndarray or type(b) is not np.ndarray:
+        return None
+    key = (a.shape, a.strides, a.dtype, b.shape, b.strides, b.dtype, trans_a, trans_b,
+           alpha == 1)
+    if epilogue is None:
+        return key
+    bias, residual = epilogue.bias, epilogue.residual
+    if (bias is not None and type(bias) is not np.ndarray) or (
+            residual is not None and type(residual) is not np.ndarray):
+        return None
+    return (*key, epilogue.bias_axis, epilogue.activation, epilogue.scale == 1,
+            None if bias is None else (bias.shape, bias.strides, bias.dtype),
+            None if residual is None else (residual.shape, residual.strides, residual.dtype))
+
+
+class _SmallPlan:
+    """A gemm() request served by a shape-specialised kernel (gemm_small): the call
+    allocates the output and hands the kernel the arrays as given."""
+
+    def __init__(self, kernel, shape: tuple, dtype: np.dtype):
+        self.kernel, self.shape, self.dtype = kernel, shape, dtype
+        names = {name for name, _ in kernel.key.args}
+        self.bias, self.residual = "bias" in names, "res" in names
+        self.alpha, self.scale = "alpha" in names, "scale" in names
+
+    def __call__(self, a, b, alpha, epilogue) -> np.ndarray:
+        out = np.empty(self.shape, self.dtype)
+        self.run(a, b, out, alpha, epilogue)
+        return out
+
+    def run(self, a, b, out, alpha, epilogue) -> None:
+        args = [a, b, out]
+        if self.bias:
+            args.append(epilogue.bias)
+        if self.residual:
+            args.append(epilogue.residual)
+        if self.alpha:
+            args.append(alpha)
+        if self.scale:
+            args.append(epilogue.scale)
+        self.kernel.on_arrays(*args)
+
+
+_small_plans: dict[tuple, _SmallPlan] = {}
+_small_seen: set = set()
+SEEN_LIMIT = 4096  # requests remembered while waiting for a second sight
+
+
+def _small_plan(request: tuple, problem: _Problem, epilogue: Epilogue) -> _SmallPlan | None:
+    """The plan for a request seen before (its kernel compiled now, ~50-150 ms once),
+    if the product is in the direct path's domain and gemm_small takes it; None the
+    first time (the generic direct kernel serves it, with bitwise the same result:
+    both run one FMA chain along K per element and the same store)."""
+    p = problem
+    m, k, n = p.a.shape[-2], p.a.shape[-1], p.b.shape[-1]
+    if m * n * k > DIRECT_MAX_MACS or not small.fits(m, n, k):
+        return None
+    if request not in _small_seen:
+        if len(_small_seen) >= SEEN_LIMIT:
+            _small_seen.clear()
+        _small_seen.add(request)
+        return None
+    itemsize = p.out.itemsize
+    elements = lambda x: tuple(s // itemsize for s in x.strides[-2:])  # noqa: E731
+    spec = _spec(None if p.bias is None else ("col" if p.bias_axis == 1 else "row"),
+                 epilogue.activation, p.residual is not None)
+    kernel = small.small_kernel(
+        p.out.dtype, m, n, k, elements(p.a), elements(p.b), p.out.strides[0] // itemsize, spec,
+        bias_stride=0 if p.bias is None else p.bias.strides[-1] // itemsize,
+        residual_strides=None if p.residual is None else elements(p.residual),
+        alpha=p.alpha != 1, scale=p.scale != 1)
+    if kernel is None:
+        return None
+    plan = _small_plans[request] = _SmallPlan(kernel, p.out.shape, p.out.dtype)
+    return plan
 
 
 @functools.cache

@@ -247,13 +247,13 @@ def test_batches_identical_across_thread_counts(monkeypatch):
 
 def spy_on_pieces(monkeypatch) -> list:
     """A list that gets the number of pieces of every parallel run."""
-    seen, claim = [], gemm_native._claim_in_turn
+    seen, in_pool = [], gemm_native._in_pool
 
-    def spy(first, do_first, then, do_then, threads):
+    def spy(kernel, first, then, threads):
         seen.append(len(then))
-        claim(first, do_first, then, do_then, threads)
+        in_pool(kernel, first, then, threads)
 
-    monkeypatch.setattr(gemm_native, "_claim_in_turn", spy)
+    monkeypatch.setattr(gemm_native, "_in_pool", spy)
     return seen
 
 
@@ -408,3 +408,38 @@ def test_kernels_call_no_library_functions():
                          EpilogueSpec("col", "gelu", True), emit_activation)
             assembly = jit.assembly(module)
             assert "@GOT" not in assembly.replace("@GOTOFF", "") and "@PLT" not in assembly
+
+
+@pytest.mark.parametrize("m, k, n, trans_b", [(7, 13, 5, False), (64, 64, 64, False),
+                                              (33, 17, 9, True), (8, 1000, 8, True)])
+def test_a_repeated_small_product_gets_a_specialised_kernel_with_the_same_result(
+        m, k, n, trans_b):
+    """The second sight of a small request compiles a gemm_small kernel for it; its
+    results are bitwise those of the generic kernels that served the first call (one
+    FMA chain along K per element, the same store), so a result never depends on how
+    often a shape was seen."""
+    from compiler.codegen import gemm as gemm_module
+    rng = np.random.default_rng(m * k * n)
+    a = rand(rng, (m, k), np.float32)
+    b = rand(rng, (n, k) if trans_b else (k, n), np.float32)
+    epilogue = Epilogue(bias=rand(rng, n, np.float32), activation="gelu", scale=0.5,
+                        residual=rand(rng, (m, n), np.float32))
+    for options in ({}, {"alpha": 1.5, "epilogue": epilogue}):
+        first = gemm(a, b, trans_b=trans_b, **options)
+        second = gemm(a, b, trans_b=trans_b, **options)
+        request = gemm_module._request(a, b, None, options.get("alpha", 1.0), 0.0, False,
+                                       trans_b, options.get("epilogue"))
+        assert request in gemm_module._small_plans
+        third = gemm(a, b, trans_b=trans_b, **options)
+        assert np.array_equal(first, second) and np.array_equal(second, third)
+        check(third, a, b, trans_b=trans_b, **options)
+
+
+def test_a_specialised_kernel_reads_the_arrays_of_each_call():
+    rng = np.random.default_rng(21)
+    bias_rows = rand(rng, (3, 24), np.float32)
+    for round_ in range(3):
+        a, b = rand(rng, (20, 30), np.float32), rand(rng, (30, 24), np.float32)
+        epilogue = Epilogue(bias=bias_rows[round_], activation="relu")
+        check(gemm(a, b, epilogue=epilogue), a, b, epilogue=epilogue)
+        check(gemm(a.T.copy().T, b), a, b)  # a column-major A: a request of its own

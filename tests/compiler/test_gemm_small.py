@@ -1,0 +1,161 @@
+"""Shape-specialised small GEMM kernels (compiler/codegen/gemm_small.py) against numpy
+float64, every result within the error bound of compiler/codegen/gemm.py (asserted by
+test_gemm.reference). Each new shape or layout compiles a kernel (~30-200 ms): shapes
+are few and small."""
+import numpy as np
+import pytest
+
+from compiler.codegen import gemm_small
+from compiler.codegen.gemm import Epilogue
+from compiler.codegen.gemm_kernel import ACTIVATIONS, EpilogueSpec
+from compiler.codegen.gemm_small import choose_tile, fits, small_kernel
+from tests.compiler.test_gemm import reference
+
+DTYPES = [np.float32, np.float64]
+
+
+def rand(rng, shape, dtype):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def strides(x) -> tuple:
+    return tuple(s // x.itemsize for s in x.strides)
+
+
+def run(a, b, out=None, *, alpha=1.0, beta=0.0, c=None, epilogue=Epilogue(),
+        on_addresses=False):
+    """out = the small kernel's product (out preallocated or new), checked against the
+    float64 reference and its error bound."""
+    (m, k), n = a.shape, b.shape[1]
+    out = np.full((m, n), np.nan, a.dtype) if out is None else out
+    e = epilogue
+    bias = None if e.bias is None else ("col" if e.bias_axis == 1 else "row")
+    spec = EpilogueSpec(bias, e.activation, e.residual is not None)
+    kernel = small_kernel(
+        a.dtype, m, n, k, strides(a), strides(b), strides(out)[0], spec,
+        c_strides=None if c is None else strides(c),
+        bias_stride=1 if e.bias is None else strides(e.bias)[0],
+        residual_strides=None if e.residual is None else strides(e.residual),
+        alpha=alpha != 1, scale=e.scale != 1)
+    optional = {"c": c, "bias": e.bias, "res": e.residual, "alpha": alpha, "beta": beta,
+                "scale": e.scale}
+    args = [a, b, out] + [optional[name] for name, _ in kernel.key.args[3:]]
+    if on_addresses:  # through `fn`, as where ndarray objects cannot be read natively
+        kernel._addresses_in_python(*args)
+    else:
+        kernel.on_arrays(*args)
+    exact, bound = reference(a, b, alpha=alpha, beta=beta, c=c, epilogue=e)
+    error = np.abs(out - exact)
+    assert np.all(error <= bound), (
+        f"max error {error.max()} at {np.unravel_index(error.argmax(), error.shape)}, "
+        f"bound there {bound.flat[error.argmax()]}")
+    return out
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (7, 13, 5), (127, 31, 61), (64, 64, 64),
+                                   (33, 17, 9)])
+def test_matches_numpy(dtype, m, n, k):
+    rng = np.random.default_rng(0)
+    run(rand(rng, (m, k), dtype), rand(rng, (k, n), dtype))
+
+
+@pytest.mark.parametrize("transposed_b", [False, True])
+@pytest.mark.parametrize("dtype,residue", [(np.float32, r) for r in range(16)]
+                         + [(np.float64, r) for r in range(8)])
+def test_every_n_tail(dtype, residue, transposed_b):
+    """N = one whole vector plus every residue (a whole second vector for 0), B in
+    place or transposed (copied through the vector transpose)."""
+    rng = np.random.default_rng(residue)
+    lanes = 16 if dtype == np.float32 else 8
+    n, k = lanes + (residue or lanes), 3 + residue
+    a = rand(rng, (5, k), dtype)
+    b = rand(rng, (n, k), dtype).T if transposed_b else rand(rng, (k, n), dtype)
+    run(a, b)
+
+
+EPILOGUES = [
+    dict(bias="col"), dict(bias="row"), dict(residual=True), dict(scale=-0.75),
+    *[dict(activation=name) for name in ACTIVATIONS],
+    dict(bias="col", activation="gelu", residual=True, scale=0.5),
+    dict(bias="row", activation="silu", residual=True),
+]
+
+
+def make_epilogue(rng, dtype, m, n, bias=None, activation=None, residual=False, scale=1.0):
+    return Epilogue(
+        bias=None if bias is None else rand(rng, (n if bias == "col" else m,), dtype),
+        bias_axis=0 if bias == "row" else 1, activation=activation,
+        residual=rand(rng, (m, n), dtype) if residual else None, scale=scale)
+
+
+@pytest.mark.parametrize("parts", EPILOGUES, ids=lambda p: "-".join(map(str, p.values())))
+def test_epilogues(parts):
+    rng = np.random.default_rng(1)
+    m, n, k = 13, 37, 21
+    a, b = rand(rng, (m, k), np.float32), rand(rng, (k, n), np.float32)
+    run(a, b, alpha=0.5, epilogue=make_epilogue(rng, np.float32, m, n, **parts))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_alpha_beta_c_and_everything_float64(dtype):
+    rng = np.random.default_rng(2)
+    m, n, k = 11, 19, 23
+    a, b, c = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype), rand(rng, (m, n), dtype)
+    epilogue = make_epilogue(rng, dtype, m, n, bias="col", activation="gelu_tanh",
+                             residual=True, scale=2.0)
+    run(a, b, alpha=-1.5, beta=0.25, c=c, epilogue=epilogue, on_addresses=True)
+
+
+def test_strided_and_transposed_views_in_place():
+    """A transposed and strided, B strided both ways (the element copy), C column-major,
+    a strided bias and residual, out a view whose surroundings must stay untouched."""
+    rng = np.random.default_rng(3)
+    m, n, k = 29, 21, 18
+    a_t = rand(rng, (k, m), np.float32).T
+    a_strided = rand(rng, (2 * m, 3 * k), np.float32)[::2, ::3]
+    b_strided = rand(rng, (3 * k, 2 * n), np.float32)[::3, ::2]
+    c = rand(rng, (n, m), np.float32).T
+    epilogue = Epilogue(bias=rand(rng, (3 * n,), np.float32)[::3], activation="relu",
+                        residual=rand(rng, (2 * m, 3 * n), np.float32)[::2, ::3])
+    for a in (a_t, a_strided):
+        frame = np.full((m + 2, n + 9), np.nan, np.float32)
+        out = frame[1:-1, 4:4 + n]
+        run(a, b_strided, out, beta=1.0, c=c, epilogue=epilogue)
+        frame[1:-1, 4:4 + n] = 0
+        assert np.isnan(frame).sum() == frame.size - m * n
+
+
+def test_transposed_b_with_whole_and_partial_blocks():
+    rng = np.random.default_rng(4)
+    m, n, k = 9, 40, 35  # K: two whole 16-blocks and a tail; N likewise
+    a, b = rand(rng, (m, k), np.float32), rand(rng, (n, k), np.float32).T
+    run(a, b, epilogue=Epilogue(bias=rand(rng, (m,), np.float32), bias_axis=0))
+
+
+def test_kernels_are_cached_and_take_only_the_arguments_they_use():
+    spec = EpilogueSpec("row", None, False)
+    first = small_kernel(np.float32, 7, 13, 5, (5, 1), (13, 1), 13, spec)
+    assert small_kernel(np.float32, 7, 13, 5, (5, 1), (13, 1), 13, spec) is first
+    assert [name for name, _ in first.key.args] == ["a", "b", "out", "bias"]
+    with_c = small_kernel(np.float32, 7, 13, 5, (5, 1), (13, 1), 13, spec, c_strides=(13, 1),
+                          alpha=True)
+    assert [name for name, _ in with_c.key.args] == ["a", "b", "out", "c", "bias", "alpha",
+                                                     "beta"]
+
+
+def test_compiled_variants_are_capped(monkeypatch):
+    small_kernel(np.float32, 1, 1, 1, (1, 1), (1, 1), 1)
+    monkeypatch.setattr(gemm_small, "MAX_KERNELS", len(gemm_small._kernels))
+    assert small_kernel(np.float32, 1, 1, 1, (1, 1), (1, 1), 1) is not None
+    assert small_kernel(np.float32, 2, 1, 1, (1, 1), (1, 1), 1) is None
+
+
+def test_fits_and_tiles():
+    assert fits(1, 1, 1) and fits(128, 128, 128) and fits(200, 200, 200)
+    assert not fits(0, 4, 4) and not fits(256, 256, 256) and not fits(1, 1000, 1000)
+    with pytest.raises(ValueError, match="not small"):
+        small_kernel(np.float32, 300, 300, 300, (300, 1), (300, 1), 300)
+    for m, n, k in [(1, 1, 1), (64, 64, 64), (200, 3, 9), (5, 200, 200)]:
+        tile = choose_tile("float32", m, n, k, 16)
+        assert tile.mr <= m and tile.mr * tile.vectors + tile.vectors < 32
