@@ -91,6 +91,7 @@ def gpu_missing() -> str | None:
 CONTENDERS: dict[str, Check] = {
     "kiln eager": kiln_missing,
     "kiln compiled": kiln_compiled_missing,
+    "kiln GEMM": kiln_compiled_missing,
     "numpy": numpy_missing,
     "numpy + scipy": scipy_missing,
     "torch eager": torch_missing,

@@ -68,7 +68,8 @@ register("eager_overhead", "benchmarks.eager_overhead",
          "per-op cost of tiny eager ops, import time, profiler cost")
 register("elementwise", "benchmarks.elementwise", "a GELU chain, add, mul, exp on 4M floats")
 register("reductions", "benchmarks.reductions", "sum/mean/amax, softmax, layer_norm")
-register("gemm", "benchmarks.gemm", "float32 matmul: square, tall-skinny, batched")
+register("gemm", "benchmarks.gemm",
+         "matmul: float32 and float64 squares, awkward shapes, batched, fused linear")
 register("mlp_train", "benchmarks.train:mlp_cases", "MLP 784-256-256-10 training, Adam")
 register("transformer_train", "benchmarks.train:transformer_cases",
          "char transformer training, AdamW")

@@ -21,8 +21,9 @@ def tiny_sizes(monkeypatch):
     for module, name, value in (
             (elementwise, "QUICK_ROWS", 3), (elementwise, "COLUMNS", 16),
             (reductions, "QUICK_SHAPE", (6, 10)),
-            (gemm, "QUICK_SQUARES", (8,)), (gemm, "QUICK_TALL_SKINNY", (32, 8, 4)),
-            (gemm, "QUICK_BATCHED", (2, 4, 3, 5)),
+            (gemm, "QUICK_SQUARES", (8,)), (gemm, "QUICK_SQUARES_F64", (9,)),
+            (gemm, "QUICK_AWKWARD", ((32, 8, 4),)), (gemm, "QUICK_BATCHED", (2, 4, 3, 5)),
+            (gemm, "LINEAR", (4, 6, 5)),
             (train, "BATCHES", 2), (train, "MLP_HIDDEN", 16), (train, "MLP_BATCH", 8),
             (train, "D_MODEL", 16), (train, "HEADS", 2), (train, "CONTEXT", 8),
             (train, "TEXT_BATCH", 2)):
@@ -52,6 +53,8 @@ def test_every_case_passes_the_correctness_gate(name, tiny_sizes):
                                               else TINY.rounds)
     ran = {o.contender for c in result.cases for o in c.outcomes if o.status == "ok"}
     assert "kiln eager" in ran or "kiln compiled" in ran
+    if name == "gemm":
+        assert {"kiln GEMM", "kiln compiled", "numpy"} <= ran
 
 
 def test_quick_leaves_torch_compile_out_with_the_reason():
