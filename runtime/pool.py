@@ -23,6 +23,7 @@ Linux on x86-64 only (the futex and sched_yield system call numbers); elsewhere
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import platform
 import sys
@@ -60,7 +61,8 @@ class _Emitter:
 
     def __init__(self, module: ir.Module):
         self.module = module
-        self.pause = ir.Function(module, ir.FunctionType(VOID, []), "llvm.x86.sse2.pause")
+        self._pause = ir.Function(module, ir.FunctionType(VOID, []), "llvm.x86.sse2.pause") \
+            if platform.machine() in ("x86_64", "AMD64") else None
         self.cycles = ir.Function(module, ir.FunctionType(I64, []), "llvm.readcyclecounter")
         # the syscall instruction itself, not libc's wrapper: the module calls nothing
         # outside itself
@@ -75,6 +77,11 @@ class _Emitter:
             for arg in args]
         values += [ir.Constant(I64, 0)] * (5 - len(values))
         return b.call(self._syscall, values)
+
+    def pause(self, b) -> None:
+        """A spin-wait hint (x86's pause; nothing elsewhere)."""
+        if self._pause is not None:
+            b.call(self._pause, [])
 
     def slot(self, b, base, index):
         return b.gep(base, [ir.Constant(I64, index)])
@@ -115,7 +122,7 @@ class _Emitter:
         elapsed = b.sub(b.call(self.cycles, []), started)
         b.cbranch(b.icmp_unsigned("<", elapsed, ir.Constant(I64, SPIN_CYCLES)), spin, later)
         b.position_at_end(spin)
-        b.call(self.pause, [])
+        self.pause(b)
         b.branch(wait)
         b.position_at_end(later)
         b.cbranch(b.icmp_unsigned("<", elapsed, ir.Constant(I64, YIELD_CYCLES)), yield_, sleep)
@@ -189,7 +196,7 @@ class _Emitter:
         inside = b.load_atomic(self.slot(b, pool, ACTIVE), "acquire", 8)
         b.cbranch(b.icmp_unsigned("==", inside, zero), done, relax)
         b.position_at_end(relax)
-        b.call(self.pause, [])
+        self.pause(b)
         b.branch(drain)
         b.position_at_end(done)
         b.store_atomic(zero, busy, "release", 8)
@@ -228,32 +235,37 @@ class _Emitter:
                 done = b.load_atomic(self.slot(b, job, finished), "acquire", 8)
                 b.cbranch(b.icmp_signed("<", done, count), relax, go)
                 b.position_at_end(relax)
-                b.call(self.pause, [])
+                self.pause(b)
                 b.branch(wait)
                 b.position_at_end(go)
         b.ret_void()
+
+
+@functools.cache
+def _functions() -> dict[str, int]:
+    """Addresses of the pool's native functions: kiln_pool_items everywhere, the worker
+    and kiln_pool_run where the pool is available."""
+    from runtime.jit import host_jit
+    jit = host_jit()
+    module = jit.new_module("kiln_pool")
+    emitter = _Emitter(module)
+    emitter.items()
+    if available():
+        emitter.worker()
+        emitter.run()
+    return jit.load(module)
 
 
 class NativePool:
     """`size` - 1 worker threads (the caller is the size-th) waiting in native code."""
 
     def __init__(self, size: int):
-        from runtime.jit import host_jit
-        jit = host_jit()
-        module = jit.new_module("kiln_pool")
-        emitter = _Emitter(module)
-        emitter.worker()
-        emitter.run()
-        emitter.items()
-        addresses = jit.load(module)
+        addresses = _functions()
         self.size = size
         self._words = (ctypes.c_int64 * (POOL_SLOTS + 8))()
         self.address = ctypes.addressof(self._words) + (-ctypes.addressof(self._words) % 64)
-        self.run_address = addresses["kiln_pool_run"]
-        self.items_address = addresses["kiln_pool_items"]
         self._run = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                                     ctypes.c_int64)(self.run_address)
-        self._items_job = threading.local()
+                                     ctypes.c_int64)(addresses["kiln_pool_run"])
         worker = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(
             addresses["kiln_pool_worker"])
         self._workers = [threading.Thread(target=worker, args=(self.address, index),
@@ -266,18 +278,28 @@ class NativePool:
         """task(context, worker, threads) on up to min(threads, size) threads."""
         self._run(self.address, task, context, min(threads, self.size))
 
-    def run_items(self, first: tuple | None, then: tuple, threads: int) -> None:
-        """Each list is (function address, records address, count, stride in bytes):
-        function(record, worker) for every record of `first`, then, once they are all
-        done, for every record of `then`, on up to `threads` threads; each record is
-        run once, by whichever thread claims it."""
-        job = getattr(self._items_job, "words", None)
-        if job is None:
-            job = self._items_job.words = (ctypes.c_int64 * ITEMS_SLOTS)()
-        ctypes.memset(job, 0, ctypes.sizeof(job))
-        job[FIRST:FIRST + 4] = first or (0, 0, 0, 0)
-        job[THEN:THEN + 4] = then
-        self.run(self.items_address, ctypes.addressof(job), threads)
+
+_jobs = threading.local()
+
+
+def run_items(first: tuple | None, then: tuple, threads: int) -> None:
+    """Each list is (function address, records address, count, stride in bytes):
+    function(record, worker) for every record of `first`, then, once they are all done,
+    for every record of `then`, on up to `threads` threads of the pool (on this thread
+    alone, in one native call, when threads is 1 or the pool is not available); each
+    record is run once, by whichever thread claims it."""
+    job = getattr(_jobs, "words", None)
+    if job is None:
+        job = _jobs.words = (ctypes.c_int64 * ITEMS_SLOTS)()
+        _jobs.items = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(
+            _functions()["kiln_pool_items"])
+    ctypes.memset(job, 0, ctypes.sizeof(job))
+    job[FIRST:FIRST + 4] = first or (0, 0, 0, 0)
+    job[THEN:THEN + 4] = then
+    if threads <= 1 or not available():
+        _jobs.items(ctypes.addressof(job), 0, 1)
+    else:
+        pool(threads).run(_functions()["kiln_pool_items"], ctypes.addressof(job), threads)
 
 
 _pool: NativePool | None = None

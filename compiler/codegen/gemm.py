@@ -258,15 +258,15 @@ def _run(problem: _Problem, activation, threads) -> None:
     _whole_element_strides(problem)
     bias = None if problem.bias is None else ("col" if problem.bias_axis == 1 else "row")
     kernel = native.kernel(out.dtype, _spec(bias, activation, problem.residual is not None))
-    calls = _calls(problem)
-    m, n, k = calls[0].m, calls[0].n, calls[0].k
+    batch = _products(problem)
+    m, n, k = batch.call.m, batch.call.n, batch.call.k
     direct_domain = m * n * k <= DIRECT_MAX_MACS
     blocking = None
-    if not direct_domain or (n > 1 and calls[0].b_cs != 1):
+    if not direct_domain or (n > 1 and batch.call.b_cs != 1):
         blocking = gemm_tune.for_depth(gemm_tune.blocking(kernel, _tuning_measure), k)
         if direct_domain:  # all of K in one block, as in the direct and gemm_small kernels:
             blocking = native.Blocking(blocking.mc, k, blocking.nc)  # the same result
-    native.run(kernel, calls, blocking, threads)
+    native.run(kernel, batch, blocking, threads)
 
 
 def _request(a, b, out, alpha, beta, trans_a, trans_b, epilogue) -> tuple | None:
@@ -365,23 +365,24 @@ def _whole_element_strides(problem: _Problem) -> None:
             setattr(problem, name, np.ascontiguousarray(x))
 
 
-def _calls(problem: _Problem) -> list[native.Call]:
-    """One native.Call per batch element."""
+def _products(problem: _Problem) -> native.Batch:
+    """The problem as a native.Batch: its first product and where the others are."""
     p, itemsize = problem, problem.out.itemsize
     m, k, n = p.a.shape[-2], p.a.shape[-1], p.b.shape[-1]
     operands = [_layout(p.a, 2, itemsize), _layout(p.b, 2, itemsize),
                 _layout(p.c, 2, itemsize), _layout(p.out, 2, itemsize),
                 _layout(p.bias, 1, itemsize), _layout(p.residual, 2, itemsize)]
-    (_, _, sa), (_, _, sb), (_, _, sc), (_, _, so), (_, _, sbias), (_, _, sr) = operands
+    (a, _, sa), (b, _, sb), (c, _, sc), (out, _, so), (bias, _, sbias), (res, _, sr) = operands
     in_place = int(native.reads_a_in_place(*sa, itemsize))
+    first = native.Call(m, n, k, a, *sa, b, *sb, c, *sc, out, so[0], p.alpha, p.beta,
+                        p.scale, bias, sbias[0], res, *sr, in_place)
     batch = p.out.shape[:-2]
-    calls = []
-    for index in np.ndindex(*batch) if batch else [()]:
-        a, b, c, out, bias, res = (base + sum(i * s for i, s in zip(index, strides))
-                                   for base, strides, _ in operands)
-        calls.append(native.Call(m, n, k, a, *sa, b, *sb, c, *sc, out, so[0], p.alpha,
-                                 p.beta, p.scale, bias, sbias[0], res, *sr, in_place))
-    return calls
+    if not batch or int(np.prod(batch)) == 1:
+        return native.Batch(first)
+    index = np.indices(batch).reshape(len(batch), -1).T  # every batch index, in order
+    offsets = np.stack([index @ np.array(strides, np.int64) if strides else
+                        np.zeros(len(index), np.int64) for _, strides, _ in operands], axis=1)
+    return native.Batch(first, offsets)
 
 
 def _layout(x, dims: int, itemsize: int) -> tuple:
@@ -407,10 +408,10 @@ def _tuning_measure(kernel: native.GemmKernel):
     problem = _Problem(a, b, None, out, None, 1, None, dtype.type(1), dtype.type(0),
                        dtype.type(1))
     plain = native.kernel(dtype, EpilogueSpec(), kernel.tile)
-    calls = _calls(problem)
+    batch = _products(problem)
 
     def run(blocking: native.Blocking) -> tuple:
-        native.run(plain, calls, blocking)
-        return a, b, out  # the closure keeps the arrays behind calls' pointers alive
+        native.run(plain, batch, blocking)
+        return a, b, out  # the closure keeps the arrays behind the batch's pointers alive
 
     return gemm_tune.timer(run)

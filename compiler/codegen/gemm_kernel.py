@@ -2,8 +2,9 @@
 around it (Goto/BLIS). The tile store with its fused epilogue is in gemm_store.py,
 packing in gemm_pack.py, shared IR helpers in gemm_ir.py.
 
-One module per (dtype, tile, epilogue) exports three functions. `<name>_packed` and
-`<name>_direct` share one signature (`KERNEL_ARGS`): the first runs the whole blocked
+One module per (dtype, tile, epilogue) exports three functions, each taking a record of
+its arguments and a worker index (runtime.pool's items). `<name>_packed` and
+`<name>_direct` take `KERNEL_ARGS`: the first runs the whole blocked
 loop nest for its sub-problem (jc over N by NC -> pc over K by KC, pack B -> ic over M by
 MC, pack A -> jr by NR -> ir by MR -> micro-kernel) in one native call; the second reads
 A and B in place (B with unit column stride) for problems too small for packing to pay.
@@ -99,42 +100,29 @@ class EpilogueSpec:
 
 def build_module(module: ir.Module, name: str, tile: Tile, spec: EpilogueSpec,
                  activation: Callable | None = None) -> None:
-    """Add `<name>_packed`, `<name>_direct` and `<name>_pack_b` to `module`, and each
-    of them as an item for runtime.pool (`<name>_packed_item`, ...: see `_export_item`).
-    `activation(builder, name, x)` emits an activation on a vector (needed for any
-    activation but relu)."""
+    """Add `<name>_packed`, `<name>_direct` and `<name>_pack_b` to `module`, each an
+    item for runtime.pool (see `_export_item`). `activation(builder, name, x)` emits an
+    activation on a vector (needed for any activation but relu)."""
     pack_a = Packing(module, tile).pack_a(f"{name}_pack_a")
     pack_b = Packing(module, tile).pack_b(f"{name}_pack_b_panels")
     packed = _Gemm(module, f"{name}_packed_body", tile, spec, activation)
     packed.packed(pack_a, pack_b)
     direct = _Gemm(module, f"{name}_direct_body", tile, spec, activation)
     direct.direct()
-    _export(module, f"{name}_packed", tile, packed.fn, KERNEL_ARGS)
-    _export(module, f"{name}_direct", tile, direct.fn, KERNEL_ARGS)
-    _export(module, f"{name}_pack_b", tile, pack_b, PACK_B_ARGS)
-    _export_item(module, f"{name}_packed_item", tile, packed.fn, KERNEL_ARGS,
-                 ("pack_a", "pack_b"))
-    _export_item(module, f"{name}_direct_item", tile, direct.fn, KERNEL_ARGS)
-    _export_item(module, f"{name}_pack_b_item", tile, pack_b, PACK_B_ARGS)
-
-
-def _export(module: ir.Module, name: str, tile: Tile, internal: ir.Function,
-            args: tuple) -> None:
-    """An exported function calling `internal`. Exported functions are preemptible, and
-    a call to one from the module goes through the GOT: only Python and runtime.pool
-    call these, and the module calls only its internal functions."""
-    e = Emitter(module, tile)
-    fn = e.define(name, args)
-    e.b.call(internal, list(fn.args))
-    e.b.ret_void()
+    _export_item(module, f"{name}_packed", tile, packed.fn, KERNEL_ARGS, ("pack_a", "pack_b"))
+    _export_item(module, f"{name}_direct", tile, direct.fn, KERNEL_ARGS)
+    _export_item(module, f"{name}_pack_b", tile, pack_b, PACK_B_ARGS)
 
 
 def _export_item(module: ir.Module, name: str, tile: Tile, target: ir.Function,
                  args: tuple, per_worker: tuple = ()) -> None:
-    """`name(record, worker)`, runtime.pool's item signature: calls `target` with its
-    `args` read from the record, one 8-byte slot each in order (integers and pointers
-    as i64, scalars as double). The slots named in `per_worker` hold the address of a
-    table of pointers indexed by worker (each thread's own packing buffers)."""
+    """`name(record, worker)`, runtime.pool's item signature, exported: calls `target`
+    with its `args` read from the record, one 8-byte slot each in order (integers and
+    pointers as i64, scalars as double). The slots named in `per_worker` hold the
+    address of a table of pointers indexed by worker (each thread's own packing
+    buffers). Exported functions are preemptible, and a call to one from the module
+    goes through the GOT: only runtime.pool calls these, the module only its internal
+    functions."""
     e = Emitter(module, tile)
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(),
                                                               I64]), name)

@@ -2,14 +2,15 @@
 
 `kernel(dtype, spec)` compiles (once per process, through runtime's disk cache across
 processes) the module of gemm_kernel.py for this CPU's tile and returns a `GemmKernel`;
-`run(kernel, calls, blocking, threads)` runs `Call`s (one matrix product each: pointers
-and element strides) on runtime.threads' pool, cut into pieces along M (sharing one
-packing of B) or N, never along K: results are bitwise identical across thread counts
-for one blocking. Packing buffers are per thread, 64-byte aligned and reused.
+`run(kernel, batch, blocking, threads)` runs a `Batch` of products (one `Call`, pointers
+and element strides, plus where the other products' operands are) as records of the
+kernel's arguments, in one native call on runtime.pool's threads (or this thread alone),
+cut into pieces along M (sharing one packing of B) or N, never along K: results are
+bitwise identical across thread counts for one blocking. Packing buffers are per thread
+(per pool worker), 64-byte aligned and reused.
 """
 from __future__ import annotations
 
-import ctypes
 import threading
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -21,9 +22,8 @@ from compiler.codegen.gemm_ir import PACK_ALIGN
 from compiler.codegen.gemm_kernel import (KERNEL_ARGS, PACK_B_ARGS, EpilogueSpec, Tile,
                                           build_module, emit_activation)
 
-# Each thread gets at least this many multiply-adds (about 200 us of work on one core):
-# below about 400^3 a second thread did not pay for waking it (40-100 us here) and
-# sharing the work.
+# Each thread gets at least this many multiply-adds (about 4 us of work on one core: a
+# job costs the pool ~1-3 us when its workers are awake); pieces are no smaller.
 PARALLEL_MIN_MACS = 1 << 19
 PIECE_MIN_MACS = 1 << 18
 SHARED_B_ELEMENTS = 1 << 22  # the shared packing of B goes column chunk by chunk
@@ -84,35 +84,34 @@ class Call(NamedTuple):
             bias=self.bias + (start * self.bias_stride * itemsize if bias_per_col else 0))
 
 
+class Batch(NamedTuple):
+    """Products that differ only in where their operands are: `call`, the first, and
+    `offsets` (count x 6, bytes) of each product's a, b, c, out, bias and res from it;
+    None for the one product."""
+    call: Call
+    offsets: np.ndarray | None = None
+
+    @property
+    def count(self) -> int:
+        return 1 if self.offsets is None else len(self.offsets)
+
+    def calls(self) -> list[Call]:
+        if self.offsets is None:
+            return [self.call]
+        c = self.call
+        return [c._replace(a=c.a + a, b=c.b + b, c=c.c + cc, out=c.out + o, bias=c.bias + bias,
+                           res=c.res + r) for a, b, cc, o, bias, r in self.offsets.tolist()]
+
+
 class GemmKernel:
-    """The entry points of one compiled (dtype, tile, epilogue): packed, direct, and the
-    packing of B that threads share."""
+    """One compiled (dtype, tile, epilogue): the addresses of its entry points as
+    runtime.pool items (record, worker): packed, direct, and the packing of B that
+    threads share."""
 
     def __init__(self, tile: Tile, spec: EpilogueSpec, addresses: dict[str, int]):
         self.tile, self.spec = tile, spec
         self.dtype = np.dtype(tile.dtype)
-        scalar = ctypes.c_float if tile.dtype == "float32" else ctypes.c_double
-        kinds = {"i": ctypes.c_int64, "f": scalar, "p": ctypes.c_void_p}
-        signature = ctypes.CFUNCTYPE(None, *[kinds[kind] for _, kind in KERNEL_ARGS])
-        self.packed = signature(addresses["packed"])
-        self.direct = signature(addresses["direct"])
-        self.pack_b = ctypes.CFUNCTYPE(None, *[kinds[kind] for _, kind in PACK_B_ARGS])(
-            addresses["pack_b"])
-        self.items = {entry: addresses[f"{entry}_item"]
-                      for entry in ("packed", "direct", "pack_b")}
-
-    def __call__(self, call: Call, blocking: Blocking | None, packed_b: int = 0) -> None:
-        """Run one call on this thread: direct if `blocking` is None, else packed, with B
-        from `packed_b` (see pack_b_record) when given."""
-        if blocking is None:
-            self.direct(*call, None, None, 0, 0, 0, 0)
-            return
-        t = self.tile
-        pack_a = _scratch("a", _round_up(blocking.mc, t.mr) * blocking.kc, self.dtype)
-        pack_b = packed_b or _scratch("b", _round_up(blocking.nc, t.nr) * blocking.kc,
-                                      self.dtype)
-        self.packed(*call, pack_a, pack_b, int(bool(packed_b)), blocking.mc, blocking.kc,
-                    blocking.nc)
+        self.items = addresses
 
     def pack_b_record(self, call: Call, start: int, stop: int, packed_b: int) -> tuple:
         """The PACK_B_ARGS that put columns start:stop (start a multiple of NR) of the
@@ -159,7 +158,7 @@ def _compile(jit, tile: Tile, spec: EpilogueSpec) -> GemmKernel:
     build_module(module, name, tile, spec, emit_activation)
     if debugging.level() >= 3:
         debugging.banner(f"LLVM IR {name}", str(module), at_level=3)
-    entries = ("packed", "direct", "pack_b", "packed_item", "direct_item", "pack_b_item")
+    entries = ("packed", "direct", "pack_b")
     addresses = jit.load(module, [f"{name}_{entry}" for entry in entries])
     if debugging.level() >= 4:
         debugging.banner(f"assembly {name}", jit.assembly(module), at_level=4)
@@ -200,32 +199,35 @@ def reads_a_in_place(a_rs: int, a_cs: int, itemsize: int) -> bool:
     return a_cs == 1 and (a_rs * itemsize) % CONFLICT_STRIDE != 0
 
 
-def run(kernel: GemmKernel, calls: list[Call], blocking: Blocking | None,
+def run(kernel: GemmKernel, batch: Batch, blocking: Blocking | None,
         threads: int | None = None) -> None:
-    """Run `calls` (disjoint outputs; `blocking` None: the direct path) on up to
-    `threads` threads (default runtime.threads.num_threads()) of runtime.pool. Work is
-    split along M or N, never K, so every element of C sees the same operations in the
-    same order whatever the thread count.
+    """Run the batch's products (disjoint outputs; `blocking` None: the direct path) on
+    up to `threads` threads (default runtime.threads.num_threads()) of runtime.pool.
+    Work is split along M or N, never K, so every element of C sees the same operations
+    in the same order whatever the thread count.
 
-    Fewer packed calls than threads: each call's M is cut into pieces that share one
-    packing of B (which the threads make together first) and each pack their own rows
-    of A. Otherwise whole calls (or, on the direct path, row pieces) are the units.
-    Either way threads claim the next piece until none is left."""
-    macs = sum(call.m * call.n * call.k for call in calls)
+    Fewer packed products than threads: each product's M is cut into pieces that share
+    one packing of B (which the threads make together first) and each pack their own
+    rows of A. Otherwise whole products (or, on the direct path, row pieces) are the
+    units. Either way threads claim the next piece until none is left."""
+    call = batch.call
+    macs = batch.count * call.m * call.n * call.k
     if macs >= 2 * PARALLEL_MIN_MACS and threads is None:
         from runtime.threads import num_threads
         threads = num_threads()
     if macs < 2 * PARALLEL_MIN_MACS or threads <= 1 or not _parallel.acquire(blocking=False):
-        for call in calls:  # small, or another thread is using the pool: this one alone
-            kernel(call, blocking)
+        # small, or another thread is using the pool: this thread alone
+        _in_pool(kernel, None, _records(kernel, batch, blocking, 1), 1)
         return
     try:
-        if blocking is not None and len(calls) < threads:
-            for call in calls:
-                _run_sharing_b(kernel, call, blocking, threads)
+        if batch.count >= threads:
+            _in_pool(kernel, None, _records(kernel, batch, blocking, threads), threads)
+        elif blocking is not None:
+            for one in batch.calls():
+                _run_sharing_b(kernel, one, blocking, threads)
         else:
-            pieces = calls if len(calls) >= threads else [
-                piece for call in calls for piece in _row_pieces(call, kernel, threads)]
+            pieces = [piece for one in batch.calls()
+                      for piece in _row_pieces(one, kernel, threads)]
             _in_pool(kernel, None, _records(kernel, pieces, blocking, threads), threads)
     finally:
         _parallel.release()
@@ -285,12 +287,14 @@ def _column_pieces(call: Call, kernel: GemmKernel, parts: int) -> list[Call]:
 _KERNEL_RECORD = np.dtype([(name, "<f8" if kind == "f" else "<i8")
                            for name, kind in KERNEL_ARGS])
 _PACK_B_RECORD = np.dtype([(name, "<i8") for name, _ in PACK_B_ARGS])
+_POINTERS = ("a", "b", "c", "out", "bias", "res")  # the order of Batch.offsets' columns
 
 
-def _records(kernel: GemmKernel, pieces: list[Call], blocking: Blocking | None,
+def _records(kernel: GemmKernel, pieces: Batch | list[Call], blocking: Blocking | None,
              threads: int, packed_b: int = 0) -> np.ndarray:
-    """`pieces` as kernel records for runtime.pool: their packing buffers are tables
-    indexed by worker (this thread's for worker 0), or the shared `packed_b`."""
+    """The pieces (a batch, or a list of calls) as kernel records for runtime.pool: their
+    packing buffers are tables indexed by worker (this thread's for worker 0), or the
+    shared `packed_b`. The tables live until this thread's next product."""
     if blocking is None:
         tail = (0, 0, 0, 0, 0, 0)
     else:
@@ -305,7 +309,13 @@ def _records(kernel: GemmKernel, pieces: list[Call], blocking: Blocking | None,
         _keep.tables = tables
         tail = (tables[0].ctypes.data, tables[1].ctypes.data, int(bool(packed_b)),
                 blocking.mc, blocking.kc, blocking.nc)
-    return np.array([(*piece, *tail) for piece in pieces], _KERNEL_RECORD)
+    if isinstance(pieces, list):
+        return np.array([(*piece, *tail) for piece in pieces], _KERNEL_RECORD)
+    records = np.array([(*pieces.call, *tail)] * pieces.count, _KERNEL_RECORD)
+    if pieces.offsets is not None:
+        for column, name in enumerate(_POINTERS):
+            records[name] += pieces.offsets[:, column]
+    return records
 
 
 _keep = threading.local()  # the tables of the product this thread is running
@@ -330,10 +340,8 @@ def _in_pool(kernel: GemmKernel, first: np.ndarray | None, then: np.ndarray,
              threads: int) -> None:
     """Every record of `first` (packings of B), then every record of `then` (kernel
     pieces), on up to `threads` threads of runtime.pool."""
-    from runtime.pool import pool
-    packed = then["pack_a"][0] != 0
-    function = kernel.items["packed" if packed else "direct"]
+    from runtime.pool import run_items
+    function = kernel.items["packed" if then["pack_a"][0] != 0 else "direct"]
     listed = None if first is None else (kernel.items["pack_b"], first.ctypes.data,
                                          len(first), first.itemsize)
-    pool(threads).run_items(listed, (function, then.ctypes.data, len(then), then.itemsize),
-                            threads)
+    run_items(listed, (function, then.ctypes.data, len(then), then.itemsize), threads)

@@ -74,7 +74,7 @@ def listed(function: str, table: np.ndarray) -> tuple:
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_every_record_runs_once(threads):
     table = records(1000)
-    native_pool.pool(threads).run_items(None, listed("count", table), threads)
+    native_pool.run_items(None, listed("count", table), threads)
     assert (table[:, 0] == 1).all()
     assert set(table[:, 1]) <= set(range(threads))
 
@@ -84,20 +84,20 @@ def test_second_list_starts_after_the_first_is_done():
         first = records(64, pauses=200)
         then = records(64)
         then[:, 0] = first.ctypes.data + np.arange(64) * first.strides[0]  # each reads one
-        native_pool.pool(2).run_items(listed("count", first), listed("copy", then), 2)
+        native_pool.run_items(listed("count", first), listed("copy", then), 2)
         assert (first[:, 0] == 1).all() and (then[:, 1] == 1).all()
 
 
 def test_workers_take_part_when_there_is_work():
     table = records(400, pauses=20000)  # about 20 ms of work in all
-    native_pool.pool(2).run_items(None, listed("count", table), 2)
+    native_pool.run_items(None, listed("count", table), 2)
     assert (table[:, 0] == 1).all()
     assert set(table[:, 1]) == {0, 1}
 
 
 def test_callers_on_several_threads_share_the_pool():
     tables = [records(300, pauses=100) for _ in range(4)]
-    threads = [threading.Thread(target=native_pool.pool(2).run_items,
+    threads = [threading.Thread(target=native_pool.run_items,
                                 args=(None, listed("count", t), 2)) for t in tables]
     for thread in threads:
         thread.start()
@@ -107,7 +107,7 @@ def test_callers_on_several_threads_share_the_pool():
 
 
 def test_an_idle_pool_sleeps():
-    native_pool.pool(2).run_items(None, listed("count", records(10)), 2)
+    native_pool.run_items(None, listed("count", records(10)), 2)
     time.sleep(native_pool.YIELD_CYCLES / 1e8)  # past the spinning and yielding
     before = os.times()
     time.sleep(0.5)
@@ -118,12 +118,12 @@ def test_an_idle_pool_sleeps():
 
 def _in_child(queue):
     table = records(100)
-    native_pool.pool(2).run_items(None, listed("count", table), 2)
+    native_pool.run_items(None, listed("count", table), 2)
     queue.put(bool((table[:, 0] == 1).all()))
 
 
 def test_a_forked_child_gets_a_pool_of_its_own():
-    native_pool.pool(2).run_items(None, listed("count", records(10)), 2)
+    native_pool.run_items(None, listed("count", records(10)), 2)
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
     child = context.Process(target=_in_child, args=(queue,))
