@@ -6,6 +6,7 @@ epilogue as one native elementwise kernel."""
 from __future__ import annotations
 
 from compiler import interpreter
+from compiler.codegen.gemm import Epilogue, bmm, gemm
 from eager.tensor import from_array
 from ir.graph import Graph, GraphBuilder, Node, Value
 from ir.ops import Op
@@ -43,32 +44,38 @@ class GemmKernel:
         self.rest = _rest_kernel(body, self.chain, rest, elementwise_kernel) if rest else None
         self.fallback_reason = ""
         self.kind = "gemm"
+        self._operands = tuple(product.input_values())
+        self._product = bmm if product.op is Op.BMM else gemm
+        self._bias = self._residual = self._activation = None  # bias: per column, as in linear
+        self._scale = 1.0
+        for node, role in self.fused:
+            other = next((v for v in node.input_values() if v != product.outputs[0]
+                          and v not in (n.outputs[0] for n, _ in self.fused)), None)
+            if role == "bias":
+                self._bias = other
+            elif role == "residual":
+                self._residual = other
+            elif role == "scale":
+                self._scale = self._scalar(node)
+            else:
+                self._activation = role
 
     @property
     def artifacts(self) -> list:
         return self.rest[0].artifacts if self.rest else []
 
     def __call__(self, inputs: list) -> list:
-        from compiler.codegen.gemm import Epilogue, bmm, gemm
         env = dict(zip(self.body.inputs, inputs))
-        env.update(zip(self.before.outputs, interpreter.run(self.before, inputs)))
-        bias = activation = residual = None  # bias: one per column, as in linear
-        scale = 1.0
-        for node, role in self.fused:
-            other = next((v for v in node.input_values() if v != self.chain and v in env), None)
-            if role == "bias":
-                bias = env[other]._np()
-            elif role == "residual":
-                residual = env[other]._np()
-            elif role == "scale":
-                scale = self._scalar(node)
-            else:
-                activation = role
-        a, b = (env[v] for v in self.product.input_values())
-        product = bmm if self.product.op is Op.BMM else gemm
-        value = from_array(product(a._np(), b._np(), epilogue=Epilogue(
-            bias=bias, activation=activation, residual=residual, scale=scale)))
-        env[self.chain] = value
+        if self.before.nodes:
+            env.update(zip(self.before.outputs, interpreter.run(self.before, inputs)))
+        a, b = (env[v] for v in self._operands)
+        epilogue = None
+        if self.fused:
+            epilogue = Epilogue(
+                bias=None if self._bias is None else env[self._bias]._np(),
+                activation=self._activation, scale=self._scale,
+                residual=None if self._residual is None else env[self._residual]._np())
+        value = env[self.chain] = from_array(self._product(a._np(), b._np(), epilogue=epilogue))
         if self.rest is not None:
             kernel, rest_inputs, rest_outputs = self.rest
             env.update(zip(rest_outputs, kernel([value] + [env[v] for v in rest_inputs])))
