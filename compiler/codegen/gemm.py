@@ -132,11 +132,9 @@ def _product(api, a, b, out, alpha, beta, c, trans_a, trans_b, epilogue, threads
         return out
     problem = _Problem(op_a, op_b, c, out, bias, epilogue.bias_axis, residual,
                        dtype.type(alpha), dtype.type(beta), dtype.type(epilogue.scale))
-    plan = _small_plan(request, problem, epilogue) if request is not None else None
-    if plan is not None:
-        plan.run(a, b, out, alpha, epilogue)
-    else:
-        _run(problem, epilogue.activation, threads)
+    specialised = _run(problem, epilogue.activation, threads)
+    if request is not None and specialised is not None:
+        _small_plans[request] = _SmallPlan(specialised, shape, dtype)
     return out
 
 
@@ -242,20 +240,21 @@ class _Problem:
                         self.scale)
 
 
-def _run(problem: _Problem, activation, threads) -> None:
+def _run(problem: _Problem, activation, threads) -> small.SmallKernel | None:
     """Lay out `problem` for the kernel (unit column stride of out, element strides)
-    and run it, batch element by batch element, across threads."""
+    and run it, batch element by batch element, across threads. Returns the
+    specialised kernel that ran it if it ran on the operands as given."""
     out, itemsize = problem.out, problem.out.itemsize
     if out.shape[-1] > 1 and out.strides[-1] != itemsize:
         if out.shape[-2] == 1 or out.strides[-2] == itemsize:
-            problem = problem.transposed()
+            _run(problem.transposed(), activation, threads)
         else:
             target = out
             problem.out = np.empty(out.shape, out.dtype)
             _run(problem, activation, threads)
             target[...] = problem.out
-            return
-    _whole_element_strides(problem)
+        return None
+    copied = _whole_element_strides(problem)
     bias = None if problem.bias is None else ("col" if problem.bias_axis == 1 else "row")
     kernel = native.kernel(out.dtype, _spec(bias, activation, problem.residual is not None))
     batch = _products(problem)
@@ -266,7 +265,9 @@ def _run(problem: _Problem, activation, threads) -> None:
         blocking = gemm_tune.for_depth(gemm_tune.blocking(kernel, _tuning_measure), k)
         if direct_domain:  # all of K in one block, as in the direct and gemm_small kernels:
             blocking = native.Blocking(blocking.mc, k, blocking.nc)  # the same result
-    native.run(kernel, batch, blocking, threads)
+    specialised = small.for_call(batch.call, kernel.spec, out.dtype) if direct_domain else None
+    native.run(kernel, batch, blocking, threads, specialised and specialised.item)
+    return None if copied else specialised
 
 
 def _request(a, b, out, alpha, beta, trans_a, trans_b, epilogue) -> tuple | None:
@@ -301,10 +302,6 @@ class _SmallPlan:
 
     def __call__(self, a, b, alpha, epilogue) -> np.ndarray:
         out = np.empty(self.shape, self.dtype)
-        self.run(a, b, out, alpha, epilogue)
-        return out
-
-    def run(self, a, b, out, alpha, epilogue) -> None:
         args = [a, b, out]
         if self.bias:
             args.append(epilogue.bias)
@@ -315,40 +312,10 @@ class _SmallPlan:
         if self.scale:
             args.append(epilogue.scale)
         self.kernel.on_arrays(*args)
+        return out
 
 
 _small_plans: dict[tuple, _SmallPlan] = {}
-_small_seen: set = set()
-SEEN_LIMIT = 4096  # requests remembered while waiting for a second sight
-
-
-def _small_plan(request: tuple, problem: _Problem, epilogue: Epilogue) -> _SmallPlan | None:
-    """The plan for a request seen before (its kernel compiled now, ~50-150 ms once),
-    if the product is in the direct path's domain and gemm_small takes it; None the
-    first time (the generic direct kernel serves it, with bitwise the same result:
-    both run one FMA chain along K per element and the same store)."""
-    p = problem
-    m, k, n = p.a.shape[-2], p.a.shape[-1], p.b.shape[-1]
-    if m * n * k > DIRECT_MAX_MACS or not small.fits(m, n, k):
-        return None
-    if request not in _small_seen:
-        if len(_small_seen) >= SEEN_LIMIT:
-            _small_seen.clear()
-        _small_seen.add(request)
-        return None
-    itemsize = p.out.itemsize
-    elements = lambda x: tuple(s // itemsize for s in x.strides[-2:])  # noqa: E731
-    spec = _spec(None if p.bias is None else ("col" if p.bias_axis == 1 else "row"),
-                 epilogue.activation, p.residual is not None)
-    kernel = small.small_kernel(
-        p.out.dtype, m, n, k, elements(p.a), elements(p.b), p.out.strides[0] // itemsize, spec,
-        bias_stride=0 if p.bias is None else p.bias.strides[-1] // itemsize,
-        residual_strides=None if p.residual is None else elements(p.residual),
-        alpha=p.alpha != 1, scale=p.scale != 1)
-    if kernel is None:
-        return None
-    plan = _small_plans[request] = _SmallPlan(kernel, p.out.shape, p.out.dtype)
-    return plan
 
 
 @functools.cache
@@ -356,13 +323,16 @@ def _spec(bias, activation, residual) -> EpilogueSpec:
     return EpilogueSpec(bias, activation, residual)
 
 
-def _whole_element_strides(problem: _Problem) -> None:
+def _whole_element_strides(problem: _Problem) -> bool:
     """Copy the (rare) operands whose strides or address are not whole elements (numpy
-    marks them unaligned)."""
+    marks them unaligned); whether any was."""
+    copied = False
     for name in ("a", "b", "c", "bias", "residual"):
         x = getattr(problem, name)
         if x is not None and not x.flags.aligned:
             setattr(problem, name, np.ascontiguousarray(x))
+            copied = True
+    return copied
 
 
 def _products(problem: _Problem) -> native.Batch:

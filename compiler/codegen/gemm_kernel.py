@@ -109,18 +109,19 @@ def build_module(module: ir.Module, name: str, tile: Tile, spec: EpilogueSpec,
     packed.packed(pack_a, pack_b)
     direct = _Gemm(module, f"{name}_direct_body", tile, spec, activation)
     direct.direct()
-    _export_item(module, f"{name}_packed", tile, packed.fn, KERNEL_ARGS, ("pack_a", "pack_b"))
-    _export_item(module, f"{name}_direct", tile, direct.fn, KERNEL_ARGS)
-    _export_item(module, f"{name}_pack_b", tile, pack_b, PACK_B_ARGS)
+    export_item(module, f"{name}_packed", tile, packed.fn, KERNEL_ARGS, ("pack_a", "pack_b"))
+    export_item(module, f"{name}_direct", tile, direct.fn, KERNEL_ARGS)
+    export_item(module, f"{name}_pack_b", tile, pack_b, PACK_B_ARGS)
 
 
-def _export_item(module: ir.Module, name: str, tile: Tile, target: ir.Function,
-                 args: tuple, per_worker: tuple = ()) -> None:
+def export_item(module: ir.Module, name: str, tile: Tile, target: ir.Function,
+                args: tuple, per_worker: tuple = (), wanted: tuple | None = None) -> None:
     """`name(record, worker)`, runtime.pool's item signature, exported: calls `target`
     with its `args` read from the record, one 8-byte slot each in order (integers and
     pointers as i64, scalars as double). The slots named in `per_worker` hold the
     address of a table of pointers indexed by worker (each thread's own packing
-    buffers). Exported functions are preemptible, and a call to one from the module
+    buffers). `wanted`: the names of the args `target` takes, in its order (default:
+    all of them). Exported functions are preemptible, and a call to one from the module
     goes through the GOT: only runtime.pool calls these, the module only its internal
     functions."""
     e = Emitter(module, tile)
@@ -130,18 +131,20 @@ def _export_item(module: ir.Module, name: str, tile: Tile, target: ir.Function,
     record, worker = fn.args
     b = e.b = ir.IRBuilder(fn.append_basic_block("entry"))
     slots = b.bitcast(record, I64.as_pointer())
-    values = []
+    values = {}
     for index, (arg_name, kind) in enumerate(args):
+        if wanted is not None and arg_name not in wanted:
+            continue
         slot = b.gep(slots, [e.i64(index)])
         if kind == "f":
             value = b.load(b.bitcast(slot, ir.DoubleType().as_pointer()))
-            values.append(value if e.T == value.type else b.fptrunc(value, e.T))
+            values[arg_name] = value if e.T == value.type else b.fptrunc(value, e.T)
             continue
         value = b.load(slot)
         if arg_name in per_worker:
             value = b.load(b.gep(b.inttoptr(value, I64.as_pointer()), [worker]))
-        values.append(b.inttoptr(value, e.P) if kind == "p" else value)
-    b.call(target, values)
+        values[arg_name] = b.inttoptr(value, e.P) if kind == "p" else value
+    b.call(target, [values[arg_name] for arg_name in (wanted or values)])
     b.ret_void()
 
 

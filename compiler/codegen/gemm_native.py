@@ -200,7 +200,7 @@ def reads_a_in_place(a_rs: int, a_cs: int, itemsize: int) -> bool:
 
 
 def run(kernel: GemmKernel, batch: Batch, blocking: Blocking | None,
-        threads: int | None = None) -> None:
+        threads: int | None = None, specialised: int | None = None) -> None:
     """Run the batch's products (disjoint outputs; `blocking` None: the direct path) on
     up to `threads` threads (default runtime.threads.num_threads()) of runtime.pool.
     Work is split along M or N, never K, so every element of C sees the same operations
@@ -209,19 +209,25 @@ def run(kernel: GemmKernel, batch: Batch, blocking: Blocking | None,
     Fewer packed products than threads: each product's M is cut into pieces that share
     one packing of B (which the threads make together first) and each pack their own
     rows of A. Otherwise whole products (or, on the direct path, row pieces) are the
-    units. Either way threads claim the next piece until none is left."""
+    units. Either way threads claim the next piece until none is left.
+
+    `specialised`: the item address of a gemm_small kernel for these products, run
+    instead of the direct path; its sizes are fixed, so whole products are its pieces."""
     call = batch.call
     macs = batch.count * call.m * call.n * call.k
     if macs >= 2 * PARALLEL_MIN_MACS and threads is None:
         from runtime.threads import num_threads
         threads = num_threads()
+    if specialised is not None and batch.count == 1:
+        threads = 1
     if macs < 2 * PARALLEL_MIN_MACS or threads <= 1 or not _parallel.acquire(blocking=False):
         # small, or another thread is using the pool: this thread alone
-        _in_pool(kernel, None, _records(kernel, batch, blocking, 1), 1)
+        _in_pool(kernel, None, _records(kernel, batch, blocking, 1), 1, specialised)
         return
     try:
-        if batch.count >= threads:
-            _in_pool(kernel, None, _records(kernel, batch, blocking, threads), threads)
+        if batch.count >= threads or specialised is not None:
+            _in_pool(kernel, None, _records(kernel, batch, blocking, threads), threads,
+                     specialised)
         elif blocking is not None:
             for one in batch.calls():
                 _run_sharing_b(kernel, one, blocking, threads)
@@ -337,11 +343,12 @@ def _worker_buffers(dtype: np.dtype, role: str, count: int, threads: int) -> np.
 
 
 def _in_pool(kernel: GemmKernel, first: np.ndarray | None, then: np.ndarray,
-             threads: int) -> None:
+             threads: int, specialised: int | None = None) -> None:
     """Every record of `first` (packings of B), then every record of `then` (kernel
-    pieces), on up to `threads` threads of runtime.pool."""
+    pieces, by the `specialised` item if given), on up to `threads` threads of
+    runtime.pool."""
     from runtime.pool import run_items
-    function = kernel.items["packed" if then["pack_a"][0] != 0 else "direct"]
+    function = specialised or kernel.items["packed" if then["pack_a"][0] != 0 else "direct"]
     listed = None if first is None else (kernel.items["pack_b"], first.ctypes.data,
                                          len(first), first.itemsize)
     run_items(listed, (function, then.ctypes.data, len(then), then.itemsize), threads)

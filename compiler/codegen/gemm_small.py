@@ -31,7 +31,8 @@ import numpy as np
 
 from compiler import debugging
 from compiler.codegen.gemm_ir import I1, I32, I64, PACK_ALIGN
-from compiler.codegen.gemm_kernel import EpilogueSpec, Tile, emit_activation
+from compiler.codegen.gemm_kernel import (KERNEL_ARGS, EpilogueSpec, Tile,
+                                          emit_activation, export_item)
 from compiler.codegen.gemm_store import TileStore, Update
 
 SMALL_MAX_MACS = 200 ** 3  # above this the packed kernel's cache blocking wins
@@ -91,10 +92,12 @@ class SmallKernel:
     present): `fn` takes addresses (ints) for the operands; `on_arrays` takes the numpy
     arrays themselves (base-class ndarrays laid out as the key says, unchecked) and
     reads their data pointers natively, saving the ~1 us per operand that
-    `x.ctypes.data` costs in Python."""
+    `x.ctypes.data` costs in Python. `item` is the address of the kernel as a
+    runtime.pool item on a record of gemm_kernel.KERNEL_ARGS (as the generic kernels'
+    items are), for batches."""
 
-    def __init__(self, key: SmallKey, tile: Tile, addresses: tuple[int, int]):
-        self.key, self.tile = key, tile
+    def __init__(self, key: SmallKey, tile: Tile, addresses: tuple[int, int], item: int):
+        self.key, self.tile, self.item = key, tile, item
         scalar = ctypes.c_float if key.dtype == "float32" else ctypes.c_double
         kinds = {"p": ctypes.c_void_p, "f": scalar}
         self.fn = ctypes.CFUNCTYPE(None, *[kinds[kind] for _, kind in key.args])(addresses[0])
@@ -138,6 +141,41 @@ def small_kernel(dtype, m: int, n: int, k: int, a_strides: tuple[int, int],
         return _kernels[key]
 
 
+_seen: set = set()
+SEEN_LIMIT = 4096  # keys remembered while waiting for their second sight
+
+
+def for_call(call, spec: EpilogueSpec, dtype) -> SmallKernel | None:
+    """The kernel for a gemm_native.Call (its sizes, strides, and which of C, bias and
+    residual it has), if `fits` and seen before: a kernel is compiled (~50-150 ms) for a
+    product seen twice, not once. Its results are bitwise those of the generic direct
+    kernel (one FMA chain along K per element, the same store), so when the switch
+    happens does not show."""
+    c = call
+    if not fits(c.m, c.n, c.k):
+        return None
+    key = (np.dtype(dtype).name, c.m, c.n, c.k, (c.a_rs, c.a_cs), (c.b_rs, c.b_cs), c.o_rs,
+           spec, (c.c_rs, c.c_cs) if c.c else None, c.bias_stride if c.bias else 1,
+           (c.r_rs, c.r_cs) if c.res else None, c.alpha != 1, c.scale != 1)
+    found = _by_call.get(key)
+    if found is not None:
+        return found
+    if key not in _seen:
+        if len(_seen) >= SEEN_LIMIT:
+            _seen.clear()
+        _seen.add(key)
+        return None
+    made = small_kernel(key[0], *key[1:4], *key[4:7], spec, c_strides=key[8],
+                        bias_stride=key[9], residual_strides=key[10], alpha=key[11],
+                        scale=key[12])
+    if made is not None:
+        _by_call[key] = made
+    return made
+
+
+_by_call: dict[tuple, SmallKernel] = {}
+
+
 def choose_tile(dtype: str, m: int, n: int, k: int, lanes: int) -> Tile:
     """The register tile (rows x vectors) with the least modelled time: per tile, K
     steps of max(FMAs, 4-cycle FMA latency) and the loads, plus a store and loop
@@ -170,11 +208,12 @@ def _compile(key: SmallKey) -> SmallKernel:
     _SmallGemm(module, name, key, tile).build()
     if debugging.level() >= 3:
         debugging.banner(f"LLVM IR {name}", str(module), at_level=3)
-    names = [name] + ([f"{name}_arrays"] if _ARRAY_DATA_OFFSET else [])
+    names = [name, f"{name}_item"] + ([f"{name}_arrays"] if _ARRAY_DATA_OFFSET else [])
     addresses = jit.load(module, names)
     if debugging.level() >= 4:
         debugging.banner(f"assembly {name}", jit.assembly(module), at_level=4)
-    return SmallKernel(key, tile, (addresses[name], addresses.get(f"{name}_arrays", 0)))
+    return SmallKernel(key, tile, (addresses[name], addresses.get(f"{name}_arrays", 0)),
+                       addresses[f"{name}_item"])
 
 
 def _array_data_offset() -> int:
@@ -211,6 +250,8 @@ class _SmallGemm(TileStore):
         self.row_buffer.align = PACK_ALIGN
         if _ARRAY_DATA_OFFSET:
             self._array_entry(f"{name}_arrays")
+        export_item(module, f"{name}_item", tile, self.fn, KERNEL_ARGS,
+                    wanted=tuple(arg_name for arg_name, _ in key.args))
 
     def _array_entry(self, name: str) -> None:
         """`name`(objects...): the kernel on ndarray objects, their data pointers read at

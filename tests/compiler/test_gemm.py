@@ -249,9 +249,9 @@ def spy_on_pieces(monkeypatch) -> list:
     """A list that gets the number of pieces of every parallel run."""
     seen, in_pool = [], gemm_native._in_pool
 
-    def spy(kernel, first, then, threads):
+    def spy(kernel, first, then, threads, specialised=None):
         seen.append(len(then))
-        in_pool(kernel, first, then, threads)
+        in_pool(kernel, first, then, threads, specialised)
 
     monkeypatch.setattr(gemm_native, "_in_pool", spy)
     return seen
@@ -443,3 +443,14 @@ def test_a_specialised_kernel_reads_the_arrays_of_each_call():
         epilogue = Epilogue(bias=bias_rows[round_], activation="relu")
         check(gemm(a, b, epilogue=epilogue), a, b, epilogue=epilogue)
         check(gemm(a.T.copy().T, b), a, b)  # a column-major A: a request of its own
+
+
+def test_a_repeated_batch_of_small_products_runs_on_a_specialised_kernel():
+    from compiler.codegen import gemm_small
+    rng = np.random.default_rng(22)
+    a, b = rand(rng, (6, 1, 9, 11), np.float64), rand(rng, (3, 11, 13), np.float64)
+    compiled_before = len(gemm_small._by_call)
+    results = [bmm(a, b, alpha=2.0, threads=2) for _ in range(3)]
+    assert len(gemm_small._by_call) == compiled_before + 1
+    assert all(np.array_equal(results[0], r) for r in results[1:])
+    check(results[-1], a, b, alpha=2.0)
