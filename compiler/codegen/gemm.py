@@ -73,11 +73,16 @@ def bmm(a, b, *, out=None, alpha=1.0, beta=0.0, c=None, trans_a=False, trans_b=F
         epilogue: Epilogue | None = None, threads: int | None = None) -> np.ndarray:
     """gemm over the leading (batch) dims of a (..., M, K) and b (..., K, N), which
     broadcast as in numpy; c, the bias and the residual broadcast likewise."""
+    request = _request(a, b, out, alpha, beta, trans_a, trans_b, epilogue)
+    plan = _small_plans.get(request) if request is not None else None
+    if plan is not None:
+        return plan(a, b, alpha, epilogue)
     a, b = _array("a", a), _array("b", b)
     for name, x in (("a", a), ("b", b)):
         if x.ndim < 2:
             raise ValueError(f"bmm: {name} must have at least 2 dims, got shape {x.shape}")
-    return _product("bmm", a, b, out, alpha, beta, c, trans_a, trans_b, epilogue, threads)
+    return _product("bmm", a, b, out, alpha, beta, c, trans_a, trans_b, epilogue, threads,
+                    request)
 
 
 def _array(name: str, x) -> np.ndarray:
@@ -132,9 +137,11 @@ def _product(api, a, b, out, alpha, beta, c, trans_a, trans_b, epilogue, threads
         return out
     problem = _Problem(op_a, op_b, c, out, bias, epilogue.bias_axis, residual,
                        dtype.type(alpha), dtype.type(beta), dtype.type(epilogue.scale))
-    specialised = _run(problem, epilogue.activation, threads)
-    if request is not None and specialised is not None:
-        _small_plans[request] = _SmallPlan(specialised, shape, dtype)
+    ran = _run(problem, epilogue.activation, threads)
+    if request is not None and ran is not None:
+        kernel, products = ran
+        _small_plans[request] = (_BatchPlan(kernel, products, shape, dtype) if batch
+                                 else _SmallPlan(kernel, shape, dtype))
     return out
 
 
@@ -240,10 +247,11 @@ class _Problem:
                         self.scale)
 
 
-def _run(problem: _Problem, activation, threads) -> small.SmallKernel | None:
+def _run(problem: _Problem, activation, threads) -> tuple | None:
     """Lay out `problem` for the kernel (unit column stride of out, element strides)
     and run it, batch element by batch element, across threads. Returns the
-    specialised kernel that ran it if it ran on the operands as given."""
+    specialised kernel that ran it and its native.Batch if one did, on the operands as
+    given."""
     out, itemsize = problem.out, problem.out.itemsize
     if out.shape[-1] > 1 and out.strides[-1] != itemsize:
         if out.shape[-2] == 1 or out.strides[-2] == itemsize:
@@ -267,7 +275,7 @@ def _run(problem: _Problem, activation, threads) -> small.SmallKernel | None:
             blocking = native.Blocking(blocking.mc, k, blocking.nc)  # the same result
     specialised = small.for_call(batch.call, kernel.spec, out.dtype) if direct_domain else None
     native.run(kernel, batch, blocking, threads, specialised and specialised.item)
-    return None if copied else specialised
+    return None if copied or specialised is None else (specialised, batch)
 
 
 def _request(a, b, out, alpha, beta, trans_a, trans_b, epilogue) -> tuple | None:
@@ -315,7 +323,41 @@ class _SmallPlan:
         return out
 
 
-_small_plans: dict[tuple, _SmallPlan] = {}
+class _BatchPlan:
+    """A bmm() request whose products run on one shape-specialised kernel: the records
+    of its products are made once, relative to the operands' addresses, which each call
+    adds (with its alpha and scale) before running them (see gemm_native.run). Records
+    are handled as rows of 8-byte words (plain int64 arrays copy ten times faster than
+    structured ones)."""
+
+    def __init__(self, kernel, batch: native.Batch, shape: tuple, dtype: np.dtype):
+        self.item, self.shape, self.dtype = kernel.item, shape, dtype
+        records = native.records(batch)
+        fields = records.dtype.names
+        self.words = records.view(np.int64).reshape(len(records), len(fields)).copy()
+        self.pointers = [(fields.index(name), name) for name in native.POINTERS
+                         if getattr(batch.call, name)]
+        for column, name in self.pointers:
+            self.words[:, column] -= getattr(batch.call, name)
+        self.alpha, self.scale = fields.index("alpha"), fields.index("scale")
+        self.threads = native.threads_for(batch, specialised=True)
+
+    def __call__(self, a, b, alpha, epilogue) -> np.ndarray:
+        out = np.empty(self.shape, self.dtype)
+        operands = {"a": a, "b": b, "out": out}
+        if epilogue is not None:
+            operands.update(bias=epilogue.bias, res=epilogue.residual)
+        words = self.words.copy()
+        for column, name in self.pointers:
+            words[:, column] += operands[name].__array_interface__["data"][0]
+        scalars = words.view(np.float64)
+        scalars[:, self.alpha] = alpha
+        scalars[:, self.scale] = 1.0 if epilogue is None else epilogue.scale
+        native.run_records(self.item, words, self.threads)
+        return out
+
+
+_small_plans: dict[tuple, _SmallPlan | _BatchPlan] = {}
 
 
 @functools.cache

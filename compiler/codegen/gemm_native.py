@@ -213,14 +213,8 @@ def run(kernel: GemmKernel, batch: Batch, blocking: Blocking | None,
 
     `specialised`: the item address of a gemm_small kernel for these products, run
     instead of the direct path; its sizes are fixed, so whole products are its pieces."""
-    call = batch.call
-    macs = batch.count * call.m * call.n * call.k
-    if macs >= 2 * PARALLEL_MIN_MACS and threads is None:
-        from runtime.threads import num_threads
-        threads = num_threads()
-    if specialised is not None and batch.count == 1:
-        threads = 1
-    if macs < 2 * PARALLEL_MIN_MACS or threads <= 1 or not _parallel.acquire(blocking=False):
+    threads = threads_for(batch, specialised is not None, threads)
+    if threads <= 1 or not _parallel.acquire(blocking=False):
         # small, or another thread is using the pool: this thread alone
         _in_pool(kernel, None, _records(kernel, batch, blocking, 1), 1, specialised)
         return
@@ -237,6 +231,31 @@ def run(kernel: GemmKernel, batch: Batch, blocking: Blocking | None,
             _in_pool(kernel, None, _records(kernel, pieces, blocking, threads), threads)
     finally:
         _parallel.release()
+
+
+def threads_for(batch: Batch, specialised: bool, threads: int | None = None) -> int:
+    """How many threads `run` uses for the batch: 1 below 2 * PARALLEL_MIN_MACS (or for
+    one product on a specialised kernel), else `threads` (default: num_threads())."""
+    call = batch.call
+    macs = batch.count * call.m * call.n * call.k
+    if macs < 2 * PARALLEL_MIN_MACS or (specialised and batch.count == 1):
+        return 1
+    if threads is None:
+        from runtime.threads import num_threads
+        threads = num_threads()
+    return threads
+
+
+def records(batch: Batch) -> np.ndarray:
+    """The batch's products as records for a direct (unpacked) kernel's items."""
+    return _records(None, batch, None, 1)
+
+
+def run_records(item: int, records: np.ndarray, threads: int) -> None:
+    """item(record, worker) for every row of `records` (C-contiguous), on up to `threads`
+    threads."""
+    from runtime.pool import run_items
+    run_items(None, (item, records.ctypes.data, len(records), records.strides[0]), threads)
 
 
 # Held by the one Python thread whose product runs on runtime.pool, which also guards
@@ -293,7 +312,7 @@ def _column_pieces(call: Call, kernel: GemmKernel, parts: int) -> list[Call]:
 _KERNEL_RECORD = np.dtype([(name, "<f8" if kind == "f" else "<i8")
                            for name, kind in KERNEL_ARGS])
 _PACK_B_RECORD = np.dtype([(name, "<i8") for name, _ in PACK_B_ARGS])
-_POINTERS = ("a", "b", "c", "out", "bias", "res")  # the order of Batch.offsets' columns
+POINTERS = ("a", "b", "c", "out", "bias", "res")  # the order of Batch.offsets' columns
 
 
 def _records(kernel: GemmKernel, pieces: Batch | list[Call], blocking: Blocking | None,
@@ -319,7 +338,7 @@ def _records(kernel: GemmKernel, pieces: Batch | list[Call], blocking: Blocking 
         return np.array([(*piece, *tail) for piece in pieces], _KERNEL_RECORD)
     records = np.array([(*pieces.call, *tail)] * pieces.count, _KERNEL_RECORD)
     if pieces.offsets is not None:
-        for column, name in enumerate(_POINTERS):
+        for column, name in enumerate(POINTERS):
             records[name] += pieces.offsets[:, column]
     return records
 

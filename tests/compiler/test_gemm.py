@@ -454,3 +454,15 @@ def test_a_repeated_batch_of_small_products_runs_on_a_specialised_kernel():
     assert len(gemm_small._by_call) == compiled_before + 1
     assert all(np.array_equal(results[0], r) for r in results[1:])
     check(results[-1], a, b, alpha=2.0)
+
+
+def test_a_repeated_bmm_request_reads_the_arrays_and_scalars_of_each_call():
+    """The plan of a repeated bmm() call keeps its products' records relative to the
+    operands: new arrays of the same layout, and a new alpha and scale, are used."""
+    rng = np.random.default_rng(23)
+    for round_ in range(4):
+        a, b = rand(rng, (5, 6, 7), np.float32), rand(rng, (5, 7, 4), np.float32)
+        epilogue = Epilogue(bias=rand(rng, 4, np.float32), activation="relu",
+                            scale=1.0 + round_)
+        check(bmm(a, b, alpha=0.5 * round_, epilogue=epilogue), a, b, alpha=0.5 * round_,
+              epilogue=epilogue)
