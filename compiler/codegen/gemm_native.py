@@ -268,20 +268,31 @@ def _run_sharing_b(kernel: GemmKernel, call: Call, blocking: Blocking, threads: 
     shared packed B): the threads first pack B's columns together, then take row pieces
     of about MC rows (one A block each) that all read that packing."""
     t, itemsize = kernel.tile, kernel.dtype.itemsize
-    if -(-call.m // t.mr) < 2 * threads:  # too few rows: columns, own B each
+    if _uneven(call.m, t.mr, threads) > max(1.05, _uneven(call.n, t.nr, threads)):
+        # the row tiles do not share out evenly, the column panels do better: columns,
+        # each piece packing its own B (A is packed again or read in place by each)
         pieces = _column_pieces(call, kernel, 2 * threads)
         _in_pool(kernel, None, _records(kernel, pieces, blocking, threads), threads)
         return
     width = min(call.n, max(t.nr, SHARED_B_ELEMENTS // call.k // t.nr * t.nr))
     packed_b = _scratch("shared b", call.k * _round_up(width, t.nr), kernel.dtype)
+    blocks = -(-call.m // blocking.mc)
     for start in range(0, call.n, width):
         chunk = call.cols(start, min(call.n, start + width), itemsize,
                           kernel.spec.bias == "col")
         columns = np.array([kernel.pack_b_record(chunk, *cols, packed_b)
                             for cols in _cuts(chunk.n, t.nr, 2 * threads)], _PACK_B_RECORD)
-        pieces = _row_pieces(chunk, kernel, max(threads, -(-call.m // blocking.mc)))
+        # about one A block per piece, as many pieces for each thread
+        pieces = _row_pieces(chunk, kernel, -(-blocks // threads) * threads)
         _in_pool(kernel, columns, _records(kernel, pieces, blocking, threads, packed_b),
                  threads)
+
+
+def _uneven(size: int, step: int, threads: int) -> float:
+    """How much longer than an even share the busiest of `threads` threads works when
+    `size` is dealt out in whole tiles of `step` (1.0: perfectly even)."""
+    tiles = -(-size // step)
+    return -(-tiles // threads) * threads / tiles
 
 
 def _cuts(size: int, step: int, parts: int) -> list[tuple[int, int]]:
