@@ -349,7 +349,7 @@ class _BatchPlan:
             operands.update(bias=epilogue.bias, res=epilogue.residual)
         words = self.words.copy()
         for column, name in self.pointers:
-            words[:, column] += operands[name].__array_interface__["data"][0]
+            words[:, column] += native.address(operands[name])
         scalars = words.view(np.float64)
         scalars[:, self.alpha] = alpha
         scalars[:, self.scale] = 1.0 if epilogue is None else epilogue.scale
@@ -404,7 +404,7 @@ def _layout(x, dims: int, itemsize: int) -> tuple:
     strides = x.strides
     inner = (strides[-2] // itemsize, strides[-1] // itemsize) if dims == 2 else (
         strides[-1] // itemsize, 0)
-    return x.__array_interface__["data"][0], strides[:-dims], inner
+    return native.address(x), strides[:-dims], inner
 
 
 _ABSENT = (0, (), (0, 0))

@@ -31,6 +31,7 @@ import numpy as np
 
 from compiler import debugging
 from compiler.codegen.gemm_ir import I1, I32, I64, PACK_ALIGN
+from compiler.codegen.gemm_native import ARRAY_DATA_OFFSET
 from compiler.codegen.gemm_kernel import (KERNEL_ARGS, EpilogueSpec, Tile,
                                           emit_activation, export_item)
 from compiler.codegen.gemm_store import TileStore, Update
@@ -208,7 +209,7 @@ def _compile(key: SmallKey) -> SmallKernel:
     _SmallGemm(module, name, key, tile).build()
     if debugging.level() >= 3:
         debugging.banner(f"LLVM IR {name}", str(module), at_level=3)
-    names = [name, f"{name}_item"] + ([f"{name}_arrays"] if _ARRAY_DATA_OFFSET else [])
+    names = [name, f"{name}_item"] + ([f"{name}_arrays"] if ARRAY_DATA_OFFSET else [])
     addresses = jit.load(module, names)
     if debugging.level() >= 4:
         debugging.banner(f"assembly {name}", jit.assembly(module), at_level=4)
@@ -216,16 +217,6 @@ def _compile(key: SmallKey) -> SmallKernel:
                        addresses[f"{name}_item"])
 
 
-def _array_data_offset() -> int:
-    """Where an ndarray object keeps its data pointer: right after the object header
-    (numpy's PyArrayObject_fields), checked here on a live array; 0 if not found there."""
-    offset = object.__basicsize__
-    probe = np.arange(3.0)[1:]
-    found = ctypes.c_void_p.from_address(id(probe) + offset).value
-    return offset if found == probe.__array_interface__["data"][0] else 0
-
-
-_ARRAY_DATA_OFFSET = _array_data_offset()
 
 
 class _SmallGemm(TileStore):
@@ -248,21 +239,21 @@ class _SmallGemm(TileStore):
                     "r_rs": self.i64(r_rs), "r_cs": self.i64(r_cs)}
         self.row_buffer = self.b.alloca(ir.ArrayType(self.T, tile.nr), name="row")
         self.row_buffer.align = PACK_ALIGN
-        if _ARRAY_DATA_OFFSET:
+        if ARRAY_DATA_OFFSET:
             self._array_entry(f"{name}_arrays")
         export_item(module, f"{name}_item", tile, self.fn, KERNEL_ARGS,
                     wanted=tuple(arg_name for arg_name, _ in key.args))
 
     def _array_entry(self, name: str) -> None:
         """`name`(objects...): the kernel on ndarray objects, their data pointers read at
-        _ARRAY_DATA_OFFSET."""
+        ARRAY_DATA_OFFSET."""
         kernel, builder = self.fn, self.b
         byte_pointer = ir.IntType(8).as_pointer()
         kinds = [byte_pointer if kind == "p" else self.T for _, kind in self.key.args]
         entry = ir.Function(self.module, ir.FunctionType(ir.VoidType(), kinds), name)
         entry.attributes.add("nounwind")
         b = ir.IRBuilder(entry.append_basic_block("entry"))
-        offset = ir.Constant(I64, _ARRAY_DATA_OFFSET)
+        offset = ir.Constant(I64, ARRAY_DATA_OFFSET)
         args = [arg if kind == "f" else b.load(b.bitcast(b.gep(arg, [offset]),
                                                          self.P.as_pointer()), align=8)
                 for arg, (_, kind) in zip(entry.args, self.key.args)]
