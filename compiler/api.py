@@ -81,7 +81,7 @@ class CompiledFunction:
         entry.calls += 1
         if entry.direct is not None and not self.check_calls and profile._active is None \
                 and not dispatcher.tls.include:
-            return entry.direct(list(args))[0]  # one kernel over the arguments as given
+            return entry.direct(args)[0]  # one kernel over the arguments as given
         out = self._replay(entry, leaves) if entry.mode == "replay" else \
             self._run_python(entry, args, kwargs)[0]
         if self.check_calls:
@@ -240,7 +240,7 @@ class CompiledFunction:
     def _replay(self, entry: Entry, leaves: list):
         results = []
         if entry.run is not None:
-            inputs = [leaves[s[1]][1] if s[0] == "arg" else guards.resolve(s, leaves)
+            inputs = [leaves[s[1]] if s[0] == "arg" else guards.resolve(s, leaves)
                       for s in entry.sources]
             results = capture.run_region(entry.run, entry.graph, inputs)
         if entry.out_tree == 0:  # a single result
@@ -304,6 +304,8 @@ def _why_not_replayable(trace: capture.Trace, out_leaves) -> str:
         return "it ran more than one region"
     if trace.records:
         outputs = trace.records[0].outputs
+        if any(t.requires_grad for t in outputs):  # replay runs below autograd
+            return "its results need autograd history (an input requires grad)"
         returned = {id(v) for _, v in out_leaves if isinstance(v, Tensor)}
         if any(id(t) not in returned for t in outputs):
             return "it keeps tensors besides its outputs (autograd history or side effects)"

@@ -15,7 +15,8 @@ from eager.autograd.grad_mode import is_grad_enabled
 from eager.tensor import Tensor
 
 _PLAIN = (bool, int, float, str, type(None), complex)
-_TREES: dict[int, object] = {}  # number of positional tensors -> their treedef
+_GUARDED_AS: dict[type, str] = {}  # type -> how its values are guarded (see _guarded_as)
+_TREES: dict[int, tuple] = {}  # number of positional tensors -> (treedef, no aliases)
 
 
 def tensor_meta(t: Tensor) -> tuple:
@@ -56,11 +57,21 @@ def unflatten(tree, leaves: list):
 
 
 def _leaf_key(v):
-    if isinstance(v, Tensor):
+    kind = type(v)
+    guarded = _GUARDED_AS.get(kind) or _guarded_as(kind)
+    if guarded == "tensor":
         return tensor_meta(v)
-    if isinstance(v, _PLAIN):
-        return (type(v).__name__, v)
-    return ("object", type(v).__qualname__, id(v))
+    if guarded == "value":
+        return (kind.__name__, v)
+    return ("object", kind.__qualname__, id(v))
+
+
+def _guarded_as(kind: type) -> str:
+    """How leaves of a type are guarded: "tensor" (by metadata), "value" (by equality) or
+    "object" (by identity); decided once per type, since keys are made at every call."""
+    _GUARDED_AS[kind] = "tensor" if issubclass(kind, Tensor) else \
+        "value" if issubclass(kind, _PLAIN) else "object"
+    return _GUARDED_AS[kind]
 
 
 def _describe_leaf(path: str, key) -> str:
@@ -143,33 +154,31 @@ class GuardSet:
         return self.key_and_leaves(args, kwargs, dynamic)[0]
 
     def key_and_leaves(self, args: tuple, kwargs: dict, dynamic=frozenset()):
-        """The guard key and the arguments' leaves [(path, value)] (paths are None on the
-        fast path of plain positional tensors: `flatten` makes them when needed)."""
-        if not kwargs and all(type(a) is Tensor for a in args):
-            leaves = [(None, a) for a in args]
-            tree = _TREES.get(len(args))
-            if tree is None:
-                tree = _TREES[len(args)] = flatten((args, {}), "arg", [])
-            leaf_keys = tuple([tensor_meta(a) for a in args])
-            aliases = tuple(range(len(args))) if len({id(a) for a in args}) == len(args) \
-                else _alias_pattern(leaves)
+        """The guard key and the values of the arguments' leaves, in order."""
+        metas = None if kwargs else _tensor_metas(args)
+        if metas is not None:  # plain positional tensors: their own leaves, nothing to walk
+            leaves = args
+            tree, in_order = _TREES.get(len(args)) or _positional_tree(len(args))
+            aliases = in_order if len(set(map(id, args))) == len(args) else \
+                _alias_pattern(args)
         else:
-            leaves = []
-            tree = flatten((args, kwargs), "arg", leaves)
-            leaf_keys = tuple([_leaf_key(v) for _, v in leaves])
+            pairs: list = []
+            tree = flatten((args, kwargs), "arg", pairs)
+            leaves = [v for _, v in pairs]
+            metas = tuple([_leaf_key(v) for v in leaves])
             aliases = _alias_pattern(leaves)
         if dynamic:
-            leaf_keys = abstract_sizes(leaf_keys, dynamic)
-        parts = [tree, leaf_keys, aliases, is_grad_enabled(),
-                 tuple([_leaf_key(ns.get(name)) for _, ns, name in self.globals]) if
-                 self.globals else (),
-                 tuple([_leaf_key(_cell_value(c)) for _, c in self.closures]) if
-                 self.closures else (),
-                 tuple([_leaf_key(getattr(m, a, None)) for _, m, a in self.attributes]) if
-                 self.attributes else ()]
+            metas = abstract_sizes(metas, dynamic)
+        key = (tree, metas, aliases, is_grad_enabled(),
+               tuple([_leaf_key(ns.get(name)) for _, ns, name in self.globals]) if
+               self.globals else (),
+               tuple([_leaf_key(_cell_value(c)) for _, c in self.closures]) if
+               self.closures else (),
+               tuple([_leaf_key(getattr(m, a, None)) for _, m, a in self.attributes]) if
+               self.attributes else ())
         if self.module is not None:
-            parts.append(tuple((n, tensor_meta(t)) for n, t in _module_tensors(self.module)))
-        return tuple(parts), leaves
+            key += (tuple((n, tensor_meta(t)) for n, t in _module_tensors(self.module)),)
+        return key, leaves
 
     @staticmethod
     def abstract(key: tuple, dynamic) -> tuple:
@@ -254,10 +263,28 @@ def _module_tensors(module):
     yield from module.named_buffers()
 
 
+def _tensor_metas(args: tuple) -> tuple | None:
+    """tensor_meta of every argument, or None when one is not a Tensor."""
+    metas = []
+    for a in args:
+        if type(a) is not Tensor:
+            return None
+        metas.append(tensor_meta(a))
+    return tuple(metas)
+
+
+def _positional_tree(n: int) -> tuple:
+    """(treedef, alias pattern of distinct tensors) of `n` positional arguments."""
+    _TREES[n] = flatten((tuple(range(n)), {}), "arg", []), tuple(range(n))
+    return _TREES[n]
+
+
 def _alias_pattern(leaves) -> tuple:
+    """Per leaf value, the index of the first leaf that is the same tensor (None for
+    values that are not tensors)."""
     first: dict[int, int] = {}
     out = []
-    for i, (_, v) in enumerate(leaves):
+    for i, v in enumerate(leaves):
         if isinstance(v, Tensor):
             out.append(first.setdefault(id(v), i))
         else:
@@ -265,10 +292,11 @@ def _alias_pattern(leaves) -> tuple:
     return tuple(out)
 
 
-def resolve(source, leaves: list) -> Tensor:
+def resolve(source, leaves) -> Tensor:
+    """The tensor a source names at this call; `leaves` are the arguments' leaf values."""
     kind = source[0]
     if kind == "arg":
-        return leaves[source[1]][1]
+        return leaves[source[1]]
     if kind == "global":
         return source[1][source[2]]
     if kind == "closure":

@@ -11,6 +11,7 @@ inner dim.
 from __future__ import annotations
 
 import ctypes
+import struct
 import threading
 
 import numpy as np
@@ -21,17 +22,20 @@ from compiler.codegen import kernels as K
 from compiler.codegen import values as V
 from compiler.passes.fusion import row_space
 from eager.dispatcher import ATEN
-from eager.tensor import from_array
+from eager.tensor import Size, Tensor, contiguous_strides, empty_cpu
 from ir.graph import Graph, Node
 from ir.ops import VIEW, Op
 
 _KERNEL_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                               ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
+# the same kernels called with every argument already a ctypes value (made once per
+# layout): with no argument types to convert through, a call costs about half as much
+_KERNEL_PREPARED = ctypes.CFUNCTYPE(None)
 # below this a kernel runs on the calling thread alone: waking the pool costs tens of
 # microseconds, more than the second core saves on a megabyte of work
 _PARALLEL_ELEMENTS = 1 << 20
 _lock = threading.Lock()
-_compiled: dict[tuple, tuple] = {}  # (body text, strides) -> (ctypes function, ir, asm)
+_compiled: dict[tuple, tuple] = {}  # (body text, strides) -> (address, artifact)
 _counter = [0]
 def codegen_seconds() -> float:
     """Seconds this thread has spent compiling and loading kernels (all of them: the
@@ -93,9 +97,10 @@ class FusedKernel:
                               for v in self.operands + tuple(self.body.outputs))
         self.fallback_reason = ""  # set when a call's layout made it run interpreted
         self.artifacts: list[KernelArtifact] = []  # one per compiled stride pattern
-        self._layouts: dict = {}  # operand shapes and strides -> how to launch
-        self._out_types = [(tuple(v.type.shape), v.type.dtype.np) for v in body.outputs]
+        self._layouts: dict = {}  # operand strides -> how to launch (shapes are the graph's)
+        self._outputs = tuple(_output_spec(v.type) for v in body.outputs)
         self._positions = None if self.views else [body.inputs.index(v) for v in self.operands]
+        self._in_order = self._positions == list(range(len(body.inputs)))
         self._empty = 0 in full
 
     def _row_values(self) -> frozenset:
@@ -153,30 +158,37 @@ class FusedKernel:
         return space
 
     # running ------------------------------------------------------------------------
-    def __call__(self, inputs: list) -> list:
-        if self._positions is not None:  # operands are inputs as given: no views to apply
-            operands = [inputs[i] for i in self._positions]
-        else:
-            env = dict(zip(self.body.inputs, inputs))
-            for n in self.views:
-                args, kwargs = interpreter.node_call_args(n, env)
-                env[n.outputs[0]] = ATEN[n.op](*args, **kwargs)
-            operands = [env[v] for v in self.operands]
+    def __call__(self, inputs) -> list:
+        operands = inputs if self._in_order else self._operands(inputs)
+        launch = self._layouts.get(tuple([t._stride for t in operands]))
+        if launch is None:  # a layout not seen yet, or one the kernel cannot run
+            return self._plan_and_run(inputs, operands)
+        return launch(operands)
+
+    def _operands(self, inputs) -> list:
+        """The tensors the kernel reads: some of its inputs, or views of them (the
+        kernel's leading views, applied eagerly)."""
+        if self._positions is not None:
+            return [inputs[i] for i in self._positions]
+        env = dict(zip(self.body.inputs, inputs))
+        for n in self.views:
+            args, kwargs = interpreter.node_call_args(n, env)
+            env[n.outputs[0]] = ATEN[n.op](*args, **kwargs)
+        return [env[v] for v in self.operands]
+
+    def _plan_and_run(self, inputs, operands) -> list:
+        """Plan the launch for the operands' strides, keep it and run it; the interpreter
+        runs what the kernel cannot (no elements, a layout the generator does not take)."""
         if self._empty:  # nothing to compute: eager's answer (zeros, NaN or its error)
             return interpreter.run(self.body, inputs)
-        key = tuple([(t._shape, t._stride) for t in operands])
-        launch = self._layouts.get(key)
-        if launch is None:
-            outs = [np.empty(tuple(v.type.shape), v.type.dtype.np) for v in self.body.outputs]
-            try:
-                launch = self._layouts[key] = self._plan_launch(
-                    [t._np() for t in operands] + outs)
-            except Unsupported as e:  # this call's memory layout: the interpreter runs it
-                self.fallback_reason = str(e)
-                return interpreter.run(self.body, inputs)
-        outs = [from_array(np.empty(shape, dt)) for shape, dt in self._out_types]
-        launch([t.data_ptr() for t in operands] + [o.data_ptr() for o in outs])
-        return outs
+        outs = [np.empty(shape, dtype.np) for shape, _, _, dtype in self._outputs]
+        try:
+            launch = self._plan_launch([t._np() for t in operands] + outs)
+        except Unsupported as e:  # this call's memory layout
+            self.fallback_reason = str(e)
+            return interpreter.run(self.body, inputs)
+        self._layouts[tuple([t._stride for t in operands])] = launch
+        return launch(operands)
 
     def _plan_launch(self, arrays):
         """How to call the kernel for operands laid out like `arrays`."""
@@ -189,8 +201,9 @@ class FusedKernel:
         if self.kind == "reduction" and K.STRIDED in classes and len(outer) == 1 and \
                 all(s in (0, 1) for s in outer[0]):
             columns = tuple(outer[0])  # rows adjacent in memory: put them in the lanes
-        fn = self._function(classes, columns)
-        return _Launch(fn, offsets, strides, rows, inner, self.kind == "elementwise")
+        address = self._function(classes, columns)
+        return _Launch(address, offsets, strides, rows, inner, self.kind == "elementwise",
+                       self._outputs)
 
     def _function(self, classes, columns=()):
         key = (str(self.body), classes, columns)
@@ -217,7 +230,7 @@ class FusedKernel:
         artifact = KernelArtifact(name, str(module), jit)
         if debug.level() >= 4:
             debug.banner(f"assembly: {name}", artifact.assembly, at_level=4)
-        return _KERNEL_FN(address), artifact
+        return address, artifact
 
 
 def _is_kept(shape, full, reduced) -> bool:
@@ -294,33 +307,52 @@ def _layout(arrays, shapes, full, reduced, squeezed):
 
 
 class _Launch:
-    """A kernel call prepared for one layout: the offset tables and strides stay; each
-    call only brings the operands' data pointers."""
+    """A kernel call prepared for one layout: the offset tables, strides and ranges are
+    made ctypes values once; each call brings fresh outputs and packs the data pointers."""
 
-    def __init__(self, fn, offsets, strides, rows: int, inner: int, split_inner: bool):
-        self.fn, self.rows, self.inner = fn, rows, inner
+    def __init__(self, address: int, offsets, strides, rows: int, inner: int,
+                 split_inner: bool, outputs: tuple):
+        self.fn, self.rows, self.inner = _KERNEL_FN(address), rows, inner
         self._offsets = offsets  # the tables the pointers below point into
         self.offs = (ctypes.c_void_p * len(offsets))(*[o.ctypes.data for o in offsets])
         self.strides = (ctypes.c_int64 * len(strides))(*strides)
-        self.ptrs_type = ctypes.c_void_p * len(offsets)
+        # the data pointers packed as bytes, which ctypes passes as a pointer to them
+        self.pack_pointers = struct.Struct(f"{len(offsets)}P").pack
+        self.outputs = outputs
         self.threads = _thread_count(rows * inner)
         self.split_inner = split_inner and rows == 1 and self.threads > 1
+        self.parallel = self.threads > 1 and (rows >= self.threads or self.split_inner)
         self.empty = rows == 0 or (split_inner and inner == 0)  # nothing to read or write
+        self.prepared = _KERNEL_PREPARED(address)
+        self.whole = (self.offs, self.strides, ctypes.c_int64(0), ctypes.c_int64(rows),
+                      ctypes.c_int64(0), ctypes.c_int64(inner))  # every row, every element
 
-    def __call__(self, addresses: list) -> None:
+    def __call__(self, operands) -> list:
+        outs = [empty_cpu(*spec) for spec in self.outputs]
         if self.empty:
-            return
+            return outs
+        ptrs = self.pack_pointers(*map(Tensor.data_ptr, operands), *map(Tensor.data_ptr, outs))
+        if self.parallel:
+            self._run_parallel(ptrs)
+        else:
+            self.prepared(ptrs, *self.whole)
+        return outs
+
+    def _run_parallel(self, ptrs) -> None:
+        from runtime import threads
         fn, offs, strd, rows, inner = self.fn, self.offs, self.strides, self.rows, self.inner
-        ptrs = self.ptrs_type(*addresses)
-        if self.threads > 1 and rows >= self.threads:
-            from runtime import threads
-            threads.parallel_for(rows, lambda a, b: fn(ptrs, offs, strd, a, b, 0, inner))
-        elif self.split_inner:
-            from runtime import threads
+        if self.split_inner:  # one long row: its inner range is split
             threads.parallel_for(inner, lambda a, b: fn(ptrs, offs, strd, 0, 1, a, b),
                                  grain=4096)
         else:
-            fn(ptrs, offs, strd, 0, rows, 0, inner)
+            threads.parallel_for(rows, lambda a, b: fn(ptrs, offs, strd, a, b, 0, inner))
+
+
+def _output_spec(t) -> tuple:
+    """(Size, contiguous strides, elements, dtype) of a kernel output of IR type `t`: what
+    `empty_cpu` takes, computed once."""
+    shape = Size(t.shape)
+    return shape, contiguous_strides(shape), shape.numel(), t.dtype
 
 
 def _thread_count(elements: int) -> int:

@@ -47,10 +47,14 @@ class Storage:
                 self._address = 0
             else:
                 try:  # three times faster than numpy's ctypes bridge
-                    self._address = ctypes.addressof(ctypes.c_char.from_buffer(self.data))
+                    self._address = _addressof(_char_at(self.data))
                 except (TypeError, ValueError):  # read-only or empty memory
                     self._address = self.data.ctypes.data
         return self._address
+
+
+# bound once: every new tensor passed to native code asks for its address
+_addressof, _char_at = ctypes.addressof, ctypes.c_char.from_buffer
 
 
 def contiguous_strides(shape) -> tuple[int, ...]:
@@ -83,7 +87,7 @@ class Tensor:
               device_: device, base: Tensor | None = None) -> Tensor:
         t = object.__new__(cls)
         t._storage = storage
-        t._shape = Size(shape)
+        t._shape = shape if type(shape) is Size else Size(shape)
         t._stride = tuple(stride)
         t._offset = offset
         t.dtype = dtype
@@ -375,6 +379,13 @@ def from_array(a: np.ndarray, device_: device = CPU) -> Tensor:
     t = Tensor._make(Storage(a.reshape(-1), device_, a.nbytes), shape, strides, 0, dt, device_)
     t._np_cache = a
     return t
+
+
+def empty_cpu(shape: Size, strides: tuple, numel: int, dtype: DType) -> Tensor:
+    """A new contiguous CPU tensor of uninitialised memory, for hot paths (compiled
+    kernels' outputs) that compute its Size, strides and element count once."""
+    a = np.empty(numel, dtype.np)
+    return Tensor._make(Storage(a, CPU, a.nbytes), shape, strides, 0, dtype, CPU)
 
 
 _DTYPE_OF_NP = {d.np: d for d in dtypes.ALL}

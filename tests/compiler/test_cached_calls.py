@@ -1,0 +1,164 @@
+"""Cached calls of compiled functions: the one-kernel direct path and the guards in
+front of it (what a fast path must not skip)."""
+import threading
+
+import numpy as np
+import pytest
+
+import compiler
+import eager
+from eager.testing import assert_close
+
+
+def six_ops(x, y):
+    return (x * y + 1.0).tanh() * x - y.abs()
+
+
+def _floats(*shape, seed=0):
+    return eager.tensor(np.random.default_rng(seed).standard_normal(shape).astype(np.float32))
+
+
+def _direct_entry(cf):
+    entry = next(iter(cf.entries.values()))
+    assert entry.direct is not None, entry.why_python
+    return entry
+
+
+def test_a_one_kernel_function_replays_as_a_direct_kernel_call():
+    cf = compiler.compile(six_ops)
+    x, y = _floats(8, seed=1), _floats(8, seed=2)
+    for _ in range(3):
+        assert_close(cf(x, y), six_ops(x, y))
+    assert _direct_entry(cf).calls == 3
+
+
+def test_direct_calls_return_fresh_tensors():
+    cf = compiler.compile(six_ops)
+    x, y = _floats(8, seed=1), _floats(8, seed=2)
+    first = cf(x, y)
+    kept = first.numpy().copy()
+    second = cf(y, x)
+    assert first.data_ptr() != second.data_ptr()
+    np.testing.assert_array_equal(first.numpy(), kept)
+    second.add_(1.0)  # writing into one result leaves the others alone
+    np.testing.assert_array_equal(first.numpy(), kept)
+    third = cf(y, x)
+    assert_close(third, six_ops(y, x))
+    assert third.shape == (8,) and third.stride() == (1,) and third.is_contiguous()
+    assert not third.requires_grad and third.grad_fn is None
+
+
+def test_a_failed_guard_after_direct_calls_compiles_a_new_entry():
+    cf = compiler.compile(six_ops)
+    x, y = _floats(8, seed=1), _floats(8, seed=2)
+    cf(x, y), cf(x, y)
+    bigger = _floats(3, 5, seed=3), _floats(3, 5, seed=4)
+    wider = x.double(), y.double()
+    for args in (bigger, wider, (x, x)):  # shape, dtype, aliasing
+        assert_close(cf(*args), six_ops(*args))
+        assert_close(cf(*args), six_ops(*args))
+    assert len(cf.entries) == 4
+    assert_close(cf(x, y), six_ops(x, y))
+
+
+def test_requires_grad_inputs_keep_their_autograd_history():
+    cf = compiler.compile(lambda x, y: x * y + 1)
+    x = _floats(4, seed=1).requires_grad_()
+    y = _floats(4, seed=2)
+    for _ in range(3):
+        out = cf(x, y)
+        assert out.grad_fn is not None
+        x.grad = None
+        out.sum().backward()
+        assert_close(x.grad, y)
+    with eager.no_grad():  # no history wanted: the same function replays
+        for _ in range(2):
+            assert cf(x, y).grad_fn is None
+    assert any(e.direct is not None for e in cf.entries.values())
+
+
+def test_a_closure_tensor_that_requires_grad_gets_its_gradient():
+    w = _floats(4, seed=3).requires_grad_()
+    cf = compiler.compile(lambda x: x * w)
+    x = _floats(4, seed=4)
+    for _ in range(2):
+        w.grad = None
+        cf(x).sum().backward()
+        assert_close(w.grad, x)
+
+
+def test_requires_grad_set_in_place_is_seen_by_the_guards():
+    cf = compiler.compile(lambda x: x.exp() * 2)
+    x = _floats(4, seed=5)
+    cf(x), cf(x)
+    x.requires_grad_()
+    out = cf(x)
+    assert out.grad_fn is not None
+    out.sum().backward()
+    assert_close(x.grad, x.detach().exp() * 2)
+
+
+@pytest.mark.parametrize("layout", ["transposed", "strided", "offset"])
+def test_direct_calls_follow_each_call_s_strides(layout):
+    cf = compiler.compile(lambda a, b: (a * b).exp())
+    base = _floats(6, 6, seed=6)
+    a, b = _floats(6, 6, seed=7), _floats(6, 6, seed=8)
+    cf(a, b), cf(a, b)
+    view = {"transposed": base.t(), "strided": _floats(6, 12, seed=9)[:, ::2],
+            "offset": _floats(7, 6, seed=9)[1:]}[layout]
+    assert_close(cf(view, b), (view * b).exp())
+    assert_close(cf(a, b), (a * b).exp())
+    assert len(cf.entries) == 1
+
+
+def test_closure_values_are_guarded_on_the_direct_path():
+    scale = 2.0
+    lib = eager
+
+    def f(x):
+        return lib.tanh(x) * scale
+    cf = compiler.compile(f)
+    x = _floats(5, seed=10)
+    for scale in (2.0, 2.0, 3.0, 3.0):  # noqa: B007 - the closure reads it
+        assert_close(cf(x), eager.tanh(x) * scale)
+    lib = _Doubling()
+    assert_close(cf(x), eager.tanh(x) * 6.0)
+
+
+class _Doubling:
+    """A stand-in module whose tanh doubles: another object, so a new entry."""
+
+    @staticmethod
+    def tanh(x):
+        return eager.tanh(x) * 2
+
+
+def test_the_profiler_and_check_mode_see_direct_entries():
+    cf = compiler.compile(six_ops, check=True)
+    x, y = _floats(8, seed=1), _floats(8, seed=2)
+    for _ in range(4):  # three checked calls, then the direct path
+        assert_close(cf(x, y), six_ops(x, y))
+    with eager.profiler.profile() as prof:
+        cf(x, y)
+    assert any(e.name == "kiln::region" for e in prof.events())
+
+
+def test_threads_calling_a_direct_entry_get_their_own_results():
+    cf = compiler.compile(six_ops)
+    pairs = [(_floats(64, seed=2 * i), _floats(64, seed=2 * i + 1)) for i in range(4)]
+    cf(*pairs[0])
+    errors = []
+
+    def work(x, y):
+        expected = six_ops(x, y).numpy()
+        try:
+            for _ in range(200):
+                np.testing.assert_allclose(cf(x, y).numpy(), expected, rtol=1e-5, atol=1e-6)
+        except Exception as e:  # surfaced below
+            errors.append(e)
+    threads = [threading.Thread(target=work, args=p) for p in pairs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(cf.entries) == 1
