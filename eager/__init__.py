@@ -3,6 +3,7 @@
 Tensors, the op registry and dispatcher, autograd, a numpy CPU backend and the
 profiler. The compiler (llvmlite, networkx) is imported only when compile() is used.
 """
+# ruff: noqa: F401 - this module's imports are its public names
 from eager import autograd as autograd
 from eager import _C, dispatcher, kernels, composite, _tensor_methods  # noqa: F401
 from eager import profiler as profiler

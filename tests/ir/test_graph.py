@@ -47,8 +47,8 @@ def test_builder_names_values_in_order():
     (z,) = b.add(Op.SUM, [y], {"dim": (1,), "keepdim": False, "dtype": None},
                  TensorType((2,), dtypes.float32))
     g = b.build([z])
-    assert str(g).splitlines()[1:3] == ["  %0: f32[2,3] = exp(%x)",
-                                        "  %1: f32[2] = sum(%0, dim=[1], keepdim=False, dtype=None)"]
+    assert str(g).splitlines()[1:3] == [
+        "  %0: f32[2,3] = exp(%x)", "  %1: f32[2] = sum(%0, dim=[1], keepdim=False, dtype=None)"]
     assert ir.parse(str(g)) == g
     assert g.users()[y] == [g.nodes[1]]
     assert g.producers()[z] is g.nodes[1]
