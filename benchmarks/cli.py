@@ -48,9 +48,19 @@ def _positive(text: str) -> int:
     return value
 
 
+# Contenders alternate in one process: after its call, OpenBLAS's idle threads spin
+# (sched_yield) for 2^28 cycles (~0.1 s) by default, holding cores that the next
+# contender's threads need (kiln's GEMM measured 0.5-0.7x of OpenBLAS on 2 threads that
+# way, 0.9x with the spin cut). 2^18 cycles keep back-to-back BLAS calls warm and let
+# the next contender have the cores. kiln's own pool spins ~20 us, then yields ~0.7 ms.
+OPENBLAS_THREAD_TIMEOUT = "18"
+
+
 def configure_threads(threads: int | None) -> str | None:
-    """Limit numpy's BLAS pool to `threads`; returns a warning if that was not possible.
-    OpenBLAS reads its variables once, when numpy is first imported."""
+    """Limit numpy's BLAS pool to `threads`, and its idle spinning (see
+    OPENBLAS_THREAD_TIMEOUT); returns a warning if that was not possible. OpenBLAS reads
+    its variables once, when numpy is first imported."""
+    os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", OPENBLAS_THREAD_TIMEOUT)
     if threads is None:
         return None
     for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from compiler.codegen import gemm_native as native
+from compiler.codegen import gemm_plans as plans
 from compiler.codegen import gemm_small as small
 from compiler.codegen import gemm_tune
 from compiler.codegen.gemm_kernel import ACTIVATIONS, EpilogueSpec
@@ -56,10 +57,9 @@ def gemm(a, b, *, out=None, alpha=1.0, beta=0.0, c=None, trans_a=False, trans_b=
     """alpha * op(a) @ op(b) + beta * C, then the epilogue, for 2-D a and b. C is `c`
     (broadcastable to M x N) or, if c is None, `out` (updated in place). Returns `out`
     (allocated when None). `threads` defaults to runtime.threads.num_threads()."""
-    request = _request(a, b, out, alpha, beta, trans_a, trans_b, epilogue)
-    plan = _small_plans.get(request) if request is not None else None
-    if plan is not None:
-        return plan(a, b, alpha, epilogue)
+    request, result = _planned(a, b, out, alpha, beta, trans_a, trans_b, epilogue, threads)
+    if result is not None:
+        return result
     a, b = _array("a", a), _array("b", b)
     for name, x in (("a", a), ("b", b)):
         if x.ndim != 2:
@@ -73,16 +73,25 @@ def bmm(a, b, *, out=None, alpha=1.0, beta=0.0, c=None, trans_a=False, trans_b=F
         epilogue: Epilogue | None = None, threads: int | None = None) -> np.ndarray:
     """gemm over the leading (batch) dims of a (..., M, K) and b (..., K, N), which
     broadcast as in numpy; c, the bias and the residual broadcast likewise."""
-    request = _request(a, b, out, alpha, beta, trans_a, trans_b, epilogue)
-    plan = _small_plans.get(request) if request is not None else None
-    if plan is not None:
-        return plan(a, b, alpha, epilogue)
+    request, result = _planned(a, b, out, alpha, beta, trans_a, trans_b, epilogue, threads)
+    if result is not None:
+        return result
     a, b = _array("a", a), _array("b", b)
     for name, x in (("a", a), ("b", b)):
         if x.ndim < 2:
             raise ValueError(f"bmm: {name} must have at least 2 dims, got shape {x.shape}")
     return _product("bmm", a, b, out, alpha, beta, c, trans_a, trans_b, epilogue, threads,
                     request)
+
+
+def _planned(a, b, out, alpha, beta, trans_a, trans_b, epilogue, threads) -> tuple:
+    """(the call's request, its result if a plan computed it; see gemm_plans)."""
+    request = plans.request(a, b, out, alpha, beta, trans_a, trans_b, epilogue, threads)
+    plan = plans.find(request) if request is not None else None
+    if plan is None:
+        return request, None
+    result = plan(a, b, alpha, epilogue)
+    return (request if result is not None else None), result  # None: the plan is busy
 
 
 def _array(name: str, x) -> np.ndarray:
@@ -137,11 +146,7 @@ def _product(api, a, b, out, alpha, beta, c, trans_a, trans_b, epilogue, threads
         return out
     problem = _Problem(op_a, op_b, c, out, bias, epilogue.bias_axis, residual,
                        dtype.type(alpha), dtype.type(beta), dtype.type(epilogue.scale))
-    ran = _run(problem, epilogue.activation, threads)
-    if request is not None and ran is not None:
-        kernel, products = ran
-        _small_plans[request] = (_BatchPlan(kernel, products, shape, dtype) if batch
-                                 else _SmallPlan(kernel, shape, dtype))
+    _run(problem, epilogue.activation, threads, request)
     return out
 
 
@@ -247,11 +252,10 @@ class _Problem:
                         self.scale)
 
 
-def _run(problem: _Problem, activation, threads) -> tuple | None:
+def _run(problem: _Problem, activation, threads, request: tuple | None = None) -> None:
     """Lay out `problem` for the kernel (unit column stride of out, element strides)
-    and run it, batch element by batch element, across threads. Returns the
-    specialised kernel that ran it and its native.Batch if one did, on the operands as
-    given."""
+    and run it, batch element by batch element, across threads; through a plan made
+    for `request` (see gemm_plans) when it is seen again."""
     out, itemsize = problem.out, problem.out.itemsize
     if out.shape[-1] > 1 and out.strides[-1] != itemsize:
         if out.shape[-2] == 1 or out.strides[-2] == itemsize:
@@ -261,7 +265,7 @@ def _run(problem: _Problem, activation, threads) -> tuple | None:
             problem.out = np.empty(out.shape, out.dtype)
             _run(problem, activation, threads)
             target[...] = problem.out
-        return None
+        return
     copied = _whole_element_strides(problem)
     bias = None if problem.bias is None else ("col" if problem.bias_axis == 1 else "row")
     kernel = native.kernel(out.dtype, _spec(bias, activation, problem.residual is not None))
@@ -274,90 +278,11 @@ def _run(problem: _Problem, activation, threads) -> tuple | None:
         if direct_domain:  # all of K in one block, as in the direct and gemm_small kernels:
             blocking = native.Blocking(blocking.mc, k, blocking.nc)  # the same result
     specialised = small.for_call(batch.call, kernel.spec, out.dtype) if direct_domain else None
+    if request is not None and not copied:
+        plan = plans.make(request, kernel, batch, blocking, specialised, threads, out)
+        if plan is not None and plan.run_call(batch.call):
+            return
     native.run(kernel, batch, blocking, threads, specialised and specialised.item)
-    return None if copied or specialised is None else (specialised, batch)
-
-
-def _request(a, b, out, alpha, beta, trans_a, trans_b, epilogue) -> tuple | None:
-    """What a shape-specialised kernel depends on, for a gemm() call that could use one
-    (numpy operands, no C, a new output), else None. (An operand's address need not be
-    aligned: the kernels assume whole-element strides, which the key holds, and x86
-    loads need no alignment.)"""
-    if out is not None or beta != 0 or type(a) is not np.ndarray or type(b) is not np.ndarray:
-        return None
-    key = (a.shape, a.strides, a.dtype, b.shape, b.strides, b.dtype, trans_a, trans_b,
-           alpha == 1)
-    if epilogue is None:
-        return key
-    bias, residual = epilogue.bias, epilogue.residual
-    if (bias is not None and type(bias) is not np.ndarray) or (
-            residual is not None and type(residual) is not np.ndarray):
-        return None
-    return (*key, epilogue.bias_axis, epilogue.activation, epilogue.scale == 1,
-            None if bias is None else (bias.shape, bias.strides, bias.dtype),
-            None if residual is None else (residual.shape, residual.strides, residual.dtype))
-
-
-class _SmallPlan:
-    """A gemm() request served by a shape-specialised kernel (gemm_small): the call
-    allocates the output and hands the kernel the arrays as given."""
-
-    def __init__(self, kernel, shape: tuple, dtype: np.dtype):
-        self.kernel, self.shape, self.dtype = kernel, shape, dtype
-        names = {name for name, _ in kernel.key.args}
-        self.bias, self.residual = "bias" in names, "res" in names
-        self.alpha, self.scale = "alpha" in names, "scale" in names
-
-    def __call__(self, a, b, alpha, epilogue) -> np.ndarray:
-        out = np.empty(self.shape, self.dtype)
-        args = [a, b, out]
-        if self.bias:
-            args.append(epilogue.bias)
-        if self.residual:
-            args.append(epilogue.residual)
-        if self.alpha:
-            args.append(alpha)
-        if self.scale:
-            args.append(epilogue.scale)
-        self.kernel.on_arrays(*args)
-        return out
-
-
-class _BatchPlan:
-    """A bmm() request whose products run on one shape-specialised kernel: the records
-    of its products are made once, relative to the operands' addresses, which each call
-    adds (with its alpha and scale) before running them (see gemm_native.run). Records
-    are handled as rows of 8-byte words (plain int64 arrays copy ten times faster than
-    structured ones)."""
-
-    def __init__(self, kernel, batch: native.Batch, shape: tuple, dtype: np.dtype):
-        self.item, self.shape, self.dtype = kernel.item, shape, dtype
-        records = native.records(batch)
-        fields = records.dtype.names
-        self.words = records.view(np.int64).reshape(len(records), len(fields)).copy()
-        self.pointers = [(fields.index(name), name) for name in native.POINTERS
-                         if getattr(batch.call, name)]
-        for column, name in self.pointers:
-            self.words[:, column] -= getattr(batch.call, name)
-        self.alpha, self.scale = fields.index("alpha"), fields.index("scale")
-        self.threads = native.threads_for(batch, specialised=True)
-
-    def __call__(self, a, b, alpha, epilogue) -> np.ndarray:
-        out = np.empty(self.shape, self.dtype)
-        operands = {"a": a, "b": b, "out": out}
-        if epilogue is not None:
-            operands.update(bias=epilogue.bias, res=epilogue.residual)
-        words = self.words.copy()
-        for column, name in self.pointers:
-            words[:, column] += native.address(operands[name])
-        scalars = words.view(np.float64)
-        scalars[:, self.alpha] = alpha
-        scalars[:, self.scale] = 1.0 if epilogue is None else epilogue.scale
-        native.run_records(self.item, words, self.threads)
-        return out
-
-
-_small_plans: dict[tuple, _SmallPlan | _BatchPlan] = {}
 
 
 @functools.cache

@@ -20,7 +20,7 @@ import numpy as np
 
 from compiler import debugging
 from compiler.codegen.gemm_ir import PACK_ALIGN
-from compiler.codegen.gemm_kernel import (KERNEL_ARGS, PACK_B_ARGS, EpilogueSpec, Tile,
+from compiler.codegen.gemm_kernel import (KERNEL_ARGS, EpilogueSpec, Tile,
                                           build_module, emit_activation)
 
 # Each thread gets at least this many multiply-adds (about 4 us of work on one core: a
@@ -187,20 +187,45 @@ def _compile(jit, tile: Tile, spec: EpilogueSpec) -> GemmKernel:
     return GemmKernel(tile, spec, {entry: addresses[f"{name}_{entry}"] for entry in entries})
 
 
-_buffers = threading.local()
+class Scratch:
+    """Packing buffers by (role, dtype, worker), at least the size asked for, 64-byte
+    aligned; grown when needed, otherwise reused (first touches cost page faults).
+    Whoever holds one must not let two products use it at once."""
+
+    def __init__(self):
+        self._held: dict = {}
+
+    def address(self, role: str, count: int, dtype: np.dtype, worker: int = 0) -> int:
+        key = (role, dtype.str, worker)
+        buffer = self._held.get(key)
+        if buffer is None or buffer.size < count:
+            buffer = self._held[key] = _aligned(count, dtype)
+        return buffer.ctypes.data
+
+    def table(self, role: str, count: int, dtype: np.dtype, threads: int) -> np.ndarray:
+        """Addresses of the `role` buffers of workers 0 .. threads-1."""
+        return np.array([self.address(role, count, dtype, worker)
+                         for worker in range(threads)], np.int64)
 
 
-def _scratch(role: str, count: int, dtype: np.dtype) -> int:
-    """Address of this thread's buffer for `role`, at least `count` elements, 64-byte
-    aligned; grown when needed, otherwise reused (first touches cost page faults)."""
-    held = getattr(_buffers, "by_role", None)
-    if held is None:
-        held = _buffers.by_role = {}
-    key = (role, dtype.str)
-    buffer = held.get(key)
-    if buffer is None or buffer.size < count:
-        buffer = held[key] = _aligned(count, dtype)
-    return buffer.ctypes.data
+class _SharedScratch(Scratch):
+    """The default: worker 0 (the calling thread) has a Scratch of its own per thread;
+    the pool's workers share one, guarded by _parallel."""
+
+    def __init__(self):
+        super().__init__()
+        self._local = threading.local()
+
+    def address(self, role: str, count: int, dtype: np.dtype, worker: int = 0) -> int:
+        if worker:
+            return super().address(role, count, dtype, worker)
+        own = getattr(self._local, "scratch", None)
+        if own is None:
+            own = self._local.scratch = Scratch()
+        return own.address(role, count, dtype)
+
+
+_shared = _SharedScratch()
 
 
 def _aligned(count: int, dtype: np.dtype) -> np.ndarray:
@@ -221,10 +246,47 @@ def reads_a_in_place(a_rs: int, a_cs: int, itemsize: int) -> bool:
     return a_cs == 1 and (a_rs * itemsize) % CONFLICT_STRIDE != 0
 
 
+class Job(NamedTuple):
+    """One native call of runtime.pool's items: the records of `first` (packings of B,
+    PACK_B_ARGS) by `pack_b`, then those of `then` (KERNEL_ARGS) by `function`, on up
+    to `threads` threads. Records are rows of 8-byte words; `tables` holds the packing
+    buffers' addresses by worker that the records point to."""
+    first: np.ndarray | None
+    pack_b: int
+    then: np.ndarray
+    function: int
+    threads: int
+    tables: np.ndarray
+
+    def run(self) -> None:
+        from runtime.pool import run_items
+        first = None if self.first is None else (
+            self.pack_b, self.first.ctypes.data, len(self.first), self.first.strides[0])
+        run_items(first, (self.function, self.then.ctypes.data, len(self.then),
+                          self.then.strides[0]), self.threads)
+
+
 def run(kernel: GemmKernel, batch: Batch, blocking: Blocking | None,
         threads: int | None = None, specialised: int | None = None) -> None:
     """Run the batch's products (disjoint outputs; `blocking` None: the direct path) on
-    up to `threads` threads (default runtime.threads.num_threads()) of runtime.pool.
+    up to `threads` threads (default runtime.threads.num_threads()) of runtime.pool: see
+    `prepare`. The pool's workers' packing buffers are shared: one Python thread at a
+    time uses them, others run their products alone meanwhile."""
+    threads = threads_for(batch, specialised is not None, threads)
+    if threads > 1 and _parallel.acquire(blocking=False):
+        try:
+            for job in prepare(kernel, batch, blocking, threads, specialised, _shared):
+                job.run()
+        finally:
+            _parallel.release()
+        return
+    for job in prepare(kernel, batch, blocking, 1, specialised, _shared):
+        job.run()
+
+
+def prepare(kernel: GemmKernel, batch: Batch, blocking: Blocking | None, threads: int,
+            specialised: int | None, scratch: Scratch) -> list[Job]:
+    """The jobs that compute the batch on `threads` threads with `scratch`'s buffers.
     Work is split along M or N, never K, so every element of C sees the same operations
     in the same order whatever the thread count.
 
@@ -235,24 +297,13 @@ def run(kernel: GemmKernel, batch: Batch, blocking: Blocking | None,
 
     `specialised`: the item address of a gemm_small kernel for these products, run
     instead of the direct path; its sizes are fixed, so whole products are its pieces."""
-    threads = threads_for(batch, specialised is not None, threads)
-    if threads <= 1 or not _parallel.acquire(blocking=False):
-        # small, or another thread is using the pool: this thread alone
-        _in_pool(kernel, None, _records(kernel, batch, blocking, 1), 1, specialised)
-        return
-    try:
-        if batch.count >= threads or specialised is not None:
-            _in_pool(kernel, None, _records(kernel, batch, blocking, threads), threads,
-                     specialised)
-        elif blocking is not None:
-            for one in batch.calls():
-                _run_sharing_b(kernel, one, blocking, threads)
-        else:
-            pieces = [piece for one in batch.calls()
-                      for piece in _row_pieces(one, kernel, threads)]
-            _in_pool(kernel, None, _records(kernel, pieces, blocking, threads), threads)
-    finally:
-        _parallel.release()
+    if threads <= 1 or batch.count >= threads or specialised is not None:
+        return [_job(kernel, None, batch, blocking, threads, scratch, specialised)]
+    if blocking is not None:
+        return [job for one in batch.calls()
+                for job in _sharing_b(kernel, one, blocking, threads, scratch)]
+    pieces = [piece for one in batch.calls() for piece in _row_pieces(one, kernel, threads)]
+    return [_job(kernel, None, pieces, blocking, threads, scratch)]
 
 
 def threads_for(batch: Batch, specialised: bool, threads: int | None = None) -> int:
@@ -268,24 +319,13 @@ def threads_for(batch: Batch, specialised: bool, threads: int | None = None) -> 
     return threads
 
 
-def records(batch: Batch) -> np.ndarray:
-    """The batch's products as records for a direct (unpacked) kernel's items."""
-    return _records(None, batch, None, 1)
-
-
-def run_records(item: int, records: np.ndarray, threads: int) -> None:
-    """item(record, worker) for every row of `records` (C-contiguous), on up to `threads`
-    threads."""
-    from runtime.pool import run_items
-    run_items(None, (item, records.ctypes.data, len(records), records.strides[0]), threads)
-
-
 # Held by the one Python thread whose product runs on runtime.pool, which also guards
-# the workers' packing buffers; others run theirs alone meanwhile.
+# the workers' packing buffers in _shared; others run theirs alone meanwhile.
 _parallel = threading.Lock()
 
 
-def _run_sharing_b(kernel: GemmKernel, call: Call, blocking: Blocking, threads: int):
+def _sharing_b(kernel: GemmKernel, call: Call, blocking: Blocking, threads: int,
+               scratch: Scratch) -> list[Job]:
     """One packed call on `threads` threads, column chunk by column chunk (bounding the
     shared packed B): the threads first pack B's columns together, then take row pieces
     of about MC rows (one A block each) that all read that packing."""
@@ -294,20 +334,20 @@ def _run_sharing_b(kernel: GemmKernel, call: Call, blocking: Blocking, threads: 
         # the row tiles do not share out evenly, the column panels do better: columns,
         # each piece packing its own B (A is packed again or read in place by each)
         pieces = _column_pieces(call, kernel, 2 * threads)
-        _in_pool(kernel, None, _records(kernel, pieces, blocking, threads), threads)
-        return
+        return [_job(kernel, None, pieces, blocking, threads, scratch)]
     width = min(call.n, max(t.nr, SHARED_B_ELEMENTS // call.k // t.nr * t.nr))
-    packed_b = _scratch("shared b", call.k * _round_up(width, t.nr), kernel.dtype)
+    packed_b = scratch.address("shared b", call.k * _round_up(width, t.nr), kernel.dtype)
     blocks = -(-call.m // blocking.mc)
+    jobs = []
     for start in range(0, call.n, width):
         chunk = call.cols(start, min(call.n, start + width), itemsize,
                           kernel.spec.bias == "col")
         columns = np.array([kernel.pack_b_record(chunk, *cols, packed_b)
-                            for cols in _cuts(chunk.n, t.nr, 2 * threads)], _PACK_B_RECORD)
+                            for cols in _cuts(chunk.n, t.nr, 2 * threads)], np.int64)
         # about one A block per piece, as many pieces for each thread
         pieces = _row_pieces(chunk, kernel, -(-blocks // threads) * threads)
-        _in_pool(kernel, columns, _records(kernel, pieces, blocking, threads, packed_b),
-                 threads)
+        jobs.append(_job(kernel, columns, pieces, blocking, threads, scratch, None, packed_b))
+    return jobs
 
 
 def _uneven(size: int, step: int, threads: int) -> float:
@@ -342,65 +382,41 @@ def _column_pieces(call: Call, kernel: GemmKernel, parts: int) -> list[Call]:
             for lo, hi in _cuts(call.n, kernel.tile.nr, parts)]
 
 
+FIELDS = tuple(name for name, _ in KERNEL_ARGS)
 _KERNEL_RECORD = np.dtype([(name, "<f8" if kind == "f" else "<i8")
                            for name, kind in KERNEL_ARGS])
-_PACK_B_RECORD = np.dtype([(name, "<i8") for name, _ in PACK_B_ARGS])
 POINTERS = ("a", "b", "c", "out", "bias", "res")  # the order of Batch.offsets' columns
 
 
-def _records(kernel: GemmKernel, pieces: Batch | list[Call], blocking: Blocking | None,
-             threads: int, packed_b: int = 0) -> np.ndarray:
-    """The pieces (a batch, or a list of calls) as kernel records for runtime.pool: their
-    packing buffers are tables indexed by worker (this thread's for worker 0), or the
-    shared `packed_b`. The tables live until this thread's next product."""
+def _job(kernel: GemmKernel, first: np.ndarray | None, pieces: Batch | list[Call],
+         blocking: Blocking | None, threads: int, scratch: Scratch,
+         specialised: int | None = None, packed_b: int = 0) -> Job:
+    """A Job of the pieces (a batch, or a list of calls): their packing buffers are
+    tables indexed by worker from `scratch` (each the size the largest piece needs),
+    or the shared `packed_b`."""
+    calls = pieces if isinstance(pieces, list) else [pieces.call]
+    tables = np.zeros((2, threads), np.int64)
     if blocking is None:
         tail = (0, 0, 0, 0, 0, 0)
     else:
-        t = kernel.tile
-        a_size = _round_up(blocking.mc, t.mr) * blocking.kc
-        tables = [_worker_buffers(kernel.dtype, "a", a_size, threads)]
-        if packed_b:
-            tables.append(np.full(threads, packed_b, np.int64))
-        else:
-            b_size = _round_up(blocking.nc, t.nr) * blocking.kc
-            tables.append(_worker_buffers(kernel.dtype, "b", b_size, threads))
-        _keep.tables = tables
-        tail = (tables[0].ctypes.data, tables[1].ctypes.data, int(bool(packed_b)),
+        t, depth = kernel.tile, min(blocking.kc, calls[0].k)
+        rows, cols = max(c.m for c in calls), max(c.n for c in calls)
+        tables[0] = scratch.table("a", _round_up(min(blocking.mc, rows), t.mr) * depth,
+                                  kernel.dtype, threads)
+        tables[1] = packed_b or scratch.table(
+            "b", _round_up(min(blocking.nc, cols), t.nr) * depth, kernel.dtype, threads)
+        tail = (tables.ctypes.data, tables.ctypes.data + threads * 8, int(bool(packed_b)),
                 blocking.mc, blocking.kc, blocking.nc)
     if isinstance(pieces, list):
-        return np.array([(*piece, *tail) for piece in pieces], _KERNEL_RECORD)
-    records = np.array([(*pieces.call, *tail)] * pieces.count, _KERNEL_RECORD)
-    if pieces.offsets is not None:
-        for column, name in enumerate(POINTERS):
-            records[name] += pieces.offsets[:, column]
-    return records
-
-
-_keep = threading.local()  # the tables of the product this thread is running
-_worker_buffers_held: dict = {}
-
-
-def _worker_buffers(dtype: np.dtype, role: str, count: int, threads: int) -> np.ndarray:
-    """Addresses of `role` packing buffers of at least `count` elements for workers 0
-    .. threads-1: this thread's own for worker 0, the pool workers' (guarded by
-    _parallel) for the others."""
-    addresses = [_scratch(role, count, dtype)]
-    for worker in range(1, threads):
-        key = (worker, role, dtype.str)
-        buffer = _worker_buffers_held.get(key)
-        if buffer is None or buffer.size < count:
-            buffer = _worker_buffers_held[key] = _aligned(count, dtype)
-        addresses.append(buffer.ctypes.data)
-    return np.array(addresses, np.int64)
-
-
-def _in_pool(kernel: GemmKernel, first: np.ndarray | None, then: np.ndarray,
-             threads: int, specialised: int | None = None) -> None:
-    """Every record of `first` (packings of B), then every record of `then` (kernel
-    pieces, by the `specialised` item if given), on up to `threads` threads of
-    runtime.pool."""
-    from runtime.pool import run_items
-    function = specialised or kernel.items["packed" if then["pack_a"][0] != 0 else "direct"]
-    listed = None if first is None else (kernel.items["pack_b"], first.ctypes.data,
-                                         len(first), first.itemsize)
-    run_items(listed, (function, then.ctypes.data, len(then), then.itemsize), threads)
+        records = np.array([(*piece, *tail) for piece in pieces], _KERNEL_RECORD)
+    else:
+        records = np.array([(*pieces.call, *tail)] * pieces.count, _KERNEL_RECORD)
+        if pieces.offsets is not None:
+            for column, name in enumerate(POINTERS):
+                records[name] += pieces.offsets[:, column]
+    words = records.view(np.int64).reshape(len(records), len(FIELDS))
+    if specialised is not None:
+        function = specialised
+    else:
+        function = kernel.items["direct" if blocking is None else "packed"]
+    return Job(first, kernel.items["pack_b"], words, function, threads, tables)

@@ -247,13 +247,13 @@ def test_batches_identical_across_thread_counts(monkeypatch):
 
 def spy_on_pieces(monkeypatch) -> list:
     """A list that gets the number of pieces of every parallel run."""
-    seen, in_pool = [], gemm_native._in_pool
+    seen, run = [], gemm_native.Job.run
 
-    def spy(kernel, first, then, threads, specialised=None):
-        seen.append(len(then))
-        in_pool(kernel, first, then, threads, specialised)
+    def spy(job):
+        seen.append(len(job.then))
+        run(job)
 
-    monkeypatch.setattr(gemm_native, "_in_pool", spy)
+    monkeypatch.setattr(gemm_native.Job, "run", spy)
     return seen
 
 
@@ -418,7 +418,7 @@ def test_a_repeated_small_product_gets_a_specialised_kernel_with_the_same_result
     results are bitwise those of the generic kernels that served the first call (one
     FMA chain along K per element, the same store), so a result never depends on how
     often a shape was seen."""
-    from compiler.codegen import gemm as gemm_module
+    from compiler.codegen import gemm_plans
     rng = np.random.default_rng(m * k * n)
     a = rand(rng, (m, k), np.float32)
     b = rand(rng, (n, k) if trans_b else (k, n), np.float32)
@@ -427,9 +427,9 @@ def test_a_repeated_small_product_gets_a_specialised_kernel_with_the_same_result
     for options in ({}, {"alpha": 1.5, "epilogue": epilogue}):
         first = gemm(a, b, trans_b=trans_b, **options)
         second = gemm(a, b, trans_b=trans_b, **options)
-        request = gemm_module._request(a, b, None, options.get("alpha", 1.0), 0.0, False,
-                                       trans_b, options.get("epilogue"))
-        assert request in gemm_module._small_plans
+        request = gemm_plans.request(a, b, None, options.get("alpha", 1.0), 0.0, False,
+                                     trans_b, options.get("epilogue"), None)
+        assert isinstance(gemm_plans.find(request), gemm_plans.SmallPlan)
         third = gemm(a, b, trans_b=trans_b, **options)
         assert np.array_equal(first, second) and np.array_equal(second, third)
         check(third, a, b, trans_b=trans_b, **options)
@@ -466,3 +466,55 @@ def test_a_repeated_bmm_request_reads_the_arrays_and_scalars_of_each_call():
                             scale=1.0 + round_)
         check(bmm(a, b, alpha=0.5 * round_, epilogue=epilogue), a, b, alpha=0.5 * round_,
               epilogue=epilogue)
+
+
+@pytest.mark.parametrize("api, shape_a, shape_b, trans_b", [
+    ("gemm", (200, 300), (250, 300), True),  # packed, shared B or columns on 2 threads
+    ("gemm", (40, 700), (700, 90), False),
+    ("bmm", (3, 150, 160), (160, 170), False)])
+def test_a_planned_request_reads_the_arrays_and_scalars_of_each_call(api, shape_a, shape_b,
+                                                                     trans_b):
+    """From its second sight on, a request runs from a plan whose records hold its
+    operands' addresses relative to them: each call's arrays, alpha and scale are used,
+    and the result is bitwise that of the unplanned first call."""
+    from compiler.codegen import gemm_plans
+    product = gemm if api == "gemm" else bmm
+    rng = np.random.default_rng(24)
+    n = shape_b[0] if trans_b else shape_b[-1]
+    m = shape_a[-2]
+    first = None
+    for round_ in range(4):
+        a, b = rand(rng, shape_a, np.float32), rand(rng, shape_b, np.float32)
+        epilogue = Epilogue(bias=rand(rng, n, np.float32), activation="relu",
+                            scale=1.0 + round_, residual=rand(rng, (m, n), np.float32))
+        options = dict(alpha=0.5 + round_, trans_b=trans_b, epilogue=epilogue)
+        result = product(a, b, threads=2, **options)
+        check(result, a, b, **options)
+        if round_ == 0:
+            first = (a, b, options, result)
+    a, b, options, result = first
+    assert np.array_equal(product(a, b, threads=2, **options), result)
+    request = gemm_plans.request(a, b, None, options["alpha"], 0.0, False, trans_b,
+                                 options["epilogue"], 2)
+    assert isinstance(gemm_plans.find(request), gemm_plans.Plan)
+
+
+def test_a_plan_in_use_by_another_thread_is_not_shared():
+    import threading
+    rng = np.random.default_rng(25)
+    b = rand(rng, (300, 200), np.float32)
+    inputs = [rand(rng, (260, 300), np.float32) for _ in range(8)]
+    gemm(inputs[0], b), gemm(inputs[0], b)  # the plan exists now
+    results = [None] * len(inputs)
+
+    def work(index):
+        for _ in range(5):
+            results[index] = gemm(inputs[index], b)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(inputs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for a, result in zip(inputs, results):
+        check(result, a, b)

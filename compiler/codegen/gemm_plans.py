@@ -1,0 +1,164 @@
+"""Prepared gemm()/bmm() calls, so that a repeated product costs a few microseconds of
+Python instead of tens.
+
+A request is what a call's work depends on besides the operands' addresses and the
+scalars: shapes, strides and dtypes of the numpy operands, transposes, which epilogue
+parts are present, the thread count. The first time a request is seen it runs the
+general way; the second time it gets a plan, kept here: its native jobs (records of
+every product piece, packing buffers of its own) with the operands' addresses taken
+out, or, for one small product, its shape-specialised kernel. A call then allocates
+the output, puts the addresses (and alpha and scale) in, and runs. Plans are made only
+for calls with a new output and no C (beta == 0), and for products up to
+PLAN_MAX_MACS (above that the Python is a small part of the time); at most PLAN_LIMIT
+are kept (then they start over).
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from compiler.codegen import gemm_native as native
+
+PLAN_MAX_MACS = 1 << 28  # about 645^3
+PLAN_LIMIT = 256
+SEEN_LIMIT = 4096
+
+_plans: dict[tuple, "Plan | SmallPlan"] = {}
+_seen: set = set()
+
+
+def request(a, b, out, alpha, beta, trans_a, trans_b, epilogue, threads) -> tuple | None:
+    """The request of a gemm()/bmm() call that a plan could serve (numpy operands, no C,
+    a new output), else None. (An operand's address need not be aligned: the kernels
+    assume whole-element strides, which the key holds, and x86 loads need no
+    alignment.)"""
+    if out is not None or beta != 0 or type(a) is not np.ndarray or type(b) is not np.ndarray:
+        return None
+    key = (a.shape, a.strides, a.dtype, b.shape, b.strides, b.dtype, trans_a, trans_b,
+           alpha == 1, threads)
+    if epilogue is None:
+        return key
+    bias, residual = epilogue.bias, epilogue.residual
+    if (bias is not None and type(bias) is not np.ndarray) or (
+            residual is not None and type(residual) is not np.ndarray):
+        return None
+    return (*key, epilogue.bias_axis, epilogue.activation, epilogue.scale == 1,
+            None if bias is None else (bias.shape, bias.strides, bias.dtype),
+            None if residual is None else (residual.shape, residual.strides, residual.dtype))
+
+
+def find(key: tuple) -> "Plan | SmallPlan | None":
+    return _plans.get(key)
+
+
+def make(key: tuple, kernel, batch: native.Batch, blocking, specialised, threads,
+         out: np.ndarray) -> "Plan | SmallPlan | None":
+    """The plan for a request seen before, else None (and it is remembered as seen)."""
+    if key not in _seen:
+        if len(_seen) >= SEEN_LIMIT:
+            _seen.clear()
+        _seen.add(key)
+        return None
+    call = batch.call
+    if specialised is not None and batch.count == 1:
+        plan = SmallPlan(specialised, out.shape, out.dtype)
+    elif batch.count * call.m * call.n * call.k <= PLAN_MAX_MACS:
+        threads = native.threads_for(batch, specialised is not None, threads)
+        scratch = native.Scratch()
+        jobs = native.prepare(kernel, batch, blocking, threads,
+                              specialised and specialised.item, scratch)
+        plan = Plan(jobs, scratch, call, out.shape, out.dtype)
+    else:
+        return None
+    if len(_plans) >= PLAN_LIMIT:
+        _plans.clear()
+    _plans[key] = plan
+    return plan
+
+
+def _operands(a, b, out, epilogue) -> dict:
+    operands = {"a": a, "b": b, "out": out}
+    if epilogue is not None:
+        operands.update(bias=epilogue.bias, res=epilogue.residual)
+    return operands
+
+
+class SmallPlan:
+    """One small product on its shape-specialised kernel (gemm_small), called on the
+    arrays as given."""
+
+    def __init__(self, kernel, shape: tuple, dtype: np.dtype):
+        self.kernel, self.shape, self.dtype = kernel, shape, dtype
+        self.names = [name for name, _ in kernel.key.args]
+        self.plain = self.names == ["a", "b", "out"]
+
+    def __call__(self, a, b, alpha, epilogue) -> np.ndarray:
+        out = np.empty(self.shape, self.dtype)
+        if self.plain:
+            self.kernel.on_arrays(a, b, out)
+            return out
+        operands = _operands(a, b, out, epilogue)
+        scalars = {"alpha": alpha, "scale": 1.0 if epilogue is None else epilogue.scale}
+        self.kernel.on_arrays(*[operands[name] if name in operands else scalars[name]
+                                for name in self.names])
+        return out
+
+    def run_call(self, call: native.Call) -> bool:
+        """Run on the addresses and scalars of a native.Call."""
+        self.kernel.fn(*[getattr(call, name) for name in self.names])
+        return True
+
+
+class Plan:
+    """The native jobs of a request with the operands' addresses taken out of their
+    records (each job keeps the packing buffers they point to: one call at a time may
+    use them, so a call that finds the plan busy returns None)."""
+
+    def __init__(self, jobs: list[native.Job], scratch: native.Scratch, call: native.Call,
+                 shape: tuple, dtype: np.dtype):
+        self.shape, self.dtype, self.scratch = shape, dtype, scratch  # the jobs' buffers
+        self.lock = threading.Lock()
+        self.pointers = [(native.FIELDS.index(name), name) for name in native.POINTERS
+                         if getattr(call, name)]
+        self.alpha, self.scale = native.FIELDS.index("alpha"), native.FIELDS.index("scale")
+        self.jobs = []
+        for job in jobs:
+            then = job.then.copy()
+            for column, name in self.pointers:
+                then[:, column] -= getattr(call, name)
+            first = None if job.first is None else job.first.copy()
+            if first is not None:
+                first[:, 0] -= call.b  # the source of each packing of B
+            self.jobs.append(job._replace(first=first, then=then))
+
+    def __call__(self, a, b, alpha, epilogue) -> np.ndarray | None:
+        out = np.empty(self.shape, self.dtype)
+        operands = _operands(a, b, out, epilogue)
+        addresses = {name: native.address(operands[name]) for _, name in self.pointers}
+        done = self._run(addresses, alpha, 1.0 if epilogue is None else epilogue.scale)
+        return out if done else None
+
+    def run_call(self, call: native.Call) -> bool:
+        """Run on the addresses and scalars of a native.Call; False if busy."""
+        addresses = {name: getattr(call, name) for _, name in self.pointers}
+        return self._run(addresses, call.alpha, call.scale)
+
+    def _run(self, addresses: dict, alpha: float, scale: float) -> bool:
+        if not self.lock.acquire(blocking=False):
+            return False
+        try:
+            for job in self.jobs:
+                then = job.then.copy()
+                for column, name in self.pointers:
+                    then[:, column] += addresses[name]
+                scalars = then.view(np.float64)
+                scalars[:, self.alpha], scalars[:, self.scale] = alpha, scale
+                first = None
+                if job.first is not None:
+                    first = job.first.copy()
+                    first[:, 0] += addresses["b"]
+                job._replace(first=first, then=then).run()
+        finally:
+            self.lock.release()
+        return True
