@@ -48,19 +48,22 @@ def _positive(text: str) -> int:
     return value
 
 
-# Contenders alternate in one process: after its call, OpenBLAS's idle threads spin
-# (sched_yield) for 2^28 cycles (~0.1 s) by default, holding cores that the next
-# contender's threads need (kiln's GEMM measured 0.5-0.7x of OpenBLAS on 2 threads that
-# way, 0.9x with the spin cut). 2^18 cycles keep back-to-back BLAS calls warm and let
-# the next contender have the cores. kiln's own pool spins ~20 us, then yields ~0.7 ms.
-OPENBLAS_THREAD_TIMEOUT = "18"
+# Contenders alternate in one process, and each library's idle threads keep spinning
+# after its call, holding cores that the next contender's threads need: OpenBLAS's for
+# 2^28 cycles (~0.1 s, sched_yield), the OpenMP threads of PyTorch's libgomp for 300,000
+# pause loops (several ms). Measured here, kiln's 2-thread GEMM after them ran at 0.5-0.7x
+# of OpenBLAS, 0.9x with the spins cut to these (numpy and torch kept their speed: their
+# own back-to-back calls still find their threads awake). kiln's pool spins ~20 us, then
+# yields for ~0.7 ms. A value the user set is kept.
+IDLE_SPIN = {"OPENBLAS_THREAD_TIMEOUT": "18", "GOMP_SPINCOUNT": "10000"}
 
 
 def configure_threads(threads: int | None) -> str | None:
-    """Limit numpy's BLAS pool to `threads`, and its idle spinning (see
-    OPENBLAS_THREAD_TIMEOUT); returns a warning if that was not possible. OpenBLAS reads
-    its variables once, when numpy is first imported."""
-    os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", OPENBLAS_THREAD_TIMEOUT)
+    """Limit numpy's BLAS pool to `threads`, and the libraries' idle spinning (see
+    IDLE_SPIN); returns a warning if that was not possible. OpenBLAS reads its variables
+    once, when numpy is first imported."""
+    for name, value in IDLE_SPIN.items():
+        os.environ.setdefault(name, value)
     if threads is None:
         return None
     for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
