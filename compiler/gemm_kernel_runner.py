@@ -44,6 +44,7 @@ class GemmKernel:
         self.rest = _rest_kernel(body, self.chain, rest, elementwise_kernel) if rest else None
         self.fallback_reason = ""
         self.kind = "gemm"
+        self._before = interpreter.prepare(self.before) if self.before.nodes else None
         self._operands = tuple(product.input_values())
         self._product = bmm if product.op is Op.BMM else gemm
         self._bias = self._residual = self._activation = None  # bias: per column, as in linear
@@ -66,8 +67,8 @@ class GemmKernel:
 
     def __call__(self, inputs: list) -> list:
         env = dict(zip(self.body.inputs, inputs))
-        if self.before.nodes:
-            env.update(zip(self.before.outputs, interpreter.run(self.before, inputs)))
+        if self._before is not None:
+            env.update(zip(self.before.outputs, self._before(inputs)))
         a, b = (env[v] for v in self._operands)
         epilogue = None
         if self.fused:
