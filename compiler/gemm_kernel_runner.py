@@ -44,8 +44,12 @@ class GemmKernel:
         self.rest = _rest_kernel(body, self.chain, rest, elementwise_kernel) if rest else None
         self.fallback_reason = ""
         self.kind = "gemm"
+        self._operands, self._transposes, views = _operands(body, product, self.before)
+        needed = [v for v in self.before.outputs if v not in views]
+        if len(needed) < len(self.before.outputs):  # transposes went into the GEMM's flags
+            kept = [n for n in self.before.nodes if any(v in needed for v in n.outputs)]
+            self.before = Graph(body.inputs, kept, tuple(needed), "operands")
         self._before = interpreter.prepare(self.before) if self.before.nodes else None
-        self._operands = tuple(product.input_values())
         self._product = bmm if product.op is Op.BMM else gemm
         self._bias = self._residual = self._activation = None  # bias: per column, as in linear
         self._scale = 1.0
@@ -70,13 +74,15 @@ class GemmKernel:
         if self._before is not None:
             env.update(zip(self.before.outputs, self._before(inputs)))
         a, b = (env[v] for v in self._operands)
+        trans_a, trans_b = self._transposes
         epilogue = None
         if self.fused:
             epilogue = Epilogue(
                 bias=None if self._bias is None else env[self._bias]._np(),
                 activation=self._activation, scale=self._scale,
                 residual=None if self._residual is None else env[self._residual]._np())
-        value = env[self.chain] = from_array(self._product(a._np(), b._np(), epilogue=epilogue))
+        value = env[self.chain] = from_array(self._product(
+            a._np(), b._np(), trans_a=trans_a, trans_b=trans_b, epilogue=epilogue))
         if self.rest is not None:
             kernel, rest_inputs, rest_outputs = self.rest
             env.update(zip(rest_outputs, kernel([value] + [env[v] for v in rest_inputs])))
@@ -88,6 +94,34 @@ class GemmKernel:
                 if n.op is Op.SCALAR and v in n.outputs:
                     return float(n.attr["value"])
         raise Unsupported("scale without a constant")
+
+
+def _operands(body: Graph, product: Node, before: Graph) -> tuple[tuple, tuple, set]:
+    """The product's operands, each replaced by the body input it transposes when it is
+    `t` (or a transpose of the last two dims) of one, read by nothing else: the GEMM
+    reads the input with its transpose flag instead of a view made at every call.
+    Returns (operands, their transpose flags, the views replaced)."""
+    producers = {v: n for n in before.nodes for v in n.outputs}
+    users: dict = {}
+    for n in body.nodes:
+        for v in n.input_values():
+            users[v] = users.get(v, 0) + 1
+    operands, flags, views = [], [], set()
+    for v in product.input_values():
+        node = producers.get(v)
+        source = node.input_values()[0] if node is not None else None
+        rank = len(v.type.shape)
+        swaps_last_two = node is not None and (node.op is Op.T or (
+            node.op is Op.TRANSPOSE and sorted(d % rank for d in (
+                node.attr["dim0"], node.attr["dim1"])) == [rank - 2, rank - 1]))
+        if swaps_last_two and rank >= 2 and source in body.inputs and users[v] == 1:
+            operands.append(source)
+            flags.append(True)
+            views.add(v)
+        else:
+            operands.append(v)
+            flags.append(False)
+    return tuple(operands), tuple(flags), views
 
 
 def _store_epilogue(body: Graph, product: Node, after) -> tuple[list, Value]:

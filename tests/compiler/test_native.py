@@ -211,6 +211,32 @@ def test_gemm_kernels_with_their_epilogues(name, dtype):
     assert not lowered.interpreted, lowered.interpreted
 
 
+def test_a_transposed_gemm_operand_is_read_in_place_with_its_flag():
+    """linear's w.t() and attention's x.t() become the GEMM's transpose flags: no view
+    is made per call (x @ x.t() transposes only its second operand)."""
+    import compiler.gemm_kernel_runner as runner
+    seen = []
+    original = runner.GemmKernel.__call__
+
+    def spy(kernel, inputs):
+        seen.append((kernel._transposes, kernel._before))
+        return original(kernel, inputs)
+
+    rng = np.random.default_rng(8)
+    x, w = (eager.tensor(rng.standard_normal(s).astype("float32")) for s in ((9, 7), (5, 7)))
+    for fn, flags in ((lambda x, w: eager.nn.functional.linear(x, w), (False, True)),
+                      (lambda x, w: x @ x.t(), (False, True)),
+                      (lambda x, w: w.t().t() @ x.t(), (False, True))):
+        seen.clear()
+        runner.GemmKernel.__call__ = spy
+        try:
+            got = compiler.compile(fn, backend="native")(x, w)
+        finally:
+            runner.GemmKernel.__call__ = original
+        np.testing.assert_allclose(got.numpy(), fn(x, w).numpy(), rtol=1e-5, atol=1e-5)
+        assert seen and seen[0][0] == flags
+
+
 def test_debug_levels_3_and_4_print_llvm_ir_and_assembly(capsys):
     with compiler.debug(4):
         compiler.compile(lambda x: x * 7.125 - 0.375, backend="native")(eager.randn(9))
