@@ -47,7 +47,11 @@ class GemmKernel:
         self._operands, self._transposes, views = _operands(body, product, self.before)
         needed = [v for v in self.before.outputs if v not in views]
         if len(needed) < len(self.before.outputs):  # transposes went into the GEMM's flags
-            kept = [n for n in self.before.nodes if any(v in needed for v in n.outputs)]
+            wanted, kept = set(needed), []
+            for n in reversed(self.before.nodes):  # and what the other operands need
+                if any(v in wanted for v in n.outputs):
+                    kept.insert(0, n)
+                    wanted.update(n.input_values())
             self.before = Graph(body.inputs, kept, tuple(needed), "operands")
         self._before = interpreter.prepare(self.before) if self.before.nodes else None
         self._product = bmm if product.op is Op.BMM else gemm
