@@ -68,12 +68,32 @@ class GemmKernel:
                 self._scale = self._scalar(node)
             else:
                 self._activation = role
+        # everything the product reads is an input and it is the only output: calls
+        # index their inputs, no environment
+        extras = [v for v in (self._bias, self._residual) if v is not None]
+        self._by_index = None
+        if self._before is None and self.rest is None and body.outputs == (self.chain,) \
+                and all(v in body.inputs for v in (*self._operands, *extras)):
+            where = {v: i for i, v in enumerate(body.inputs)}
+            self._by_index = tuple(None if v is None else where[v] for v in (
+                *self._operands, self._bias, self._residual))
 
     @property
     def artifacts(self) -> list:
         return self.rest[0].artifacts if self.rest else []
 
     def __call__(self, inputs: list) -> list:
+        if self._by_index is not None:
+            a, b, bias, residual = self._by_index
+            epilogue = None
+            if self.fused:
+                epilogue = Epilogue(
+                    bias=None if bias is None else inputs[bias]._np(),
+                    activation=self._activation, scale=self._scale,
+                    residual=None if residual is None else inputs[residual]._np())
+            trans_a, trans_b = self._transposes
+            return [from_array(self._product(inputs[a]._np(), inputs[b]._np(), trans_a=trans_a,
+                                             trans_b=trans_b, epilogue=epilogue))]
         env = dict(zip(self.body.inputs, inputs))
         if self._before is not None:
             env.update(zip(self.before.outputs, self._before(inputs)))
