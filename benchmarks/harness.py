@@ -5,8 +5,9 @@ A Case is one piece of work done by several contenders (its Impls). Running it:
 2. correctness gate: call each once and compare with the float64 numpy answer; a wrong
    answer is reported as FAILED and never timed;
 3. calibrate how many calls make one batch of about `batch_s` seconds, per Impl;
-4. warm-up and timed rounds, alternating A B C A B C ..., so that drift of a shared,
-   noisy machine (clock changes, neighbours) hits every contender alike.
+4. warm-up and timed rounds, alternating A B C, B C A, C A B ..., so that drift of a
+   shared, noisy machine (clock changes, neighbours) hits every contender alike, and
+   so does following any one contender (whose idle threads may still hold cores).
 Each round gives one time per call; results report the median and the min-max spread.
 """
 from __future__ import annotations
@@ -224,7 +225,7 @@ def _time_in_turns(case: Case, runnable: list, settings: Settings, progress) -> 
     for r in range(total):
         warming = r < settings.warmup_rounds
         _note(progress, f"round {r + 1}/{total}{' (warm-up)' if warming else ''}")
-        for outcome, run in turns:
+        for outcome, run in turns[r % len(turns):] + turns[:r % len(turns)]:
             if outcome.status != "ok":
                 continue  # it raised in an earlier round
             seconds = _guarded(outcome, run)

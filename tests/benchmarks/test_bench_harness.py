@@ -10,8 +10,12 @@ def test_contenders_alternate_after_the_correctness_check():
     log = []
     case = Case("tiny", [Impl(n, constant(1.0, log, n)) for n in "ABC"], expected=lambda: 1.0)
     result = run_case(case, lineup(), TINY)
-    # one correctness call each, then warm-up and timed rounds taken in turns
-    assert log == list("ABC") * (1 + TINY.warmup_rounds + TINY.rounds)
+    # one correctness call each, then warm-up and timed rounds taken in turns, each round
+    # starting one contender later (none always follows the same one)
+    rounds = TINY.warmup_rounds + TINY.rounds
+    assert log == list("ABC") + [name for r in range(rounds)
+                                 for name in ("ABC" * 2)[r % 3:r % 3 + 3]]
+    assert log[3:6] == list("ABC") and log[6:9] == list("BCA")
     assert all(len(o.times) == TINY.rounds for o in result.outcomes)
 
 
