@@ -29,6 +29,7 @@ PARALLEL_MIN_MACS = 1 << 19
 PIECE_MIN_MACS = 1 << 18
 SHARED_B_ELEMENTS = 1 << 22  # the shared packing of B goes column chunk by chunk
 CONFLICT_STRIDE = 2048  # bytes
+COLUMNS_MIN_WIDTH = 256  # columns per thread from which threads split N (see _by_columns)
 
 
 def _array_data_offset() -> int:
@@ -330,9 +331,7 @@ def _sharing_b(kernel: GemmKernel, call: Call, blocking: Blocking, threads: int,
     shared packed B): the threads first pack B's columns together, then take row pieces
     of about MC rows (one A block each) that all read that packing."""
     t, itemsize = kernel.tile, kernel.dtype.itemsize
-    if _uneven(call.m, t.mr, threads) > max(1.05, _uneven(call.n, t.nr, threads)):
-        # the row tiles do not share out evenly, the column panels do better: columns,
-        # each piece packing its own B (A is packed again or read in place by each)
+    if _by_columns(call, t, threads):
         pieces = _column_pieces(call, kernel, 2 * threads)
         return [_job(kernel, None, pieces, blocking, threads, scratch)]
     width = min(call.n, max(t.nr, SHARED_B_ELEMENTS // call.k // t.nr * t.nr))
@@ -348,6 +347,18 @@ def _sharing_b(kernel: GemmKernel, call: Call, blocking: Blocking, threads: int,
         pieces = _row_pieces(chunk, kernel, -(-blocks // threads) * threads)
         jobs.append(_job(kernel, columns, pieces, blocking, threads, scratch, None, packed_b))
     return jobs
+
+
+def _by_columns(call: Call, tile: Tile, threads: int) -> bool:
+    """Whether `threads` share one product better by columns, each piece packing its own
+    B and all of A (packed again by each, or read in place), than by rows around one
+    shared packing of B (which all threads make first and then wait for): when the
+    column panels share out at least as evenly and N is wide enough that packing A again
+    costs little (measured at 512-2048 squares: columns 0.91-0.96x of OpenBLAS, rows
+    0.87-0.93x), or when the row tiles share out clearly worse (128 rows on 2 threads)."""
+    rows, columns = _uneven(call.m, tile.mr, threads), _uneven(call.n, tile.nr, threads)
+    return (columns <= rows and call.n >= COLUMNS_MIN_WIDTH * threads) or (
+        rows > max(1.05, columns))
 
 
 def _uneven(size: int, step: int, threads: int) -> float:
