@@ -30,6 +30,7 @@ import sys
 import threading
 
 import llvmlite.ir as ir
+import numpy as np
 
 I8P = ir.IntType(8).as_pointer()
 I32, I64 = ir.IntType(32), ir.IntType(64)
@@ -279,27 +280,39 @@ class NativePool:
         self._run(self.address, task, context, min(threads, self.size))
 
 
-_jobs = threading.local()
+class Items:
+    """A prepared run_items job: each list is (function address, records address,
+    count, stride in bytes), fixed; the records' contents may change between runs. One
+    run at a time."""
+
+    def __init__(self, first: tuple | None, then: tuple):
+        self.words = np.zeros(ITEMS_SLOTS, np.int64)
+        self.words[FIRST:FIRST + 4] = first or (0, 0, 0, 0)
+        self.words[THEN:THEN + 4] = then
+        self.address = self.words.ctypes.data
+
+    def run(self, threads: int) -> None:
+        """function(record, worker) for every record of the first list, then, once they
+        are all done, for every record of the second, on up to `threads` threads of the
+        pool (on this thread alone, in one native call, when threads is 1 or the pool is
+        not available); each record is run once, by whichever thread claims it."""
+        self.words[CLAIM_FIRST:] = 0
+        if threads <= 1 or not available():
+            _alone()(self.address, 0, 1)
+        else:
+            pool(threads).run(_functions()["kiln_pool_items"], self.address, threads)
+
+
+@functools.cache
+def _alone():
+    """kiln_pool_items as a ctypes function, for runs on the calling thread."""
+    return ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(
+        _functions()["kiln_pool_items"])
 
 
 def run_items(first: tuple | None, then: tuple, threads: int) -> None:
-    """Each list is (function address, records address, count, stride in bytes):
-    function(record, worker) for every record of `first`, then, once they are all done,
-    for every record of `then`, on up to `threads` threads of the pool (on this thread
-    alone, in one native call, when threads is 1 or the pool is not available); each
-    record is run once, by whichever thread claims it."""
-    job = getattr(_jobs, "words", None)
-    if job is None:
-        job = _jobs.words = (ctypes.c_int64 * ITEMS_SLOTS)()
-        _jobs.items = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(
-            _functions()["kiln_pool_items"])
-    ctypes.memset(job, 0, ctypes.sizeof(job))
-    job[FIRST:FIRST + 4] = first or (0, 0, 0, 0)
-    job[THEN:THEN + 4] = then
-    if threads <= 1 or not available():
-        _jobs.items(ctypes.addressof(job), 0, 1)
-    else:
-        pool(threads).run(_functions()["kiln_pool_items"], ctypes.addressof(job), threads)
+    """Items(first, then).run(threads)."""
+    Items(first, then).run(threads)
 
 
 _pool: NativePool | None = None

@@ -112,11 +112,14 @@ class SmallPlan:
 
 class Plan:
     """The native jobs of a request with the operands' addresses taken out of their
-    records (each job keeps the packing buffers they point to: one call at a time may
-    use them, so a call that finds the plan busy returns None)."""
+    records: each call adds them (and sets alpha and scale) into records of the plan's
+    own and runs the jobs as prepared runtime.pool Items. The records and the packing
+    buffers they point to serve one call at a time: a call that finds the plan busy
+    returns None."""
 
     def __init__(self, jobs: list[native.Job], scratch: native.Scratch, call: native.Call,
                  shape: tuple, dtype: np.dtype):
+        from runtime.pool import Items
         self.shape, self.dtype, self.scratch = shape, dtype, scratch  # the jobs' buffers
         self.lock = threading.Lock()
         self.pointers = [(native.FIELDS.index(name), name) for name in native.POINTERS
@@ -130,7 +133,12 @@ class Plan:
             first = None if job.first is None else job.first.copy()
             if first is not None:
                 first[:, 0] -= call.b  # the source of each packing of B
-            self.jobs.append(job._replace(first=first, then=then))
+            records = (then, np.empty_like(then), first,
+                       None if first is None else np.empty_like(first))
+            items = Items(None if first is None else (
+                job.pack_b, records[3].ctypes.data, len(first), first.strides[0]),
+                (job.function, records[1].ctypes.data, len(then), then.strides[0]))
+            self.jobs.append((records, items, job.threads, job.tables))
 
     def __call__(self, a, b, alpha, epilogue) -> np.ndarray | None:
         out = np.empty(self.shape, self.dtype)
@@ -148,17 +156,17 @@ class Plan:
         if not self.lock.acquire(blocking=False):
             return False
         try:
-            for job in self.jobs:
-                then = job.then.copy()
-                for column, name in self.pointers:
-                    then[:, column] += addresses[name]
-                scalars = then.view(np.float64)
+            added = np.zeros(len(native.FIELDS), np.int64)
+            for column, name in self.pointers:
+                added[column] = addresses[name]
+            for (then, records, first, packings), items, threads, _ in self.jobs:
+                np.add(then, added, out=records)
+                scalars = records.view(np.float64)
                 scalars[:, self.alpha], scalars[:, self.scale] = alpha, scale
-                first = None
-                if job.first is not None:
-                    first = job.first.copy()
-                    first[:, 0] += addresses["b"]
-                job._replace(first=first, then=then).run()
+                if first is not None:
+                    np.copyto(packings, first)
+                    packings[:, 0] += addresses["b"]
+                items.run(threads)
         finally:
             self.lock.release()
         return True
