@@ -34,6 +34,7 @@ from compiler.codegen.gemm_pack import Packing
 from compiler.codegen.gemm_store import TileStore
 
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "tanh")
+ROWS_FIRST_DEPTH = 128  # K blocks shallower than this store their tiles row by row
 
 # (name, kind): kind "i" is i64, "f" the element type, "p" an element pointer.
 KERNEL_ARGS = (
@@ -213,15 +214,33 @@ class _Gemm(TileStore):
         return b.mul(b.sdiv(b.add(rows, b.sub(mr, self.i64(1))), mr), mr)
 
     def _macro_kernel(self, block, packed_a: bool):
-        """jr over the packed B block by NR, ir over the A block by MR: micro-kernel and
-        tile store. A comes from its packed buffer or in place (rows past M re-read the
-        last row; they are never stored)."""
+        """The tiles of one block, A from its packed buffer or in place (rows past M
+        re-read the last row; they are never stored). Column panels outside, row tiles
+        inside (each B micro-panel stays in L1 while A's block streams from L2), except
+        for shallow blocks (k_block < ROWS_FIRST_DEPTH), where storing the tiles costs
+        more than their arithmetic: there row tiles go outside, so that the stores run
+        along rows of C instead of down a column of tiles in as many pages."""
+        k_block = block[5]
+        shallow = self.b.icmp_signed("<", k_block, self.i64(ROWS_FIRST_DEPTH))
+        with self.b.if_else(shallow) as (rows_first, columns_first):
+            with rows_first:
+                self._tiles(block, packed_a, rows_outside=True)
+            with columns_first:
+                self._tiles(block, packed_a, rows_outside=False)
+
+    def _tiles(self, block, packed_a: bool, rows_outside: bool):
+        """jr over the packed B block by NR and ir over the A block by MR, in either
+        nesting: micro-kernel and tile store."""
         ic, jc, pc, m_block, n_block, k_block, first, last, b_block, panel_stride = block
         b, t, arg, zero = self.b, self.tile, self.arg, self.i64(0)
-        with self.loop(zero, n_block, self.i64(t.nr), "jr") as jr:
-            cols = self.min(b.sub(n_block, jr), self.i64(t.nr))
-            panel_b = self.at(b_block, b.mul(jr, panel_stride))
-            with self.loop(zero, m_block, self.i64(t.mr), "ir") as ir_:
+        loops = [(n_block, t.nr, "jr"), (m_block, t.mr, "ir")]
+        if rows_outside:
+            loops.reverse()
+        with self.loop(zero, loops[0][0], self.i64(loops[0][1]), loops[0][2]) as outer:
+            with self.loop(zero, loops[1][0], self.i64(loops[1][1]), loops[1][2]) as inner:
+                jr, ir_ = (inner, outer) if rows_outside else (outer, inner)
+                cols = self.min(b.sub(n_block, jr), self.i64(t.nr))
+                panel_b = self.at(b_block, b.mul(jr, panel_stride))
                 rows = self.min(b.sub(m_block, ir_), self.i64(t.mr))
                 if packed_a:
                     panel_a = self.at(arg["pack_a"], b.mul(ir_, k_block))

@@ -68,6 +68,7 @@ SHAPES = [  # (M, K, N)
     (1, 1, 1), (2, 3, 4), (5, 7, 3), (12, 16, 32), (13, 17, 35), (31, 9, 65),
     (100, 7, 1), (1, 300, 200), (127, 513, 255), (300, 200, 97), (64, 64, 64),
     (8, 64, 3000), (3000, 64, 8), (20, 30, 4200),
+    (301, 100, 290),  # packed with a shallow K block: row tiles outside (ROWS_FIRST_DEPTH)
 ]
 
 
@@ -82,7 +83,7 @@ def test_matches_numpy(dtype, m, k, n):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("trans_a", [False, True])
 @pytest.mark.parametrize("trans_b", [False, True])
-@pytest.mark.parametrize("m,k,n", [(7, 5, 9), (129, 400, 67)])
+@pytest.mark.parametrize("m,k,n", [(7, 5, 9), (129, 400, 67), (211, 90, 150)])
 def test_transposes(dtype, trans_a, trans_b, m, k, n):
     rng = np.random.default_rng(1)
     a = rand(rng, (k, m) if trans_a else (m, k), dtype)
