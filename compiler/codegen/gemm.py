@@ -37,6 +37,7 @@ from compiler.codegen import gemm_tune
 from compiler.codegen.gemm_kernel import ACTIVATIONS, EpilogueSpec
 
 DIRECT_MAX_MACS = 144 ** 3  # multiply-adds below which packing costs more than it saves
+SPLIT_MIN_MACS = 1 << 20  # a direct product from this size on is cut in one piece per thread
 
 
 @dataclass(frozen=True)
@@ -277,12 +278,32 @@ def _run(problem: _Problem, activation, threads, request: tuple | None = None) -
         blocking = gemm_tune.for_depth(gemm_tune.blocking(kernel, _tuning_measure), k)
         if direct_domain:  # all of K in one block, as in the direct and gemm_small kernels:
             blocking = native.Blocking(blocking.mc, k, blocking.nc)  # the same result
+    if direct_domain and batch.count == 1 and m * n * k >= SPLIT_MIN_MACS:
+        batch = _equal_row_pieces(batch, kernel, threads)
     specialised = small.for_call(batch.call, kernel.spec, out.dtype) if direct_domain else None
     if request is not None and not copied:
         plan = plans.make(request, kernel, batch, blocking, specialised, threads, out)
         if plan is not None and plan.run_call(batch.call):
             return
     native.run(kernel, batch, blocking, threads, specialised and specialised.item)
+
+
+def _equal_row_pieces(batch: native.Batch, kernel, threads: int | None) -> native.Batch:
+    """One product as a batch of equal row pieces, one per thread, when M divides evenly:
+    a specialised kernel (fixed sizes) then serves them all, on all threads. Each
+    element keeps its own FMA chain along K: the results are the same."""
+    if threads is None:
+        from runtime.threads import num_threads
+        threads = num_threads()
+    call = batch.call
+    if threads <= 1 or call.m % threads:
+        return batch
+    rows = call.m // threads
+    pieces = [call.rows(i * rows, (i + 1) * rows, kernel.dtype.itemsize,
+                        kernel.spec.bias == "row") for i in range(threads)]
+    offsets = np.array([[getattr(p, name) - getattr(pieces[0], name) for name in native.POINTERS]
+                        for p in pieces], np.int64)
+    return native.Batch(pieces[0], offsets)
 
 
 @functools.cache
