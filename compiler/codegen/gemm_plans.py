@@ -24,7 +24,7 @@ PLAN_MAX_MACS = 1 << 28  # about 645^3
 PLAN_LIMIT = 256
 SEEN_LIMIT = 4096
 
-_plans: dict[tuple, "Plan | SmallPlan"] = {}
+PLANS: dict[tuple, "Plan | SmallPlan"] = {}  # by request
 _seen: set = set()
 
 
@@ -48,10 +48,6 @@ def request(a, b, out, alpha, beta, trans_a, trans_b, epilogue, threads) -> tupl
             None if residual is None else (residual.shape, residual.strides, residual.dtype))
 
 
-def find(key: tuple) -> "Plan | SmallPlan | None":
-    return _plans.get(key)
-
-
 def make(key: tuple, kernel, batch: native.Batch, blocking, specialised, threads,
          out: np.ndarray) -> "Plan | SmallPlan | None":
     """The plan for a request seen before, else None (and it is remembered as seen)."""
@@ -71,9 +67,9 @@ def make(key: tuple, kernel, batch: native.Batch, blocking, specialised, threads
         plan = Plan(jobs, scratch, call, out.shape, out.dtype)
     else:
         return None
-    if len(_plans) >= PLAN_LIMIT:
-        _plans.clear()
-    _plans[key] = plan
+    if len(PLANS) >= PLAN_LIMIT:
+        PLANS.clear()
+    PLANS[key] = plan
     return plan
 
 

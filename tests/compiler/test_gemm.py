@@ -430,7 +430,7 @@ def test_a_repeated_small_product_gets_a_specialised_kernel_with_the_same_result
         second = gemm(a, b, trans_b=trans_b, **options)
         request = gemm_plans.request(a, b, None, options.get("alpha", 1.0), 0.0, False,
                                      trans_b, options.get("epilogue"), None)
-        assert isinstance(gemm_plans.find(request), gemm_plans.SmallPlan)
+        assert isinstance(gemm_plans.PLANS.get(request), gemm_plans.SmallPlan)
         third = gemm(a, b, trans_b=trans_b, **options)
         assert np.array_equal(first, second) and np.array_equal(second, third)
         check(third, a, b, trans_b=trans_b, **options)
@@ -497,7 +497,7 @@ def test_a_planned_request_reads_the_arrays_and_scalars_of_each_call(api, shape_
     assert np.array_equal(product(a, b, threads=2, **options), result)
     request = gemm_plans.request(a, b, None, options["alpha"], 0.0, False, trans_b,
                                  options["epilogue"], 2)
-    assert isinstance(gemm_plans.find(request), gemm_plans.Plan)
+    assert isinstance(gemm_plans.PLANS.get(request), gemm_plans.Plan)
 
 
 def test_a_plan_in_use_by_another_thread_is_not_shared():
@@ -533,7 +533,7 @@ def test_a_direct_product_is_cut_in_equal_row_pieces_one_per_thread():
     alone = [gemm(a, b, threads=1) for _ in range(3)]
     together = [gemm(a, b, threads=2) for _ in range(3)]
     assert all(np.array_equal(alone[0], r) for r in alone[1:] + together)
-    plan = gemm_plans.find(gemm_plans.request(a, b, None, 1.0, 0.0, False, False, None, 2))
+    plan = gemm_plans.PLANS.get(gemm_plans.request(a, b, None, 1.0, 0.0, False, False, None, 2))
     ((records, *_), _, threads, _), = plan.jobs
     assert threads == 2 and len(records) == 2 and (records[:, 0] == 64).all()
     check(together[-1], a, b)
