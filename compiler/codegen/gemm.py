@@ -10,7 +10,7 @@ in BLAS; with K == 0 the product is zero.
 
 The structure is Goto/BLIS (see gemm_kernel.py): packed, cache-blocked, an MR x NR
 register micro-kernel, one native call per block of rows or columns per thread (see
-gemm_native.run); products below DIRECT_MAX_MACS skip packing. Results are bitwise
+gemm_jobs.run); products below DIRECT_MAX_MACS skip packing. Results are bitwise
 identical across thread counts for one blocking (gemm_tune picks it).
 
 Error bound, asserted by tests/compiler/test_gemm.py for every result, eps the dtype's
@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from compiler.codegen import gemm_jobs
 from compiler.codegen import gemm_native as native
 from compiler.codegen import gemm_plans as plans
 from compiler.codegen import gemm_small as small
@@ -283,7 +284,7 @@ def _run(problem: _Problem, activation, threads, request: tuple | None = None) -
         plan = plans.make(request, kernel, batch, blocking, specialised, threads, out)
         if plan is not None and plan.run_call(batch.call):
             return
-    native.run(kernel, batch, blocking, threads, specialised and specialised.item)
+    gemm_jobs.run(kernel, batch, blocking, threads, specialised and specialised.item)
 
 
 def _equal_row_pieces(batch: native.Batch, kernel, threads: int | None) -> native.Batch:
@@ -299,7 +300,7 @@ def _equal_row_pieces(batch: native.Batch, kernel, threads: int | None) -> nativ
     rows = call.m // threads
     pieces = [call.rows(i * rows, (i + 1) * rows, kernel.dtype.itemsize,
                         kernel.spec.bias == "row") for i in range(threads)]
-    offsets = np.array([[getattr(p, name) - getattr(pieces[0], name) for name in native.POINTERS]
+    offsets = np.array([[getattr(p, name) - getattr(pieces[0], name) for name in gemm_jobs.POINTERS]
                         for p in pieces], np.int64)
     return native.Batch(pieces[0], offsets)
 
@@ -367,7 +368,7 @@ def _tuning_measure(kernel: native.GemmKernel):
     batch = _products(problem)
 
     def run(blocking: native.Blocking) -> tuple:
-        native.run(plain, batch, blocking)
+        gemm_jobs.run(plain, batch, blocking)
         return a, b, out  # the closure keeps the arrays behind the batch's pointers alive
 
     return gemm_tune.timer(run)

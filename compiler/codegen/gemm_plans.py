@@ -18,6 +18,7 @@ import threading
 
 import numpy as np
 
+from compiler.codegen import gemm_jobs
 from compiler.codegen import gemm_native as native
 
 PLAN_MAX_MACS = 1 << 28  # about 645^3
@@ -60,9 +61,9 @@ def make(key: tuple, kernel, batch: native.Batch, blocking, specialised, threads
     if specialised is not None and batch.count == 1:
         plan = SmallPlan(specialised, out.shape, out.dtype)
     elif batch.count * call.m * call.n * call.k <= PLAN_MAX_MACS:
-        threads = native.threads_for(batch, specialised is not None, threads)
-        scratch = native.Scratch()
-        jobs = native.prepare(kernel, batch, blocking, threads,
+        threads = gemm_jobs.threads_for(batch, specialised is not None, threads)
+        scratch = gemm_jobs.Scratch()
+        jobs = gemm_jobs.prepare(kernel, batch, blocking, threads,
                               specialised and specialised.item, scratch)
         plan = Plan(jobs, scratch, call, out.shape, out.dtype)
     else:
@@ -113,14 +114,14 @@ class Plan:
     buffers they point to serve one call at a time: a call that finds the plan busy
     returns None."""
 
-    def __init__(self, jobs: list[native.Job], scratch: native.Scratch, call: native.Call,
+    def __init__(self, jobs: list[gemm_jobs.Job], scratch: gemm_jobs.Scratch, call: native.Call,
                  shape: tuple, dtype: np.dtype):
         from runtime.pool import Items
         self.shape, self.dtype, self.scratch = shape, dtype, scratch  # the jobs' buffers
         self.lock = threading.Lock()
-        self.pointers = [(native.FIELDS.index(name), name) for name in native.POINTERS
+        self.pointers = [(gemm_jobs.FIELDS.index(name), name) for name in gemm_jobs.POINTERS
                          if getattr(call, name)]
-        self.alpha, self.scale = native.FIELDS.index("alpha"), native.FIELDS.index("scale")
+        self.alpha, self.scale = gemm_jobs.FIELDS.index("alpha"), gemm_jobs.FIELDS.index("scale")
         self.jobs = []
         for job in jobs:
             then = job.then.copy()
@@ -152,7 +153,7 @@ class Plan:
         if not self.lock.acquire(blocking=False):
             return False
         try:
-            added = np.zeros(len(native.FIELDS), np.int64)
+            added = np.zeros(len(gemm_jobs.FIELDS), np.int64)
             for column, name in self.pointers:
                 added[column] = addresses[name]
             for (then, records, first, packings), items, threads, _ in self.jobs:

@@ -13,7 +13,7 @@ import json
 import numpy as np
 import pytest
 
-from compiler.codegen import gemm_native, gemm_tune
+from compiler.codegen import gemm_jobs, gemm_native, gemm_tune
 from compiler.codegen.gemm import ACTIVATION_REFERENCE, DIRECT_MAX_MACS, Epilogue, bmm, gemm
 from compiler.codegen.gemm_kernel import ACTIVATIONS, EpilogueSpec
 
@@ -224,7 +224,7 @@ def test_bmm_with_epilogue_and_transposes():
     (20, 2000, 2000, False),  # too few rows: columns split, each piece packs its B
 ])
 def test_identical_across_thread_counts(m, k, n, trans_a, monkeypatch):
-    monkeypatch.setattr(gemm_native, "SHARED_B_ELEMENTS", 1 << 18)  # several B chunks
+    monkeypatch.setattr(gemm_jobs, "SHARED_B_ELEMENTS", 1 << 18)  # several B chunks
     pieces = spy_on_pieces(monkeypatch)
     rng = np.random.default_rng(10)
     a = rand(rng, (k, m) if trans_a else (m, k), np.float32)
@@ -248,13 +248,13 @@ def test_batches_identical_across_thread_counts(monkeypatch):
 
 def spy_on_pieces(monkeypatch) -> list:
     """A list that gets the number of pieces of every parallel run."""
-    seen, run = [], gemm_native.Job.run
+    seen, run = [], gemm_jobs.Job.run
 
     def spy(job):
         seen.append(len(job.then))
         run(job)
 
-    monkeypatch.setattr(gemm_native.Job, "run", spy)
+    monkeypatch.setattr(gemm_jobs.Job, "run", spy)
     return seen
 
 
