@@ -92,7 +92,8 @@ def _code_objects(code: types.CodeType):
 
 def global_reads(fn, depth: int = 3, seen=None) -> list[tuple[str, dict, str]]:
     """(label, namespace, name) of every global the function (and the plain Python
-    functions it calls, a few levels deep) may read."""
+    functions it may call, a few levels deep: globals and closure variables holding
+    functions) may read."""
     seen = set() if seen is None else seen
     fn = getattr(fn, "__func__", fn)
     code = getattr(fn, "__code__", None)
@@ -108,6 +109,10 @@ def global_reads(fn, depth: int = 3, seen=None) -> list[tuple[str, dict, str]]:
                 value = namespace[name]
                 if isinstance(value, types.FunctionType):
                     reads.extend(global_reads(value, depth - 1, seen))
+    for cell in getattr(fn, "__closure__", None) or ():
+        value = _cell_value(cell)
+        if isinstance(value, types.FunctionType):
+            reads.extend(global_reads(value, depth - 1, seen))
     return reads
 
 

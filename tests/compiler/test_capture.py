@@ -136,6 +136,24 @@ def test_global_flag_flip_recompiles():
     assert any("global 'FLAG'" in h for h in cf.history)
 
 
+def _flagged(x):
+    return x + 1 if FLAG else x - 1
+
+
+def test_a_global_read_by_a_function_in_a_closure_cell_is_guarded():
+    global FLAG
+    helper = _flagged
+    cf = compiler.compile(lambda x: helper(x) * 2, backend="eager")
+    x = eager.zeros(2)
+    assert cf(x).tolist() == [2.0, 2.0]
+    FLAG = False
+    try:
+        assert cf(x).tolist() == [-2.0, -2.0]
+    finally:
+        FLAG = True
+    assert any("global 'FLAG'" in h for h in cf.history)
+
+
 def test_closure_counter_is_guarded():
     count = 0
 
