@@ -11,6 +11,7 @@ inner dim.
 from __future__ import annotations
 
 import ctypes
+import functools
 import struct
 import threading
 
@@ -42,6 +43,9 @@ def codegen_seconds() -> float:
     elementwise and row kernels here, GEMM kernels in codegen/)."""
     from runtime.jit import load_seconds
     return load_seconds()
+
+
+_INTERPRETED = object()  # a layout the kernel cannot run: the interpreter does
 
 
 class Unsupported(Exception):
@@ -161,9 +165,16 @@ class FusedKernel:
     def __call__(self, inputs) -> list:
         operands = inputs if self._in_order else self._operands(inputs)
         launch = self._layouts.get(tuple([t._stride for t in operands]))
-        if launch is None:  # a layout not seen yet, or one the kernel cannot run
+        if launch is None:  # a layout not seen yet
             return self._plan_and_run(inputs, operands)
+        if launch is _INTERPRETED:  # one the kernel cannot run
+            return self._interpreted(inputs)
         return launch(operands)
+
+    @functools.cached_property
+    def _interpreted(self):
+        """The kernel's body through the reference interpreter, prepared once."""
+        return interpreter.prepare(self.body)
 
     def _operands(self, inputs) -> list:
         """The tensors the kernel reads: some of its inputs, or views of them (the
@@ -180,14 +191,16 @@ class FusedKernel:
         """Plan the launch for the operands' strides, keep it and run it; the interpreter
         runs what the kernel cannot (no elements, a layout the generator does not take)."""
         if self._empty:  # nothing to compute: eager's answer (zeros, NaN or its error)
-            return interpreter.run(self.body, inputs)
+            return self._interpreted(inputs)
         outs = [np.empty(shape, dtype.np) for shape, _, _, dtype in self._outputs]
+        key = tuple([t._stride for t in operands])
         try:
             launch = self._plan_launch([t._np() for t in operands] + outs)
-        except Unsupported as e:  # this call's memory layout
+        except Unsupported as e:  # this memory layout, for this and later calls
             self.fallback_reason = str(e)
-            return interpreter.run(self.body, inputs)
-        self._layouts[tuple([t._stride for t in operands])] = launch
+            self._layouts[key] = _INTERPRETED
+            return self._interpreted(inputs)
+        self._layouts[key] = launch
         return launch(operands)
 
     def _plan_launch(self, arrays):

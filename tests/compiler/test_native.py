@@ -278,3 +278,21 @@ def test_reductions_over_a_leading_dim_put_rows_in_the_lanes(fn, shape):
                                fn(x).numpy(), rtol=1e-5, atol=1e-6)
     names = [k.name for k in compiler.lower(fn, x).kernels]
     assert names and all(n.startswith("kiln_columns") for n in names), names
+
+
+def test_a_layout_the_kernel_cannot_run_is_planned_once(monkeypatch):
+    """The interpreter runs it, from the first call on, without planning it again."""
+    from compiler import native
+    planned, original = [], native.FusedKernel._plan_launch
+
+    def spy(kernel, arrays):
+        planned.append(kernel)
+        return original(kernel, arrays)
+
+    monkeypatch.setattr(native.FusedKernel, "_plan_launch", spy)
+    x = eager.tensor(np.random.default_rng(10).standard_normal((4, 5, 6)).astype("float32"))
+    fn = lambda t: (t * 2).sum(dim=(0, 2))  # noqa: E731 - reduced dims 0 and 2 do not merge
+    compiled = compiler.compile(fn, backend="native")
+    for _ in range(4):
+        np.testing.assert_allclose(compiled(x).numpy(), fn(x).numpy(), rtol=1e-5)
+    assert len(planned) == 1
