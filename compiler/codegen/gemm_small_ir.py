@@ -1,0 +1,260 @@
+"""LLVM IR of gemm_small's shape-specialised kernels: TileStore's row store fed
+compile-time constants for every size and stride, B as rows (in place, or copied to the
+stack: a transposed B through in-register vector transposes), tiles by column blocks
+of NR, then row tiles of MR, the tails last. See gemm_small.py for what they compute.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import llvmlite.ir as ir
+
+from compiler.codegen.gemm_ir import I1, I32, I64, PACK_ALIGN
+from compiler.codegen.gemm_kernel import KERNEL_ARGS, Tile, emit_activation, export_item
+from compiler.codegen.gemm_native import ARRAY_DATA_OFFSET
+from compiler.codegen.gemm_store import TileStore, Update
+
+if TYPE_CHECKING:
+    from compiler.codegen.gemm_small import SmallKey
+
+FULL_UNROLL_K = 8  # K up to this is unrolled completely
+K_UNROLL = 4  # the k loop's unrolling beyond that
+
+
+class SmallGemm(TileStore):
+    """Builds one specialised kernel: TileStore's row store, fed compile-time constants
+    for every size and stride (LLVM folds its runtime checks away)."""
+
+    def __init__(self, module: ir.Module, name: str, key: SmallKey, tile: Tile):
+        super().__init__(module, tile)
+        self.key, self.main, self.spec, self.activation = key, tile, key.spec, emit_activation
+        self.fn = self.define(name, key.args)
+        given = {name: arg for arg, (name, _) in zip(self.fn.args, key.args)}
+        c_rs, c_cs = key.c_strides or (0, 0)
+        r_rs, r_cs = key.residual_strides or (0, 0)
+        null, one = ir.Constant(self.P, None), ir.Constant(self.T, 1.0)
+        self.arg = {"c": null, "bias": null, "res": null, "alpha": one, "scale": one,
+                    "beta": ir.Constant(self.T, 0.0), **given,
+                    "c_rs": self.i64(c_rs), "c_cs": self.i64(c_cs),
+                    "o_rs": self.i64(key.out_row_stride),
+                    "bias_stride": self.i64(key.bias_stride),
+                    "r_rs": self.i64(r_rs), "r_cs": self.i64(r_cs)}
+        self.row_buffer = self.b.alloca(ir.ArrayType(self.T, tile.nr), name="row")
+        self.row_buffer.align = PACK_ALIGN
+        if ARRAY_DATA_OFFSET:
+            self._array_entry(f"{name}_arrays")
+        export_item(module, f"{name}_item", tile, self.fn, KERNEL_ARGS,
+                    wanted=tuple(arg_name for arg_name, _ in key.args))
+
+    def _array_entry(self, name: str) -> None:
+        """`name`(objects...): the kernel on ndarray objects, their data pointers read at
+        ARRAY_DATA_OFFSET."""
+        kernel, builder = self.fn, self.b
+        byte_pointer = ir.IntType(8).as_pointer()
+        kinds = [byte_pointer if kind == "p" else self.T for _, kind in self.key.args]
+        entry = ir.Function(self.module, ir.FunctionType(ir.VoidType(), kinds), name)
+        entry.attributes.add("nounwind")
+        b = ir.IRBuilder(entry.append_basic_block("entry"))
+        offset = ir.Constant(I64, ARRAY_DATA_OFFSET)
+        args = [arg if kind == "f" else b.load(b.bitcast(b.gep(arg, [offset]),
+                                                         self.P.as_pointer()), align=8)
+                for arg, (_, kind) in zip(entry.args, self.key.args)]
+        b.call(kernel, args)
+        b.ret_void()
+        self.b = builder
+
+    def build(self) -> None:
+        """B as rows (in place or copied), then column blocks of NR, each row tiles of
+        MR, the tails last."""
+        key, lanes = self.key, self.main.lanes
+        b_rows, b_rs, aligned = self._b_rows()
+        nr = self.main.nr
+        full_n, tail_n = divmod(key.n, nr)
+        self._loop(full_n, nr, lambda j0: self._column_block(j0, nr, b_rows, b_rs, aligned))
+        if tail_n:
+            width = -(-tail_n // lanes) * lanes
+            self._column_block(self.i64(full_n * nr), width, b_rows, b_rs, aligned,
+                               cols=tail_n)
+        self.b.ret_void()
+
+    def _column_block(self, j0, width, b_rows, b_rs, aligned, cols=None) -> None:
+        mr, m = self.main.mr, self.key.m
+        full_m, tail_m = divmod(m, mr)
+        tile = (b_rows, b_rs, aligned, width, cols or width)
+        self._loop(full_m, mr, lambda i0: self._tile(i0, j0, mr, *tile))
+        if tail_m:
+            self._tile(self.i64(full_m * mr), j0, tail_m, *tile)
+
+    def _loop(self, count: int, step: int, body) -> None:
+        """body(start) for start = 0, step, ..., (count - 1) * step: straight-line for
+        one, else a loop."""
+        if count == 1:
+            body(self.i64(0))
+        elif count > 1:
+            with self.loop(self.i64(0), self.i64(count * step), self.i64(step), "t") as start:
+                body(start)
+
+    def _tile(self, i0, j0, rows, b_rows, b_rs, aligned, width, cols) -> None:
+        """A rows x width tile at (i0, j0), all of K, stored through TileStore's row store
+        (masks for the `cols` < width columns)."""
+        b, key = self.b, self.key
+        a_rs, a_cs = key.a_strides
+        lanes = self.main.lanes
+        self.tile = Tile(key.dtype, rows, width, lanes)
+        vectors = width // lanes
+        a_rows = [self.at(self.arg["a"], b.mul(b.add(i0, self.i64(i)), self.i64(a_rs)))
+                  for i in range(rows)]
+        b_col = self.at(b_rows, j0)
+        masks = [ir.Constant(ir.VectorType(I1, lanes), [v * lanes + j < cols
+                                                        for j in range(lanes)])
+                 for v in range(vectors)]
+
+        def load_a(kk, i):
+            return b.load(self.at(a_rows[i], b.mul(kk, self.i64(a_cs))), align=self.itemsize)
+
+        def load_b(kk, v):
+            ptr = self.at(b_col, b.mul(kk, self.i64(b_rs)), self.i64(v * lanes))
+            if aligned or (v + 1) * lanes <= cols:
+                return self.load_vector(ptr, PACK_ALIGN if aligned else self.itemsize)
+            return self.masked_load(ptr, masks[v])
+
+        accs = self._product(rows, vectors, load_a, load_b)
+        update, true = Update(self, ir.Constant(I1, 1)), ir.Constant(I1, 1)
+        for i in range(rows):
+            row = accs[i * vectors:(i + 1) * vectors]
+            self._store_row(row, b.add(i0, self.i64(i)), j0, self.i64(cols), masks, update,
+                            true)
+
+    def _product(self, rows, vectors, load_a, load_b) -> list:
+        """rows x vectors accumulators over all of K: unrolled completely for small K,
+        else a loop of K_UNROLL steps and the remainder unrolled."""
+        k = self.key.k
+        accs = [ir.Constant(self.V, None)] * (rows * vectors)
+        if k <= FULL_UNROLL_K:
+            return self._steps(accs, [self.i64(kk) for kk in range(k)], rows, vectors,
+                               load_a, load_b)
+        main = k - k % K_UNROLL
+        accs = self._k_loop(accs, main, rows, vectors, load_a, load_b)
+        return self._steps(accs, [self.i64(kk) for kk in range(main, k)], rows, vectors,
+                           load_a, load_b)
+
+    def _k_loop(self, accs, stop, rows, vectors, load_a, load_b) -> list:
+        b = self.b
+        before = b.block
+        head, body, done = (b.append_basic_block(f"k.{p}") for p in ("head", "body", "done"))
+        b.branch(head)
+        b.position_at_end(head)
+        kk = b.phi(I64, name="kk")
+        kk.add_incoming(self.i64(0), before)
+        phis = []
+        for acc in accs:
+            phi = b.phi(self.V)
+            phi.add_incoming(acc, before)
+            phis.append(phi)
+        b.cbranch(b.icmp_signed("<", kk, self.i64(stop)), body, done)
+        b.position_at_end(body)
+        steps = [b.add(kk, self.i64(u)) if u else kk for u in range(K_UNROLL)]
+        values = self._steps(list(phis), steps, rows, vectors, load_a, load_b)
+        kk.add_incoming(b.add(kk, self.i64(K_UNROLL)), b.block)
+        for phi, value in zip(phis, values):
+            phi.add_incoming(value, b.block)
+        b.branch(head)
+        b.position_at_end(done)
+        return phis
+
+    def _steps(self, accs, ks, rows, vectors, load_a, load_b) -> list:
+        """One rank-1 update of the accumulators per k in `ks`."""
+        for kk in ks:
+            b_vectors = [load_b(kk, v) for v in range(vectors)]
+            for i in range(rows):
+                a_i = self.splat(load_a(kk, i))
+                for v in range(vectors):
+                    accs[i * vectors + v] = self.fma(a_i, b_vectors[v], accs[i * vectors + v])
+        return accs
+
+    # B as rows with unit column stride
+    def _b_rows(self) -> tuple:
+        """(pointer, row stride, whether rows are PACK_ALIGN-aligned and padded to whole
+        vectors): B itself when its columns are contiguous, else a stack copy."""
+        key, lanes = self.key, self.main.lanes
+        b_rs, b_cs = key.b_strides
+        if b_cs == 1 or key.n == 1:
+            return self.arg["b"], b_rs, False
+        padded = -(-key.n // lanes) * lanes
+        buffer = self.b.alloca(ir.ArrayType(self.T, key.k * padded), name="b_rows")
+        buffer.align = PACK_ALIGN
+        rows = self.b.bitcast(buffer, self.P)
+        if b_rs == 1:
+            self._transpose_b(rows, padded, b_cs)
+        else:
+            self._copy_b(rows, padded, b_rs, b_cs)
+        return rows, padded, True
+
+    def _copy_b(self, rows, padded, b_rs, b_cs) -> None:
+        """B (any strides) element by element into rows `padded` apart, zero past N."""
+        b, key = self.b, self.key
+        zero = ir.Constant(self.T, 0.0)
+        with self.loop(self.i64(0), self.i64(key.k), self.i64(1), "copy_k") as kk:
+            source = self.at(self.arg["b"], b.mul(kk, self.i64(b_rs)))
+            target = self.at(rows, b.mul(kk, self.i64(padded)))
+            with self.loop(self.i64(0), self.i64(key.n), self.i64(1), "copy_j") as j:
+                value = b.load(self.at(source, b.mul(j, self.i64(b_cs))), align=self.itemsize)
+                b.store(value, self.at(target, j), align=self.itemsize)
+            for j in range(key.n, padded):
+                b.store(zero, self.at(target, self.i64(j)), align=self.itemsize)
+
+    def _transpose_b(self, rows, padded, ldb) -> None:
+        """A column-major B (element (k, j) at j * ldb + k) into rows, lanes x lanes blocks
+        at a time through shuffles; zero past N."""
+        key, lanes = self.key, self.main.lanes
+        for k_start, k_count, k_blocks in _blocks(key.k, lanes):
+            for j_start, j_count, j_blocks in _blocks(key.n, lanes):
+                self._loop_from(k_start, k_blocks, lanes, lambda k0: self._loop_from(
+                    j_start, j_blocks, lanes, lambda j0: self._transpose_block(
+                        rows, padded, ldb, k0, j0, k_count, j_count)))
+
+    def _loop_from(self, start: int, count: int, step: int, body) -> None:
+        self._loop(count, step, lambda i: body(self.b.add(i, self.i64(start))))
+
+    def _transpose_block(self, rows, padded, ldb, k0, j0, k_count, j_count) -> None:
+        b, lanes = self.b, self.main.lanes
+        mask = ir.Constant(ir.VectorType(I1, lanes), [j < k_count for j in range(lanes)])
+        columns = []
+        for j in range(lanes):
+            if j >= j_count:
+                columns.append(ir.Constant(self.V, None))
+                continue
+            ptr = self.at(self.arg["b"], b.mul(b.add(j0, self.i64(j)), self.i64(ldb)), k0)
+            columns.append(self.load_vector(ptr, self.itemsize) if k_count == lanes
+                           else self.masked_load(ptr, mask))
+        for kk, row in enumerate(_transposed(b, columns, lanes)[:k_count]):
+            target = self.at(rows, b.mul(b.add(k0, self.i64(kk)), self.i64(padded)), j0)
+            self.store_vector(row, target, PACK_ALIGN)
+
+
+def _blocks(size: int, lanes: int) -> list:
+    """(start, size, count) of the whole blocks of `lanes` in range(size), then of the
+    partial block if any."""
+    full, tail = divmod(size, lanes)
+    return [block for block in ((0, lanes, full), (full * lanes, tail, 1)) if block[1]
+            and block[2]]
+
+
+def _transposed(b: ir.IRBuilder, vectors: list, lanes: int) -> list:
+    """The lanes x lanes matrix with rows `vectors` transposed: log2(lanes) stages, each
+    swapping the off-diagonal d x d blocks of every 2d x 2d block with two-input
+    shuffles."""
+    d = lanes // 2
+    mask_type = ir.VectorType(I32, lanes)
+    while d:
+        swapped = list(vectors)
+        for r in range(lanes):
+            if r & d:
+                continue
+            low, high = vectors[r], vectors[r + d]
+            keep_low = [c if not c & d else lanes + c - d for c in range(lanes)]
+            keep_high = [c + d if not c & d else lanes + c for c in range(lanes)]
+            swapped[r] = b.shuffle_vector(low, high, ir.Constant(mask_type, keep_low))
+            swapped[r + d] = b.shuffle_vector(low, high, ir.Constant(mask_type, keep_high))
+        vectors, d = swapped, d // 2
+    return vectors
