@@ -17,8 +17,11 @@ worker index may own scratch memory. `run` returns once every worker that joined
 left. A job submitted while another runs (another Python thread) runs on its caller
 alone, as worker 0 with threads = 1.
 
+`Items` (and `run_items`) are such a task: lists of native items `fn(record, worker)`
+handed out one record at a time, the second list after the first is all done.
+
 Linux on x86-64 only (the futex and sched_yield system call numbers); elsewhere
-`available()` is False and callers use runtime.threads.
+`available()` is False and Items run on the calling thread alone.
 """
 from __future__ import annotations
 
