@@ -59,13 +59,10 @@ def gemm(a, b, *, out=None, alpha=1.0, beta=0.0, c=None, trans_a=False, trans_b=
     """alpha * op(a) @ op(b) + beta * C, then the epilogue, for 2-D a and b. C is `c`
     (broadcastable to M x N) or, if c is None, `out` (updated in place). Returns `out`
     (allocated when None). `threads` defaults to runtime.threads.num_threads()."""
-    request = plans.request(a, b, out, alpha, beta, trans_a, trans_b, epilogue, threads)
-    plan = plans.PLANS.get(request) if request is not None else None
-    if plan is not None:
-        result = plan(a, b, alpha, epilogue)
-        if result is not None:
-            return result
-        request = None  # the plan is busy: this call goes the general way, unplanned
+    request, result = plans.serve("gemm", a, b, out, alpha, beta, trans_a, trans_b, epilogue,
+                                  threads)
+    if result is not None:
+        return result
     a, b = _array("a", a), _array("b", b)
     for name, x in (("a", a), ("b", b)):
         if x.ndim != 2:
@@ -79,13 +76,10 @@ def bmm(a, b, *, out=None, alpha=1.0, beta=0.0, c=None, trans_a=False, trans_b=F
         epilogue: Epilogue | None = None, threads: int | None = None) -> np.ndarray:
     """gemm over the leading (batch) dims of a (..., M, K) and b (..., K, N), which
     broadcast as in numpy; c, the bias and the residual broadcast likewise."""
-    request = plans.request(a, b, out, alpha, beta, trans_a, trans_b, epilogue, threads)
-    plan = plans.PLANS.get(request) if request is not None else None
-    if plan is not None:
-        result = plan(a, b, alpha, epilogue)
-        if result is not None:
-            return result
-        request = None  # the plan is busy: this call goes the general way, unplanned
+    request, result = plans.serve("bmm", a, b, out, alpha, beta, trans_a, trans_b, epilogue,
+                                  threads)
+    if result is not None:
+        return result
     a, b = _array("a", a), _array("b", b)
     for name, x in (("a", a), ("b", b)):
         if x.ndim < 2:

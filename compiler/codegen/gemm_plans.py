@@ -29,14 +29,15 @@ PLANS: dict[tuple, "Plan | SmallPlan"] = {}  # by request
 _seen: set = set()
 
 
-def request(a, b, out, alpha, beta, trans_a, trans_b, epilogue, threads) -> tuple | None:
-    """The request of a gemm()/bmm() call that a plan could serve (numpy operands, no C,
-    a new output), else None. (An operand's address need not be aligned: the kernels
-    assume whole-element strides, which the key holds, and x86 loads need no
-    alignment.)"""
+def request(api, a, b, out, alpha, beta, trans_a, trans_b, epilogue, threads
+            ) -> tuple | None:
+    """The request of a call of `api` ("gemm" or "bmm", which check their operands
+    differently) that a plan could serve (numpy operands, no C, a new output), else
+    None. (An operand's address need not be aligned: the kernels assume whole-element
+    strides, which the key holds, and x86 loads need no alignment.)"""
     if out is not None or beta != 0 or type(a) is not np.ndarray or type(b) is not np.ndarray:
         return None
-    key = (a.shape, a.strides, a.dtype, b.shape, b.strides, b.dtype, trans_a, trans_b,
+    key = (api, a.shape, a.strides, a.dtype, b.shape, b.strides, b.dtype, trans_a, trans_b,
            alpha == 1, threads)
     if epilogue is None:
         return key
@@ -47,6 +48,18 @@ def request(a, b, out, alpha, beta, trans_a, trans_b, epilogue, threads) -> tupl
     return (*key, epilogue.bias_axis, epilogue.activation, epilogue.scale == 1,
             None if bias is None else (bias.shape, bias.strides, bias.dtype),
             None if residual is None else (residual.shape, residual.strides, residual.dtype))
+
+
+def serve(api, a, b, out, alpha, beta, trans_a, trans_b, epilogue, threads) -> tuple:
+    """(the request of a call of `api` or None, its result if a plan computed it or
+    None). A busy plan gives no result and no request: that call goes the general way,
+    unplanned."""
+    key = request(api, a, b, out, alpha, beta, trans_a, trans_b, epilogue, threads)
+    plan = PLANS.get(key) if key is not None else None
+    if plan is None:
+        return key, None
+    result = plan(a, b, alpha, epilogue)
+    return (key if result is not None else None), result
 
 
 def make(key: tuple, kernel, batch: native.Batch, blocking, specialised, threads,

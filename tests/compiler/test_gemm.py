@@ -428,8 +428,8 @@ def test_a_repeated_small_product_gets_a_specialised_kernel_with_the_same_result
     for options in ({}, {"alpha": 1.5, "epilogue": epilogue}):
         first = gemm(a, b, trans_b=trans_b, **options)
         second = gemm(a, b, trans_b=trans_b, **options)
-        request = gemm_plans.request(a, b, None, options.get("alpha", 1.0), 0.0, False,
-                                     trans_b, options.get("epilogue"), None)
+        request = gemm_plans.request("gemm", a, b, None, options.get("alpha", 1.0), 0.0,
+                                     False, trans_b, options.get("epilogue"), None)
         assert isinstance(gemm_plans.PLANS.get(request), gemm_plans.SmallPlan)
         third = gemm(a, b, trans_b=trans_b, **options)
         assert np.array_equal(first, second) and np.array_equal(second, third)
@@ -495,7 +495,7 @@ def test_a_planned_request_reads_the_arrays_and_scalars_of_each_call(api, shape_
             first = (a, b, options, result)
     a, b, options, result = first
     assert np.array_equal(product(a, b, threads=2, **options), result)
-    request = gemm_plans.request(a, b, None, options["alpha"], 0.0, False, trans_b,
+    request = gemm_plans.request(api, a, b, None, options["alpha"], 0.0, False, trans_b,
                                  options["epilogue"], 2)
     assert isinstance(gemm_plans.PLANS.get(request), gemm_plans.Plan)
 
@@ -533,7 +533,18 @@ def test_a_direct_product_is_cut_in_equal_row_pieces_one_per_thread():
     alone = [gemm(a, b, threads=1) for _ in range(3)]
     together = [gemm(a, b, threads=2) for _ in range(3)]
     assert all(np.array_equal(alone[0], r) for r in alone[1:] + together)
-    plan = gemm_plans.PLANS.get(gemm_plans.request(a, b, None, 1.0, 0.0, False, False, None, 2))
+    plan = gemm_plans.PLANS.get(
+        gemm_plans.request("gemm", a, b, None, 1.0, 0.0, False, False, None, 2))
     ((records, *_), _, threads, _), = plan.jobs
     assert threads == 2 and len(records) == 2 and (records[:, 0] == 64).all()
     check(together[-1], a, b)
+
+
+def test_a_bmm_plan_does_not_serve_gemm():
+    """gemm() on the operands of a planned bmm() request still refuses them."""
+    rng = np.random.default_rng(27)
+    a, b = rand(rng, (2, 5, 6), np.float32), rand(rng, (2, 6, 7), np.float32)
+    for _ in range(3):
+        check(bmm(a, b), a, b)
+    with pytest.raises(ValueError, match="must be 2-D"):
+        gemm(a, b)
