@@ -87,6 +87,19 @@ class _Emitter:
         if self._pause is not None:
             b.call(self._pause, [])
 
+    def spin_while(self, b, fn, address, waiting, name: str) -> None:
+        """Pause until `waiting(value)` is false for the i64 at `address` (acquire
+        loads); the builder goes on after the loop."""
+        check, relax, go = (fn.append_basic_block(f"{name}.{part}")
+                            for part in ("check", "relax", "go"))
+        b.branch(check)
+        b.position_at_end(check)
+        b.cbranch(waiting(b.load_atomic(address, "acquire", 8)), relax, go)
+        b.position_at_end(relax)
+        self.pause(b)
+        b.branch(check)
+        b.position_at_end(go)
+
     def slot(self, b, base, index):
         return b.gep(base, [ir.Constant(I64, index)])
 
@@ -165,9 +178,9 @@ class _Emitter:
             VOID, [I64.as_pointer(), TASK.as_pointer(), I8P, I64]),
             ("pool", "task", "context", "threads"))
         pool, task, context, threads = fn.args
-        alone, claim, publish, wake, work, drain, relax, done = (
+        alone, claim, publish, wake, work = (
             fn.append_basic_block(name) for name in (
-                "alone", "claim", "publish", "wake", "work", "drain", "relax", "done"))
+                "alone", "claim", "publish", "wake", "work"))
         zero, one = ir.Constant(I64, 0), ir.Constant(I64, 1)
         b.cbranch(b.icmp_signed(">", threads, one), claim, alone)
         b.position_at_end(alone)
@@ -195,14 +208,8 @@ class _Emitter:
         b.position_at_end(work)
         b.call(task, [context, zero, threads])
         b.atomic_rmw("xchg", self.slot(b, pool, CLOSED), one, "seq_cst")
-        b.branch(drain)
-        b.position_at_end(drain)
-        inside = b.load_atomic(self.slot(b, pool, ACTIVE), "acquire", 8)
-        b.cbranch(b.icmp_unsigned("==", inside, zero), done, relax)
-        b.position_at_end(relax)
-        self.pause(b)
-        b.branch(drain)
-        b.position_at_end(done)
+        self.spin_while(b, fn, self.slot(b, pool, ACTIVE),
+                        lambda inside: b.icmp_unsigned("!=", inside, zero), "drain")
         b.store_atomic(zero, busy, "release", 8)
         b.ret_void()
 
@@ -232,16 +239,9 @@ class _Emitter:
             b.branch(head)
             b.position_at_end(after)
             if finished is not None:  # the second list reads what the first wrote
-                wait, relax, go = (fn.append_basic_block(f"{part}.{name}")
-                                   for name in ("wait", "relax", "go"))
-                b.branch(wait)
-                b.position_at_end(wait)
-                done = b.load_atomic(self.slot(b, job, finished), "acquire", 8)
-                b.cbranch(b.icmp_signed("<", done, count), relax, go)
-                b.position_at_end(relax)
-                self.pause(b)
-                b.branch(wait)
-                b.position_at_end(go)
+                self.spin_while(b, fn, self.slot(b, job, finished),
+                                lambda done, count=count: b.icmp_signed("<", done, count),
+                                f"{part}.wait")
         b.ret_void()
 
 
