@@ -117,6 +117,47 @@ class Emitter:
         b.branch(head)
         b.position_at_end(done)
 
+    def loop_carrying(self, start, stop, step, values: list,
+                      body: Callable[[ir.Value, list], list], name: str) -> list:
+        """for (i = start; i < stop; i += step) values = body(i, values); the values
+        after the loop (phis)."""
+        b = self.b
+        before = b.block
+        head, inside, done = (b.append_basic_block(f"{name}.{part}")
+                              for part in ("head", "body", "done"))
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(I64, name=name)
+        i.add_incoming(start, before)
+        phis = []
+        for value in values:
+            phi = b.phi(value.type)
+            phi.add_incoming(value, before)
+            phis.append(phi)
+        b.cbranch(b.icmp_signed("<", i, stop), inside, done)
+        b.position_at_end(inside)
+        new = body(i, list(phis))
+        i.add_incoming(b.add(i, step), b.block)
+        for phi, value in zip(phis, new):
+            phi.add_incoming(value, b.block)
+        b.branch(head)
+        b.position_at_end(done)
+        return phis
+
+    def rank1_updates(self, accs: list, ks: list, rows: int, vectors: int, load_a,
+                      load_b) -> list:
+        """accs (rows x vectors accumulators, row-major) plus A[:, k] times B[k, :] for
+        each k of `ks` in order, one FMA chain per accumulator: load_b(k, v) gives
+        vector v of B's row k, load_a(k, i) the element of A's row i broadcast."""
+        accs = list(accs)
+        for k in ks:
+            b_vectors = [load_b(k, v) for v in range(vectors)]
+            for i in range(rows):
+                a_i = self.splat(load_a(k, i))
+                for v in range(vectors):
+                    accs[i * vectors + v] = self.fma(a_i, b_vectors[v], accs[i * vectors + v])
+        return accs
+
     def when(self, condition, values: list, then: Callable[[list], list]) -> list:
         """`then(values)` if condition else `values`, as phis after the branch."""
         b = self.b

@@ -304,35 +304,13 @@ class _Gemm(TileStore):
         return accs
 
     def _k_loop(self, start, stop, step, accs, load_a, load_b) -> list:
-        b, t = self.b, self.tile
-        before = b.block
-        head, body, done = (b.append_basic_block(f"k{step}.{p}") for p in ("head", "body", "done"))
-        b.branch(head)
-        b.position_at_end(head)
-        kk = b.phi(I64, name="kk")
-        kk.add_incoming(start, before)
-        phis = []
-        for acc in accs:
-            phi = b.phi(self.V)
-            phi.add_incoming(acc, before)
-            phis.append(phi)
-        b.cbranch(b.icmp_signed("<", kk, stop), body, done)
-        b.position_at_end(body)
-        values = list(phis)
-        for u in range(step):
-            k_u = b.add(kk, self.i64(u)) if u else kk
-            b_vectors = [load_b(k_u, v) for v in range(t.vectors)]
-            for i in range(t.mr):
-                a_i = self.splat(load_a(k_u, i))
-                for v in range(t.vectors):
-                    index = i * t.vectors + v
-                    values[index] = self.fma(a_i, b_vectors[v], values[index])
-        kk.add_incoming(b.add(kk, self.i64(step)), b.block)
-        for phi, value in zip(phis, values):
-            phi.add_incoming(value, b.block)
-        b.branch(head)
-        b.position_at_end(done)
-        return phis
+        t = self.tile
+
+        def steps(kk, values):
+            ks = [self.b.add(kk, self.i64(u)) if u else kk for u in range(step)]
+            return self.rank1_updates(values, ks, t.mr, t.vectors, load_a, load_b)
+
+        return self.loop_carrying(start, stop, self.i64(step), accs, steps, f"k{step}")
 
 
 def emit_activation(b: ir.IRBuilder, name: str, x: ir.Value) -> ir.Value:

@@ -131,46 +131,20 @@ class SmallGemm(TileStore):
         k = self.key.k
         accs = [ir.Constant(self.V, None)] * (rows * vectors)
         if k <= FULL_UNROLL_K:
-            return self._steps(accs, [self.i64(kk) for kk in range(k)], rows, vectors,
+            return self.rank1_updates(accs, [self.i64(kk) for kk in range(k)], rows, vectors,
                                load_a, load_b)
         main = k - k % K_UNROLL
         accs = self._k_loop(accs, main, rows, vectors, load_a, load_b)
-        return self._steps(accs, [self.i64(kk) for kk in range(main, k)], rows, vectors,
+        return self.rank1_updates(accs, [self.i64(kk) for kk in range(main, k)], rows, vectors,
                            load_a, load_b)
 
     def _k_loop(self, accs, stop, rows, vectors, load_a, load_b) -> list:
-        b = self.b
-        before = b.block
-        head, body, done = (b.append_basic_block(f"k.{p}") for p in ("head", "body", "done"))
-        b.branch(head)
-        b.position_at_end(head)
-        kk = b.phi(I64, name="kk")
-        kk.add_incoming(self.i64(0), before)
-        phis = []
-        for acc in accs:
-            phi = b.phi(self.V)
-            phi.add_incoming(acc, before)
-            phis.append(phi)
-        b.cbranch(b.icmp_signed("<", kk, self.i64(stop)), body, done)
-        b.position_at_end(body)
-        steps = [b.add(kk, self.i64(u)) if u else kk for u in range(K_UNROLL)]
-        values = self._steps(list(phis), steps, rows, vectors, load_a, load_b)
-        kk.add_incoming(b.add(kk, self.i64(K_UNROLL)), b.block)
-        for phi, value in zip(phis, values):
-            phi.add_incoming(value, b.block)
-        b.branch(head)
-        b.position_at_end(done)
-        return phis
+        def steps(kk, values):
+            ks = [self.b.add(kk, self.i64(u)) if u else kk for u in range(K_UNROLL)]
+            return self.rank1_updates(values, ks, rows, vectors, load_a, load_b)
 
-    def _steps(self, accs, ks, rows, vectors, load_a, load_b) -> list:
-        """One rank-1 update of the accumulators per k in `ks`."""
-        for kk in ks:
-            b_vectors = [load_b(kk, v) for v in range(vectors)]
-            for i in range(rows):
-                a_i = self.splat(load_a(kk, i))
-                for v in range(vectors):
-                    accs[i * vectors + v] = self.fma(a_i, b_vectors[v], accs[i * vectors + v])
-        return accs
+        return self.loop_carrying(self.i64(0), self.i64(stop), self.i64(K_UNROLL), accs,
+                                  steps, "k")
 
     # B as rows with unit column stride
     def _b_rows(self) -> tuple:
