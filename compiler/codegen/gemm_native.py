@@ -42,6 +42,23 @@ def address(x: np.ndarray) -> int:
     return x.__array_interface__["data"][0]
 
 
+class SecondSight:
+    """Keys seen once, so that costly preparation (a compiled kernel, a plan) is made
+    for what is seen twice, not for every one-off; past `limit` keys it forgets them all."""
+
+    def __init__(self, limit: int = 4096):
+        self.limit, self._seen = limit, set()
+
+    def again(self, key) -> bool:
+        """Whether `key` was seen before; remembers it."""
+        if key in self._seen:
+            return True
+        if len(self._seen) >= self.limit:
+            self._seen.clear()
+        self._seen.add(key)
+        return False
+
+
 @dataclass(frozen=True)
 class Blocking:
     """Cache blocking: MC rows of A and KC of K per packed A block (L2), NC columns per

@@ -23,10 +23,9 @@ from compiler.codegen import gemm_native as native
 
 PLAN_MAX_MACS = 1 << 28  # about 645^3
 PLAN_LIMIT = 256
-SEEN_LIMIT = 4096
 
 PLANS: dict[tuple, "Plan | SmallPlan"] = {}  # by request
-_seen: set = set()
+_sightings = native.SecondSight()
 
 
 def request(api, a, b, out, alpha, beta, trans_a, trans_b, epilogue, threads
@@ -65,10 +64,7 @@ def serve(api, a, b, out, alpha, beta, trans_a, trans_b, epilogue, threads) -> t
 def make(key: tuple, kernel, batch: native.Batch, blocking, specialised, threads,
          out: np.ndarray) -> "Plan | SmallPlan | None":
     """The plan for a request seen before, else None (and it is remembered as seen)."""
-    if key not in _seen:
-        if len(_seen) >= SEEN_LIMIT:
-            _seen.clear()
-        _seen.add(key)
+    if not _sightings.again(key):
         return None
     call = batch.call
     if specialised is not None and batch.count == 1:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from compiler import debugging
-from compiler.codegen.gemm_native import ARRAY_DATA_OFFSET
+from compiler.codegen.gemm_native import ARRAY_DATA_OFFSET, SecondSight
 from compiler.codegen.gemm_kernel import EpilogueSpec, Tile
 from compiler.codegen.gemm_small_ir import K_UNROLL, SmallGemm
 
@@ -137,8 +137,7 @@ def small_kernel(dtype, m: int, n: int, k: int, a_strides: tuple[int, int],
         return _kernels[key]
 
 
-_seen: set = set()
-SEEN_LIMIT = 4096  # keys remembered while waiting for their second sight
+_sightings = SecondSight()
 
 
 def for_call(call, spec: EpilogueSpec, dtype) -> SmallKernel | None:
@@ -156,10 +155,7 @@ def for_call(call, spec: EpilogueSpec, dtype) -> SmallKernel | None:
     found = _by_call.get(key)
     if found is not None:
         return found
-    if key not in _seen:
-        if len(_seen) >= SEEN_LIMIT:
-            _seen.clear()
-        _seen.add(key)
+    if not _sightings.again(key):
         return None
     made = small_kernel(key[0], *key[1:4], *key[4:7], spec, c_strides=key[8],
                         bias_stride=key[9], residual_strides=key[10], alpha=key[11],

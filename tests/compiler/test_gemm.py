@@ -548,3 +548,11 @@ def test_a_bmm_plan_does_not_serve_gemm():
         check(bmm(a, b), a, b)
     with pytest.raises(ValueError, match="must be 2-D"):
         gemm(a, b)
+
+
+def test_second_sight_remembers_keys_until_its_limit():
+    sightings = gemm_native.SecondSight(limit=2)
+    assert not sightings.again("a") and sightings.again("a")
+    assert not sightings.again("b")
+    assert not sightings.again("c")  # the limit was reached: "a" and "b" are forgotten
+    assert not sightings.again("a") and sightings.again("c")
