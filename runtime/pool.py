@@ -260,6 +260,12 @@ def _functions() -> dict[str, int]:
     return jit.load(module)
 
 
+def run_address() -> int:
+    """The address of kiln_pool_run(pool, task, context, threads), for native code that
+    runs tasks on a pool itself (a NativePool's `address` is its `pool`)."""
+    return _functions()["kiln_pool_run"]
+
+
 class NativePool:
     """`size` - 1 worker threads (the caller is the size-th) waiting in native code."""
 

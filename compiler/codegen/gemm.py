@@ -36,9 +36,10 @@ from compiler.codegen import gemm_plans as plans
 from compiler.codegen import gemm_small as small
 from compiler.codegen import gemm_tune
 from compiler.codegen.gemm_kernel import ACTIVATIONS, EpilogueSpec
+from runtime.pool import available as pool_available
 
 DIRECT_MAX_MACS = 144 ** 3  # multiply-adds below which packing costs more than it saves
-SPLIT_MIN_MACS = 1 << 20  # a direct product from this size on is cut in one piece per thread
+SPLIT_MIN_MACS = 1 << 18  # a direct product from this size on is cut in one piece per thread
 
 
 @dataclass(frozen=True)
@@ -271,32 +272,32 @@ def _run(problem: _Problem, activation, threads, request: tuple | None = None) -
         blocking = gemm_tune.for_depth(gemm_tune.blocking(kernel, _tuning_measure), k)
         if direct_domain:  # all of K in one block, as in the direct and gemm_small kernels:
             blocking = native.Blocking(blocking.mc, k, blocking.nc)  # the same result
-    if direct_domain and batch.count == 1 and m * n * k >= SPLIT_MIN_MACS:
-        batch = _equal_row_pieces(batch, kernel, threads)
-    specialised = small.for_call(batch.call, kernel.spec, out.dtype) if direct_domain else None
+    specialised = None
+    if direct_domain:
+        pieces = _pieces(batch, threads)
+        specialised = small.for_call(batch.call, kernel.spec, out.dtype, pieces)
     if request is not None and not copied:
         plan = plans.make(request, kernel, batch, blocking, specialised, threads, out)
         if plan is not None and plan.run_call(batch.call):
             return
+    if specialised is not None and batch.count == 1:
+        specialised.run_call(batch.call)
+        return
     gemm_jobs.run(kernel, batch, blocking, threads, specialised and specialised.item)
 
 
-def _equal_row_pieces(batch: native.Batch, kernel, threads: int | None) -> native.Batch:
-    """One product as a batch of equal row pieces, one per thread, when M divides evenly:
-    a specialised kernel (fixed sizes) then serves them all, on all threads. Each
-    element keeps its own FMA chain along K: the results are the same."""
+def _pieces(batch: native.Batch, threads: int | None) -> int:
+    """How many equal row pieces, one per thread, a specialised kernel cuts one direct
+    product into: from SPLIT_MIN_MACS on, when M divides evenly (the pieces then share
+    one kernel, compiled for their rows) and runtime.pool is there. Each element keeps
+    its own FMA chain along K: the results are the same as on one thread."""
+    call = batch.call
+    if batch.count > 1 or call.m * call.n * call.k < SPLIT_MIN_MACS or not pool_available():
+        return 1
     if threads is None:
         from runtime.threads import num_threads
         threads = num_threads()
-    call = batch.call
-    if threads <= 1 or call.m % threads:
-        return batch
-    rows = call.m // threads
-    pieces = [call.rows(i * rows, (i + 1) * rows, kernel.dtype.itemsize,
-                        kernel.spec.bias == "row") for i in range(threads)]
-    offsets = np.array([[getattr(p, name) - getattr(pieces[0], name) for name in gemm_jobs.POINTERS]
-                        for p in pieces], np.int64)
-    return native.Batch(pieces[0], offsets)
+    return threads if threads > 1 and call.m % threads == 0 else 1
 
 
 @functools.cache

@@ -17,21 +17,11 @@ import numpy as np
 
 from compiler import debugging
 from compiler.codegen.gemm_kernel import EpilogueSpec, Tile, build_module, emit_activation
+from runtime.fastcall import ARRAY_DATA_OFFSET
 
 CONFLICT_STRIDE = 2048  # bytes
 
 
-def _array_data_offset() -> int:
-    """Where an ndarray object keeps its data pointer: right after the object header
-    (numpy's PyArrayObject_fields, whose layout compiled extensions rely on), checked
-    here on a live array; 0 if not found there."""
-    offset = object.__basicsize__
-    probe = np.arange(3.0)[1:]
-    found = ctypes.c_void_p.from_address(id(probe) + offset).value
-    return offset if found == probe.__array_interface__["data"][0] else 0
-
-
-ARRAY_DATA_OFFSET = _array_data_offset()
 
 
 def address(x: np.ndarray) -> int:

@@ -91,28 +91,31 @@ def _operands(a, b, out, epilogue) -> dict:
 
 
 class SmallPlan:
-    """One small product on its shape-specialised kernel (gemm_small), called on the
-    arrays as given."""
+    """One small product on its shape-specialised kernel (gemm_small): through its
+    runtime.fastcall entry on the arrays as given where it has one, else through ctypes
+    on their addresses."""
 
     def __init__(self, kernel, shape: tuple, dtype: np.dtype):
         self.kernel, self.shape, self.dtype = kernel, shape, dtype
         self.names = [name for name, _ in kernel.key.args]
+        self.fast = kernel.fast
         self.plain = self.names == ["a", "b", "out"]
 
     def __call__(self, a, b, alpha, epilogue) -> np.ndarray:
+        if self.plain and self.fast is not None:
+            return self.fast(a, b, np.empty(self.shape, self.dtype))
         out = np.empty(self.shape, self.dtype)
-        if self.plain:
-            self.kernel.on_arrays(a, b, out)
-            return out
         operands = _operands(a, b, out, epilogue)
+        if self.fast is not None:
+            return self.fast(*[operands[name] for name in self.names])
         scalars = {"alpha": alpha, "scale": 1.0 if epilogue is None else epilogue.scale}
-        self.kernel.on_arrays(*[operands[name] if name in operands else scalars[name]
-                                for name in self.names])
+        self.kernel.fn(*[native.address(operands[name]) if name in operands else
+                         scalars[name] for name in self.names], *self.kernel.pool_args)
         return out
 
     def run_call(self, call: native.Call) -> bool:
         """Run on the addresses and scalars of a native.Call."""
-        self.kernel.fn(*[getattr(call, name) for name in self.names])
+        self.kernel.run_call(call)
         return True
 
 

@@ -13,8 +13,13 @@ element). C is not read when the kernel has no C (beta == 0).
 `small_kernel(...)` returns a `SmallKernel` (compiled once per key; the disk cache of
 runtime.jit serves later processes) with two entry points taking only the operands and
 the scalars the key leaves at runtime: `fn` on addresses (~0.3 us per call through
-ctypes) and `on_arrays` on the ndarrays themselves (~0.5 us: their data pointers are
-read natively, where `x.ctypes.data` costs ~1 us each in Python). `fits(m, n, k)` says
+ctypes) and `fast` on the ndarrays themselves (~30 ns: a runtime.fastcall builtin
+reading their data pointers natively, where `x.ctypes.data` costs ~1 us each in
+Python). A kernel compiled
+for `pieces` > 1 cuts M into that many equal row pieces and runs them on
+runtime.pool's threads from within the call (a 64^3 float32 product: ~3.2 us on one
+thread, ~2 us on two), the pieces' work claimed natively, its state on the caller's
+stack: no Python per piece, nothing shared between calls. `fits(m, n, k)` says
 which products these kernels are for; at most MAX_KERNELS variants are compiled per
 process (MCJIT never frees code), after which `small_kernel` returns None and the
 caller uses the generic kernel.
@@ -29,9 +34,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from compiler import debugging
-from compiler.codegen.gemm_native import ARRAY_DATA_OFFSET, SecondSight
+from compiler.codegen.gemm_native import SecondSight
 from compiler.codegen.gemm_kernel import EpilogueSpec, Tile
-from compiler.codegen.gemm_small_ir import K_UNROLL, SmallGemm
+from compiler.codegen.gemm_small_ir import K_UNROLL, SmallGemm, has_fast_entry
+from runtime import fastcall
+from runtime.pool import available as pool_available
 
 SMALL_MAX_MACS = 200 ** 3  # above this the packed kernel's cache blocking wins
 BUFFER_MAX_ELEMENTS = 48 * 1024  # K x N of a B copied to the stack (384 KiB in float64)
@@ -51,7 +58,8 @@ def fits(m: int, n: int, k: int) -> bool:
 class SmallKey:
     """Everything a specialised kernel is compiled for. Strides are in elements; out
     has unit column stride. `c_strides` None: no C (beta == 0). `alpha`/`scale` False:
-    compiled as 1; True: runtime arguments."""
+    compiled as 1; True: runtime arguments. `pieces`: the number of equal row pieces
+    (M / pieces rows each) the entry points run on runtime.pool's threads."""
     dtype: str
     m: int
     n: int
@@ -65,6 +73,12 @@ class SmallKey:
     residual_strides: tuple[int, int] | None = None
     alpha: bool = False
     scale: bool = False
+    pieces: int = 1
+
+    @property
+    def rows(self) -> int:
+        """The rows of one piece: what the kernel's loops are compiled for."""
+        return self.m // self.pieces
 
     @property
     def args(self) -> tuple:
@@ -85,28 +99,36 @@ class SmallKey:
 class SmallKernel:
     """A compiled specialised kernel, two ways to call it with the arguments `key.args`
     lists, in that order (a, b, out, then c, bias, res, alpha, beta, scale where
-    present): `fn` takes addresses (ints) for the operands; `on_arrays` takes the numpy
-    arrays themselves (base-class ndarrays laid out as the key says, unchecked) and
-    reads their data pointers natively, saving the ~1 us per operand that
-    `x.ctypes.data` costs in Python. `item` is the address of the kernel as a
-    runtime.pool item on a record of gemm_kernel.KERNEL_ARGS (as the generic kernels'
-    items are), for batches."""
+    present): `fn` through ctypes, on addresses (ints) for the operands, followed by
+    `pool_args` (the pool and its run function) for a kernel in pieces; `fast`, where
+    gemm_small_ir.has_fast_entry allows it, a runtime.fastcall builtin on the numpy
+    arrays themselves (base-class ndarrays laid out as the key says, unchecked)
+    returning out: ~30 ns of call where ctypes and the addresses take ~1 us. `item` is
+    the address of the kernel as a runtime.pool item on a record of
+    gemm_kernel.KERNEL_ARGS (as the generic kernels' items are), for batches; 0 for a
+    kernel in pieces."""
 
-    def __init__(self, key: SmallKey, tile: Tile, addresses: tuple[int, int], item: int):
-        self.key, self.tile, self.item = key, tile, item
+    def __init__(self, key: SmallKey, tile: Tile, name: str, addresses: dict[str, int]):
+        self.key, self.tile, self.item = key, tile, addresses.get(f"{name}_item", 0)
         scalar = ctypes.c_float if key.dtype == "float32" else ctypes.c_double
         kinds = {"p": ctypes.c_void_p, "f": scalar}
-        self.fn = ctypes.CFUNCTYPE(None, *[kinds[kind] for _, kind in key.args])(addresses[0])
-        if addresses[1]:
-            objects = {"p": ctypes.py_object, "f": scalar}
-            self.on_arrays = ctypes.CFUNCTYPE(None, *[objects[kind] for _, kind in key.args])(
-                addresses[1])
-        else:
-            self.on_arrays = self._addresses_in_python
+        pool = [ctypes.c_void_p] * 2 if key.pieces > 1 else []
+        self.pool_args = _pool_args(key.pieces) if key.pieces > 1 else ()
+        self.fn = ctypes.CFUNCTYPE(None, *[kinds[kind] for _, kind in key.args], *pool)(
+            addresses[name])
+        self.fast = None
+        if f"{name}_fast" in addresses:
+            self.fast = fastcall.builtin(addresses[f"{name}_fast"], name, self.pool_args)
 
-    def _addresses_in_python(self, *args) -> None:
-        self.fn(*[x.__array_interface__["data"][0] if isinstance(x, np.ndarray) else x
-                  for x in args])
+    def run_call(self, call) -> None:
+        """Run on the addresses and scalars of a gemm_native.Call."""
+        self.fn(*[getattr(call, name) for name, _ in self.key.args], *self.pool_args)
+
+
+def _pool_args(threads: int) -> tuple[int, int]:
+    """(the pool's address, kiln_pool_run's) for a kernel in `threads` pieces."""
+    from runtime import pool
+    return pool.pool(threads).address, pool.run_address()
 
 
 _kernels: dict[SmallKey, SmallKernel] = {}
@@ -116,16 +138,21 @@ _lock = threading.Lock()
 def small_kernel(dtype, m: int, n: int, k: int, a_strides: tuple[int, int],
                  b_strides: tuple[int, int], out_row_stride: int,
                  spec: EpilogueSpec = EpilogueSpec(), *, c_strides=None, bias_stride: int = 1,
-                 residual_strides=None, alpha: bool = False, scale: bool = False
-                 ) -> SmallKernel | None:
+                 residual_strides=None, alpha: bool = False, scale: bool = False,
+                 pieces: int = 1) -> SmallKernel | None:
     """The kernel for this product (see SmallKey), compiled on first use (the disk cache
     of runtime.jit serves later processes); None once MAX_KERNELS variants exist (use the
-    generic kernel then). Requires fits(m, n, k)."""
+    generic kernel then). Requires fits(m, n, k), and `pieces` dividing m (more than one
+    piece only where runtime.pool is available)."""
     if not fits(m, n, k):
         raise ValueError(f"gemm_small: {m}x{n}x{k} is not small (see fits)")
+    if pieces < 1 or m % pieces:
+        raise ValueError(f"gemm_small: {m} rows do not cut into {pieces} equal pieces")
+    if pieces > 1 and not pool_available():
+        raise ValueError("gemm_small: pieces run on runtime.pool, which this platform lacks")
     key = SmallKey(np.dtype(dtype).name, m, n, k, tuple(a_strides), tuple(b_strides),
                    out_row_stride, spec, c_strides and tuple(c_strides), bias_stride,
-                   residual_strides and tuple(residual_strides), alpha, scale)
+                   residual_strides and tuple(residual_strides), alpha, scale, pieces)
     found = _kernels.get(key)
     if found is not None:
         return found
@@ -140,18 +167,18 @@ def small_kernel(dtype, m: int, n: int, k: int, a_strides: tuple[int, int],
 _sightings = SecondSight()
 
 
-def for_call(call, spec: EpilogueSpec, dtype) -> SmallKernel | None:
+def for_call(call, spec: EpilogueSpec, dtype, pieces: int = 1) -> SmallKernel | None:
     """The kernel for a gemm_native.Call (its sizes, strides, and which of C, bias and
-    residual it has), if `fits` and seen before: a kernel is compiled (~50-150 ms) for a
-    product seen twice, not once. Its results are bitwise those of the generic direct
-    kernel (one FMA chain along K per element, the same store), so when the switch
-    happens does not show."""
+    residual it has) in `pieces` row pieces, if `fits` and seen before: a kernel is
+    compiled (~50-150 ms) for a product seen twice, not once. Its results are bitwise
+    those of the generic direct kernel (one FMA chain along K per element, the same
+    store), so when the switch happens does not show."""
     c = call
     if not fits(c.m, c.n, c.k):
         return None
     key = (np.dtype(dtype).name, c.m, c.n, c.k, (c.a_rs, c.a_cs), (c.b_rs, c.b_cs), c.o_rs,
            spec, (c.c_rs, c.c_cs) if c.c else None, c.bias_stride if c.bias else 1,
-           (c.r_rs, c.r_cs) if c.res else None, c.alpha != 1, c.scale != 1)
+           (c.r_rs, c.r_cs) if c.res else None, c.alpha != 1, c.scale != 1, pieces)
     found = _by_call.get(key)
     if found is not None:
         return found
@@ -159,7 +186,7 @@ def for_call(call, spec: EpilogueSpec, dtype) -> SmallKernel | None:
         return None
     made = small_kernel(key[0], *key[1:4], *key[4:7], spec, c_strides=key[8],
                         bias_stride=key[9], residual_strides=key[10], alpha=key[11],
-                        scale=key[12])
+                        scale=key[12], pieces=pieces)
     if made is not None:
         _by_call[key] = made
     return made
@@ -193,16 +220,16 @@ def choose_tile(dtype: str, m: int, n: int, k: int, lanes: int) -> Tile:
 def _compile(key: SmallKey) -> SmallKernel:
     from runtime.jit import host_jit, vector_width
     lanes = vector_width() // (1 if key.dtype == "float32" else 2)
-    tile = choose_tile(key.dtype, key.m, key.n, key.k, lanes)
+    tile = choose_tile(key.dtype, key.rows, key.n, key.k, lanes)
     jit = host_jit()
     name = key.name(tile)
     module = jit.new_module(name)
     SmallGemm(module, name, key, tile).build()
     if debugging.level() >= 3:
         debugging.banner(f"LLVM IR {name}", str(module), at_level=3)
-    names = [name, f"{name}_item"] + ([f"{name}_arrays"] if ARRAY_DATA_OFFSET else [])
+    names = [name] + ([f"{name}_item"] if key.pieces == 1 else []) + (
+        [f"{name}_fast"] if has_fast_entry(key) else [])
     addresses = jit.load(module, names)
     if debugging.level() >= 4:
         debugging.banner(f"assembly {name}", jit.assembly(module), at_level=4)
-    return SmallKernel(key, tile, (addresses[name], addresses.get(f"{name}_arrays", 0)),
-                       addresses[f"{name}_item"])
+    return SmallKernel(key, tile, name, addresses)

@@ -11,14 +11,20 @@ import llvmlite.ir as ir
 
 from compiler.codegen.gemm_ir import I1, I32, I64, PACK_ALIGN
 from compiler.codegen.gemm_kernel import KERNEL_ARGS, Tile, emit_activation, export_item
-from compiler.codegen.gemm_native import ARRAY_DATA_OFFSET
 from compiler.codegen.gemm_store import TileStore, Update
+from runtime import fastcall
 
 if TYPE_CHECKING:
     from compiler.codegen.gemm_small import SmallKey
 
 FULL_UNROLL_K = 8  # K up to this is unrolled completely
 K_UNROLL = 4  # the k loop's unrolling beyond that
+
+
+def has_fast_entry(key: SmallKey) -> bool:
+    """Whether the kernel gets a runtime.fastcall entry: where the interpreter allows
+    one, for keys whose arguments are all operands (no runtime alpha or scale)."""
+    return fastcall.available() and all(kind == "p" for _, kind in key.args)
 
 
 class SmallGemm(TileStore):
@@ -28,7 +34,9 @@ class SmallGemm(TileStore):
     def __init__(self, module: ir.Module, name: str, key: SmallKey, tile: Tile):
         super().__init__(module, tile)
         self.key, self.main, self.spec, self.activation = key, tile, key.spec, emit_activation
-        self.fn = self.define(name, key.args)
+        alone = key.pieces == 1  # else the kernel is one piece's, called by the entries
+        self.fn = self.define(name if alone else f"{name}_piece", key.args,
+                              linkage="" if alone else "internal")
         given = {name: arg for arg, (name, _) in zip(self.fn.args, key.args)}
         c_rs, c_cs = key.c_strides or (0, 0)
         r_rs, r_cs = key.residual_strides or (0, 0)
@@ -41,27 +49,94 @@ class SmallGemm(TileStore):
                     "r_rs": self.i64(r_rs), "r_cs": self.i64(r_cs)}
         self.row_buffer = self.b.alloca(ir.ArrayType(self.T, tile.nr), name="row")
         self.row_buffer.align = PACK_ALIGN
-        if ARRAY_DATA_OFFSET:
-            self._array_entry(f"{name}_arrays")
-        export_item(module, f"{name}_item", tile, self.fn, KERNEL_ARGS,
-                    wanted=tuple(arg_name for arg_name, _ in key.args))
+        builder = self.b
+        whole = self.fn if alone else self._in_pieces(f"{name}_pieces")
+        if alone:
+            export_item(module, f"{name}_item", tile, self.fn, KERNEL_ARGS,
+                        wanted=tuple(arg_name for arg_name, _ in key.args))
+        else:
+            self._on_addresses(name, whole)
+        if has_fast_entry(key):
+            self._fast_entry(f"{name}_fast", whole)
+        self.b = builder
 
-    def _array_entry(self, name: str) -> None:
-        """`name`(objects...): the kernel on ndarray objects, their data pointers read at
-        ARRAY_DATA_OFFSET."""
-        kernel, builder = self.fn, self.b
-        byte_pointer = ir.IntType(8).as_pointer()
-        kinds = [byte_pointer if kind == "p" else self.T for _, kind in self.key.args]
-        entry = ir.Function(self.module, ir.FunctionType(ir.VoidType(), kinds), name)
+    def _on_addresses(self, name: str, target: ir.Function) -> None:
+        """`name`(operands..., scalars..., pool, run), exported: `target` called as is."""
+        entry = ir.Function(self.module, target.function_type, name)
         entry.attributes.add("nounwind")
         b = ir.IRBuilder(entry.append_basic_block("entry"))
-        offset = ir.Constant(I64, ARRAY_DATA_OFFSET)
-        args = [arg if kind == "f" else b.load(b.bitcast(b.gep(arg, [offset]),
-                                                         self.P.as_pointer()), align=8)
-                for arg, (_, kind) in zip(entry.args, self.key.args)]
-        b.call(kernel, args)
+        b.call(target, list(entry.args))
         b.ret_void()
-        self.b = builder
+
+    def _fast_entry(self, name: str, target: ir.Function) -> None:
+        """`name`, a runtime.fastcall function on the operands' ndarrays in key.args'
+        order, returning out; self holds the pool's two words for a kernel in pieces."""
+        entry = fastcall.Entry(self.module, name)
+        pointers = [entry.b.bitcast(data, self.P)
+                    for data in entry.arrays(len(self.key.args))]
+        pool = [] if self.key.pieces == 1 else [entry.b.inttoptr(word, fastcall.I8P)
+                                                for word in entry.words(2)]
+        entry.b.call(target, pointers + pool)
+        entry.give([arg_name for arg_name, _ in self.key.args].index("out"))
+
+    def _in_pieces(self, name: str) -> ir.Function:
+        """An internal `name`(operands..., scalars..., pool, run) running the kernel on
+        key.pieces row pieces of key.rows rows through kiln_pool_run(pool, task, context,
+        pieces): the context (the arguments and the counter the task claims pieces
+        with) lives on this function's stack, which kiln_pool_run outlives."""
+        key, module = self.key, self.module
+        i8p = ir.IntType(8).as_pointer()
+        kinds = [arg.type for arg in self.fn.args]
+        context_type = ir.LiteralStructType([I64] + kinds)
+        task = self._piece_task(f"{name}_task", context_type)
+        run_type = ir.FunctionType(ir.VoidType(), [i8p, task.type, i8p, I64])
+        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), kinds + [i8p, i8p]), name)
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        context = b.alloca(context_type, name="context")
+        zero = ir.Constant(I32, 0)
+        for index, value in enumerate([ir.Constant(I64, 0)] + list(fn.args[:len(kinds)])):
+            b.store(value, b.gep(context, [zero, ir.Constant(I32, index)]))
+        pool, run = fn.args[len(kinds):]
+        b.call(b.bitcast(run, run_type.as_pointer()),
+               [pool, task, b.bitcast(context, i8p), ir.Constant(I64, key.pieces)])
+        b.ret_void()
+        return fn
+
+    def _piece_task(self, name: str, context_type: ir.Type) -> ir.Function:
+        """The runtime.pool task `name`(context, worker, threads): claim the next piece
+        from the context's counter and run the kernel on its rows, until none is left."""
+        key, module = self.key, self.module
+        i8p = ir.IntType(8).as_pointer()
+        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [i8p, I64, I64]), name)
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        head, body, done = (fn.append_basic_block(part) for part in ("head", "body", "done"))
+        context = b.bitcast(fn.args[0], context_type.as_pointer())
+        zero = ir.Constant(I32, 0)
+        args = {arg_name: b.load(b.gep(context, [zero, ir.Constant(I32, index + 1)]))
+                for index, (arg_name, _) in enumerate(key.args)}
+        counter = b.gep(context, [zero, zero])
+        b.branch(head)
+        b.position_at_end(head)
+        piece = b.atomic_rmw("add", counter, ir.Constant(I64, 1), "monotonic")
+        b.cbranch(b.icmp_signed("<", piece, ir.Constant(I64, key.pieces)), body, done)
+        b.position_at_end(body)
+        first_row = b.mul(piece, ir.Constant(I64, key.rows))
+        row_strides = {"a": key.a_strides[0], "out": key.out_row_stride,
+                       "c": (key.c_strides or (0, 0))[0],
+                       "res": (key.residual_strides or (0, 0))[0],
+                       "bias": key.bias_stride if key.spec.bias == "row" else 0}
+        moved = [b.gep(args[arg_name], [b.mul(first_row, ir.Constant(I64, row_strides[arg_name]))])
+                 if row_strides.get(arg_name) else args[arg_name]
+                 for arg_name, _ in key.args]
+        b.call(self.fn, moved)
+        b.branch(head)
+        b.position_at_end(done)
+        b.ret_void()
+        return fn
 
     def build(self) -> None:
         """B as rows (in place or copied), then column blocks of NR, each row tiles of
@@ -78,7 +153,7 @@ class SmallGemm(TileStore):
         self.b.ret_void()
 
     def _column_block(self, j0, width, b_rows, b_rs, aligned, cols=None) -> None:
-        mr, m = self.main.mr, self.key.m
+        mr, m = self.main.mr, self.key.rows
         full_m, tail_m = divmod(m, mr)
         tile = (b_rows, b_rs, aligned, width, cols or width)
         self._loop(full_m, mr, lambda i0: self._tile(i0, j0, mr, *tile))

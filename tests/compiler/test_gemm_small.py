@@ -9,6 +9,7 @@ from compiler.codegen import gemm_small
 from compiler.codegen.gemm import Epilogue
 from compiler.codegen.gemm_kernel import ACTIVATIONS, EpilogueSpec
 from compiler.codegen.gemm_small import choose_tile, fits, small_kernel
+from runtime.pool import available as pool_available
 from tests.compiler.test_gemm import reference
 
 DTYPES = [np.float32, np.float64]
@@ -23,8 +24,9 @@ def strides(x) -> tuple:
 
 
 def run(a, b, out=None, *, alpha=1.0, beta=0.0, c=None, epilogue=Epilogue(),
-        on_addresses=False):
-    """out = the small kernel's product (out preallocated or new), checked against the
+        on_addresses=False, pieces=1):
+    """out = the small kernel's product (out preallocated or new; through its fast entry
+    where it has one, else or when `on_addresses` through ctypes), checked against the
     float64 reference and its error bound."""
     (m, k), n = a.shape, b.shape[1]
     out = np.full((m, n), np.nan, a.dtype) if out is None else out
@@ -36,14 +38,15 @@ def run(a, b, out=None, *, alpha=1.0, beta=0.0, c=None, epilogue=Epilogue(),
         c_strides=None if c is None else strides(c),
         bias_stride=1 if e.bias is None else strides(e.bias)[0],
         residual_strides=None if e.residual is None else strides(e.residual),
-        alpha=alpha != 1, scale=e.scale != 1)
+        alpha=alpha != 1, scale=e.scale != 1, pieces=pieces)
     optional = {"c": c, "bias": e.bias, "res": e.residual, "alpha": alpha, "beta": beta,
                 "scale": e.scale}
     args = [a, b, out] + [optional[name] for name, _ in kernel.key.args[3:]]
-    if on_addresses:  # through `fn`, as where ndarray objects cannot be read natively
-        kernel._addresses_in_python(*args)
+    if kernel.fast is not None and not on_addresses:
+        assert kernel.fast(*args) is out
     else:
-        kernel.on_arrays(*args)
+        kernel.fn(*[x.__array_interface__["data"][0] if isinstance(x, np.ndarray) else x
+                    for x in args], *kernel.pool_args)
     exact, bound = reference(a, b, alpha=alpha, beta=beta, c=c, epilogue=e)
     error = np.abs(out - exact)
     assert np.all(error <= bound), (
@@ -131,6 +134,47 @@ def test_transposed_b_with_whole_and_partial_blocks():
     m, n, k = 9, 40, 35  # K: two whole 16-blocks and a tail; N likewise
     a, b = rand(rng, (m, k), np.float32), rand(rng, (n, k), np.float32).T
     run(a, b, epilogue=Epilogue(bias=rand(rng, (m,), np.float32), bias_axis=0))
+
+
+needs_pool = pytest.mark.skipif(not pool_available(),
+                                reason="pieces run on runtime.pool (Linux on x86-64)")
+
+
+@needs_pool
+@pytest.mark.parametrize("pieces", [2, 3])
+@pytest.mark.parametrize("layout", ["plain", "epilogue", "transposed-b", "strided"])
+def test_pieces_give_the_one_piece_result_bitwise(layout, pieces):
+    """A kernel in row pieces run on the pool: every row once, each piece's operands
+    (A, out, C, a row bias, the residual) moved by its rows, B copied by each piece
+    where it needs a copy; the same bits as one piece."""
+    rng = np.random.default_rng(7)
+    m, n, k = 6 * pieces, 37, 29
+    a, b = rand(rng, (m, k), np.float32), rand(rng, (k, n), np.float32)
+    options = {}
+    if layout == "epilogue":
+        options = dict(c=rand(rng, (n, m), np.float32).T, beta=0.5, epilogue=make_epilogue(
+            rng, np.float32, m, n, bias="row", activation="tanh", residual=True, scale=2.0))
+    elif layout == "transposed-b":
+        b = rand(rng, (n, k), np.float32).T
+    elif layout == "strided":
+        a = rand(rng, (2 * m, 3 * k), np.float32)[::2, ::3]
+        b = rand(rng, (k, 2 * n), np.float32)[:, ::2]
+    one = run(a, b, **options)
+    assert np.array_equal(run(a, b, pieces=pieces, **options), one)
+
+
+@needs_pool
+def test_pieces_cut_m_evenly_and_have_a_fast_entry():
+    with pytest.raises(ValueError, match="7 rows do not cut into 2 equal pieces"):
+        small_kernel(np.float32, 7, 5, 3, (3, 1), (5, 1), 5, pieces=2)
+    kernel = small_kernel(np.float32, 8, 5, 3, (3, 1), (5, 1), 5, pieces=2)
+    assert kernel.key.rows == 4 and kernel.item == 0
+    if kernel.fast is not None:
+        a, b = np.ones((8, 3), np.float32), np.ones((3, 5), np.float32)
+        with pytest.raises(TypeError, match="takes 3 arrays"):
+            kernel.fast(a, b)
+        out = np.zeros((8, 5), np.float32)
+        assert kernel.fast(a, b, out) is out and (out == 3).all()
 
 
 def test_kernels_are_cached_and_take_only_the_arguments_they_use():

@@ -1,0 +1,58 @@
+"""runtime/fastcall.py: native functions called as Python builtins, on one built here:
+`add_words(x, y)` adds self's two words to x's first two int64 elements and returns y."""
+import sys
+
+import numpy as np
+import pytest
+
+from runtime import fastcall
+
+pytestmark = pytest.mark.skipif(not fastcall.available(),
+                                reason="runtime.fastcall needs CPython with a GIL")
+
+
+def _add_words(words):
+    import llvmlite.ir as ir
+
+    from runtime.jit import host_jit
+    jit = host_jit()
+    module = jit.new_module("fastcall_test_add_words")
+    entry = fastcall.Entry(module, "fastcall_test_add_words")
+    b = entry.b
+    x, _ = entry.arrays(2)
+    target = b.bitcast(x, fastcall.I64.as_pointer())
+    for index, word in enumerate(entry.words(2)):
+        slot = b.gep(target, [ir.Constant(fastcall.I64, index)])
+        b.store(b.add(b.load(slot), word), slot)
+    entry.give(1)
+    address = jit.load(module)["fastcall_test_add_words"]
+    return fastcall.builtin(address, "add_words", words)
+
+
+def test_a_builtin_reads_arrays_and_its_words_and_returns_a_new_reference():
+    add_words = _add_words((5, -7))
+    x, y = np.array([1, 2, 3], np.int64), np.zeros(4)
+    before = sys.getrefcount(y)
+    result = add_words(x[1:], y)  # a view: its own data pointer
+    assert result is y and sys.getrefcount(y) == before + 1
+    del result
+    assert sys.getrefcount(y) == before
+    assert x.tolist() == [1, 7, -4]
+    assert add_words.__name__ == "add_words"
+
+
+def test_the_wrong_number_of_arguments_is_an_error_that_names_the_function():
+    add_words = _add_words((0, 0))
+    x = np.zeros(2, np.int64)
+    for args in ((x,), (x, x, x), ()):
+        with pytest.raises(TypeError, match=r"fastcall_test_add_words\(\) takes 2 arrays"):
+            add_words(*args)
+    assert x.tolist() == [0, 0]
+
+
+def test_the_array_layout_is_the_one_numpy_reports():
+    x = np.arange(10.0)[3:]
+    assert fastcall.ARRAY_DATA_OFFSET > 0
+    import ctypes
+    found = ctypes.c_void_p.from_address(id(x) + fastcall.ARRAY_DATA_OFFSET).value
+    assert found == x.__array_interface__["data"][0]
