@@ -412,6 +412,22 @@ def test_kernels_call_no_library_functions():
             assert "@GOT" not in assembly.replace("@GOTOFF", "") and "@PLT" not in assembly
 
 
+def test_the_packed_kernel_prefetches_each_tile_of_c_for_writing():
+    """One prefetch per cache line of a tile row (64-byte lines), for writing into L1."""
+    import llvmlite.ir as ir
+
+    from compiler.codegen.gemm_kernel import build_module, emit_activation
+    tile = gemm_native.default_tile("float32", 16)
+    module = ir.Module("gemm_prefetch")
+    build_module(module, "prefetch_f32", tile, EpilogueSpec(), emit_activation)
+    calls = [line for line in str(module).splitlines() if "llvm.prefetch" in line
+             and "call" in line]
+    lines_per_row = max(1, tile.nr * 4 // 64)
+    # tiles from A packed or in place, each rows-first or columns-first: four loop nests
+    assert len(calls) == 4 * tile.mr * lines_per_row
+    assert all(line.rstrip().endswith("i32 1, i32 3, i32 1)") for line in calls)
+
+
 @pytest.mark.parametrize("m, k, n, trans_b", [(7, 13, 5, False), (64, 64, 64, False),
                                               (33, 17, 9, True), (8, 1000, 8, True)])
 def test_a_repeated_small_product_gets_a_specialised_kernel_with_the_same_result(
