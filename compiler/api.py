@@ -117,9 +117,9 @@ class CompiledFunction:
         entry.calls = 1
         self.entries[key] = entry
         if entry.mode == "replay":
-            if self.dynamic and not self.dynamic_dims:
-                self._probe(entry, args, kwargs)
-            else:
+            probed = self.dynamic and not self.dynamic_dims and self._probe(entry, args,
+                                                                             kwargs)
+            if not probed:  # as without dynamic=True: sizes that two calls differ in
                 self._generalize(entry, trace)
         if self.check_calls:
             self._check(out, args, kwargs)
@@ -172,29 +172,34 @@ class CompiledFunction:
             entry.graph = graph
             entry.regions = [graph]
             entry.run = self._compile_region(graph)
+            if entry.direct is not None:  # the same arguments, now the symbolic graph's
+                entry.direct = getattr(entry.run, "kernel", None)
             self.entries[entry.key] = entry
             dims = ", ".join(f"arg {i} dim {d}" for i, d in sorted(diff))
             self.history.append(f"{dims} made dynamic: sizes changed, the graph did not")
             return True
         return False
 
-    def _probe(self, entry: Entry, args, kwargs) -> None:
+    def _probe(self, entry: Entry, args, kwargs) -> bool:
         """dynamic=True: capture again with dim 0 of each tensor argument one larger;
-        where the graph does not change, those sizes become symbolic at once."""
+        where the graph does not change, those sizes become symbolic at once. Whether
+        they did (if not, sizes become symbolic when two calls differ in them)."""
         probe = dynamic.probe_arguments(args, kwargs)
         if probe is None:
-            return
+            return False
         scratch = Entry(key=self.guards.key(*probe), mode="python")
         try:
             out, trace = self._run_python(scratch, *probe)
-        except Exception as e:  # the function cannot take other sizes: stay static
-            self.history.append(f"dynamic=True: probing other sizes failed ({e}); static")
-            return
+        except Exception as e:  # the function cannot take those sizes
+            self.history.append(f"dynamic=True: probing other sizes failed ({e})")
+            return False
         self._plan(scratch, trace, out)
         if scratch.mode == "replay":
             self.entries[scratch.key] = scratch
-            if not self._generalize(scratch, trace):
-                del self.entries[scratch.key]
+            if self._generalize(scratch, trace):
+                return True
+            del self.entries[scratch.key]
+        return False
 
     def _compile_region(self, graph):
         text = str(graph)

@@ -55,6 +55,9 @@ class GemmKernel:
             self.before = Graph(body.inputs, kept, tuple(needed), "operands")
         self._before = interpreter.prepare(self.before) if self.before.nodes else None
         self._product = bmm if product.op is Op.BMM else gemm
+        # sizes known when compiled get kernels specialised to them; symbolic ones
+        # (dynamic=True) vary by design: the shape-generic kernels serve them
+        self._specialise = all(v.type.is_static for v in product.input_values())
         self._bias = self._residual = self._activation = None  # bias: per column, as in linear
         self._scale = 1.0
         for node, role in self.fused:
@@ -93,7 +96,8 @@ class GemmKernel:
                     residual=None if residual is None else inputs[residual]._np())
             trans_a, trans_b = self._transposes
             return [from_array(self._product(inputs[a]._np(), inputs[b]._np(), trans_a=trans_a,
-                                             trans_b=trans_b, epilogue=epilogue))]
+                                             trans_b=trans_b, epilogue=epilogue,
+                                             specialise=self._specialise))]
         env = dict(zip(self.body.inputs, inputs))
         if self._before is not None:
             env.update(zip(self.before.outputs, self._before(inputs)))
@@ -106,7 +110,8 @@ class GemmKernel:
                 activation=self._activation, scale=self._scale,
                 residual=None if self._residual is None else env[self._residual]._np())
         value = env[self.chain] = from_array(self._product(
-            a._np(), b._np(), trans_a=trans_a, trans_b=trans_b, epilogue=epilogue))
+            a._np(), b._np(), trans_a=trans_a, trans_b=trans_b, epilogue=epilogue,
+            specialise=self._specialise))
         if self.rest is not None:
             kernel, rest_inputs, rest_outputs = self.rest
             env.update(zip(rest_outputs, kernel([value] + [env[v] for v in rest_inputs])))

@@ -56,12 +56,17 @@ class Epilogue:
 
 
 def gemm(a, b, *, out=None, alpha=1.0, beta=0.0, c=None, trans_a=False, trans_b=False,
-         epilogue: Epilogue | None = None, threads: int | None = None) -> np.ndarray:
+         epilogue: Epilogue | None = None, threads: int | None = None,
+         specialise: bool = True) -> np.ndarray:
     """alpha * op(a) @ op(b) + beta * C, then the epilogue, for 2-D a and b. C is `c`
     (broadcastable to M x N) or, if c is None, `out` (updated in place). Returns `out`
-    (allocated when None). `threads` defaults to runtime.threads.num_threads()."""
+    (allocated when None). `threads` defaults to runtime.threads.num_threads().
+    `specialise`: a small product (gemm_small.fits) seen twice gets a kernel compiled
+    for its sizes; False keeps to the shape-generic kernels, for callers whose sizes
+    vary (compiled dynamic=True graphs), where kernels per size would be compiled for
+    nothing."""
     request, result = plans.serve("gemm", a, b, out, alpha, beta, trans_a, trans_b, epilogue,
-                                  threads)
+                                  threads, specialise)
     if result is not None:
         return result
     a, b = _array("a", a), _array("b", b)
@@ -70,15 +75,16 @@ def gemm(a, b, *, out=None, alpha=1.0, beta=0.0, c=None, trans_a=False, trans_b=
             raise ValueError(f"gemm: {name} must be 2-D, got shape {x.shape}; use bmm for "
                              "batches")
     return _product("gemm", a, b, out, alpha, beta, c, trans_a, trans_b, epilogue, threads,
-                    request)
+                    request, specialise)
 
 
 def bmm(a, b, *, out=None, alpha=1.0, beta=0.0, c=None, trans_a=False, trans_b=False,
-        epilogue: Epilogue | None = None, threads: int | None = None) -> np.ndarray:
+        epilogue: Epilogue | None = None, threads: int | None = None,
+        specialise: bool = True) -> np.ndarray:
     """gemm over the leading (batch) dims of a (..., M, K) and b (..., K, N), which
     broadcast as in numpy; c, the bias and the residual broadcast likewise."""
     request, result = plans.serve("bmm", a, b, out, alpha, beta, trans_a, trans_b, epilogue,
-                                  threads)
+                                  threads, specialise)
     if result is not None:
         return result
     a, b = _array("a", a), _array("b", b)
@@ -86,7 +92,7 @@ def bmm(a, b, *, out=None, alpha=1.0, beta=0.0, c=None, trans_a=False, trans_b=F
         if x.ndim < 2:
             raise ValueError(f"bmm: {name} must have at least 2 dims, got shape {x.shape}")
     return _product("bmm", a, b, out, alpha, beta, c, trans_a, trans_b, epilogue, threads,
-                    request)
+                    request, specialise)
 
 
 def _array(name: str, x) -> np.ndarray:
@@ -99,7 +105,7 @@ def _array(name: str, x) -> np.ndarray:
 
 
 def _product(api, a, b, out, alpha, beta, c, trans_a, trans_b, epilogue, threads,
-             request=None):
+             request=None, specialise=True):
     epilogue = epilogue or _NO_EPILOGUE
     dtype = a.dtype
     if dtype.char not in "fd" or b.dtype != dtype:
@@ -141,7 +147,7 @@ def _product(api, a, b, out, alpha, beta, c, trans_a, trans_b, epilogue, threads
         return out
     problem = _Problem(op_a, op_b, c, out, bias, epilogue.bias_axis, residual,
                        dtype.type(alpha), dtype.type(beta), dtype.type(epilogue.scale))
-    _run(problem, epilogue.activation, threads, request)
+    _run(problem, epilogue.activation, threads, request, specialise)
     return out
 
 
@@ -247,18 +253,19 @@ class _Problem:
                         self.scale)
 
 
-def _run(problem: _Problem, activation, threads, request: tuple | None = None) -> None:
+def _run(problem: _Problem, activation, threads, request: tuple | None = None,
+         specialise: bool = True) -> None:
     """Lay out `problem` for the kernel (unit column stride of out, element strides)
     and run it, batch element by batch element, across threads; through a plan made
     for `request` (see gemm_plans) when it is seen again."""
     out, itemsize = problem.out, problem.out.itemsize
     if out.shape[-1] > 1 and out.strides[-1] != itemsize:
         if out.shape[-2] == 1 or out.strides[-2] == itemsize:
-            _run(problem.transposed(), activation, threads)
+            _run(problem.transposed(), activation, threads, None, specialise)
         else:
             target = out
             problem.out = np.empty(out.shape, out.dtype)
-            _run(problem, activation, threads)
+            _run(problem, activation, threads, None, specialise)
             target[...] = problem.out
         return
     copied = _whole_element_strides(problem)
@@ -273,7 +280,7 @@ def _run(problem: _Problem, activation, threads, request: tuple | None = None) -
         if direct_domain:  # all of K in one block, as in the direct and gemm_small kernels:
             blocking = native.Blocking(blocking.mc, k, blocking.nc)  # the same result
     specialised = None
-    if direct_domain:
+    if direct_domain and specialise:
         pieces = _pieces(batch, threads)
         specialised = small.for_call(batch.call, kernel.spec, out.dtype, pieces)
     if request is not None and not copied:

@@ -3,13 +3,14 @@ Python instead of tens.
 
 A request is what a call's work depends on besides the operands' addresses and the
 scalars: shapes, strides and dtypes of the numpy operands, transposes, which epilogue
-parts are present, the thread count. The first time a request is seen it runs the
-general way; the second time it gets a plan, kept here: its native jobs (records of
-every product piece, packing buffers of its own) with the operands' addresses taken
-out, or, for one small product, its shape-specialised kernel. A call then allocates
-the output, puts the addresses (and alpha and scale) in, and runs. Plans are made only
-for calls with a new output and no C (beta == 0), and for products up to
-PLAN_MAX_MACS (above that the Python is a small part of the time); at most PLAN_LIMIT
+parts are present, the thread count, whether kernels may be specialised. The first
+time a request is seen it runs the general way; the second time it gets a plan, kept
+here: its native jobs (records of every product piece, packing buffers of its own)
+with the operands' addresses taken out, or, for one small product, its
+shape-specialised kernel. A call then allocates the output, puts the addresses (and
+alpha and scale) in, and runs. Plans are made only for calls with a new output and no
+C (beta == 0), and for products up to PLAN_MAX_MACS (above that the Python is a small
+part of the time); at most PLAN_LIMIT
 are kept (then they start over).
 """
 from __future__ import annotations
@@ -28,8 +29,8 @@ PLANS: dict[tuple, "Plan | SmallPlan"] = {}  # by request
 _sightings = native.SecondSight()
 
 
-def request(api, a, b, out, alpha, beta, trans_a, trans_b, epilogue, threads
-            ) -> tuple | None:
+def request(api, a, b, out, alpha, beta, trans_a, trans_b, epilogue, threads,
+            specialise=True) -> tuple | None:
     """The request of a call of `api` ("gemm" or "bmm", which check their operands
     differently) that a plan could serve (numpy operands, no C, a new output), else
     None. (An operand's address need not be aligned: the kernels assume whole-element
@@ -37,7 +38,7 @@ def request(api, a, b, out, alpha, beta, trans_a, trans_b, epilogue, threads
     if out is not None or beta != 0 or type(a) is not np.ndarray or type(b) is not np.ndarray:
         return None
     key = (api, a.shape, a.strides, a.dtype, b.shape, b.strides, b.dtype, trans_a, trans_b,
-           alpha == 1, threads)
+           alpha == 1, threads, specialise)
     if epilogue is None:
         return key
     bias, residual = epilogue.bias, epilogue.residual
@@ -49,11 +50,13 @@ def request(api, a, b, out, alpha, beta, trans_a, trans_b, epilogue, threads
             None if residual is None else (residual.shape, residual.strides, residual.dtype))
 
 
-def serve(api, a, b, out, alpha, beta, trans_a, trans_b, epilogue, threads) -> tuple:
+def serve(api, a, b, out, alpha, beta, trans_a, trans_b, epilogue, threads,
+          specialise=True) -> tuple:
     """(the request of a call of `api` or None, its result if a plan computed it or
     None). A busy plan gives no result and no request: that call goes the general way,
     unplanned."""
-    key = request(api, a, b, out, alpha, beta, trans_a, trans_b, epilogue, threads)
+    key = request(api, a, b, out, alpha, beta, trans_a, trans_b, epilogue, threads,
+                  specialise)
     plan = PLANS.get(key) if key is not None else None
     if plan is None:
         return key, None

@@ -296,3 +296,29 @@ def test_a_layout_the_kernel_cannot_run_is_planned_once(monkeypatch):
     for _ in range(4):
         np.testing.assert_allclose(compiled(x).numpy(), fn(x).numpy(), rtol=1e-5)
     assert len(planned) == 1
+
+
+def test_static_gemm_sizes_get_specialised_kernels_and_dynamic_ones_the_generic():
+    """A graph compiled for fixed sizes runs its product on a gemm_small kernel made for
+    them (from the second call on); with dynamic=True the sizes are symbols and the
+    shape-generic kernels serve every size, nothing compiled per size."""
+    from compiler.codegen import gemm_small
+    rng = np.random.default_rng(11)
+    w = eager.tensor(rng.standard_normal((12, 5)).astype("float32"))
+    fn = lambda x, w: (x @ w).relu()  # noqa: E731
+    static = compiler.compile(fn, backend="native")
+    x = eager.tensor(rng.standard_normal((9, 12)).astype("float32"))
+    before = set(gemm_small._kernels)
+    for _ in range(3):
+        np.testing.assert_allclose(static(x, w).numpy(), fn(x, w).numpy(), rtol=1e-5,
+                                   atol=1e-5)
+    made = [key for key in set(gemm_small._kernels) - before]
+    assert [(key.m, key.n, key.k) for key in made] == [(9, 5, 12)]
+
+    dynamic = compiler.compile(fn, backend="native", dynamic=True)
+    before = set(gemm_small._kernels)
+    for rows in (7, 8, 10, 7, 8, 10):
+        x = eager.tensor(rng.standard_normal((rows, 12)).astype("float32"))
+        np.testing.assert_allclose(dynamic(x, w).numpy(), fn(x, w).numpy(), rtol=1e-5,
+                                   atol=1e-5)
+    assert len(dynamic.entries) == 1 and set(gemm_small._kernels) == before
