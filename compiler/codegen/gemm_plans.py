@@ -10,8 +10,7 @@ with the operands' addresses taken out, or, for one small product, its
 shape-specialised kernel. A call then allocates the output, puts the addresses (and
 alpha and scale) in, and runs. Plans are made only for calls with a new output and no
 C (beta == 0), and for products up to PLAN_MAX_MACS (above that the Python is a small
-part of the time); at most PLAN_LIMIT
-are kept (then they start over).
+part of the time); at most PLAN_LIMIT are kept (then they start over).
 """
 from __future__ import annotations
 
