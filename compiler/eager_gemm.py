@@ -6,7 +6,11 @@ compiler):
     compiler.eager_gemm.use_kiln_gemm()      # eager.mm now runs kiln's GEMM on the CPU
     compiler.eager_gemm.use_kiln_gemm(False) # back to numpy's BLAS
 
-Only float32 and float64 take the new path; other dtypes keep numpy's kernel.
+Only float32 and float64 take the new path; other dtypes keep numpy's kernel. Eager
+calls run the shape-generic kernels (`specialise=False`): their sizes are not known
+ahead, and a kernel compiled per size seen twice (50-150 ms each) would cost an eager
+program with varying sizes far more than it saves; compiled graphs with fixed sizes are
+where gemm_small's specialised kernels serve.
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ def _kiln_kernel(op: Op, numpy_kernel):
         from eager.kernels.linalg import bmm_rule, mm_rule
         (mm_rule if op is Op.MM else bmm_rule)(self, mat2)
         product = gemm if op is Op.MM else bmm
-        return from_array(product(self._np(), mat2._np()))
+        return from_array(product(self._np(), mat2._np(), specialise=False))
     kernel.__name__ = f"{op.schema.name}_kiln_gemm"
     return kernel
 

@@ -28,6 +28,17 @@ def test_mm_and_bmm_switch_paths_with_the_same_results(kiln_gemm):
     assert ints.tolist() == [[11]]  # other dtypes keep numpy's kernel
 
 
+def test_eager_products_run_on_the_shape_generic_kernels(kiln_gemm):
+    """However often a size repeats, eager compiles no kernel for it (gemm_small)."""
+    from compiler.codegen import gemm_small
+    before = set(gemm_small._kernels)
+    x, y = eager.randn(9, 14), eager.randn(14, 6)
+    for _ in range(3):
+        np.testing.assert_allclose(eager.mm(x, y).numpy(), x.numpy() @ y.numpy(), rtol=1e-5,
+                                   atol=1e-5)
+    assert set(gemm_small._kernels) == before
+
+
 def test_errors_and_gradients_are_unchanged(kiln_gemm):
     with pytest.raises(RuntimeError, match=r"cannot be multiplied \(2x3 and 4x2\)"):
         eager.mm(eager.ones(2, 3), eager.ones(4, 2))
