@@ -262,8 +262,16 @@ def _functions() -> dict[str, int]:
 
 def run_address() -> int:
     """The address of kiln_pool_run(pool, task, context, threads), for native code that
-    runs tasks on a pool itself (a NativePool's `address` is its `pool`)."""
+    runs tasks on a pool itself (with the pool that `current_cell` holds)."""
     return _functions()["kiln_pool_run"]
+
+
+def current_cell() -> int:
+    """The address of a word holding the address of the process's pool (the `address`
+    of the latest `pool()`), 0 while there is none: in a child after fork until a pool
+    is made there. Native code that keeps this address reads the pool at each run and
+    runs alone on 0."""
+    return ctypes.addressof(_current)
 
 
 class NativePool:
@@ -327,6 +335,7 @@ def run_items(first: tuple | None, then: tuple, threads: int) -> None:
 _pool: NativePool | None = None
 _retired: list[NativePool] = []  # smaller pools: their sleeping workers still read them
 _pool_lock = threading.Lock()
+_current = ctypes.c_int64(0)  # _pool's address, for native code (see current_cell)
 
 
 def pool(threads: int) -> NativePool:
@@ -341,12 +350,14 @@ def pool(threads: int) -> NativePool:
             if _pool is not None:
                 _retired.append(_pool)
             _pool = NativePool(threads)
+            _current.value = _pool.address
         return _pool
 
 
 def _forget_after_fork() -> None:
     global _pool
     _pool = None  # the child has none of the parent's worker threads
+    _current.value = 0
 
 
 if hasattr(os, "register_at_fork"):

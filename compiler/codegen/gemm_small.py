@@ -100,7 +100,7 @@ class SmallKernel:
     """A compiled specialised kernel, two ways to call it with the arguments `key.args`
     lists, in that order (a, b, out, then c, bias, res, alpha, beta, scale where
     present): `fn` through ctypes, on addresses (ints) for the operands, followed by
-    `pool_args` (the pool and its run function) for a kernel in pieces; `fast`, where
+    `pool_args` (where the pool is, its run function) for a kernel in pieces; `fast`, where
     gemm_small_ir.has_fast_entry allows it, a runtime.fastcall builtin on the numpy
     arrays themselves (base-class ndarrays laid out as the key says, unchecked)
     returning out: ~30 ns of call where ctypes and the addresses take ~1 us. `item` is
@@ -126,9 +126,11 @@ class SmallKernel:
 
 
 def _pool_args(threads: int) -> tuple[int, int]:
-    """(the pool's address, kiln_pool_run's) for a kernel in `threads` pieces."""
+    """(runtime.pool's current cell, kiln_pool_run's address) for a kernel in `threads`
+    pieces, after making sure the pool has that many threads."""
     from runtime import pool
-    return pool.pool(threads).address, pool.run_address()
+    pool.pool(threads)
+    return pool.current_cell(), pool.run_address()
 
 
 _kernels: dict[SmallKey, SmallKernel] = {}

@@ -61,7 +61,7 @@ class SmallGemm(TileStore):
         self.b = builder
 
     def _on_addresses(self, name: str, target: ir.Function) -> None:
-        """`name`(operands..., scalars..., pool, run), exported: `target` called as is."""
+        """`name`(operands..., scalars..., cell, run), exported: `target` called as is."""
         entry = ir.Function(self.module, target.function_type, name)
         entry.attributes.add("nounwind")
         b = ir.IRBuilder(entry.append_basic_block("entry"))
@@ -70,7 +70,8 @@ class SmallGemm(TileStore):
 
     def _fast_entry(self, name: str, target: ir.Function) -> None:
         """`name`, a runtime.fastcall function on the operands' ndarrays in key.args'
-        order, returning out; self holds the pool's two words for a kernel in pieces."""
+        order, returning out; its words are the pool's cell and run function for a
+        kernel in pieces."""
         entry = fastcall.Entry(self.module, name)
         pointers = [entry.b.bitcast(data, self.P)
                     for data in entry.arrays(len(self.key.args))]
@@ -80,10 +81,12 @@ class SmallGemm(TileStore):
         entry.give([arg_name for arg_name, _ in self.key.args].index("out"))
 
     def _in_pieces(self, name: str) -> ir.Function:
-        """An internal `name`(operands..., scalars..., pool, run) running the kernel on
+        """An internal `name`(operands..., scalars..., cell, run) running the kernel on
         key.pieces row pieces of key.rows rows through kiln_pool_run(pool, task, context,
-        pieces): the context (the arguments and the counter the task claims pieces
-        with) lives on this function's stack, which kiln_pool_run outlives."""
+        pieces), the pool read from runtime.pool's current cell (none there: the task
+        runs alone, on every piece). The context (the arguments and the counter the task
+        claims pieces with) lives on this function's stack, which kiln_pool_run
+        outlives.""" 
         key, module = self.key, self.module
         i8p = ir.IntType(8).as_pointer()
         kinds = [arg.type for arg in self.fn.args]
@@ -98,9 +101,15 @@ class SmallGemm(TileStore):
         zero = ir.Constant(I32, 0)
         for index, value in enumerate([ir.Constant(I64, 0)] + list(fn.args[:len(kinds)])):
             b.store(value, b.gep(context, [zero, ir.Constant(I32, index)]))
-        pool, run = fn.args[len(kinds):]
-        b.call(b.bitcast(run, run_type.as_pointer()),
-               [pool, task, b.bitcast(context, i8p), ir.Constant(I64, key.pieces)])
+        cell, run = fn.args[len(kinds):]
+        pool = b.load(b.bitcast(cell, i8p.as_pointer()))
+        with b.if_else(b.icmp_unsigned("==", pool, ir.Constant(i8p, None))) as (alone, shared):
+            with alone:
+                b.call(task, [b.bitcast(context, i8p), ir.Constant(I64, 0),
+                              ir.Constant(I64, 1)])
+            with shared:
+                b.call(b.bitcast(run, run_type.as_pointer()),
+                       [pool, task, b.bitcast(context, i8p), ir.Constant(I64, key.pieces)])
         b.ret_void()
         return fn
 

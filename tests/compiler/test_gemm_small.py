@@ -2,6 +2,8 @@
 float64, every result within the error bound of compiler/codegen/gemm.py (asserted by
 test_gemm.reference). Each new shape or layout compiles a kernel (~30-200 ms): shapes
 are few and small."""
+import ctypes
+
 import numpy as np
 import pytest
 
@@ -175,6 +177,34 @@ def test_pieces_cut_m_evenly_and_have_a_fast_entry():
             kernel.fast(a, b)
         out = np.zeros((8, 5), np.float32)
         assert kernel.fast(a, b, out) is out and (out == 3).all()
+
+
+def _pieces_in_child(queue):
+    try:
+        from runtime import pool
+        kernel = small_kernel(np.float32, 8, 5, 3, (3, 1), (5, 1), 5, pieces=2)
+        assert ctypes.c_int64.from_address(pool.current_cell()).value == 0  # no pool here
+        out = np.zeros((8, 5), np.float32)
+        kernel.fn(np.ones((8, 3), np.float32).ctypes.data, np.ones((3, 5), np.float32)
+                  .ctypes.data, out.ctypes.data, *kernel.pool_args)
+        queue.put(bool((out == 3).all()))
+    except BaseException as e:  # reported to the parent, which asserts
+        queue.put(repr(e))
+
+
+@needs_pool
+def test_pieces_run_in_a_forked_child_whose_pool_is_not_the_parents():
+    """The parent's pool and workers are not in a forked child: its kernels in pieces run
+    alone there until the child makes a pool of its own, and do not hang."""
+    import multiprocessing
+    kernel = small_kernel(np.float32, 8, 5, 3, (3, 1), (5, 1), 5, pieces=2)
+    assert kernel.pool_args
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_pieces_in_child, args=(queue,))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0 and queue.get(timeout=5) is True
 
 
 def test_kernels_are_cached_and_take_only_the_arguments_they_use():

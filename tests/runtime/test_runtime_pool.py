@@ -130,3 +130,10 @@ def test_a_forked_child_gets_a_pool_of_its_own():
     child.start()
     child.join(60)
     assert child.exitcode == 0 and queue.get(timeout=5)
+
+
+def test_the_current_cell_holds_the_latest_pool_for_native_code():
+    import ctypes
+    made = native_pool.pool(2)
+    cell = ctypes.c_int64.from_address(native_pool.current_cell())
+    assert cell.value == native_pool.pool(1).address == made.address
