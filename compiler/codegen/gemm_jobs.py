@@ -23,6 +23,12 @@ PARALLEL_MIN_MACS = 1 << 19
 PIECE_MIN_MACS = 1 << 18
 SHARED_B_ELEMENTS = 1 << 22  # the shared packing of B goes column chunk by chunk
 COLUMNS_MIN_WIDTH = 256  # columns per thread from which threads split N (see _by_columns)
+# Column pieces up to this wide read A in place (rows contiguous) even where its row
+# stride crowds L1 sets (gemm_native.reads_a_in_place): each piece would pack all of A
+# again, which costs them more (512^2 float32 on 2 threads, 4 pieces of 128 columns:
+# 261 GFLOP/s in place, 235 packed; 1024^2, 256 columns: 306 and 303; 1536^2, 384
+# columns: 299 and 308).
+NARROW_PIECE_COLUMNS = 256
 
 
 class Scratch:
@@ -159,6 +165,8 @@ def _sharing_b(kernel: GemmKernel, call: Call, blocking: Blocking, threads: int,
     t, itemsize = kernel.tile, kernel.dtype.itemsize
     if _by_columns(call, t, threads):
         pieces = _column_pieces(call, kernel, 2 * threads)
+        if call.a_cs == 1 and max(piece.n for piece in pieces) <= NARROW_PIECE_COLUMNS:
+            pieces = [piece._replace(a_in_place=1) for piece in pieces]
         return [_job(kernel, None, pieces, blocking, threads, scratch)]
     width = min(call.n, max(t.nr, SHARED_B_ELEMENTS // call.k // t.nr * t.nr))
     packed_b = scratch.address("shared b", call.k * _round_up(width, t.nr), kernel.dtype)

@@ -237,6 +237,28 @@ def test_identical_across_thread_counts(m, k, n, trans_a, monkeypatch):
     check(results[0], a, b, trans_a=trans_a, epilogue=epilogue)
 
 
+@pytest.mark.parametrize("n, in_place", [(512, 1), (1536, 0)])
+def test_narrow_column_pieces_read_a_in_place(n, in_place, monkeypatch):
+    """Rows of A 2 KiB apart are packed, except into column pieces of at most
+    NARROW_PIECE_COLUMNS, each of which would pack all of A again; the same bits."""
+    records = []
+    run = gemm_jobs.Job.run
+
+    def spy(job):
+        records.append(job.then.copy())
+        run(job)
+
+    monkeypatch.setattr(gemm_jobs.Job, "run", spy)
+    rng = np.random.default_rng(17)
+    a, b = rand(rng, (64, 512), np.float32), rand(rng, (512, n), np.float32)
+    together = gemm(a, b, threads=2)
+    (pieces,) = records
+    column = gemm_jobs.FIELDS.index("a_in_place")
+    assert len(pieces) == 4 and (pieces[:, column] == in_place).all()
+    assert np.array_equal(together, gemm(a, b, threads=1))
+    check(together, a, b)
+
+
 def test_batches_identical_across_thread_counts(monkeypatch):
     pieces = spy_on_pieces(monkeypatch)
     rng = np.random.default_rng(16)
