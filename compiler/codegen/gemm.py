@@ -279,32 +279,55 @@ def _run(problem: _Problem, activation, threads, request: tuple | None = None,
         blocking = gemm_tune.for_depth(gemm_tune.blocking(kernel, _tuning_measure), k)
         if direct_domain:  # all of K in one block, as in the direct and gemm_small kernels:
             blocking = native.Blocking(blocking.mc, k, blocking.nc)  # the same result
-    specialised = None
+    specialised, whole = None, False  # whole: one call of it computes the whole batch
     if direct_domain and specialise:
-        pieces = _pieces(batch, threads)
-        specialised = small.for_call(batch.call, kernel.spec, out.dtype, pieces)
+        body, cut = _cut(batch, kernel, threads)
+        whole = body is not None
+        specialised = small.for_call(body if whole else batch.call, kernel.spec, out.dtype,
+                                     cut if whole else small.Cut())
     if request is not None and not copied:
-        plan = plans.make(request, kernel, batch, blocking, specialised, threads, out)
+        plan = plans.make(request, kernel, batch, blocking, specialised, threads, out, whole)
         if plan is not None and plan.run_call(batch.call):
             return
-    if specialised is not None and batch.count == 1:
-        specialised.run_call(batch.call)
+    if whole and specialised is not None:
+        specialised.run_call(batch.call)  # piece 0's operands are the batch's first
         return
     gemm_jobs.run(kernel, batch, blocking, threads, specialised and specialised.item)
 
 
-def _pieces(batch: native.Batch, threads: int | None) -> int:
-    """How many equal row pieces, one per thread, a specialised kernel cuts one direct
-    product into: from SPLIT_MIN_MACS on, when M divides evenly (the pieces then share
-    one kernel, compiled for their rows) and runtime.pool is there. Each element keeps
-    its own FMA chain along K: the results are the same as on one thread."""
-    call = batch.call
-    if batch.count > 1 or call.m * call.n * call.k < SPLIT_MIN_MACS or not pool_available():
-        return 1
+def _cut(batch: native.Batch, kernel, threads: int | None) -> tuple:
+    """(the product of one piece, the gemm_small.Cut) for one specialised kernel call
+    that computes all of a direct batch, or (None, None) when its products are not
+    evenly spaced in memory. One product from SPLIT_MIN_MACS on, when M divides by the
+    thread count and runtime.pool is there, is cut in one equal row piece per thread
+    (a kernel compiled for their rows serves them all); the products of a batch are its
+    pieces, on every thread from SPLIT_MIN_MACS on in all. Each element keeps its own
+    FMA chain along K: the results are the same as on one thread."""
+    call, itemsize = batch.call, kernel.dtype.itemsize
+    macs = batch.count * call.m * call.n * call.k
     if threads is None:
         from runtime.threads import num_threads
         threads = num_threads()
-    return threads if threads > 1 and call.m % threads == 0 else 1
+    parallel = threads > 1 and macs >= SPLIT_MIN_MACS and pool_available()
+    if batch.count == 1:
+        if not parallel or call.m % threads:
+            return call, small.Cut()
+        rows = call.m // threads
+        row_strides = {"a": call.a_rs, "out": call.o_rs, "c": call.c_rs, "res": call.r_rs,
+                       "bias": call.bias_stride if kernel.spec.bias == "row" else 0}
+        steps = tuple((name, rows * stride) for name, stride in row_strides.items()
+                      if stride and getattr(call, name))
+        return call.rows(0, rows, itemsize, kernel.spec.bias == "row"), small.Cut(
+            threads, steps, threads)
+    offsets = batch.offsets
+    step = offsets[1]
+    if (step % itemsize).any() or not (
+            offsets == np.arange(batch.count)[:, None] * step).all():
+        return None, None
+    steps = tuple((name, int(step[column]) // itemsize)
+                  for column, name in enumerate(gemm_jobs.POINTERS)
+                  if step[column] and getattr(call, name))
+    return call, small.Cut(batch.count, steps, min(threads, batch.count) if parallel else 1)
 
 
 @functools.cache

@@ -64,12 +64,14 @@ def serve(api, a, b, out, alpha, beta, trans_a, trans_b, epilogue, threads,
 
 
 def make(key: tuple, kernel, batch: native.Batch, blocking, specialised, threads,
-         out: np.ndarray) -> "Plan | SmallPlan | None":
-    """The plan for a request seen before, else None (and it is remembered as seen)."""
+         out: np.ndarray, whole: bool = False) -> "Plan | SmallPlan | None":
+    """The plan for a request seen before, else None (and it is remembered as seen):
+    the gemm_small kernel `specialised` if one call of it computes the whole batch
+    (`whole`), else the batch's jobs (on `specialised`'s item where there is one)."""
     if not _sightings.again(key):
         return None
     call = batch.call
-    if specialised is not None and batch.count == 1:
+    if specialised is not None and whole:
         plan = SmallPlan(specialised, out.shape, out.dtype)
     elif batch.count * call.m * call.n * call.k <= PLAN_MAX_MACS:
         threads = gemm_jobs.threads_for(batch, specialised is not None, threads)
@@ -93,7 +95,7 @@ def _operands(a, b, out, epilogue) -> dict:
 
 
 class SmallPlan:
-    """One small product on its shape-specialised kernel (gemm_small): through its
+    """Small products on one call of a shape-specialised kernel (gemm_small): through its
     runtime.fastcall entry on the arrays as given where it has one, else through ctypes
     on their addresses."""
 

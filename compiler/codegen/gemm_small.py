@@ -15,11 +15,11 @@ runtime.jit serves later processes) with two entry points taking only the operan
 the scalars the key leaves at runtime: `fn` on addresses (~0.3 us per call through
 ctypes) and `fast` on the ndarrays themselves (~30 ns: a runtime.fastcall builtin
 reading their data pointers natively, where `x.ctypes.data` costs ~1 us each in
-Python). A kernel compiled
-for `pieces` > 1 cuts M into that many equal row pieces and runs them on
-runtime.pool's threads from within the call (a 64^3 float32 product: ~3.2 us on one
-thread, ~2 us on two), the pieces' work claimed natively, its state on the caller's
-stack: no Python per piece, nothing shared between calls. `fits(m, n, k)` says
+Python). A kernel compiled with a Cut covers several products in one call: the
+equal row pieces of one product, or the elements of a batch, claimed natively by
+runtime.pool's threads (a 64^3 float32 product: ~3.2 us on one thread, ~2.1 us in two
+pieces on two), its state on the caller's stack: no Python per piece, nothing shared
+between calls. `fits(m, n, k)` says
 which products these kernels are for; at most MAX_KERNELS variants are compiled per
 process (MCJIT never frees code), after which `small_kernel` returns None and the
 caller uses the generic kernel.
@@ -30,6 +30,7 @@ import ctypes
 import hashlib
 import threading
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -54,12 +55,23 @@ def fits(m: int, n: int, k: int) -> bool:
         k * (n + 16) <= BUFFER_MAX_ELEMENTS)
 
 
+class Cut(NamedTuple):
+    """How one call of a kernel covers a product cut in equal row pieces, or a batch:
+    `pieces` products of the kernel's sizes, the operands of piece i `i * step` elements
+    on from piece 0's (`steps`: (operand, step) for those that move: "a", "b", "c",
+    "out", "bias", "res"), run on `threads` threads of runtime.pool (on the caller's
+    alone when 1), each claiming the next piece."""
+    pieces: int = 1
+    steps: tuple = ()
+    threads: int = 1
+
+
 @dataclass(frozen=True)
 class SmallKey:
     """Everything a specialised kernel is compiled for. Strides are in elements; out
     has unit column stride. `c_strides` None: no C (beta == 0). `alpha`/`scale` False:
-    compiled as 1; True: runtime arguments. `pieces`: the number of equal row pieces
-    (M / pieces rows each) the entry points run on runtime.pool's threads."""
+    compiled as 1; True: runtime arguments. `cut`: how many such products one call
+    computes, where, on how many threads (see Cut)."""
     dtype: str
     m: int
     n: int
@@ -73,12 +85,7 @@ class SmallKey:
     residual_strides: tuple[int, int] | None = None
     alpha: bool = False
     scale: bool = False
-    pieces: int = 1
-
-    @property
-    def rows(self) -> int:
-        """The rows of one piece: what the kernel's loops are compiled for."""
-        return self.m // self.pieces
+    cut: Cut = Cut()
 
     @property
     def args(self) -> tuple:
@@ -100,20 +107,20 @@ class SmallKernel:
     """A compiled specialised kernel, two ways to call it with the arguments `key.args`
     lists, in that order (a, b, out, then c, bias, res, alpha, beta, scale where
     present): `fn` through ctypes, on addresses (ints) for the operands, followed by
-    `pool_args` (where the pool is, its run function) for a kernel in pieces; `fast`, where
+    `pool_args` (where the pool is, its run function) for a kernel on threads; `fast`, where
     gemm_small_ir.has_fast_entry allows it, a runtime.fastcall builtin on the numpy
     arrays themselves (base-class ndarrays laid out as the key says, unchecked)
     returning out: ~30 ns of call where ctypes and the addresses take ~1 us. `item` is
     the address of the kernel as a runtime.pool item on a record of
     gemm_kernel.KERNEL_ARGS (as the generic kernels' items are), for batches; 0 for a
-    kernel in pieces."""
+    kernel in pieces (which covers its batch itself)."""
 
     def __init__(self, key: SmallKey, tile: Tile, name: str, addresses: dict[str, int]):
         self.key, self.tile, self.item = key, tile, addresses.get(f"{name}_item", 0)
         scalar = ctypes.c_float if key.dtype == "float32" else ctypes.c_double
         kinds = {"p": ctypes.c_void_p, "f": scalar}
-        pool = [ctypes.c_void_p] * 2 if key.pieces > 1 else []
-        self.pool_args = _pool_args(key.pieces) if key.pieces > 1 else ()
+        pool = [ctypes.c_void_p] * 2 if key.cut.threads > 1 else []
+        self.pool_args = _pool_args(key.cut.threads) if key.cut.threads > 1 else ()
         self.fn = ctypes.CFUNCTYPE(None, *[kinds[kind] for _, kind in key.args], *pool)(
             addresses[name])
         self.fast = None
@@ -126,8 +133,8 @@ class SmallKernel:
 
 
 def _pool_args(threads: int) -> tuple[int, int]:
-    """(runtime.pool's current cell, kiln_pool_run's address) for a kernel in `threads`
-    pieces, after making sure the pool has that many threads."""
+    """(runtime.pool's current cell, kiln_pool_run's address) for a kernel on `threads`
+    threads, after making sure the pool has that many."""
     from runtime import pool
     pool.pool(threads)
     return pool.current_cell(), pool.run_address()
@@ -141,20 +148,26 @@ def small_kernel(dtype, m: int, n: int, k: int, a_strides: tuple[int, int],
                  b_strides: tuple[int, int], out_row_stride: int,
                  spec: EpilogueSpec = EpilogueSpec(), *, c_strides=None, bias_stride: int = 1,
                  residual_strides=None, alpha: bool = False, scale: bool = False,
-                 pieces: int = 1) -> SmallKernel | None:
+                 cut: Cut = Cut()) -> SmallKernel | None:
     """The kernel for this product (see SmallKey), compiled on first use (the disk cache
     of runtime.jit serves later processes); None once MAX_KERNELS variants exist (use the
-    generic kernel then). Requires fits(m, n, k), and `pieces` dividing m (more than one
-    piece only where runtime.pool is available)."""
+    generic kernel then). Requires fits(m, n, k); a cut on more than one thread only
+    where runtime.pool is available."""
     if not fits(m, n, k):
         raise ValueError(f"gemm_small: {m}x{n}x{k} is not small (see fits)")
-    if pieces < 1 or m % pieces:
-        raise ValueError(f"gemm_small: {m} rows do not cut into {pieces} equal pieces")
-    if pieces > 1 and not pool_available():
-        raise ValueError("gemm_small: pieces run on runtime.pool, which this platform lacks")
+    cut = Cut(cut.pieces, tuple(cut.steps), cut.threads)
+    if cut.pieces < 1 or not 1 <= cut.threads <= cut.pieces:
+        raise ValueError(f"gemm_small: {cut.pieces} pieces cannot run on {cut.threads} "
+                         "threads")
+    if cut.threads > 1 and not pool_available():
+        raise ValueError("gemm_small: threads run on runtime.pool, which this platform lacks")
     key = SmallKey(np.dtype(dtype).name, m, n, k, tuple(a_strides), tuple(b_strides),
                    out_row_stride, spec, c_strides and tuple(c_strides), bias_stride,
-                   residual_strides and tuple(residual_strides), alpha, scale, pieces)
+                   residual_strides and tuple(residual_strides), alpha, scale, cut)
+    moving = {name for name, _ in key.args} & {"a", "b", "c", "out", "bias", "res"}
+    if not {name for name, _ in cut.steps} <= moving:
+        raise ValueError(f"gemm_small: steps {cut.steps} name operands the kernel does not "
+                         f"take ({sorted(moving)})")
     found = _kernels.get(key)
     if found is not None:
         return found
@@ -169,9 +182,9 @@ def small_kernel(dtype, m: int, n: int, k: int, a_strides: tuple[int, int],
 _sightings = SecondSight()
 
 
-def for_call(call, spec: EpilogueSpec, dtype, pieces: int = 1) -> SmallKernel | None:
+def for_call(call, spec: EpilogueSpec, dtype, cut: Cut = Cut()) -> SmallKernel | None:
     """The kernel for a gemm_native.Call (its sizes, strides, and which of C, bias and
-    residual it has) in `pieces` row pieces, if `fits` and seen before: a kernel is
+    residual it has) and a Cut, if `fits` and seen before: a kernel is
     compiled (~50-150 ms) for a product seen twice, not once. Its results are bitwise
     those of the generic direct kernel (one FMA chain along K per element, the same
     store), so when the switch happens does not show."""
@@ -180,7 +193,7 @@ def for_call(call, spec: EpilogueSpec, dtype, pieces: int = 1) -> SmallKernel | 
         return None
     key = (np.dtype(dtype).name, c.m, c.n, c.k, (c.a_rs, c.a_cs), (c.b_rs, c.b_cs), c.o_rs,
            spec, (c.c_rs, c.c_cs) if c.c else None, c.bias_stride if c.bias else 1,
-           (c.r_rs, c.r_cs) if c.res else None, c.alpha != 1, c.scale != 1, pieces)
+           (c.r_rs, c.r_cs) if c.res else None, c.alpha != 1, c.scale != 1, cut)
     found = _by_call.get(key)
     if found is not None:
         return found
@@ -188,7 +201,7 @@ def for_call(call, spec: EpilogueSpec, dtype, pieces: int = 1) -> SmallKernel | 
         return None
     made = small_kernel(key[0], *key[1:4], *key[4:7], spec, c_strides=key[8],
                         bias_stride=key[9], residual_strides=key[10], alpha=key[11],
-                        scale=key[12], pieces=pieces)
+                        scale=key[12], cut=cut)
     if made is not None:
         _by_call[key] = made
     return made
@@ -222,14 +235,14 @@ def choose_tile(dtype: str, m: int, n: int, k: int, lanes: int) -> Tile:
 def _compile(key: SmallKey) -> SmallKernel:
     from runtime.jit import host_jit, vector_width
     lanes = vector_width() // (1 if key.dtype == "float32" else 2)
-    tile = choose_tile(key.dtype, key.rows, key.n, key.k, lanes)
+    tile = choose_tile(key.dtype, key.m, key.n, key.k, lanes)
     jit = host_jit()
     name = key.name(tile)
     module = jit.new_module(name)
     SmallGemm(module, name, key, tile).build()
     if debugging.level() >= 3:
         debugging.banner(f"LLVM IR {name}", str(module), at_level=3)
-    names = [name] + ([f"{name}_item"] if key.pieces == 1 else []) + (
+    names = [name] + ([f"{name}_item"] if key.cut.pieces == 1 else []) + (
         [f"{name}_fast"] if has_fast_entry(key) else [])
     addresses = jit.load(module, names)
     if debugging.level() >= 4:

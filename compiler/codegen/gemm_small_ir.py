@@ -34,7 +34,7 @@ class SmallGemm(TileStore):
     def __init__(self, module: ir.Module, name: str, key: SmallKey, tile: Tile):
         super().__init__(module, tile)
         self.key, self.main, self.spec, self.activation = key, tile, key.spec, emit_activation
-        alone = key.pieces == 1  # else the kernel is one piece's, called by the entries
+        alone = key.cut.pieces == 1  # else the kernel is one piece's, called by the entries
         self.fn = self.define(name if alone else f"{name}_piece", key.args,
                               linkage="" if alone else "internal")
         given = {name: arg for arg, (name, _) in zip(self.fn.args, key.args)}
@@ -61,7 +61,7 @@ class SmallGemm(TileStore):
         self.b = builder
 
     def _on_addresses(self, name: str, target: ir.Function) -> None:
-        """`name`(operands..., scalars..., cell, run), exported: `target` called as is."""
+        """`name`(operands..., scalars..., [cell, run]), exported: `target` as is."""
         entry = ir.Function(self.module, target.function_type, name)
         entry.attributes.add("nounwind")
         b = ir.IRBuilder(entry.append_basic_block("entry"))
@@ -71,29 +71,29 @@ class SmallGemm(TileStore):
     def _fast_entry(self, name: str, target: ir.Function) -> None:
         """`name`, a runtime.fastcall function on the operands' ndarrays in key.args'
         order, returning out; its words are the pool's cell and run function for a
-        kernel in pieces."""
+        kernel on threads."""
         entry = fastcall.Entry(self.module, name)
         pointers = [entry.b.bitcast(data, self.P)
                     for data in entry.arrays(len(self.key.args))]
-        pool = [] if self.key.pieces == 1 else [entry.b.inttoptr(word, fastcall.I8P)
-                                                for word in entry.words(2)]
+        pool = [] if self.key.cut.threads == 1 else [entry.b.inttoptr(word, fastcall.I8P)
+                                                     for word in entry.words(2)]
         entry.b.call(target, pointers + pool)
         entry.give([arg_name for arg_name, _ in self.key.args].index("out"))
 
     def _in_pieces(self, name: str) -> ir.Function:
-        """An internal `name`(operands..., scalars..., cell, run) running the kernel on
-        key.pieces row pieces of key.rows rows through kiln_pool_run(pool, task, context,
-        pieces), the pool read from runtime.pool's current cell (none there: the task
-        runs alone, on every piece). The context (the arguments and the counter the task
-        claims pieces with) lives on this function's stack, which kiln_pool_run
-        outlives.""" 
-        key, module = self.key, self.module
+        """An internal `name`(operands..., scalars..., [cell, run]) running the kernel
+        on the key's Cut: with one thread the task below on this one, else through
+        kiln_pool_run(pool, task, context, threads), the pool read from runtime.pool's
+        current cell (none there: the task runs alone, on every piece). The context
+        (the arguments and the counter the task claims pieces with) lives on this
+        function's stack, which kiln_pool_run outlives."""
+        cut, module = self.key.cut, self.module
         i8p = ir.IntType(8).as_pointer()
         kinds = [arg.type for arg in self.fn.args]
         context_type = ir.LiteralStructType([I64] + kinds)
         task = self._piece_task(f"{name}_task", context_type)
-        run_type = ir.FunctionType(ir.VoidType(), [i8p, task.type, i8p, I64])
-        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), kinds + [i8p, i8p]), name)
+        pool_args = [i8p, i8p] if cut.threads > 1 else []
+        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), kinds + pool_args), name)
         fn.linkage = "internal"
         fn.attributes.add("nounwind")
         b = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -101,21 +101,27 @@ class SmallGemm(TileStore):
         zero = ir.Constant(I32, 0)
         for index, value in enumerate([ir.Constant(I64, 0)] + list(fn.args[:len(kinds)])):
             b.store(value, b.gep(context, [zero, ir.Constant(I32, index)]))
+        alone_args = [b.bitcast(context, i8p), ir.Constant(I64, 0), ir.Constant(I64, 1)]
+        if cut.threads == 1:
+            b.call(task, alone_args)
+            b.ret_void()
+            return fn
         cell, run = fn.args[len(kinds):]
+        run_type = ir.FunctionType(ir.VoidType(), [i8p, task.type, i8p, I64])
         pool = b.load(b.bitcast(cell, i8p.as_pointer()))
         with b.if_else(b.icmp_unsigned("==", pool, ir.Constant(i8p, None))) as (alone, shared):
             with alone:
-                b.call(task, [b.bitcast(context, i8p), ir.Constant(I64, 0),
-                              ir.Constant(I64, 1)])
+                b.call(task, alone_args)
             with shared:
                 b.call(b.bitcast(run, run_type.as_pointer()),
-                       [pool, task, b.bitcast(context, i8p), ir.Constant(I64, key.pieces)])
+                       [pool, task, b.bitcast(context, i8p), ir.Constant(I64, cut.threads)])
         b.ret_void()
         return fn
 
     def _piece_task(self, name: str, context_type: ir.Type) -> ir.Function:
         """The runtime.pool task `name`(context, worker, threads): claim the next piece
-        from the context's counter and run the kernel on its rows, until none is left."""
+        from the context's counter and run the kernel on its operands (each moved by
+        its step), until none is left."""
         key, module = self.key, self.module
         i8p = ir.IntType(8).as_pointer()
         fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [i8p, I64, I64]), name)
@@ -131,16 +137,11 @@ class SmallGemm(TileStore):
         b.branch(head)
         b.position_at_end(head)
         piece = b.atomic_rmw("add", counter, ir.Constant(I64, 1), "monotonic")
-        b.cbranch(b.icmp_signed("<", piece, ir.Constant(I64, key.pieces)), body, done)
+        b.cbranch(b.icmp_signed("<", piece, ir.Constant(I64, key.cut.pieces)), body, done)
         b.position_at_end(body)
-        first_row = b.mul(piece, ir.Constant(I64, key.rows))
-        row_strides = {"a": key.a_strides[0], "out": key.out_row_stride,
-                       "c": (key.c_strides or (0, 0))[0],
-                       "res": (key.residual_strides or (0, 0))[0],
-                       "bias": key.bias_stride if key.spec.bias == "row" else 0}
-        moved = [b.gep(args[arg_name], [b.mul(first_row, ir.Constant(I64, row_strides[arg_name]))])
-                 if row_strides.get(arg_name) else args[arg_name]
-                 for arg_name, _ in key.args]
+        steps = dict(key.cut.steps)
+        moved = [b.gep(args[arg_name], [b.mul(piece, ir.Constant(I64, steps[arg_name]))])
+                 if steps.get(arg_name) else args[arg_name] for arg_name, _ in key.args]
         b.call(self.fn, moved)
         b.branch(head)
         b.position_at_end(done)
@@ -162,7 +163,7 @@ class SmallGemm(TileStore):
         self.b.ret_void()
 
     def _column_block(self, j0, width, b_rows, b_rs, aligned, cols=None) -> None:
-        mr, m = self.main.mr, self.key.rows
+        mr, m = self.main.mr, self.key.m
         full_m, tail_m = divmod(m, mr)
         tile = (b_rows, b_rs, aligned, width, cols or width)
         self._loop(full_m, mr, lambda i0: self._tile(i0, j0, mr, *tile))

@@ -575,8 +575,43 @@ def test_a_direct_product_is_cut_in_equal_row_pieces_one_per_thread():
     plan = gemm_plans.PLANS.get(
         gemm_plans.request("gemm", a, b, None, 1.0, 0.0, False, False, None, 2))
     if runtime_pool.available():
-        assert plan.kernel.key.pieces == 2 and plan.kernel.key.rows == 64
+        key = plan.kernel.key
+        assert key.cut.pieces == key.cut.threads == 2 and key.m == 64
     check(together[-1], a, b)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_small_batch_runs_in_one_call_of_a_specialised_kernel(threads):
+    """Evenly spaced batch elements (B broadcast) are the pieces of one specialised
+    kernel call, from the second sight on: the bits of the generic first call."""
+    from compiler.codegen import gemm_plans
+    rng = np.random.default_rng(28)
+    a, b = rand(rng, (8, 64, 32), np.float32), rand(rng, (32, 64), np.float32)
+    epilogue = Epilogue(bias=rand(rng, (64,), np.float32), activation="tanh")
+    results = [bmm(a, b, epilogue=epilogue, threads=threads) for _ in range(3)]
+    assert all(np.array_equal(results[0], r) for r in results[1:])
+    plan = gemm_plans.PLANS.get(gemm_plans.request("bmm", a, b, None, 1.0, 0.0, False, False,
+                                                   epilogue, threads))
+    assert isinstance(plan, gemm_plans.SmallPlan)
+    cut = plan.kernel.key.cut
+    assert cut.pieces == 8 and dict(cut.steps) == {"a": 64 * 32, "out": 64 * 64}
+    assert cut.threads == (threads if runtime_pool.available() else 1)
+    check(results[-1], a, b, epilogue=epilogue)
+
+
+def test_a_batch_not_evenly_spaced_runs_as_records():
+    """Batch dims (2, 3) over a view whose elements are not evenly spaced: records of
+    the specialised kernel's item, one per product."""
+    from compiler.codegen import gemm_plans
+    rng = np.random.default_rng(29)
+    a = rand(rng, (2, 4, 6, 5), np.float32)[:, :3]  # dim 0 steps 4 elements of dim 1
+    b = rand(rng, (5, 7), np.float32)
+    results = [bmm(a, b) for _ in range(3)]
+    assert all(np.array_equal(results[0], r) for r in results[1:])
+    plan = gemm_plans.PLANS.get(gemm_plans.request("bmm", a, b, None, 1.0, 0.0, False, False,
+                                                   None, None))
+    assert isinstance(plan, gemm_plans.Plan)
+    check(results[-1], a, b)
 
 
 def test_a_bmm_plan_does_not_serve_gemm():

@@ -10,7 +10,7 @@ import pytest
 from compiler.codegen import gemm_small
 from compiler.codegen.gemm import Epilogue
 from compiler.codegen.gemm_kernel import ACTIVATIONS, EpilogueSpec
-from compiler.codegen.gemm_small import choose_tile, fits, small_kernel
+from compiler.codegen.gemm_small import Cut, choose_tile, fits, small_kernel
 from runtime.pool import available as pool_available
 from tests.compiler.test_gemm import reference
 
@@ -26,21 +26,22 @@ def strides(x) -> tuple:
 
 
 def run(a, b, out=None, *, alpha=1.0, beta=0.0, c=None, epilogue=Epilogue(),
-        on_addresses=False, pieces=1):
+        on_addresses=False, rows=None, cut=Cut()):
     """out = the small kernel's product (out preallocated or new; through its fast entry
     where it has one, else or when `on_addresses` through ctypes), checked against the
-    float64 reference and its error bound."""
+    float64 reference and its error bound. `rows` and `cut`: a kernel for that many rows
+    covering all of them in that Cut."""
     (m, k), n = a.shape, b.shape[1]
     out = np.full((m, n), np.nan, a.dtype) if out is None else out
     e = epilogue
     bias = None if e.bias is None else ("col" if e.bias_axis == 1 else "row")
     spec = EpilogueSpec(bias, e.activation, e.residual is not None)
     kernel = small_kernel(
-        a.dtype, m, n, k, strides(a), strides(b), strides(out)[0], spec,
+        a.dtype, rows or m, n, k, strides(a), strides(b), strides(out)[0], spec,
         c_strides=None if c is None else strides(c),
         bias_stride=1 if e.bias is None else strides(e.bias)[0],
         residual_strides=None if e.residual is None else strides(e.residual),
-        alpha=alpha != 1, scale=e.scale != 1, pieces=pieces)
+        alpha=alpha != 1, scale=e.scale != 1, cut=cut)
     optional = {"c": c, "bias": e.bias, "res": e.residual, "alpha": alpha, "beta": beta,
                 "scale": e.scale}
     args = [a, b, out] + [optional[name] for name, _ in kernel.key.args[3:]]
@@ -143,14 +144,14 @@ needs_pool = pytest.mark.skipif(not pool_available(),
 
 
 @needs_pool
-@pytest.mark.parametrize("pieces", [2, 3])
+@pytest.mark.parametrize("pieces, threads", [(2, 2), (3, 2), (3, 1)])
 @pytest.mark.parametrize("layout", ["plain", "epilogue", "transposed-b", "strided"])
-def test_pieces_give_the_one_piece_result_bitwise(layout, pieces):
-    """A kernel in row pieces run on the pool: every row once, each piece's operands
+def test_row_pieces_give_the_one_piece_result_bitwise(layout, pieces, threads):
+    """A kernel for 6 rows cut over 6 * pieces: every row once, each piece's operands
     (A, out, C, a row bias, the residual) moved by its rows, B copied by each piece
-    where it needs a copy; the same bits as one piece."""
+    where it needs a copy; the same bits as one kernel for all rows."""
     rng = np.random.default_rng(7)
-    m, n, k = 6 * pieces, 37, 29
+    m, n, k, rows = 6 * pieces, 37, 29, 6
     a, b = rand(rng, (m, k), np.float32), rand(rng, (k, n), np.float32)
     options = {}
     if layout == "epilogue":
@@ -161,16 +162,42 @@ def test_pieces_give_the_one_piece_result_bitwise(layout, pieces):
     elif layout == "strided":
         a = rand(rng, (2 * m, 3 * k), np.float32)[::2, ::3]
         b = rand(rng, (k, 2 * n), np.float32)[:, ::2]
+    steps = [("a", rows * strides(a)[0]), ("out", rows * n)]
+    if layout == "epilogue":
+        steps += [("c", rows), ("bias", rows), ("res", rows * n)]
     one = run(a, b, **options)
-    assert np.array_equal(run(a, b, pieces=pieces, **options), one)
+    cut = Cut(pieces, tuple(steps), threads)
+    assert np.array_equal(run(a, b, rows=rows, cut=cut, **options), one)
 
 
 @needs_pool
-def test_pieces_cut_m_evenly_and_have_a_fast_entry():
-    with pytest.raises(ValueError, match="7 rows do not cut into 2 equal pieces"):
-        small_kernel(np.float32, 7, 5, 3, (3, 1), (5, 1), 5, pieces=2)
-    kernel = small_kernel(np.float32, 8, 5, 3, (3, 1), (5, 1), 5, pieces=2)
-    assert kernel.key.rows == 4 and kernel.item == 0
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_batch_in_one_call_gives_each_products_result_bitwise(threads):
+    """Five products (A and out moving, B broadcast, a column bias) in one call."""
+    rng = np.random.default_rng(8)
+    batch, m, n, k = 5, 7, 21, 11
+    a, b = rand(rng, (batch, m, k), np.float32), rand(rng, (k, n), np.float32)
+    epilogue = Epilogue(bias=rand(rng, (n,), np.float32), activation="relu")
+    each = np.stack([run(a[i], b, epilogue=epilogue) for i in range(batch)])
+    kernel = small_kernel(np.float32, m, n, k, (k, 1), (n, 1), n, EpilogueSpec("col", "relu"),
+                          cut=Cut(batch, (("a", m * k), ("out", m * n)), threads))
+    out = np.full((batch, m, n), np.nan, np.float32)
+    if kernel.fast is not None:
+        assert kernel.fast(a, b, out, epilogue.bias) is out
+    else:
+        kernel.fn(a.ctypes.data, b.ctypes.data, out.ctypes.data, epilogue.bias.ctypes.data,
+                  *kernel.pool_args)
+    assert np.array_equal(out, each)
+
+
+def test_a_cut_is_checked():
+    with pytest.raises(ValueError, match="3 pieces cannot run on 4 threads"):
+        small_kernel(np.float32, 4, 5, 3, (3, 1), (5, 1), 5, cut=Cut(3, (), 4))
+    with pytest.raises(ValueError, match="does not take"):
+        small_kernel(np.float32, 4, 5, 3, (3, 1), (5, 1), 5, cut=Cut(2, (("bias", 4),), 1))
+    kernel = small_kernel(np.float32, 4, 5, 3, (3, 1), (5, 1), 5,
+                          cut=Cut(2, (("a", 12), ("out", 20)), 1))
+    assert kernel.item == 0 and kernel.pool_args == ()
     if kernel.fast is not None:
         a, b = np.ones((8, 3), np.float32), np.ones((3, 5), np.float32)
         with pytest.raises(TypeError, match="takes 3 arrays"):
@@ -179,10 +206,13 @@ def test_pieces_cut_m_evenly_and_have_a_fast_entry():
         assert kernel.fast(a, b, out) is out and (out == 3).all()
 
 
+CUT_ON_TWO = Cut(2, (("a", 12), ("out", 20)), 2)  # 8 x 5 x 3 as two pieces of 4 rows
+
+
 def _pieces_in_child(queue):
     try:
         from runtime import pool
-        kernel = small_kernel(np.float32, 8, 5, 3, (3, 1), (5, 1), 5, pieces=2)
+        kernel = small_kernel(np.float32, 4, 5, 3, (3, 1), (5, 1), 5, cut=CUT_ON_TWO)
         assert ctypes.c_int64.from_address(pool.current_cell()).value == 0  # no pool here
         out = np.zeros((8, 5), np.float32)
         kernel.fn(np.ones((8, 3), np.float32).ctypes.data, np.ones((3, 5), np.float32)
@@ -197,7 +227,7 @@ def test_pieces_run_in_a_forked_child_whose_pool_is_not_the_parents():
     """The parent's pool and workers are not in a forked child: its kernels in pieces run
     alone there until the child makes a pool of its own, and do not hang."""
     import multiprocessing
-    kernel = small_kernel(np.float32, 8, 5, 3, (3, 1), (5, 1), 5, pieces=2)
+    kernel = small_kernel(np.float32, 4, 5, 3, (3, 1), (5, 1), 5, cut=CUT_ON_TWO)
     assert kernel.pool_args
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
