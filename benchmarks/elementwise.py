@@ -18,6 +18,10 @@ from benchmarks.impls import NUMPY, TORCH, every_contender, float64, nbytes
 
 ROWS, COLUMNS = 4096, 1024
 QUICK_ROWS = 256
+# six float32 ops, two of them transcendental: PyTorch's vectorised GELU on 2 threads
+# came out 5.2e-05 off (near zero, where the relative part of the tolerance is nothing)
+# in about one run of five; the other cases keep the harness's 1e-05
+CHAIN_ATOL = 1e-4
 
 
 def gelu_chain(lib, x, w, b):
@@ -61,7 +65,7 @@ def cases(quick: bool) -> list[Case]:
              every_contender(gelu_chain, gelu_chain_numpy, [x, w, b],
                              numpy_contender="numpy + scipy"),
              expected=float64(gelu_chain_float64, [x, w, b]),
-             unit="GB/s", work=nbytes(x, w, b, x), reference=reference),
+             unit="GB/s", work=nbytes(x, w, b, x), reference=reference, atol=CHAIN_ATOL),
         Case(f"add {size} + {size}", every_contender(add, np.add, [x, y]),
              expected=float64(np.add, [x, y]), unit="GB/s", work=nbytes(x, y, x),
              reference=reference),
