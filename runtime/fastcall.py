@@ -49,6 +49,14 @@ def _array_data_offset() -> int:
 ARRAY_DATA_OFFSET = _array_data_offset()
 
 
+def address(x: np.ndarray) -> int:
+    """x's data pointer: read from the object where ARRAY_DATA_OFFSET says (a third of
+    the ~1 us that `x.ctypes.data` or `__array_interface__` cost), else through numpy."""
+    if ARRAY_DATA_OFFSET:
+        return ctypes.c_void_p.from_address(id(x) + ARRAY_DATA_OFFSET).value or 0
+    return x.__array_interface__["data"][0]
+
+
 def available() -> bool:
     """CPython with a GIL (a reference count is then a plain word at the object's
     start) and ndarrays laid out as probed."""

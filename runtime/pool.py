@@ -1,7 +1,7 @@
 """A thread pool whose workers wait in native code, for native tasks.
 
-runtime.threads' pool hands Python callables to Python threads: every job is a queue
-round trip and a thread wake-up, 40-100 us on this machine, more than a whole 256^3
+A pool that hands Python callables to Python threads (kiln had one) pays a queue round
+trip and a thread wake-up per job, 40-100 us on this machine, more than a whole 256^3
 GEMM is worth splitting. Here the workers are Python threads that enter one native
 function and never return (they hold no GIL), and a job is a function pointer and a
 context pointer published by bumping a generation counter: a worker that is spinning
@@ -34,6 +34,8 @@ import threading
 
 import llvmlite.ir as ir
 import numpy as np
+
+from runtime.fastcall import address
 
 I8P = ir.IntType(8).as_pointer()
 I32, I64 = ir.IntType(32), ir.IntType(64)
@@ -303,17 +305,16 @@ class Items:
     run at a time."""
 
     def __init__(self, first: tuple | None, then: tuple):
-        self.words = np.zeros(ITEMS_SLOTS, np.int64)
-        self.words[FIRST:FIRST + 4] = first or (0, 0, 0, 0)
-        self.words[THEN:THEN + 4] = then
-        self.address = self.words.ctypes.data
+        self.words = np.array([*(first or (0, 0, 0, 0)), *then] + [0] * (ITEMS_SLOTS - 8),
+                              np.int64)
+        self.address = address(self.words)
 
     def run(self, threads: int) -> None:
         """function(record, worker) for every record of the first list, then, once they
         are all done, for every record of the second, on up to `threads` threads of the
         pool (on this thread alone, in one native call, when threads is 1 or the pool is
         not available); each record is run once, by whichever thread claims it."""
-        self.words[CLAIM_FIRST:] = 0
+        self.words[CLAIM_FIRST:] = 0  # (the counters; zero in a new Items)
         if threads <= 1 or not available():
             _alone()(self.address, 0, 1)
         else:

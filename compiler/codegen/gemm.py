@@ -36,6 +36,7 @@ from compiler.codegen import gemm_plans as plans
 from compiler.codegen import gemm_small as small
 from compiler.codegen import gemm_tune
 from compiler.codegen.gemm_kernel import ACTIVATIONS, EpilogueSpec
+from runtime.fastcall import address
 from runtime.pool import available as pool_available
 
 DIRECT_MAX_MACS = 144 ** 3  # multiply-adds below which packing costs more than it saves
@@ -374,7 +375,7 @@ def _layout(x, dims: int, itemsize: int) -> tuple:
     strides = x.strides
     inner = (strides[-2] // itemsize, strides[-1] // itemsize) if dims == 2 else (
         strides[-1] // itemsize, 0)
-    return native.address(x), strides[:-dims], inner
+    return address(x), strides[:-dims], inner
 
 
 _ABSENT = (0, (), (0, 0))

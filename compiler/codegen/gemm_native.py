@@ -8,7 +8,6 @@ operands are. gemm_jobs.py cuts a batch into pieces and runs them.
 """
 from __future__ import annotations
 
-import ctypes
 import threading
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -17,19 +16,10 @@ import numpy as np
 
 from compiler import debugging
 from compiler.codegen.gemm_kernel import EpilogueSpec, Tile, build_module, emit_activation
-from runtime.fastcall import ARRAY_DATA_OFFSET
 
 CONFLICT_STRIDE = 2048  # bytes
 
 
-
-
-def address(x: np.ndarray) -> int:
-    """x's data pointer: read from the object where ARRAY_DATA_OFFSET says (a third of
-    the ~1 us that `x.ctypes.data` or `__array_interface__` cost), else through numpy."""
-    if ARRAY_DATA_OFFSET:
-        return ctypes.c_void_p.from_address(id(x) + ARRAY_DATA_OFFSET).value or 0
-    return x.__array_interface__["data"][0]
 
 
 class SecondSight:

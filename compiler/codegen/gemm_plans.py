@@ -20,6 +20,7 @@ import numpy as np
 
 from compiler.codegen import gemm_jobs
 from compiler.codegen import gemm_native as native
+from runtime.fastcall import address
 
 PLAN_MAX_MACS = 1 << 28  # about 645^3
 PLAN_LIMIT = 256
@@ -113,7 +114,7 @@ class SmallPlan:
         if self.fast is not None:
             return self.fast(*[operands[name] for name in self.names])
         scalars = {"alpha": alpha, "scale": 1.0 if epilogue is None else epilogue.scale}
-        self.kernel.fn(*[native.address(operands[name]) if name in operands else
+        self.kernel.fn(*[address(operands[name]) if name in operands else
                          scalars[name] for name in self.names], *self.kernel.pool_args)
         return out
 
@@ -156,7 +157,7 @@ class Plan:
     def __call__(self, a, b, alpha, epilogue) -> np.ndarray | None:
         out = np.empty(self.shape, self.dtype)
         operands = _operands(a, b, out, epilogue)
-        addresses = {name: native.address(operands[name]) for _, name in self.pointers}
+        addresses = {name: address(operands[name]) for _, name in self.pointers}
         done = self._run(addresses, alpha, 1.0 if epilogue is None else epilogue.scale)
         return out if done else None
 

@@ -161,6 +161,48 @@ def test_kernels_large_enough_to_span_threads(fn, monkeypatch):
     assert math.isfinite(float(first.sum()))
 
 
+def test_one_long_row_splits_its_inner_range_over_the_pool():
+    """A 1-D elementwise kernel from _PARALLEL_ELEMENTS on runs one inner range per
+    thread as runtime.pool items: every element once, the bits of one thread."""
+    from compiler import native
+    from runtime import pool
+    x = eager.tensor(np.random.default_rng(4).standard_normal(300_001).astype(np.float32))
+    compiled = compiler.compile(lambda x: (x * 1.5).exp() - x, backend="native")
+    got = compiled(x).numpy()
+    run = next(iter(compiled.region_cache.values()))
+    (launch,) = [launch for k in run.kernels.values() for launch in k._layouts.values()]
+    expected_threads = native.num_threads() if pool.available() else 1
+    assert launch.threads == expected_threads
+    if launch.threads > 1:
+        assert launch.split_inner and launch.parallel
+        lows, highs = launch._records[:, 6], launch._records[:, 7]
+        assert lows[0] == 0 and highs[-1] == 300_001 and (lows[1:] == highs[:-1]).all()
+    launch.parallel = False  # the same kernel on this thread alone
+    np.testing.assert_array_equal(compiled(x).numpy(), got)
+    np.testing.assert_allclose(got, np.exp(x.numpy() * 1.5) - x.numpy(), rtol=1e-5)
+
+
+def test_python_threads_may_share_a_kernel_on_the_pool():
+    """Callers that find a launch's items taken run the kernel alone: every result right."""
+    import threading
+    compiled = compiler.compile(lambda x: x * 2 + 1, backend="native")
+    inputs = [eager.tensor(np.full(200_000, i, np.float32)) for i in range(6)]
+    compiled(inputs[0])
+    results = [None] * len(inputs)
+
+    def work(index):
+        for _ in range(20):
+            results[index] = compiled(inputs[index]).numpy()
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(inputs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for i, result in enumerate(results):
+        assert (result == 2 * i + 1).all()
+
+
 def test_row_kernels_tell_row_operands_from_broadcast_rows():
     x, w, b = eager.randn(37, 53), eager.randn(53), eager.randn(53)
     ln = compiler.compile(lambda x: eager.nn.functional.layer_norm(x, (53,), w, b))
