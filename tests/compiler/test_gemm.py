@@ -614,6 +614,27 @@ def test_a_batch_not_evenly_spaced_runs_as_records():
     check(results[-1], a, b)
 
 
+def test_row_pieces_move_every_operand_by_their_rows():
+    """C, a row bias, the residual and a strided A all move with the row pieces of a
+    specialised kernel on two threads: the bits of one thread, within the bound."""
+    rng = np.random.default_rng(30)
+    m, k, n = 64, 72, 70
+    a = rand(rng, (m, 2 * k), np.float32)[:, ::2]
+    b, c = rand(rng, (k, n), np.float32), rand(rng, (n, m), np.float32).T
+    epilogue = Epilogue(bias=rand(rng, (m,), np.float32), bias_axis=0, activation="silu",
+                        residual=rand(rng, (m, n), np.float32), scale=0.5)
+    options = dict(alpha=1.5, beta=0.25, c=c, epilogue=epilogue)
+    alone = [gemm(a, b, threads=1, **options) for _ in range(3)]
+    together = [gemm(a, b, threads=2, **options) for _ in range(3)]
+    assert all(np.array_equal(alone[0], r) for r in alone[1:] + together)
+    check(together[-1], a, b, **options)
+    if runtime_pool.available():
+        from compiler.codegen import gemm_small
+        assert any(key.cut.pieces == 2 and (key.m, key.n, key.k) == (32, n, k) and
+                   dict(key.cut.steps).keys() == {"a", "c", "out", "bias", "res"}
+                   for key in gemm_small._kernels)
+
+
 def test_a_bmm_plan_does_not_serve_gemm():
     """gemm() on the operands of a planned bmm() request still refuses them."""
     rng = np.random.default_rng(27)
