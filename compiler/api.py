@@ -173,7 +173,7 @@ class CompiledFunction:
             entry.regions = [graph]
             entry.run = self._compile_region(graph)
             if entry.direct is not None:  # the same arguments, now the symbolic graph's
-                entry.direct = getattr(entry.run, "kernel", None)
+                entry.direct = _direct(entry.run, [index for _, index in entry.sources])
             self.entries[entry.key] = entry
             dims = ", ".join(f"arg {i} dim {d}" for i, d in sorted(diff))
             self.history.append(f"{dims} made dynamic: sizes changed, the graph did not")
@@ -236,11 +236,10 @@ class CompiledFunction:
         entry.graph = record.graph if record is not None else None
         entry.run = self._compile_region(record.graph) if record is not None else None
         entry.sources, entry.out_tree, entry.out_slots = sources, tree, slots
-        kernel = getattr(entry.run, "kernel", None)  # a graph that is one native kernel
-        if kernel is not None and tree == 0 and slots == [("graph", 0)] and \
-                sources == [("arg", i) for i in range(len(sources))] and \
-                len(sources) == len(leaves_of_args(entry.key)):
-            entry.direct = kernel
+        if tree == 0 and slots == [("graph", 0)] and len(sources) == len(
+                leaves_of_args(entry.key)) and sorted(sources) == [
+                ("arg", i) for i in range(len(sources))]:  # every argument, once each
+            entry.direct = _direct(entry.run, [index for _, index in sources])
 
     def _replay(self, entry: Entry, leaves: list):
         results = []
@@ -286,6 +285,13 @@ class CompiledFunction:
     def explain(self) -> str:
         from compiler.explain import explain
         return explain(self)
+
+
+def _direct(run, order: list[int]):
+    """The call of a region that is one native kernel on the arguments themselves, graph
+    input i being argument order[i]; None for other regions."""
+    on_arguments = getattr(run, "on_arguments", None)
+    return None if on_arguments is None else on_arguments(order)
 
 
 def leaves_of_args(key: tuple) -> tuple:

@@ -418,13 +418,23 @@ def _thread_count(elements: int) -> int:
 
 
 class _Direct:
-    """A graph that is one native kernel: called without the interpreter's bookkeeping."""
+    """A graph that is one native kernel: called without the interpreter's bookkeeping.
+    The kernel's input j is the graph's input order[j]."""
 
-    def __init__(self, kernel):
-        self.kernel = kernel
+    def __init__(self, kernel, order: list[int]):
+        self.kernel, self.order = kernel, order
 
     def __call__(self, inputs: list) -> list:
-        return self.kernel(list(inputs))
+        return self.kernel([inputs[i] for i in self.order])
+
+    def on_arguments(self, graph_inputs: list[int]):
+        """The kernel as a call on a function's arguments, graph input i being argument
+        graph_inputs[i]."""
+        order = [graph_inputs[i] for i in self.order]
+        if order == list(range(len(order))):
+            return self.kernel
+        kernel = self.kernel
+        return lambda args: kernel([args[i] for i in order])
 
 
 def prepare(graph: Graph):
@@ -439,9 +449,10 @@ def prepare(graph: Graph):
             except (Unsupported, gemm.Unsupported) as e:
                 reasons[i] = str(e)
     run = interpreter.prepare(graph, replace=natives)
-    if len(graph.nodes) == 1 and natives and graph.nodes[0].inputs[0] == graph.inputs and \
-            graph.nodes[0].outputs == graph.outputs:
-        run = _Direct(natives[0])  # one kernel over the graph's own inputs: call it as is
+    if len(graph.nodes) == 1 and natives and graph.nodes[0].outputs == graph.outputs and \
+            sorted(graph.nodes[0].inputs[0], key=graph.inputs.index) == list(graph.inputs):
+        # one kernel over the graph's own inputs (each once): call it as is
+        run = _Direct(natives[0], [graph.inputs.index(v) for v in graph.nodes[0].inputs[0]])
     run.graph = graph
     run.kernels = natives
     run.native_reasons = {str(graph.nodes[i]).split(" = ")[0]: r for i, r in reasons.items()}

@@ -32,6 +32,24 @@ def test_a_one_kernel_function_replays_as_a_direct_kernel_call():
     assert _direct_entry(cf).calls == 3
 
 
+@pytest.mark.parametrize("fn", [
+    lambda x, w, b: eager.nn.functional.linear(x, w, b).relu(),  # captured as w, b, x
+    lambda x, y: y.exp() * 2 - x,  # captured as y, x
+])
+def test_arguments_captured_in_another_order_still_call_the_kernel_directly(fn):
+    """The kernel's inputs are the arguments in another order: the direct call reorders
+    them (and a second call with the arguments swapped around is still right)."""
+    shapes = [(6, 5), (3, 5), (3,)] if fn.__code__.co_argcount == 3 else [(7,), (7,)]
+    args = [_floats(*shape, seed=i) for i, shape in enumerate(shapes)]
+    cf = compiler.compile(fn)
+    for _ in range(3):
+        assert_close(cf(*args), fn(*args))
+    entry = _direct_entry(cf)
+    assert entry.calls == 3 and sorted(entry.sources) != entry.sources
+    if len(args) == 2:
+        assert_close(cf(args[1], args[0]), fn(args[1], args[0]))
+
+
 def test_direct_calls_return_fresh_tensors():
     cf = compiler.compile(six_ops)
     x, y = _floats(8, seed=1), _floats(8, seed=2)
