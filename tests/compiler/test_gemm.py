@@ -599,6 +599,27 @@ def test_a_small_batch_runs_in_one_call_of_a_specialised_kernel(threads):
     check(results[-1], a, b, epilogue=epilogue)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_batch_in_one_call_writes_only_its_output(threads):
+    """A broadcast A, a transposed B (each piece copies its own), out a view inside a NaN
+    frame: every element written once, nothing around it touched."""
+    from compiler.codegen import gemm_small
+    rng = np.random.default_rng(31)
+    a = rand(rng, (40, 33), np.float32)
+    b = rand(rng, (8, 45, 33), np.float32).swapaxes(-1, -2)
+    frame = np.full((8, 42, 50), np.nan, np.float32)
+    out = frame[:, 1:41, 2:47]
+    for _ in range(3):
+        out[...] = np.nan
+        bmm(a, b, out=out, threads=threads)
+        check(out, a, b)
+    frame[:, 1:41, 2:47] = 0
+    assert np.isnan(frame).sum() == frame.size - out.size
+    assert any(key.cut.pieces == 8 and dict(key.cut.steps) == {"b": 45 * 33, "out": 42 * 50}
+               and key.cut.threads == (threads if runtime_pool.available() else 1)
+               for key in gemm_small._kernels)
+
+
 def test_a_batch_not_evenly_spaced_runs_as_records():
     """Batch dims (2, 3) over a view whose elements are not evenly spaced: records of
     the specialised kernel's item, one per product."""
