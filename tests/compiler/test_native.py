@@ -161,6 +161,11 @@ def test_kernels_large_enough_to_span_threads(fn, monkeypatch):
     assert math.isfinite(float(first.sum()))
 
 
+def pool_available() -> bool:
+    from runtime import pool
+    return pool.available()
+
+
 def test_one_long_row_splits_its_inner_range_over_the_pool():
     """A 1-D elementwise kernel from _PARALLEL_ELEMENTS on runs one inner range per
     thread as runtime.pool items: every element once, the bits of one thread."""
@@ -180,6 +185,20 @@ def test_one_long_row_splits_its_inner_range_over_the_pool():
     launch.parallel = False  # the same kernel on this thread alone
     np.testing.assert_array_equal(compiled(x).numpy(), got)
     np.testing.assert_allclose(got, np.exp(x.numpy() * 1.5) - x.numpy(), rtol=1e-5)
+
+
+def test_strided_and_broadcast_operands_split_over_the_pool():
+    """A strided view and a strided broadcast row, 401 x 500 (odd rows): each thread its
+    rows, every element right."""
+    rng = np.random.default_rng(6)
+    base = eager.tensor(rng.standard_normal((402, 1000)).astype(np.float32))
+    x, row = base[1:, 1::2], eager.tensor(rng.standard_normal(1000).astype(np.float32))[::2]
+    compiled = compiler.compile(lambda x, r: (x - r).abs().sqrt() * 2, backend="native")
+    got = compiled(x, row).numpy()
+    np.testing.assert_allclose(got, np.sqrt(np.abs(x.numpy() - row.numpy())) * 2, rtol=1e-6)
+    run = next(iter(compiled.region_cache.values()))
+    launches = [launch for k in run.kernels.values() for launch in k._layouts.values()]
+    assert launches and all(launch.parallel for launch in launches) or not pool_available()
 
 
 def test_python_threads_may_share_a_kernel_on_the_pool():
