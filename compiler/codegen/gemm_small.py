@@ -110,8 +110,9 @@ class SmallKernel:
     `pool_args` (where the pool is, its run function) for a kernel on threads; `fast`, where
     gemm_small_ir.has_fast_entry allows it, a runtime.fastcall builtin on the numpy
     arrays themselves (base-class ndarrays laid out as the key says, unchecked)
-    returning out: ~30 ns of call where ctypes and the addresses take ~1 us. `item` is
-    the address of the kernel as a runtime.pool item on a record of
+    returning out: ~30 ns of call where ctypes and the addresses take ~1 us (it keeps
+    the GIL while it runs, as a builtin does: tens of microseconds at most for these
+    sizes, where ctypes lets it go). `item` is the address of the kernel as a runtime.pool item on a record of
     gemm_kernel.KERNEL_ARGS (as the generic kernels' items are), for batches; 0 for a
     kernel in pieces (which covers its batch itself)."""
 
