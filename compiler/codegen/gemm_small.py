@@ -112,9 +112,9 @@ class SmallKernel:
     arrays themselves (base-class ndarrays laid out as the key says, unchecked)
     returning out: ~30 ns of call where ctypes and the addresses take ~1 us (it keeps
     the GIL while it runs, as a builtin does: tens of microseconds at most for these
-    sizes, where ctypes lets it go). `item` is the address of the kernel as a runtime.pool item on a record of
-    gemm_kernel.KERNEL_ARGS (as the generic kernels' items are), for batches; 0 for a
-    kernel in pieces (which covers its batch itself)."""
+    sizes, where ctypes lets it go). `item` is the address of the kernel as a
+    runtime.pool item on a record of gemm_kernel.KERNEL_ARGS (as the generic kernels'
+    items are), for batches; 0 for a kernel in pieces (which covers its batch itself)."""
 
     def __init__(self, key: SmallKey, tile: Tile, name: str, addresses: dict[str, int]):
         self.key, self.tile, self.item = key, tile, addresses.get(f"{name}_item", 0)
