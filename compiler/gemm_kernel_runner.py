@@ -1,17 +1,18 @@
 """GEMM kernels of the native backend: a fused `gemm` node (views and prologues of its
 operands, mm or bmm, an elementwise epilogue) runs as kiln's own GEMM
 (compiler/codegen/gemm.py), with the leading part of the epilogue that the GEMM can
-fuse into its store (bias, relu/tanh, scale, residual) fused there, and the rest of the
-epilogue as one native elementwise kernel."""
+fuse into its store (bias, relu/tanh/gelu/silu, scale, residual) fused there, and the
+rest of the epilogue as one native elementwise kernel."""
 from __future__ import annotations
 
 from compiler import interpreter
 from compiler.codegen.gemm import Epilogue, bmm, gemm
+from compiler.codegen.gemm_kernel import ACTIVATIONS
 from eager.tensor import from_array
 from ir.graph import Graph, GraphBuilder, Node, Value
 from ir.ops import Op
 
-_ACTIVATIONS = {Op.RELU: "relu", Op.TANH: "tanh"}
+_ACTIVATIONS = {Op.RELU: "relu", Op.TANH: "tanh", Op.SILU: "silu", Op.GELU: "gelu"}
 _FLOATS = ("float32", "float64")
 
 
@@ -178,13 +179,14 @@ def _store_epilogue(body: Graph, product: Node, after) -> tuple[list, Value]:
                 role = "bias"
         elif node.op in _ACTIVATIONS and not others:
             role = _ACTIVATIONS[node.op]
+            if node.attr.get("approximate") == "tanh":
+                role = "gelu_tanh"
         elif node.op is Op.MUL and len(others) == 1 and producers.get(others[0]) is not None \
                 and producers[others[0]].op is Op.SCALAR:
             role = "scale"
         stage_of = {"bias": 0, "residual": 3, "scale": 2}.get(role, 1)
         if role is None or stage_of < stage or any(
-                r == role or (r in _ACTIVATIONS.values() and role in _ACTIVATIONS.values())
-                for _, r in fused):
+                r == role or (r in ACTIVATIONS and role in ACTIVATIONS) for _, r in fused):
             break
         stage = stage_of
         fused.append((node, role))

@@ -334,20 +334,6 @@ class _Gemm(TileStore):
 
 
 def emit_activation(b: ir.IRBuilder, name: str, x: ir.Value) -> ir.Value:
-    """One activation from ACTIVATIONS but relu on a float vector, through vmath."""
+    """One activation from ACTIVATIONS but relu on a float vector (vmath.activation)."""
     from compiler.codegen import vmath
-
-    def const(value: float) -> ir.Constant:
-        return ir.Constant(x.type, [value] * x.type.count)
-
-    if name == "tanh":
-        return vmath.emit(b, "tanh", x)
-    if name == "silu":
-        return b.fmul(x, vmath.emit(b, "sigmoid", x))
-    if name == "gelu":  # x * (1 + erf(x / sqrt 2)) / 2
-        inner = vmath.emit(b, "erf", b.fmul(x, const(0.7071067811865476)))
-    else:  # gelu_tanh: x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))) / 2
-        cube = b.fmul(b.fmul(x, x), x)
-        inner = vmath.emit(b, "tanh", b.fmul(const(0.7978845608028654),
-                                             b.fadd(x, b.fmul(const(0.044715), cube))))
-    return b.fmul(b.fmul(const(0.5), x), b.fadd(const(1.0), inner))
+    return vmath.activation(b, name, x)

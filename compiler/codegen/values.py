@@ -6,8 +6,6 @@ Booleans are i1 in registers and one byte in memory, as numpy stores them.
 """
 from __future__ import annotations
 
-import math
-
 import llvmlite.ir as ir
 
 from ir import dtypes
@@ -107,7 +105,7 @@ def compute(L: Lanes, op: Op, args: list, in_dts: list, out_dt: DType, attrs: di
     b = L.b
     xs = [L.cast(a, d, compute_dt) for a, d in zip(args, in_dts)]
     fl = compute_dt.is_floating_point
-    if op in FLOAT_OPS or op in (Op.POW, Op.GELU):
+    if op in FLOAT_OPS or op in (Op.POW, Op.GELU, Op.SILU):
         return _math(L, op, xs, attrs, compute_dt)
     if op is Op.NEG:
         return b.fneg(xs[0]) if fl else b.neg(xs[0])
@@ -178,19 +176,14 @@ def _math(L: Lanes, op: Op, xs: list, attrs: dict, compute_dt: DType):
         return vmath.emit(b, FLOAT_OPS[op], xs[0])
     if op is Op.POW:
         return vmath.emit(b, "pow", xs[0], xs[1])
-    x = xs[0]  # gelu
-    if attrs.get("approximate") == "tanh":
-        cube = b.fmul(x, b.fmul(x, x))
-        inner = b.fmul(b.fadd(x, b.fmul(L.const(0.044715, compute_dt), cube)),
-                       L.const(math.sqrt(2 / math.pi), compute_dt))
-        t = vmath.emit(b, "tanh", inner)
-    else:
-        t = vmath.emit(b, "erf", b.fmul(x, L.const(1 / math.sqrt(2), compute_dt)))
-    return b.fmul(b.fmul(x, L.const(0.5, compute_dt)), b.fadd(t, L.const(1.0, compute_dt)))
-
+    if op is Op.SILU:
+        return vmath.activation(b, "silu", xs[0])
+    return vmath.activation(b, "gelu_tanh" if attrs.get("approximate") == "tanh" else "gelu",
+                            xs[0])
 
 _COMPARE = {Op.EQ: "==", Op.NE: "!=", Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">="}
 NATIVE_OPS = frozenset(FLOAT_OPS) | frozenset(_COMPARE) | {
     Op.NEG, Op.ABS, Op.SIGN, Op.RELU, Op.CLAMP, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.POW,
-    Op.MAXIMUM, Op.MINIMUM, Op.LOGICAL_AND, Op.WHERE, Op.CLONE, Op.TO_COPY, Op.GELU}
+    Op.MAXIMUM, Op.MINIMUM, Op.LOGICAL_AND, Op.WHERE, Op.CLONE, Op.TO_COPY, Op.GELU,
+    Op.SILU}
 """The elementwise ops this file can emit (float-only ones need a float compute type)."""

@@ -1,6 +1,7 @@
 """Decompositions to a small core, so fusion sees primitives: softmax -> amax, sub, exp,
-sum, div; log_softmax; mean -> sum / n; var; addmm -> mm + bias; gelu, silu and
-gelu_backward -> elementwise primitives.
+sum, div; log_softmax; mean -> sum / n; var; addmm -> mm + bias; gelu_backward ->
+elementwise primitives. gelu and silu stay whole: elementwise kernels emit them as
+they are, and a GEMM's store takes them as its activation.
 
 Each decomposition is written in eager ops and captured into a graph (the same capture
 compile() uses), then inlined. Only float32 and float64 ops decompose: eager computes
@@ -63,13 +64,6 @@ def addmm(bias, mat1, mat2, *, beta=1, alpha=1):
     return product + (bias if beta == 1 else bias * beta)
 
 
-def gelu(x, *, approximate="none"):
-    if approximate == "tanh":
-        inner = (x + x * x * x * 0.044715) * _SQRT_2_OVER_PI
-        return x * 0.5 * (ops.tanh(inner) + 1.0)
-    return x * 0.5 * (ops.erf(x * _SQRT1_2) + 1.0)
-
-
 def gelu_backward(grad, x, *, approximate="none"):
     if approximate == "tanh":
         inner = (x + x * x * x * 0.044715) * _SQRT_2_OVER_PI
@@ -81,13 +75,8 @@ def gelu_backward(grad, x, *, approximate="none"):
     return grad * (cdf + x * pdf)
 
 
-def silu(x):
-    return x * ops.sigmoid(x)
-
-
 DECOMPOSITIONS = {Op.SOFTMAX: softmax, Op.LOG_SOFTMAX: log_softmax, Op.MEAN: mean,
-                  Op.VAR: var, Op.ADDMM: addmm, Op.GELU: gelu,
-                  Op.GELU_BACKWARD: gelu_backward, Op.SILU: silu}
+                  Op.VAR: var, Op.ADDMM: addmm, Op.GELU_BACKWARD: gelu_backward}
 _FLOATS = ("float32", "float64")
 
 

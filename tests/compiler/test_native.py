@@ -359,6 +359,33 @@ def test_a_layout_the_kernel_cannot_run_is_planned_once(monkeypatch):
     assert len(planned) == 1
 
 
+@pytest.mark.parametrize("name, fn", [
+    ("gelu", lambda y: eager.gelu(y)),
+    ("gelu_tanh", lambda y: eager.gelu(y, approximate="tanh")),
+    ("silu", lambda y: eager.silu(y)),
+])
+def test_gelu_and_silu_after_a_linear_are_the_gemm_store_s_activation(name, fn, monkeypatch):
+    """gelu and silu stay whole through the passes: the GEMM's store applies them, no
+    elementwise kernel follows."""
+    import compiler.gemm_kernel_runner as runner
+    kernels, original = [], runner.GemmKernel.__call__
+
+    def spy(kernel, inputs):
+        kernels.append(kernel)
+        return original(kernel, inputs)
+
+    monkeypatch.setattr(runner.GemmKernel, "__call__", spy)
+    rng = np.random.default_rng(12)
+    x, w, b = (eager.tensor(rng.standard_normal(s).astype("float32"))
+               for s in ((10, 6), (4, 6), (4,)))
+    layer = lambda x, w, b: fn(eager.nn.functional.linear(x, w, b))  # noqa: E731
+    compiled = compiler.compile(layer, backend="native")
+    for _ in range(3):
+        np.testing.assert_allclose(compiled(x, w, b).numpy(), layer(x, w, b).numpy(),
+                                   rtol=1e-5, atol=1e-6)
+    assert kernels and all(k._activation == name and k.rest is None for k in kernels)
+
+
 def test_static_gemm_sizes_get_specialised_kernels_and_dynamic_ones_the_generic():
     """A graph compiled for fixed sizes runs its product on a gemm_small kernel made for
     them (from the second call on); with dynamic=True the sizes are symbols and the
