@@ -1,4 +1,5 @@
 """The command line: errors it must give before timing anything, and a smoke run."""
+import contextlib
 import io
 import json
 import os
@@ -56,11 +57,21 @@ def test_plot_without_matplotlib_stops_with_a_clear_error(monkeypatch, capsys, t
 
 
 def test_threads_sets_the_blas_variables(monkeypatch):
-    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    """(Everything it changes in this process is put back: the tests after it would
+    otherwise run kiln and numpy on one thread.)"""
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                 "KILN_NUM_THREADS"):
         monkeypatch.setenv(name, "")  # restored after the test
     for name in cli.IDLE_SPIN:
         monkeypatch.delenv(name, raising=False)
-    warning = cli.configure_threads(1)  # numpy is imported already in this process
+    with contextlib.ExitStack() as undo:
+        try:
+            from threadpoolctl import threadpool_limits
+            undo.enter_context(threadpool_limits(limits=None))  # restores numpy's threads
+        except ImportError:
+            pass
+        warning = cli.configure_threads(1)  # numpy is imported already in this process
+        assert os.environ["KILN_NUM_THREADS"] == "1"
     assert os.environ["OPENBLAS_NUM_THREADS"] == os.environ["OMP_NUM_THREADS"] == "1"
     assert all(os.environ[name] == value for name, value in cli.IDLE_SPIN.items())
     assert warning is None or "threadpoolctl is not installed" in warning
