@@ -181,24 +181,24 @@ class CompiledFunction:
         return False
 
     def _probe(self, entry: Entry, args, kwargs) -> bool:
-        """dynamic=True: capture again with dim 0 of each tensor argument one larger;
-        where the graph does not change, those sizes become symbolic at once. Whether
-        they did (if not, sizes become symbolic when two calls differ in them)."""
-        probe = dynamic.probe_arguments(args, kwargs)
-        if probe is None:
+        """dynamic=True: capture again with dim 0 of the tensor arguments one larger (see
+        dynamic.probe_arguments); where the graph does not change, those sizes become
+        symbolic at once. Whether they did (if not, sizes become symbolic when two calls
+        differ in them)."""
+        for probe in dynamic.probe_arguments(args, kwargs):
+            scratch = Entry(key=self.guards.key(*probe), mode="python")
+            try:
+                out, trace = self._run_python(scratch, *probe)
+            except Exception as e:  # the function cannot take those sizes
+                self.history.append(f"dynamic=True: probing other sizes failed ({e})")
+                continue
+            self._plan(scratch, trace, out)
+            if scratch.mode == "replay":
+                self.entries[scratch.key] = scratch
+                if self._generalize(scratch, trace):
+                    return True
+                del self.entries[scratch.key]
             return False
-        scratch = Entry(key=self.guards.key(*probe), mode="python")
-        try:
-            out, trace = self._run_python(scratch, *probe)
-        except Exception as e:  # the function cannot take those sizes
-            self.history.append(f"dynamic=True: probing other sizes failed ({e})")
-            return False
-        self._plan(scratch, trace, out)
-        if scratch.mode == "replay":
-            self.entries[scratch.key] = scratch
-            if self._generalize(scratch, trace):
-                return True
-            del self.entries[scratch.key]
         return False
 
     def _compile_region(self, graph):

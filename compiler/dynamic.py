@@ -85,24 +85,31 @@ def generalize(g1: Graph, consts1: list, g2: Graph, consts2: list) -> Graph | No
     return Graph(tuple(inputs), tuple(nodes), tuple(rename[v] for v in g1.outputs), g1.name)
 
 
-def probe_arguments(args: tuple, kwargs: dict):
-    """The call's arguments with dim 0 of every tensor one larger (zeros), to learn which
-    sizes a function's graph depends on; None when there is no tensor to grow."""
+def probe_arguments(args: tuple, kwargs: dict) -> list:
+    """The call's arguments with dim 0 grown by one (zeros), to learn which sizes a
+    function's graph depends on: first every tensor's, then (when that cannot run, as
+    when a weight's dim 0 must match another's) the first tensor's alone, as a batch
+    dimension would. Empty when there is no tensor to grow."""
     from eager.factories import zeros
     from eager.tensor import Tensor
-    grown = False
+    grown = []
 
-    def grow(v):
-        nonlocal grown
+    def grow(v, only_first: bool):
         if isinstance(v, Tensor) and v.dim() >= 1:
-            grown = True
+            if only_first and grown:
+                return v
+            grown.append(v)
             shape = (v.shape[0] + 1,) + tuple(v.shape[1:])
             return zeros(shape, dtype=v.dtype, device=v.device,
                          requires_grad=v.requires_grad)
         if isinstance(v, (list, tuple)):
-            return type(v)(grow(x) for x in v)
+            return type(v)(grow(x, only_first) for x in v)
         if isinstance(v, dict):
-            return {k: grow(x) for k, x in v.items()}
+            return {k: grow(x, only_first) for k, x in v.items()}
         return v
-    new_args, new_kwargs = grow(args), grow(kwargs)
-    return (new_args, new_kwargs) if grown else None
+
+    probes = [(grow(args, False), grow(kwargs, False))]
+    if len(grown) > 1:
+        grown.clear()
+        probes.append((grow(args, True), grow(kwargs, True)))
+    return probes if grown else []

@@ -353,6 +353,19 @@ def test_dynamic_true_probes_sizes_on_the_first_call():
     assert len(cf.entries) == 1
 
 
+def test_dynamic_true_probes_the_first_argument_alone_when_all_cannot_grow():
+    """x @ w cannot take both dims 0 grown (w's must match x's dim 1): the probe grows
+    x's alone, and x's batch size is symbolic from the first call."""
+    w = eager.randn(5, 3)
+    cf = compiler.compile(lambda x, w: (x @ w).relu(), backend="eager", dynamic=True)
+    cf(eager.randn(4, 5), w)
+    assert cf.dynamic_dims == {(0, 0)} and len(cf.entries) == 1
+    for rows in (2, 9):
+        x = eager.randn(rows, 5)
+        assert_close(cf(x, w), (x @ w).relu())
+    assert len(cf.entries) == 1
+
+
 def test_compiled_kernels_land_in_the_disk_cache_which_can_be_cleared(tmp_path, monkeypatch):
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
     compiler.compile(lambda x: (x * 3.25).exp() - 1.5)(eager.randn(5))
