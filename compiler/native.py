@@ -10,9 +10,7 @@ inner dim.
 """
 from __future__ import annotations
 
-import ctypes
 import functools
-import struct
 import threading
 
 import numpy as np
@@ -21,22 +19,12 @@ from compiler import debugging as debug
 from compiler import interpreter
 from compiler.codegen import kernels as K
 from compiler.codegen import values as V
+from compiler.launch import Launch, output_spec
 from compiler.passes.fusion import row_space
 from eager.dispatcher import ATEN
-from eager.tensor import Size, Tensor, contiguous_strides, empty_cpu
-from runtime.threads import chunks, num_threads
 from ir.graph import Graph, Node
 from ir.ops import VIEW, Op
 
-_KERNEL_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                              ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
-# the same kernels called with every argument already a ctypes value (made once per
-# layout): with no argument types to convert through, a call costs about half as much
-_KERNEL_PREPARED = ctypes.CFUNCTYPE(None)
-# from this size on a kernel runs on runtime.pool's threads, one range each: a float32
-# add on two threads measured even with one thread at 64K elements, 2x faster at 128K,
-# 2.5x at 256K (where each core's half stays in its own L2)
-_PARALLEL_ELEMENTS = 1 << 16
 _lock = threading.Lock()
 _compiled: dict[tuple, tuple] = {}  # (body text, strides) -> (address, artifact)
 _counter = [0]
@@ -104,7 +92,7 @@ class FusedKernel:
         self.fallback_reason = ""  # set when a call's layout made it run interpreted
         self.artifacts: list[KernelArtifact] = []  # one per compiled stride pattern
         self._layouts: dict = {}  # operand strides -> how to launch (shapes are the graph's)
-        self._outputs = tuple(_output_spec(v.type) for v in body.outputs)
+        self._outputs = tuple(output_spec(v.type) for v in body.outputs)
         self._positions = None if self.views else [body.inputs.index(v) for v in self.operands]
         self._in_order = self._positions == list(range(len(body.inputs)))
         self._empty = 0 in full
@@ -217,7 +205,7 @@ class FusedKernel:
                 all(s in (0, 1) for s in outer[0]):
             columns = tuple(outer[0])  # rows adjacent in memory: put them in the lanes
         address = self._function(classes, columns)
-        return _Launch(address, offsets, strides, rows, inner, self.kind == "elementwise",
+        return Launch(address, offsets, strides, rows, inner, self.kind == "elementwise",
                        self._outputs)
 
     def _function(self, classes, columns=()):
@@ -319,102 +307,6 @@ def _layout(arrays, shapes, full, reduced, squeezed):
             off = (off[:, None] + np.arange(size, dtype=np.int64)[None, :] * col[j]).ravel()
         offsets.append(np.ascontiguousarray(off))
     return rows, inner[0], offsets, [c for c in inner[1]], [m[1] for m in outer]
-
-
-class _Launch:
-    """A kernel call prepared for one layout: the offset tables, strides and ranges are
-    made ctypes values once; each call brings fresh outputs and packs the data pointers.
-    A kernel on several threads runs as runtime.pool items, one range of the rows (or of
-    its one row's inner range) each, prepared once with their records pointing at
-    `pointers`, where a call writes its data pointers: one call at a time (a caller that
-    finds them taken runs the kernel alone)."""
-
-    def __init__(self, address: int, offsets, strides, rows: int, inner: int,
-                 split_inner: bool, outputs: tuple):
-        self.fn, self.rows, self.inner = _KERNEL_FN(address), rows, inner
-        self._offsets = offsets  # the tables the pointers below point into
-        self.offs = (ctypes.c_void_p * len(offsets))(*[o.ctypes.data for o in offsets])
-        self.strides = (ctypes.c_int64 * len(strides))(*strides)
-        # the data pointers packed as bytes, which ctypes passes as a pointer to them
-        self.pack_pointers = struct.Struct(f"{len(offsets)}P").pack
-        self.outputs = outputs
-        self.threads = _thread_count(rows * inner)
-        self.split_inner = split_inner and rows == 1 and self.threads > 1
-        self.parallel = self.threads > 1 and (rows >= self.threads or self.split_inner)
-        if self.parallel:
-            self._prepare_items(address, len(offsets), rows, inner)
-        self.empty = rows == 0 or (split_inner and inner == 0)  # nothing to read or write
-        self.prepared = _KERNEL_PREPARED(address)
-        self.whole = (self.offs, self.strides, ctypes.c_int64(0), ctypes.c_int64(rows),
-                      ctypes.c_int64(0), ctypes.c_int64(inner))  # every row, every element
-
-    def _prepare_items(self, address: int, count: int, rows: int, inner: int) -> None:
-        from runtime.pool import Items
-        ranges = [(0, 1, start, end) for start, end in chunks(inner, self.threads, 4096)
-                  ] if self.split_inner else [(start, end, 0, inner)
-                                              for start, end in chunks(rows, self.threads)]
-        self.pointers = (ctypes.c_void_p * count)()
-        self._records = np.array([(address, ctypes.addressof(self.pointers),
-                                   ctypes.addressof(self.offs), ctypes.addressof(self.strides),
-                                   *r) for r in ranges], np.int64)
-        self.items = Items(None, (_range_item(), self._records.ctypes.data, len(ranges),
-                                  self._records.strides[0]))
-        self.busy = threading.Lock()
-
-    def __call__(self, operands) -> list:
-        outs = [empty_cpu(*spec) for spec in self.outputs]
-        if self.empty:
-            return outs
-        if self.parallel and self.busy.acquire(blocking=False):
-            try:
-                self.pointers[:] = [*map(Tensor.data_ptr, operands),
-                                    *map(Tensor.data_ptr, outs)]
-                self.items.run(self.threads)
-            finally:
-                self.busy.release()
-            return outs
-        ptrs = self.pack_pointers(*map(Tensor.data_ptr, operands), *map(Tensor.data_ptr, outs))
-        self.prepared(ptrs, *self.whole)
-        return outs
-
-
-@functools.cache
-def _range_item() -> int:
-    """The address of a runtime.pool item whose record is a kernel's address and its
-    seven arguments, i64 each (data pointers, offset tables, strides, row range, inner
-    range): one kernel call on one range."""
-    import llvmlite.ir as ir
-
-    from runtime.jit import host_jit
-    from runtime.pool import ITEM
-    i64, i8p = ir.IntType(64), ir.IntType(8).as_pointer()
-    kernel_type = ir.FunctionType(ir.VoidType(), [i8p] * 3 + [i64] * 4)
-    jit = host_jit()
-    module = jit.new_module("kiln_kernel_range_item")
-    fn = ir.Function(module, ITEM, "kiln_kernel_range_item")
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    record = b.bitcast(fn.args[0], i64.as_pointer())
-    words = [b.load(b.gep(record, [ir.Constant(i64, i)])) for i in range(8)]
-    b.call(b.inttoptr(words[0], kernel_type.as_pointer()),
-           [b.inttoptr(word, i8p) for word in words[1:4]] + words[4:])
-    b.ret_void()
-    return jit.load(module)["kiln_kernel_range_item"]
-
-
-def _output_spec(t) -> tuple:
-    """(Size, contiguous strides, elements, dtype) of a kernel output of IR type `t`: what
-    `empty_cpu` takes, computed once."""
-    shape = Size(t.shape)
-    return shape, contiguous_strides(shape), shape.numel(), t.dtype
-
-
-def _thread_count(elements: int) -> int:
-    """Threads for a kernel over this many elements: all of them from
-    _PARALLEL_ELEMENTS on where runtime.pool runs (Linux on x86-64), else one."""
-    from runtime import pool
-    if elements < _PARALLEL_ELEMENTS or not pool.available():
-        return 1
-    return num_threads()
 
 
 class _Direct:

@@ -167,16 +167,16 @@ def pool_available() -> bool:
 
 
 def test_one_long_row_splits_its_inner_range_over_the_pool():
-    """A 1-D elementwise kernel from _PARALLEL_ELEMENTS on runs one inner range per
+    """A 1-D elementwise kernel from launch.PARALLEL_ELEMENTS on runs one inner range per
     thread as runtime.pool items: every element once, the bits of one thread."""
-    from compiler import native
     from runtime import pool
+    from runtime.threads import num_threads
     x = eager.tensor(np.random.default_rng(4).standard_normal(300_001).astype(np.float32))
     compiled = compiler.compile(lambda x: (x * 1.5).exp() - x, backend="native")
     got = compiled(x).numpy()
     run = next(iter(compiled.region_cache.values()))
     (launch,) = [launch for k in run.kernels.values() for launch in k._layouts.values()]
-    expected_threads = native.num_threads() if pool.available() else 1
+    expected_threads = num_threads() if pool.available() else 1
     assert launch.threads == expected_threads
     if launch.threads > 1:
         assert launch.split_inner and launch.parallel
