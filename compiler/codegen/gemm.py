@@ -38,10 +38,8 @@ from compiler.codegen import gemm_small as small
 from compiler.codegen import gemm_tune
 from compiler.codegen.gemm_kernel import ACTIVATIONS, EpilogueSpec
 from runtime.fastcall import address
-from runtime.pool import available as pool_available
 
 DIRECT_MAX_MACS = 144 ** 3  # multiply-adds below which packing costs more than it saves
-SPLIT_MIN_MACS = 1 << 18  # a direct product from this size on is cut in one piece per thread
 
 
 class Epilogue(NamedTuple):
@@ -283,7 +281,7 @@ def _run(problem: _Problem, activation, threads, request: tuple | None = None,
             blocking = native.Blocking(blocking.mc, k, blocking.nc)  # the same result
     specialised, whole = None, False  # whole: one call of it computes the whole batch
     if direct_domain and specialise:
-        body, cut = _cut(batch, kernel, threads)
+        body, cut = small.cut(batch, kernel.spec, kernel.dtype.itemsize, threads)
         whole = body is not None
         specialised = small.for_call(body if whole else batch.call, kernel.spec, out.dtype,
                                      cut if whole else small.Cut())
@@ -295,41 +293,6 @@ def _run(problem: _Problem, activation, threads, request: tuple | None = None,
         specialised.run_call(batch.call)  # piece 0's operands are the batch's first
         return
     gemm_jobs.run(kernel, batch, blocking, threads, specialised and specialised.item)
-
-
-def _cut(batch: native.Batch, kernel, threads: int | None) -> tuple:
-    """(the product of one piece, the gemm_small.Cut) for one specialised kernel call
-    that computes all of a direct batch, or (None, None) when its products are not
-    evenly spaced in memory. One product from SPLIT_MIN_MACS on, when M divides by the
-    thread count and runtime.pool is there, is cut in one equal row piece per thread
-    (a kernel compiled for their rows serves them all); the products of a batch are its
-    pieces, on every thread from SPLIT_MIN_MACS on in all. Each element keeps its own
-    FMA chain along K: the results are the same as on one thread."""
-    call, itemsize = batch.call, kernel.dtype.itemsize
-    macs = batch.count * call.m * call.n * call.k
-    if threads is None:
-        from runtime.threads import num_threads
-        threads = num_threads()
-    parallel = threads > 1 and macs >= SPLIT_MIN_MACS and pool_available()
-    if batch.count == 1:
-        if not parallel or call.m % threads:
-            return call, small.Cut()
-        rows = call.m // threads
-        row_strides = {"a": call.a_rs, "out": call.o_rs, "c": call.c_rs, "res": call.r_rs,
-                       "bias": call.bias_stride if kernel.spec.bias == "row" else 0}
-        steps = tuple((name, rows * stride) for name, stride in row_strides.items()
-                      if stride and getattr(call, name))
-        return call.rows(0, rows, itemsize, kernel.spec.bias == "row"), small.Cut(
-            threads, steps, threads)
-    offsets = batch.offsets
-    step = offsets[1]
-    if (step % itemsize).any() or not (
-            offsets == np.arange(batch.count)[:, None] * step).all():
-        return None, None
-    steps = tuple((name, int(step[column]) // itemsize)
-                  for column, name in enumerate(gemm_jobs.POINTERS)
-                  if step[column] and getattr(call, name))
-    return call, small.Cut(batch.count, steps, min(threads, batch.count) if parallel else 1)
 
 
 @functools.cache

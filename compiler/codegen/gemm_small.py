@@ -35,6 +35,7 @@ from typing import NamedTuple
 import numpy as np
 
 from compiler import debugging
+from compiler.codegen.gemm_jobs import POINTERS
 from compiler.codegen.gemm_native import SecondSight
 from compiler.codegen.gemm_kernel import EpilogueSpec, Tile
 from compiler.codegen.gemm_small_ir import K_UNROLL, SmallGemm, has_fast_entry
@@ -42,6 +43,7 @@ from runtime import fastcall
 from runtime.pool import available as pool_available
 
 SMALL_MAX_MACS = 200 ** 3  # above this the packed kernel's cache blocking wins
+SPLIT_MIN_MACS = 1 << 18  # from this size on, products are cut over the threads (see cut)
 BUFFER_MAX_ELEMENTS = 48 * 1024  # K x N of a B copied to the stack (384 KiB in float64)
 MAX_KERNELS = 512  # compiled variants per process; MCJIT never frees code
 L1_PANEL_BYTES = 32 * 1024  # a B panel up to this stays in L1 (48 KiB) next to A's rows
@@ -209,6 +211,41 @@ def for_call(call, spec: EpilogueSpec, dtype, cut: Cut = Cut()) -> SmallKernel |
 
 
 _by_call: dict[tuple, SmallKernel] = {}
+
+
+def cut(batch, spec: EpilogueSpec, itemsize: int, threads: int | None) -> tuple:
+    """(the product of one piece, the Cut) for one specialised kernel call that computes
+    all of a gemm_native.Batch of direct products, or (None, None) when they are not
+    evenly spaced in memory. One product from SPLIT_MIN_MACS on, when M divides by the
+    thread count and runtime.pool is there, is cut in one equal row piece per thread
+    (a kernel compiled for their rows serves them all); the products of a batch are its
+    pieces, on every thread from SPLIT_MIN_MACS on in all. Each element keeps its own
+    FMA chain along K: the results are the same as on one thread."""
+    call = batch.call
+    macs = batch.count * call.m * call.n * call.k
+    if threads is None:
+        from runtime.threads import num_threads
+        threads = num_threads()
+    parallel = threads > 1 and macs >= SPLIT_MIN_MACS and pool_available()
+    if batch.count == 1:
+        if not parallel or call.m % threads:
+            return call, Cut()
+        rows = call.m // threads
+        row_strides = {"a": call.a_rs, "out": call.o_rs, "c": call.c_rs, "res": call.r_rs,
+                       "bias": call.bias_stride if spec.bias == "row" else 0}
+        steps = tuple((name, rows * stride) for name, stride in row_strides.items()
+                      if stride and getattr(call, name))
+        return call.rows(0, rows, itemsize, spec.bias == "row"), Cut(
+            threads, steps, threads)
+    offsets = batch.offsets
+    step = offsets[1]
+    if (step % itemsize).any() or not (
+            offsets == np.arange(batch.count)[:, None] * step).all():
+        return None, None
+    steps = tuple((name, int(step[column]) // itemsize)
+                  for column, name in enumerate(POINTERS)
+                  if step[column] and getattr(call, name))
+    return call, Cut(batch.count, steps, min(threads, batch.count) if parallel else 1)
 
 
 def choose_tile(dtype: str, m: int, n: int, k: int, lanes: int) -> Tile:

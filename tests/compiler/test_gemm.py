@@ -564,11 +564,11 @@ def test_a_direct_product_is_cut_in_equal_row_pieces_one_per_thread():
     """From SPLIT_MIN_MACS on, a small product whose M divides by the thread count runs
     as that many row pieces of one specialised kernel: the result is bitwise the one of
     one thread (each element keeps its FMA chain) and of the first, generic-kernel call."""
-    from compiler.codegen import gemm as gemm_module
+    from compiler.codegen import gemm_small
     from compiler.codegen import gemm_plans
     rng = np.random.default_rng(26)
     a, b = rand(rng, (128, 96), np.float32), rand(rng, (96, 90), np.float32)
-    assert 128 * 96 * 90 >= gemm_module.SPLIT_MIN_MACS
+    assert 128 * 96 * 90 >= gemm_small.SPLIT_MIN_MACS
     alone = [gemm(a, b, threads=1) for _ in range(3)]
     together = [gemm(a, b, threads=2) for _ in range(3)]
     assert all(np.array_equal(alone[0], r) for r in alone[1:] + together)
