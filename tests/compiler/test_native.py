@@ -300,9 +300,8 @@ def test_a_transposed_gemm_operand_is_read_in_place_with_its_flag():
         assert seen and seen[0][0] == flags
 
 
-def test_a_gemm_kernel_on_inputs_alone_reads_them_by_index(monkeypatch):
-    """linear + relu + residual, every operand a graph input (w through the transpose
-    flag): the kernel takes them by position, bias and residual included."""
+def gemm_kernels_called(monkeypatch) -> list:
+    """A list that gets every GEMM kernel of the native backend as it is called."""
     import compiler.gemm_kernel_runner as runner
     kernels, original = [], runner.GemmKernel.__call__
 
@@ -311,6 +310,13 @@ def test_a_gemm_kernel_on_inputs_alone_reads_them_by_index(monkeypatch):
         return original(kernel, inputs)
 
     monkeypatch.setattr(runner.GemmKernel, "__call__", spy)
+    return kernels
+
+
+def test_a_gemm_kernel_on_inputs_alone_reads_them_by_index(monkeypatch):
+    """linear + relu + residual, every operand a graph input (w through the transpose
+    flag): the kernel takes them by position, bias and residual included."""
+    kernels = gemm_kernels_called(monkeypatch)
     rng = np.random.default_rng(9)
     x, w, b, r = (eager.tensor(rng.standard_normal(s).astype("float32"))
                   for s in ((10, 6), (4, 6), (4,), (10, 4)))
@@ -367,14 +373,7 @@ def test_a_layout_the_kernel_cannot_run_is_planned_once(monkeypatch):
 def test_gelu_and_silu_after_a_linear_are_the_gemm_store_s_activation(name, fn, monkeypatch):
     """gelu and silu stay whole through the passes: the GEMM's store applies them, no
     elementwise kernel follows."""
-    import compiler.gemm_kernel_runner as runner
-    kernels, original = [], runner.GemmKernel.__call__
-
-    def spy(kernel, inputs):
-        kernels.append(kernel)
-        return original(kernel, inputs)
-
-    monkeypatch.setattr(runner.GemmKernel, "__call__", spy)
+    kernels = gemm_kernels_called(monkeypatch)
     rng = np.random.default_rng(12)
     x, w, b = (eager.tensor(rng.standard_normal(s).astype("float32"))
                for s in ((10, 6), (4, 6), (4,)))
