@@ -24,6 +24,7 @@ probed.
 from __future__ import annotations
 
 import ctypes
+import functools
 import sys
 import sysconfig
 
@@ -69,14 +70,18 @@ class _MethodDef(ctypes.Structure):
                 ("flags", ctypes.c_int), ("doc", ctypes.c_char_p)]
 
 
-_new_builtin = ctypes.pythonapi.PyCFunction_NewEx
-_new_builtin.restype = ctypes.py_object
-_new_builtin.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]
 _kept: list = []  # a builtin points at its PyMethodDef and name; the code never goes away
-
-
-_SET_ERROR = ctypes.cast(ctypes.pythonapi.PyErr_SetString, ctypes.c_void_p).value
 HIDDEN_WORDS = 2  # PyErr_SetString, TypeError: for the wrong-count error
+
+
+@functools.cache
+def _c_api() -> tuple:
+    """(PyCFunction_NewEx as a ctypes function, PyErr_SetString's address), looked up
+    only where available() (ctypes.pythonapi is CPython's)."""
+    new_builtin = ctypes.pythonapi.PyCFunction_NewEx
+    new_builtin.restype = ctypes.py_object
+    new_builtin.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]
+    return new_builtin, ctypes.cast(ctypes.pythonapi.PyErr_SetString, ctypes.c_void_p).value
 
 
 def builtin(address: int, name: str, words=()):
@@ -85,11 +90,12 @@ def builtin(address: int, name: str, words=()):
     if not available():
         raise RuntimeError("runtime.fastcall: this interpreter is not CPython with a GIL "
                            "and numpy's usual array layout")
+    new_builtin, set_error = _c_api()
     encoded = name.encode()
     method = _MethodDef(encoded, address, METH_FASTCALL, None)
     _kept.append((method, encoded))
-    self = np.array([_SET_ERROR, id(TypeError), *words], np.int64)  # kept by the builtin
-    return _new_builtin(ctypes.addressof(method), self, None)
+    self = np.array([set_error, id(TypeError), *words], np.int64)  # kept by the builtin
+    return new_builtin(ctypes.addressof(method), self, None)
 
 
 class Entry:
