@@ -139,6 +139,7 @@ class Plan:
         self.pointers = [(gemm_jobs.FIELDS.index(name), name) for name in gemm_jobs.POINTERS
                          if getattr(call, name)]
         self.alpha, self.scale = gemm_jobs.FIELDS.index("alpha"), gemm_jobs.FIELDS.index("scale")
+        self.scalars = (call.alpha, call.scale)  # what the records hold until a call differs
         self.jobs = []
         for job in jobs:
             then = job.then.copy()
@@ -173,10 +174,12 @@ class Plan:
             added = np.zeros(len(gemm_jobs.FIELDS), np.int64)
             for column, name in self.pointers:
                 added[column] = addresses[name]
+            same_scalars = (alpha, scale) == self.scalars
             for (then, records, first, packings), items, threads, _ in self.jobs:
-                np.add(then, added, out=records)
-                scalars = records.view(np.float64)
-                scalars[:, self.alpha], scalars[:, self.scale] = alpha, scale
+                np.add(then, added, out=records)  # (the scalars' columns get 0 added)
+                if not same_scalars:
+                    scalars = records.view(np.float64)
+                    scalars[:, self.alpha], scalars[:, self.scale] = alpha, scale
                 if first is not None:
                     np.copyto(packings, first)
                     packings[:, 0] += addresses["b"]
