@@ -102,29 +102,25 @@ class Emitter:
     @contextlib.contextmanager
     def loop(self, start, stop, step, name: str):
         """for (i = start; i < stop; i += step): yields i; no values carried."""
-        b = self.b
-        before = b.block
-        head, body, done = (b.append_basic_block(f"{name}.{part}")
-                            for part in ("head", "body", "done"))
-        b.branch(head)
-        b.position_at_end(head)
-        i = b.phi(I64, name=name)
-        i.add_incoming(start, before)
-        b.cbranch(b.icmp_signed("<", i, stop), body, done)
-        b.position_at_end(body)
+        i, _, head, done = self._loop_head(start, stop, [], name)
         yield i
-        i.add_incoming(b.add(i, step), b.block)
-        b.branch(head)
-        b.position_at_end(done)
+        self._loop_back(i, step, [], [], head, done)
 
     def loop_carrying(self, start, stop, step, values: list,
                       body: Callable[[ir.Value, list], list], name: str) -> list:
         """for (i = start; i < stop; i += step) values = body(i, values); the values
         after the loop (phis)."""
+        i, phis, head, done = self._loop_head(start, stop, values, name)
+        self._loop_back(i, step, phis, body(i, list(phis)), head, done)
+        return phis
+
+    def _loop_head(self, start, stop, values: list, name: str) -> tuple:
+        """Open a loop: its counter and a phi per carried value (from `start` and
+        `values` on entry), the builder inside the body; (i, phis, head, done)."""
         b = self.b
         before = b.block
-        head, inside, done = (b.append_basic_block(f"{name}.{part}")
-                              for part in ("head", "body", "done"))
+        head, body, done = (b.append_basic_block(f"{name}.{part}")
+                            for part in ("head", "body", "done"))
         b.branch(head)
         b.position_at_end(head)
         i = b.phi(I64, name=name)
@@ -134,15 +130,19 @@ class Emitter:
             phi = b.phi(value.type)
             phi.add_incoming(value, before)
             phis.append(phi)
-        b.cbranch(b.icmp_signed("<", i, stop), inside, done)
-        b.position_at_end(inside)
-        new = body(i, list(phis))
+        b.cbranch(b.icmp_signed("<", i, stop), body, done)
+        b.position_at_end(body)
+        return i, phis, head, done
+
+    def _loop_back(self, i, step, phis: list, new: list, head, done) -> None:
+        """Close a loop from where the body ended: the next counter and carried values
+        back to the head; the builder after the loop."""
+        b = self.b
         i.add_incoming(b.add(i, step), b.block)
         for phi, value in zip(phis, new):
             phi.add_incoming(value, b.block)
         b.branch(head)
         b.position_at_end(done)
-        return phis
 
     def rank1_updates(self, accs: list, ks: list, rows: int, vectors: int, load_a,
                       load_b) -> list:
