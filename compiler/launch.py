@@ -18,10 +18,8 @@ import numpy as np
 from eager.tensor import Size, Tensor, contiguous_strides, empty_cpu
 from runtime.threads import chunks, num_threads
 
-_KERNEL_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                              ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
-# the same kernels called with every argument already a ctypes value (made once per
-# layout): with no argument types to convert through, a call costs about half as much
+# the kernels called with every argument already a ctypes value (made once per layout):
+# with no argument types to convert through, a call costs about half as much
 _KERNEL_PREPARED = ctypes.CFUNCTYPE(None)
 # from this size on a kernel runs on runtime.pool's threads, one range each: a float32
 # add on two threads measured even with one thread at 64K elements, 2x faster at 128K,
@@ -39,7 +37,6 @@ class Launch:
 
     def __init__(self, address: int, offsets, strides, rows: int, inner: int,
                  split_inner: bool, outputs: tuple):
-        self.fn, self.rows, self.inner = _KERNEL_FN(address), rows, inner
         self._offsets = offsets  # the tables the pointers below point into
         self.offs = (ctypes.c_void_p * len(offsets))(*[o.ctypes.data for o in offsets])
         self.strides = (ctypes.c_int64 * len(strides))(*strides)
@@ -73,16 +70,15 @@ class Launch:
         outs = [empty_cpu(*spec) for spec in self.outputs]
         if self.empty:
             return outs
+        pointers = [*map(Tensor.data_ptr, operands), *map(Tensor.data_ptr, outs)]
         if self.parallel and self.busy.acquire(blocking=False):
             try:
-                self.pointers[:] = [*map(Tensor.data_ptr, operands),
-                                    *map(Tensor.data_ptr, outs)]
+                self.pointers[:] = pointers
                 self.items.run(self.threads)
             finally:
                 self.busy.release()
             return outs
-        ptrs = self.pack_pointers(*map(Tensor.data_ptr, operands), *map(Tensor.data_ptr, outs))
-        self.prepared(ptrs, *self.whole)
+        self.prepared(self.pack_pointers(*pointers), *self.whole)
         return outs
 
 

@@ -20,8 +20,6 @@ from compiler.codegen.gemm_kernel import EpilogueSpec, Tile, build_module, emit_
 CONFLICT_STRIDE = 2048  # bytes
 
 
-
-
 class SecondSight:
     """Keys seen once, so that costly preparation (a compiled kernel, a plan) is made
     for what is seen twice, not for every one-off; past `limit` keys it forgets them all."""

@@ -181,6 +181,7 @@ def _math(L: Lanes, op: Op, xs: list, attrs: dict, compute_dt: DType):
     return vmath.activation(b, "gelu_tanh" if attrs.get("approximate") == "tanh" else "gelu",
                             xs[0])
 
+
 _COMPARE = {Op.EQ: "==", Op.NE: "!=", Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">="}
 NATIVE_OPS = frozenset(FLOAT_OPS) | frozenset(_COMPARE) | {
     Op.NEG, Op.ABS, Op.SIGN, Op.RELU, Op.CLAMP, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.POW,
