@@ -89,34 +89,31 @@ class GemmKernel:
     def __call__(self, inputs: list) -> list:
         if self._by_index is not None:
             a, b, bias, residual = self._by_index
-            epilogue = None
-            if self.fused:
-                epilogue = Epilogue(
-                    bias=None if bias is None else inputs[bias]._np(),
-                    activation=self._activation, scale=self._scale,
-                    residual=None if residual is None else inputs[residual]._np())
-            trans_a, trans_b = self._transposes
-            return [from_array(self._product(inputs[a]._np(), inputs[b]._np(), trans_a=trans_a,
-                                             trans_b=trans_b, epilogue=epilogue,
-                                             specialise=self._specialise))]
+            return [self._run(inputs[a], inputs[b], None if bias is None else inputs[bias],
+                              None if residual is None else inputs[residual])]
         env = dict(zip(self.body.inputs, inputs))
         if self._before is not None:
             env.update(zip(self.before.outputs, self._before(inputs)))
         a, b = (env[v] for v in self._operands)
-        trans_a, trans_b = self._transposes
-        epilogue = None
-        if self.fused:
-            epilogue = Epilogue(
-                bias=None if self._bias is None else env[self._bias]._np(),
-                activation=self._activation, scale=self._scale,
-                residual=None if self._residual is None else env[self._residual]._np())
-        value = env[self.chain] = from_array(self._product(
-            a._np(), b._np(), trans_a=trans_a, trans_b=trans_b, epilogue=epilogue,
-            specialise=self._specialise))
+        value = env[self.chain] = self._run(
+            a, b, None if self._bias is None else env[self._bias],
+            None if self._residual is None else env[self._residual])
         if self.rest is not None:
             kernel, rest_inputs, rest_outputs = self.rest
             env.update(zip(rest_outputs, kernel([value] + [env[v] for v in rest_inputs])))
         return [env[v] for v in self.body.outputs]
+
+    def _run(self, a, b, bias, residual):
+        """The product of tensors a and b with the fused epilogue (bias and residual
+        tensors or None), as a new tensor."""
+        epilogue = None
+        if self.fused:
+            epilogue = Epilogue(bias=None if bias is None else bias._np(),
+                                activation=self._activation, scale=self._scale,
+                                residual=None if residual is None else residual._np())
+        trans_a, trans_b = self._transposes
+        return from_array(self._product(a._np(), b._np(), trans_a=trans_a, trans_b=trans_b,
+                                        epilogue=epilogue, specialise=self._specialise))
 
     def _scalar(self, node: Node) -> float:
         for v in node.input_values():
