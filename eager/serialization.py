@@ -2,13 +2,17 @@
 in a safe format: a zip of .npy arrays plus a JSON manifest (no pickle on load).
 
 The manifest records each array's dtype, shape and SHA-256, so a truncated or corrupted
-file is rejected with a clear error instead of loading wrong numbers.
+file is rejected with a clear error instead of loading wrong numbers. Loading reads no
+more than the file holds: members must be stored uncompressed, as `save` writes them, each
+member's size is checked against what its shape and dtype need before a byte of it is read,
+a tensor's member may be named once, and the manifest is at most 16 MiB.
 """
 from __future__ import annotations
 
 import hashlib
 import io
 import json
+import math
 import os
 import struct
 import threading
@@ -20,6 +24,8 @@ from typing import NamedTuple
 import numpy as np
 
 _FORMAT = "kiln-save-1"
+_MANIFEST_MAX = 1 << 24  # bytes: about 90,000 tensors' entries
+_NPY_HEADER_MAX = 1 << 14  # bytes before the data; np.load refuses headers over 10,000
 
 
 class CorruptFileError(RuntimeError):
@@ -105,16 +111,17 @@ class _Checked(NamedTuple):
 def _read(fh, name: str):
     """The saved tree with verified arrays as _Checked; any damage is a CorruptFileError."""
     try:
+        file_size = fh.seek(0, io.SEEK_END)
+        fh.seek(0)
         with zipfile.ZipFile(fh) as z:
             if "manifest.json" not in z.namelist():
                 raise CorruptFileError(f"eager.load: {name} is not a kiln save file")
-            bad = z.testzip()
-            if bad is not None:
-                raise CorruptFileError(f"eager.load: {name} is corrupted (bad CRC in {bad})")
-            manifest = json.loads(z.read("manifest.json"))
+            members = _Members(z, name, file_size)
+            manifest = json.loads(members.read("manifest.json", 0, _MANIFEST_MAX,
+                                               f"at most {_MANIFEST_MAX} are allowed"))
             if not isinstance(manifest, dict) or manifest.get("format") != _FORMAT:
                 raise CorruptFileError(f"eager.load: {name} is not a kiln save file")
-            return _decode(manifest["root"], z, name)
+            return _decode(manifest["root"], members)
     except CorruptFileError:
         raise
     except _DAMAGE as e:
@@ -122,29 +129,70 @@ def _read(fh, name: str):
                                f"({type(e).__name__}: {e})") from e
 
 
-def _decode(node, z, name):
+class _Members:
+    """Reads a save file's members, each once, refusing before reading any whose size in
+    the zip directory is not what the caller expects or is more than the file holds (a
+    deflated member could inflate a thousandfold; a stored one cannot)."""
+
+    def __init__(self, z: zipfile.ZipFile, name: str, file_size: int):
+        self.z, self.name, self.file_size, self.seen = z, name, file_size, set()
+
+    def read(self, member: str, least: int, most: int, expected: str) -> bytes:
+        """The member's bytes, refused unless its size is in [least, most] (`expected`
+        says why, in the error)."""
+        if member in self.seen:
+            raise self.refuse(f"names member {member} twice")
+        self.seen.add(member)
+        info = self.z.getinfo(member)
+        if info.compress_type != zipfile.ZIP_STORED:
+            raise self.refuse(f"member {member} is compressed (method {info.compress_type}); "
+                              "kiln save files store members uncompressed")
+        if not least <= info.file_size <= most:
+            raise self.refuse(f"member {member} holds {info.file_size} bytes; {expected}")
+        if info.compress_size != info.file_size or \
+                info.header_offset + info.compress_size > self.file_size:
+            raise self.refuse(f"member {member} claims {info.compress_size} bytes stored "
+                              f"but the file has only {self.file_size}")
+        with self.z.open(info) as fh:
+            return fh.read(info.file_size)  # zipfile checks the CRC on reaching the end
+
+    def refuse(self, why: str) -> CorruptFileError:
+        return CorruptFileError(f"eager.load: {self.name} is corrupted ({why})")
+
+
+def _decode(node, members: _Members):
     if "tensor" in node:
-        return _decode_tensor(node, z, name)
+        return _decode_tensor(node, members)
     if "dict" in node:
-        items = [(k, _decode(v, z, name)) for k, v in node["dict"]]
+        items = [(k, _decode(v, members)) for k, v in node["dict"]]
         return OrderedDict(items) if node.get("ordered") else dict(items)
     if "list" in node:
-        return [_decode(v, z, name) for v in node["list"]]
+        return [_decode(v, members) for v in node["list"]]
     if "tuple" in node:
-        return tuple(_decode(v, z, name) for v in node["tuple"])
+        return tuple(_decode(v, members) for v in node["tuple"])
     return node["value"]
 
 
-def _decode_tensor(node, z, name) -> _Checked:
+_NPY_HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0,
+                       (2, 0): np.lib.format.read_array_header_2_0}
+
+
+def _decode_tensor(node, members: _Members) -> _Checked:
     from ir.dtypes import from_name
-    dtype = from_name(node["dtype"])
-    with z.open(f"{int(node['tensor'])}.npy") as fh:
-        a = np.load(io.BytesIO(fh.read()), allow_pickle=False)
+    dtype, shape = from_name(node["dtype"]), node["shape"]
+    if not all(type(s) is int and s >= 0 for s in shape):
+        raise members.refuse(f"tensor {node['tensor']} has shape {shape}")
+    nbytes = math.prod(shape) * dtype.itemsize
+    data = members.read(f"{int(node['tensor'])}.npy", nbytes, nbytes + _NPY_HEADER_MAX,
+                        f"shape {shape} of {dtype.name} needs {nbytes} and a header")
+    npy = io.BytesIO(data)
+    header = _NPY_HEADER_READERS[np.lib.format.read_magic(npy)](npy)
     # the checksum covers the bytes; dtype (byte order included) and shape say what they mean
-    if a.dtype != dtype.np or list(a.shape) != node["shape"] or \
-            hashlib.sha256(np.array(a, order="C").tobytes()).hexdigest() != node["sha256"]:
-        raise CorruptFileError(f"eager.load: {name} is corrupted (tensor {node['tensor']} "
-                               "does not match its dtype, shape and checksum)")
+    if header != (tuple(shape), False, dtype.np) or len(data) != npy.tell() + nbytes or \
+            hashlib.sha256(memoryview(data)[npy.tell():]).hexdigest() != node["sha256"]:
+        raise members.refuse(f"tensor {node['tensor']} does not match its dtype, shape and "
+                             "checksum")
+    a = np.frombuffer(data, dtype.np, offset=npy.tell()).reshape(shape)
     return _Checked(a, dtype, bool(node["requires_grad"]))
 
 
