@@ -1,7 +1,6 @@
 """The kernel cache: memory and disk tiers, damaged entries, racing writers, the size cap,
 clear/info and the CLI, and what the key depends on. Every test has its own
 KILN_CACHE_DIR."""
-import json
 import os
 import subprocess
 import sys
@@ -14,10 +13,10 @@ import pytest
 
 from runtime import cache
 from runtime.jit import HostJit
+import runtime_cache_worker as worker
 from runtime_kernels import ADD_ONE, add_one_module, unique_name
 
 ROOT = Path(__file__).resolve().parents[2]
-WORKER = Path(__file__).with_name("runtime_cache_worker.py")
 
 
 @pytest.fixture(autouse=True)
@@ -31,19 +30,6 @@ def cache_dir(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def jit():
     return HostJit()
-
-
-def worker(*args, cache_dir):
-    """Start the worker script in a fresh process with this test's cache directory."""
-    env = dict(os.environ, KILN_CACHE_DIR=str(cache_dir), PYTHONPATH=str(ROOT))
-    return subprocess.Popen([sys.executable, str(WORKER), *args], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def finish(process) -> dict:
-    out, err = process.communicate(timeout=60)
-    assert process.returncode == 0, err
-    return json.loads(out)
 
 
 def run_add_one(address: int) -> np.ndarray:
@@ -89,9 +75,9 @@ def test_a_fresh_engine_links_the_disk_entry(jit, cache_dir):
 
 def test_a_second_process_hits_the_disk_and_runs_no_llvm_optimisation(cache_dir):
     name = unique_name()
-    first = finish(worker("load", name, cache_dir=cache_dir))
+    first = worker.finish(worker.start("load", name, cache_dir=cache_dir))
     assert (first["misses"], first["disk_hits"]) == (1, 0)
-    second = finish(worker("load", name, "--no-llvm", cache_dir=cache_dir))
+    second = worker.finish(worker.start("load", name, "--no-llvm", cache_dir=cache_dir))
     assert (second["misses"], second["disk_hits"], second["rebuilt_corrupt"]) == (0, 1, 0)
 
 
@@ -143,25 +129,25 @@ def test_a_damaged_entry_is_rebuilt_not_loaded(jit, cache_dir, damage):
 
 def test_processes_racing_to_compile_one_kernel_leave_one_good_entry(cache_dir):
     name = unique_name()
-    racers = [worker("load", name, cache_dir=cache_dir) for _ in range(4)]
-    results = [finish(process) for process in racers]
+    racers = [worker.start("load", name, cache_dir=cache_dir) for _ in range(4)]
+    results = [worker.finish(process) for process in racers]
     assert all(r["misses"] + r["disk_hits"] == 1 and r["rebuilt_corrupt"] == 0
                for r in results)
     [path] = entry_files(cache_dir)
     assert [p.name for p in cache_dir.iterdir()] == [path.name]
-    follower = finish(worker("load", name, "--no-llvm", cache_dir=cache_dir))
+    follower = worker.finish(worker.start("load", name, "--no-llvm", cache_dir=cache_dir))
     assert follower["disk_hits"] == 1
 
 
 def test_readers_never_see_a_partly_written_entry(cache_dir):
     key = "racing"
-    writers = [worker("write", key, "150", cache_dir=cache_dir) for _ in range(3)]
+    writers = [worker.start("write", key, "150", cache_dir=cache_dir) for _ in range(3)]
     store = cache.KernelCache()
     reads = 0
     while any(process.poll() is None for process in writers):
         if store.read(key) is not None:
             reads += 1
-    assert all(finish(process)["write_failures"] == 0 for process in writers)
+    assert all(worker.finish(process)["write_failures"] == 0 for process in writers)
     assert store.stats.rebuilt_corrupt == 0
     assert store.read(key) is not None and reads > 0
     assert [p.name for p in cache_dir.iterdir()] == [key + cache.SUFFIX]
