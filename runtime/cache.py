@@ -16,8 +16,9 @@ handed to LLVM (which could abort the process on garbage); it is rebuilt and rew
 Writes go to a temporary file in the same directory, are fsynced and renamed over the
 entry, so readers see an old entry, a new one or none, and processes racing to write the
 same entry only replace identical bytes. The directory is kept under
-`$KILN_CACHE_MAX_BYTES` (default 256 MiB) by removing the least recently used entries;
-a hit sets an entry's mtime, because atime is unreliable (noatime, relatime mounts).
+`$KILN_CACHE_MAX_BYTES` (default 256 MiB, read when a cache is made) by removing the
+least recently used entries; a hit sets an entry's mtime, because atime is unreliable
+(noatime, relatime mounts).
 
     python -m runtime.cache info     # directory, entries, bytes
     python -m runtime.cache clear    # remove every entry
@@ -94,10 +95,10 @@ def max_bytes() -> int:
     configured = os.environ.get("KILN_CACHE_MAX_BYTES")
     if not configured:
         return DEFAULT_MAX_BYTES
-    try:
-        return int(configured)
-    except ValueError:
-        raise ValueError(f"KILN_CACHE_MAX_BYTES must be a number of bytes, got {configured!r}")
+    if not configured.strip().isdigit():
+        raise ValueError(f"KILN_CACHE_MAX_BYTES must be a whole number of bytes, 0 or more; "
+                         f"got {configured!r}")
+    return int(configured)
 
 
 @functools.cache
@@ -159,12 +160,15 @@ class KernelCache(Generic[Value]):
     values (addresses) that only mean something in that engine.
 
     Lookups are serialised by one lock, so concurrent requests for a key build it once.
+    The size cap is read here, so a bad `$KILN_CACHE_MAX_BYTES` fails before anything is
+    compiled.
     """
 
     def __init__(self, directory: Path | str | None = None):
         self._directory = Path(directory) if directory is not None else None
         self._memory: dict[str, Value] = {}
         self._lock = threading.RLock()
+        self.max_bytes = max_bytes()
         self.stats = CacheStats()
 
     @property
@@ -220,7 +224,7 @@ class KernelCache(Generic[Value]):
         except OSError:
             self.stats.write_failures += 1
             return
-        self.stats.evictions += evict(self.directory, max_bytes(), keep=self.path(key))
+        self.stats.evictions += evict(self.directory, self.max_bytes, keep=self.path(key))
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

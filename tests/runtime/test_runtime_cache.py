@@ -2,6 +2,7 @@
 clear/info and the CLI, and what the key depends on. Every test has its own
 KILN_CACHE_DIR."""
 import os
+import re
 import subprocess
 import sys
 import time
@@ -154,10 +155,10 @@ def test_readers_never_see_a_partly_written_entry(cache_dir):
 
 
 def test_the_size_cap_evicts_the_least_recently_used_entries(cache_dir, monkeypatch):
-    store = cache.KernelCache()
     entry = cache.Entry(("f",), bytes(1000))
     size = len(cache.encode("a" * 64, entry))
     monkeypatch.setenv("KILN_CACHE_MAX_BYTES", str(2 * size))
+    store = cache.KernelCache()
     for age, key in enumerate(["a" * 64, "b" * 64]):
         store.write(key, entry)
         os.utime(store.path(key), (time.time() - 100 + age, time.time() - 100 + age))
@@ -169,6 +170,7 @@ def test_the_size_cap_evicts_the_least_recently_used_entries(cache_dir, monkeypa
     assert [p.name[0] for p in entry_files(cache_dir)] == ["a", "c"]
     assert store.stats.evictions == 1 and not stale.exists()
     monkeypatch.setenv("KILN_CACHE_MAX_BYTES", "1")
+    store = cache.KernelCache()  # the cap is read when a cache is made
     store.write("d" * 64, entry)
     assert [p.name[0] for p in entry_files(cache_dir)] == ["d"]  # the newest always stays
 
@@ -195,12 +197,18 @@ def test_info_clear_and_the_command_line(cache_dir):
     assert cache.clear() == 0
 
 
-def test_the_default_directory_and_cap(monkeypatch):
+def test_the_default_directory(monkeypatch):
     monkeypatch.delenv("KILN_CACHE_DIR")
     assert cache.cache_dir() == Path.home() / ".cache" / "kiln"
-    monkeypatch.setenv("KILN_CACHE_MAX_BYTES", "lots")
-    with pytest.raises(ValueError, match="KILN_CACHE_MAX_BYTES"):
-        cache.max_bytes()
+
+
+@pytest.mark.parametrize("value", ["lots", "-1", "1.5e9"])
+def test_a_bad_size_cap_fails_when_the_jit_is_made_before_anything_compiles(monkeypatch,
+                                                                            value):
+    monkeypatch.setenv("KILN_CACHE_MAX_BYTES", value)
+    message = f"KILN_CACHE_MAX_BYTES must be a whole number of bytes.*{re.escape(repr(value))}"
+    with pytest.raises(ValueError, match=message):
+        HostJit()
 
 
 def test_an_unwritable_cache_only_costs_a_rebuild(jit, cache_dir, monkeypatch):
