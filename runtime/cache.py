@@ -12,13 +12,15 @@ addresses); the disk tier holds one file per key under `$KILN_CACHE_DIR` (defaul
     object  the bytes of `TargetMachine.emit_object`
 
 A file that is short, has a bad header, a hash mismatch or another key's meta is never
-handed to LLVM (which could abort the process on garbage); it is rebuilt and rewritten.
-Writes go to a temporary file in the same directory, are fsynced and renamed over the
-entry, so readers see an old entry, a new one or none, and processes racing to write the
-same entry only replace identical bytes. The directory is kept under
-`$KILN_CACHE_MAX_BYTES` (default 256 MiB, read when a cache is made) by removing the
-least recently used entries; a hit sets an entry's mtime, because atime is unreliable
-(noatime, relatime mounts).
+handed to LLVM (which could crash the process on garbage); it is rebuilt and rewritten.
+What the cache trusts, and why, is in runtime/cache_trust.py: entries are read only from a
+directory and files that this user owns and nobody else can write, and only from regular
+files of a bounded size. Writes go to a temporary file in the same directory, are fsynced
+and renamed over the entry, so readers see an old entry, a new one or none, and processes
+racing to write the same entry only replace identical bytes. The directory is kept under
+`$KILN_CACHE_MAX_BYTES` (default 256 MiB, read when a cache is made) by removing the least
+recently used entries; a hit sets an entry's mtime, because atime is unreliable (noatime,
+relatime mounts).
 
     python -m runtime.cache info     # directory, entries, bytes
     python -m runtime.cache clear    # remove every entry
@@ -35,9 +37,13 @@ import struct
 import tempfile
 import threading
 import time
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Generic, TypeVar
+
+from runtime.cache_trust import (UntrustedEntry, directory_problem, make_private_directories,
+                                 read_entry_file)
 
 FORMAT = "kiln-cpu-object-1"
 MAGIC = b"KILNOBJ1"
@@ -68,6 +74,7 @@ class CacheStats:
     disk_hits: int = 0
     misses: int = 0
     rebuilt_corrupt: int = 0  # also counted in misses
+    refused: int = 0  # entries not read because of what or where they are; also in misses
     evictions: int = 0
     write_failures: int = 0
 
@@ -161,13 +168,14 @@ class KernelCache(Generic[Value]):
 
     Lookups are serialised by one lock, so concurrent requests for a key build it once.
     The size cap is read here, so a bad `$KILN_CACHE_MAX_BYTES` fails before anything is
-    compiled.
+    compiled; each directory is checked (runtime/cache_trust.py) when first used.
     """
 
     def __init__(self, directory: Path | str | None = None):
         self._directory = Path(directory) if directory is not None else None
         self._memory: dict[str, Value] = {}
         self._lock = threading.RLock()
+        self._trusted: dict[Path, bool] = {}
         self.max_bytes = max_bytes()
         self.stats = CacheStats()
 
@@ -201,11 +209,22 @@ class KernelCache(Generic[Value]):
             return value
 
     def read(self, key: str) -> Entry | None:
-        """The disk entry for `key`, or None if there is none or it is corrupt (counted in
-        stats.rebuilt_corrupt: the caller builds and writes it again)."""
+        """The disk entry for `key`, or None if there is none, it is refused (counted in
+        stats.refused; a refused file in a trusted directory also warns, as nothing kiln
+        writes is ever refused) or it is corrupt (counted in stats.rebuilt_corrupt); the
+        caller then builds and writes it again."""
         path = self.path(key)
         try:
-            data = path.read_bytes()
+            if not self._trusts(path.parent):
+                if os.path.lexists(path):
+                    self.stats.refused += 1
+                return None
+            data = read_entry_file(path)
+        except UntrustedEntry as refusal:
+            self.stats.refused += 1
+            warnings.warn(f"kiln's kernel cache entry {path} {refusal}: it is rebuilt, not "
+                          f"loaded", RuntimeWarning)
+            return None
         except OSError:
             return None
         try:
@@ -217,18 +236,35 @@ class KernelCache(Generic[Value]):
         return entry
 
     def write(self, key: str, entry: Entry) -> None:
-        """Atomically write the entry, then evict down to the size cap. A cache that
-        cannot be written (read-only, disk full) only costs a rebuild next time."""
+        """Atomically write the entry, then evict down to the size cap; nothing is written
+        to an untrusted directory. A cache that cannot be written (read-only, disk full)
+        only costs a rebuild next time."""
+        path = self.path(key)
         try:
-            _write_atomically(self.path(key), encode(key, entry))
+            if not self._trusts(path.parent):
+                return
+            _write_atomically(path, encode(key, entry))
         except OSError:
             self.stats.write_failures += 1
             return
-        self.stats.evictions += evict(self.directory, self.max_bytes, keep=self.path(key))
+        self.stats.evictions += evict(path.parent, self.max_bytes, keep=path)
+
+    def _trusts(self, directory: Path) -> bool:
+        """Whether entries in `directory` may be read and written, decided on its first use
+        (creating it 0700 if missing); the first refusal warns. OSError if it cannot be
+        created or is not a directory, and then it is asked again next time."""
+        if directory not in self._trusted:
+            problem = directory_problem(directory)
+            if problem is not None:
+                warnings.warn(f"kiln's kernel cache directory {directory} is {problem}: its "
+                              f"entries are not loaded and this process keeps the kernels "
+                              f"it compiles in memory only", RuntimeWarning)
+            self._trusted[directory] = problem is None
+        return self._trusted[directory]
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_private_directories(path.parent)
     descriptor, temporary = tempfile.mkstemp(prefix=TMP_PREFIX, dir=path.parent)
     try:
         with os.fdopen(descriptor, "wb") as f:

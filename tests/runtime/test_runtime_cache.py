@@ -1,6 +1,6 @@
 """The kernel cache: memory and disk tiers, damaged entries, racing writers, the size cap,
 clear/info and the CLI, and what the key depends on. Every test has its own
-KILN_CACHE_DIR."""
+KILN_CACHE_DIR. What the cache refuses to trust is tested in test_runtime_cache_trust.py."""
 import os
 import re
 import subprocess

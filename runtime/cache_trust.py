@@ -1,0 +1,100 @@
+"""What the kernel cache trusts, and the checks that hold it to that.
+
+Whoever can write the cache directory can run native code in every kiln process that reads
+it, so the disk tier loads only what the user running the process wrote and nobody else
+could have:
+
+- The directory must be owned by this user (the effective uid) and not writable by group
+  or others. It is checked once per directory, when a cache first uses it, and created
+  0700 (with any parents it has to create) when missing. A directory that fails is neither
+  read nor written: that process keeps its kernels in memory only, after one warning. A
+  symbolic link to the directory is followed and the directory it names checked; the path
+  leading to it is trusted, as any file under $HOME is.
+- An entry file is opened without following a symbolic link and without blocking
+  (O_NOFOLLOW | O_NONBLOCK) and read only if the open file is a regular file owned by this
+  user, not writable by group or others, and at most MAX_ENTRY_BYTES long. A FIFO, device,
+  socket, symlink, directory or oversized file is refused and rebuilt.
+- The header's SHA-256 catches damage, not forgery: whoever can write the file can
+  recompute it. An entry that passes is native code run as it is; it is loaded because
+  only this user could have put it there.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+# The largest entry a run of the whole test suite writes is under 0.5 MB (a GEMM kernel);
+# a file past 64 MiB is not one of ours, and reading it would only cost memory.
+MAX_ENTRY_BYTES = 64 << 20
+
+
+class UntrustedEntry(Exception):
+    """A cache file that is not a regular file of this user's, or too big, to be read; the
+    message says which."""
+
+
+def ownership_problem(status: os.stat_result) -> str | None:
+    """Why a file or directory with this status could have been written by someone other
+    than this user, or None."""
+    if status.st_uid != os.geteuid():
+        return f"owned by uid {status.st_uid}, not by this process's uid {os.geteuid()}"
+    if status.st_mode & 0o022:
+        return f"writable by group or others (mode {stat.S_IMODE(status.st_mode):04o})"
+    return None
+
+
+def make_private_directories(directory: Path) -> None:
+    """Create `directory` and whichever of its parents are missing with mode 0700 (the umask
+    can only take bits away); directories that exist are left as they are."""
+    missing = []
+    while not directory.exists():
+        missing.append(directory)
+        directory = directory.parent
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass  # another process made it first
+
+
+def directory_problem(directory: Path) -> str | None:
+    """Why entries in `directory` must not be trusted, or None; creates it first when
+    missing. OSError if it cannot be created or is not a directory."""
+    make_private_directories(directory)
+    status = os.stat(directory)
+    if not stat.S_ISDIR(status.st_mode):
+        raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(directory))
+    return ownership_problem(status)
+
+
+def read_entry_file(path: Path) -> bytes:
+    """The bytes of the entry file at `path`: FileNotFoundError if there is none,
+    UntrustedEntry if it is anything but a regular file of this user's that nobody else
+    can write, of at most MAX_ENTRY_BYTES."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise UntrustedEntry("is a symbolic link")
+        raise UntrustedEntry(f"cannot be opened: {error.strerror}")
+    try:
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):
+            raise UntrustedEntry(f"is not a regular file (mode {status.st_mode:o})")
+        problem = ownership_problem(status)
+        if problem is not None:
+            raise UntrustedEntry(f"is {problem}")
+        if status.st_size > MAX_ENTRY_BYTES:
+            raise UntrustedEntry(f"is {status.st_size} bytes, over {MAX_ENTRY_BYTES}")
+        with open(descriptor, "rb", closefd=False) as f:
+            data = f.read(MAX_ENTRY_BYTES + 1)
+    finally:
+        os.close(descriptor)
+    if len(data) > MAX_ENTRY_BYTES:
+        raise UntrustedEntry(f"grew past {MAX_ENTRY_BYTES} bytes while being read")
+    return data
+

@@ -1,0 +1,193 @@
+"""What the kernel cache trusts (runtime/cache_trust.py): entries that are not regular files
+of this user's and directories that others own or can write are refused. Whatever could
+hang or crash the process is loaded by a worker process (runtime_cache_worker.py), which
+checks the kernel it gets adds one; a forged entry holds a kernel that does nothing, so
+loading it fails that check."""
+import os
+import stat
+
+import llvmlite.ir as ir
+import pytest
+
+from runtime import cache
+from runtime.cache_trust import MAX_ENTRY_BYTES
+from runtime.jit import HostJit
+import runtime_cache_worker as worker
+from runtime_kernels import add_one_module, unique_name
+
+OTHER_UID = 54321
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    directory = tmp_path / "kiln-cache"
+    directory.mkdir(mode=0o700)
+    monkeypatch.setenv("KILN_CACHE_DIR", str(directory))
+    monkeypatch.delenv("KILN_CACHE_MAX_BYTES", raising=False)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def jit():
+    return HostJit()
+
+
+def compile_object(jit, module) -> bytes:
+    return jit.target_machine.emit_object(jit.optimise(module))
+
+
+def entry_path(jit, name: str):
+    return cache.cache_dir() / (jit.cache_key(add_one_module(jit, name)) + cache.SUFFIX)
+
+
+def forged_entry(jit, name: str) -> bytes:
+    """A well-formed entry for NAME's add-one kernel whose function does nothing."""
+    i64 = ir.IntType(64)
+    module = jit.new_module(name)
+    kernel = ir.Function(module, ir.FunctionType(ir.VoidType(), [ir.PointerType(), i64, i64]),
+                         name)
+    ir.IRBuilder(kernel.append_basic_block()).ret_void()
+    key = jit.cache_key(add_one_module(jit, name))
+    return cache.encode(key, cache.Entry((name,), compile_object(jit, module)))
+
+
+def plant_forged(path, jit, name, mode=0o600):
+    path.write_bytes(forged_entry(jit, name))
+    os.chmod(path, mode)
+
+
+def as_root(reason: str) -> None:
+    if os.geteuid() != 0:
+        pytest.skip(f"only root can {reason}")
+
+
+def plant_fifo(path, jit, name):
+    os.mkfifo(path, 0o600)
+
+
+def plant_link_to_dev_zero(path, jit, name):
+    path.symlink_to("/dev/zero")
+
+
+def plant_link_to_forged_entry(path, jit, name):
+    target = path.parent.parent / "elsewhere.kobj"
+    plant_forged(target, jit, name)
+    path.symlink_to(target)
+
+
+def plant_device(path, jit, name):
+    try:
+        os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 5))  # what /dev/zero is
+    except PermissionError:
+        pytest.skip("making a device file needs CAP_MKNOD")
+
+
+def plant_oversized(path, jit, name):
+    with open(path, "wb") as f:
+        f.truncate(MAX_ENTRY_BYTES + 1)  # sparse: takes no disk
+    os.chmod(path, 0o600)
+
+
+def plant_group_writable(path, jit, name):
+    plant_forged(path, jit, name, mode=0o620)
+
+
+def plant_owned_by_another_user(path, jit, name):
+    as_root("give a file to another user")
+    plant_forged(path, jit, name)
+    os.chown(path, OTHER_UID, -1)
+
+
+UNSAFE_ENTRIES = {
+    "FIFO": (plant_fifo, "is not a regular file"),
+    "symlink to /dev/zero": (plant_link_to_dev_zero, "is a symbolic link"),
+    "symlink to a forged entry": (plant_link_to_forged_entry, "is a symbolic link"),
+    "device file": (plant_device, "is not a regular file"),
+    "oversized": (plant_oversized, f"is {MAX_ENTRY_BYTES + 1} bytes, over {MAX_ENTRY_BYTES}"),
+    "forged, group-writable": (plant_group_writable,
+                               "is writable by group or others (mode 0620)"),
+    "forged, another user's": (plant_owned_by_another_user, f"is owned by uid {OTHER_UID},"),
+}
+
+
+@pytest.mark.parametrize("plant, reason", UNSAFE_ENTRIES.values(), ids=UNSAFE_ENTRIES.keys())
+def test_an_entry_that_is_not_a_regular_file_only_we_can_write_is_rebuilt(jit, cache_dir,
+                                                                           plant, reason):
+    name = unique_name()
+    path = entry_path(jit, name)
+    plant(path, jit, name)
+    result = worker.finish(worker.start("load", name, cache_dir=cache_dir))
+    assert (result["refused"], result["misses"], result["disk_hits"]) == (1, 1, 0)
+    [warning] = result["warnings"]
+    assert warning.startswith(f"kiln's kernel cache entry {path} {reason}")
+    status = path.lstat()
+    assert stat.S_ISREG(status.st_mode) and status.st_uid == os.geteuid()
+    assert stat.S_IMODE(status.st_mode) == 0o600
+    key = jit.cache_key(add_one_module(jit, name))
+    assert cache.decode(key, path.read_bytes()).functions == (name,)
+
+
+def test_a_directory_in_an_entry_s_place_is_refused_and_its_descriptor_closed(cache_dir):
+    store = cache.KernelCache()
+    (cache_dir / ("a" * 64 + cache.SUFFIX)).mkdir()
+    open_before = os.listdir("/proc/self/fd")
+    with pytest.warns(RuntimeWarning, match="is not a regular file"):
+        assert store.read("a" * 64) is None
+    assert store.stats.refused == 1 and os.listdir("/proc/self/fd") == open_before
+
+
+def give_to_another_user(directory):
+    as_root("give a directory to another user")
+    os.chown(directory, OTHER_UID, -1)
+
+
+UNTRUSTED_DIRECTORIES = {
+    "world-writable": lambda directory: os.chmod(directory, 0o777),
+    "world-writable and sticky, like /tmp": lambda directory: os.chmod(directory, 0o1777),
+    "group-writable": lambda directory: os.chmod(directory, 0o770),
+    "another user's": give_to_another_user,
+}
+
+
+@pytest.mark.parametrize("spoil", UNTRUSTED_DIRECTORIES.values(),
+                         ids=UNTRUSTED_DIRECTORIES.keys())
+def test_a_directory_others_own_or_can_write_is_neither_loaded_nor_written(jit, cache_dir,
+                                                                           spoil):
+    name = unique_name()
+    path = entry_path(jit, name)
+    plant_forged(path, jit, name)
+    spoil(cache_dir)
+    result = worker.finish(worker.start("load", name, cache_dir=cache_dir))
+    assert (result["refused"], result["misses"], result["disk_hits"]) == (1, 1, 0)
+    [warning] = result["warnings"]
+    assert f"kernel cache directory {cache_dir} is " in warning and "memory only" in warning
+    assert [p.name for p in cache_dir.iterdir()] == [path.name]
+    assert path.read_bytes() == forged_entry(jit, name)
+
+
+def test_an_untrusted_directory_warns_once_and_stays_empty(jit, cache_dir):
+    os.chmod(cache_dir, 0o777)
+    store = cache.KernelCache()
+    entry = cache.Entry(("f",), compile_object(jit, add_one_module(jit, "f")))
+    with pytest.warns(RuntimeWarning) as caught:
+        store.write("a" * 64, entry)
+        assert store.read("a" * 64) is None
+        store.write("b" * 64, entry)
+    assert [str(w.message).split(": ")[0] for w in caught] == [
+        f"kiln's kernel cache directory {cache_dir} is writable by group or others "
+        f"(mode 0777)"]
+    assert list(cache_dir.iterdir()) == [] and store.stats.write_failures == 0
+
+
+def test_the_directory_and_the_parents_it_makes_are_private(jit, tmp_path, monkeypatch):
+    directory = tmp_path / "home" / "cache" / "kiln"
+    monkeypatch.setenv("KILN_CACHE_DIR", str(directory))
+    entry = cache.Entry(("f",), compile_object(jit, add_one_module(jit, "f")))
+    umask = os.umask(0o022)
+    try:
+        cache.KernelCache().write("a" * 64, entry)
+    finally:
+        os.umask(umask)
+    made = [tmp_path / "home", tmp_path / "home" / "cache", directory]
+    assert [stat.S_IMODE(path.stat().st_mode) for path in made] == [0o700] * 3
+    assert stat.S_IMODE((directory / ("a" * 64 + cache.SUFFIX)).stat().st_mode) == 0o600
