@@ -215,6 +215,10 @@ _METHODS = {
     "__ge__": ATEN[Op.GE], "__eq__": _eq, "__ne__": _ne,
     "__iadd__": _iadd, "__isub__": _isub, "__imul__": _imul, "__itruediv__": _idiv,
     "__getitem__": indexing.getitem, "__setitem__": indexing.setitem,
+    "gather": indexing.gather, "scatter": indexing.scatter, "scatter_": indexing.scatter_,
+    "scatter_add": indexing.scatter_add, "scatter_add_": indexing.scatter_add_,
+    "nonzero": indexing.nonzero, "index_put": indexing.index_put,
+    "index_put_": indexing.index_put_,
 }
 for _name, _fn in _METHODS.items():
     setattr(Tensor, _name, _fn)

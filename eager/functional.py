@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from eager.dispatcher import ATEN
+from eager.indexing import gather, index_put, nonzero, scatter, scatter_add  # noqa: F401
 from eager.tensor import Tensor, ops
 from ir.ops import Op
 
@@ -15,7 +16,8 @@ _DIRECT = [Op.NEG, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.ABS, Op.SIGN, Op.TANH, 
 
 __all__ = [op.schema.name for op in _DIRECT] + [
     "max", "min", "var", "std", "gelu", "silu", "clamp_min", "clamp_max", "concat", "square",
-    "chunk", "linear", "result_type", "promote_types", "broadcast_shapes"]
+    "chunk", "linear", "result_type", "promote_types", "broadcast_shapes", "gather", "scatter",
+    "scatter_add", "nonzero", "index_put"]
 
 for _op in _DIRECT:
     globals()[_op.schema.name] = ATEN[_op]

@@ -1,6 +1,8 @@
 """`t[idx]` and `t[idx] = v`: basic indexing (ints, slices, None, ...) makes views through
-select / slice / unsqueeze; integer-tensor and boolean-mask indices gather through
-index_select, so gradients flow through both."""
+select / slice / unsqueeze; integer-tensor indices go to `index` / `index_put_` as tensors
+(their values are read only by those ops' kernels, which check them), and a boolean mask
+becomes the positions of its True elements (`nonzero`). Gradients flow through all of
+them."""
 from __future__ import annotations
 
 import numpy as np
@@ -31,8 +33,9 @@ def _as_index_tensor(i) -> Tensor:
     return tensor(i)
 
 
-def getitem(self: Tensor, idx):
-    idx = _normalise(self, idx)
+def _views(self: Tensor, idx: list):
+    """Apply the basic indices (ints, slices, None, Python bools) as views of `self`; returns
+    the view and the advanced ones as (dim of the view, index tensor or mask)."""
     out, d, advanced = self, 0, []
     for item in idx:
         if item is None:
@@ -46,7 +49,7 @@ def getitem(self: Tensor, idx):
             d += 1
         elif isinstance(item, int) or (isinstance(item, Tensor) and item.dim() == 0
                                        and item.dtype in (dtypes.int64, dtypes.int32)):
-            out = ops.select(out, d, int(item))
+            out = ops.select(out, d, int(item))  # a view, as in PyTorch: reads the value
         elif isinstance(item, slice):
             step = 1 if item.step is None else item.step
             if step <= 0:
@@ -58,19 +61,22 @@ def getitem(self: Tensor, idx):
         elif isinstance(item, Tensor):
             if item.dtype is dtypes.bool_:
                 _check_mask_shape(item, out, d)
-                mask_dims = item.dim()
-                advanced.append((d, _mask_positions(item), mask_dims))
-                d += mask_dims
-            elif item.dtype in (dtypes.int64, dtypes.int32):
-                advanced.append((d, item, 1))
-                d += 1
-            else:
+            elif item.dtype not in (dtypes.int64, dtypes.int32):
                 raise IndexError("tensors used as indices must be long, int or bool tensors")
+            advanced.append((d, item))
+            d += item.dim() if item.dtype is dtypes.bool_ else 1
         else:
             raise IndexError(f"only integers, slices (`:`), ellipsis (`...`), None and long or "
                              f"bool tensors are valid indices (got {type(item).__name__})")
+    return out, advanced
+
+
+def getitem(self: Tensor, idx):
+    idx = _normalise(self, idx)
+    out, advanced = _views(self, idx)
     if advanced:
-        return _gather(out, advanced)
+        dim, indices = _indices(advanced)
+        return ops.index(out, dim, indices)
     return ops.slice(self, 0) if out is self and idx else out  # a new view, never self
 
 
@@ -82,69 +88,122 @@ def _check_mask_shape(mask: Tensor, t: Tensor, first: int) -> None:
                              f"{first + k}")
 
 
-def _mask_positions(mask: Tensor) -> list:
-    """A boolean mask as one integer index per masked dim (numpy's nonzero)."""
-    from eager.factories import tensor
-    return [tensor(p) for p in np.nonzero(mask._host_np())]
-
-
-def _gather(t: Tensor, advanced) -> Tensor:
-    """Apply integer-tensor indices that sit on consecutive dims of `t`."""
-    from eager.kernels._common import broadcast_shapes
+def _indices(advanced) -> tuple[int, list]:
+    """The first indexed dim and one integer index tensor per indexed dim. A mask becomes
+    the positions of its True elements (`nonzero`: a shape that depends on the data)."""
     dims, indices = [], []
-    for d, index, span in advanced:
-        if isinstance(index, list):  # a mask expanded to one index per dim
-            dims.extend(range(d, d + span))
-            indices.extend(index)
+    for d, index in advanced:
+        if index.dtype is dtypes.bool_:
+            positions = ops.nonzero(index)
+            dims.extend(range(d, d + index.dim()))
+            indices.extend(ops.select(positions, 1, k) for k in range(index.dim()))
         else:
             dims.append(d)
             indices.append(index)
     if dims != list(range(dims[0], dims[0] + len(dims))):
         raise IndexError("kiln supports tensor indices only on consecutive dims")
-    first = dims[0]
-    shape = list(t.shape)
-    sizes = shape[first:first + len(dims)]
-    index_shape = broadcast_shapes(*(i.shape for i in indices))
-    linear = None
-    for d, index, size in zip(dims, indices, sizes):
-        a = index._host_np().astype(np.int64)
-        if a.size and (a.min() < -size or a.max() >= size):
-            bad = a[(a < -size) | (a >= size)].flat[0]
-            raise IndexError(f"index {bad} is out of bounds for dimension {d} with size {size}")
-        a = np.where(a < 0, a + size, a)
-        linear = a if linear is None else linear * size + a
-    flat_len = int(np.prod(sizes)) if sizes else 1
-    merged = ops.reshape(t, shape[:first] + [flat_len] + shape[first + len(dims):])
-    from eager.factories import tensor
-    picked = ops.index_select(merged, first,
-                              tensor(np.broadcast_to(linear, index_shape).reshape(-1)))
-    return ops.reshape(picked, shape[:first] + list(index_shape) + shape[first + len(dims):])
+    return dims[0], indices
 
 
 def setitem(self: Tensor, idx, value) -> None:
-    needs_grad = self.requires_grad or isinstance(value, Tensor) and value.requires_grad
-    from eager.autograd.grad_mode import is_grad_enabled
-    if needs_grad and is_grad_enabled():
-        target = getitem(self, idx)
-        if target._base is None or not isinstance(value, Tensor):
-            raise RuntimeError("kiln does not support index assignment that needs a gradient "
-                               "yet; build the value with where / index ops instead")
-        ops.copy_(target, value)
+    """`self[idx] = value`, through dispatched in-place ops (copy_, fill_, index_put_), so
+    autograd, version counters and graph capture see the write."""
+    idx = _normalise(self, idx)
+    target, advanced = _views(self, idx)
+    if not advanced:
+        if isinstance(value, Tensor):
+            ops.copy_(target, value)
+        elif isinstance(value, (list, tuple, np.ndarray)):
+            ops.copy_(target, _as_index_tensor(value))
+        else:
+            ops.fill_(target, value)
         return
-    if self.device.type != "cpu":
-        raise RuntimeError(f"index assignment is only implemented for CPU tensors, not "
-                           f"{self.device}")
-    if not isinstance(idx, tuple):
-        idx = (idx,)
-    np_idx = tuple(i._host_np() if isinstance(i, Tensor) else i for i in idx)
-    src = value.detach()._host_np() if isinstance(value, Tensor) else value
-    target = self._np()
-    try:
-        target[np_idx] = src
-    except IndexError as e:  # numpy's text, in PyTorch's words
-        raise IndexError(str(e).replace(" for axis ", " for dimension ")) from None
-    except ValueError:
-        raise RuntimeError(f"shape mismatch: value tensor of shape {list(np.shape(src))} cannot "
-                           f"be broadcast to indexing result of shape "
-                           f"{list(target[np_idx].shape)}") from None
-    self._bump()
+    if len(advanced) == 1 and advanced[0][1].dtype is dtypes.bool_ and _one_value(value):
+        d, mask = advanced[0]  # t[mask] = v: a select over the masked dims, no data read
+        trailing = target.dim() - d - mask.dim()
+        where = ops.reshape(mask, list(mask.shape) + [1] * trailing)
+        ops.copy_(target, ops.where(where, value, target))
+        return
+    dim, indices = _indices(advanced)
+    if isinstance(value, Tensor):
+        value = value if value.dtype is target.dtype else value.to(target.dtype)
+    else:
+        from eager.factories import tensor
+        value = tensor(value, dtype=target.dtype, device=target.device)
+    ops.index_put_(target, dim, indices, value)
+
+
+def _one_value(value) -> bool:
+    return isinstance(value, (int, float, bool)) or isinstance(value, Tensor) and \
+        value.dim() == 0
+
+
+# the functions and methods: torch.gather, Tensor.scatter_, Tensor.index_put_, ... ----------
+def gather(input: Tensor, dim: int, index: Tensor, *, sparse_grad: bool = False) -> Tensor:
+    return ops.gather(input, dim, index, sparse_grad=sparse_grad)
+
+
+def _src(self: Tensor, index: Tensor, src, value) -> Tensor:
+    """scatter's source: a tensor, or one number (PyTorch's scatter.value) as a tensor."""
+    if src is None and value is None:
+        raise TypeError("scatter() missing 1 required argument: 'src' or 'value'")
+    number = value if src is None else src
+    if isinstance(number, Tensor):
+        return number
+    from eager.factories import full
+    return full(tuple(index.shape), number, dtype=self.dtype, device=self.device)
+
+
+def _check_reduce(reduce) -> None:
+    if reduce is not None:
+        raise NotImplementedError(f"scatter(reduce={reduce!r}) is not supported by kiln; use "
+                                  "scatter_add")
+
+
+def scatter(input: Tensor, dim: int, index: Tensor, src=None, *, value=None,
+            reduce=None) -> Tensor:
+    _check_reduce(reduce)
+    return ops.scatter(input, dim, index, _src(input, index, src, value))
+
+
+def scatter_add(input: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
+    return ops.scatter_add(input, dim, index, src)
+
+
+def scatter_(self: Tensor, dim: int, index: Tensor, src=None, *, value=None,
+             reduce=None) -> Tensor:
+    return ops.copy_(self, scatter(self, dim, index, src, value=value, reduce=reduce))
+
+
+def scatter_add_(self: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
+    return ops.copy_(self, ops.scatter_add(self, dim, index, src))
+
+
+def nonzero(input: Tensor, *, as_tuple: bool = False):
+    positions = ops.nonzero(input)
+    if not as_tuple:
+        return positions
+    return tuple(ops.select(positions, 1, k) for k in range(max(input.dim(), 1)))
+
+
+def _put_args(self: Tensor, indices) -> tuple[int, list]:
+    """PyTorch's index_put indices (a tuple of index tensors or masks, from dim 0) as the
+    op's first dim and integer indices."""
+    if not isinstance(indices, (tuple, list)):
+        raise TypeError(f"index_put(): indices must be a tuple of tensors, got "
+                        f"{type(indices).__name__}")
+    advanced, d = [], 0
+    for index in indices:
+        if index.dtype is dtypes.bool_:
+            _check_mask_shape(index, self, d)
+        advanced.append((d, index))
+        d += index.dim() if index.dtype is dtypes.bool_ else 1
+    return _indices(advanced) if advanced else (0, [])
+
+
+def index_put(input: Tensor, indices, values: Tensor, accumulate: bool = False) -> Tensor:
+    return ops.index_put(input, *_put_args(input, indices), values, accumulate)
+
+
+def index_put_(self: Tensor, indices, values: Tensor, accumulate: bool = False) -> Tensor:
+    return ops.index_put_(self, *_put_args(self, indices), values, accumulate)

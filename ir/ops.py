@@ -102,6 +102,14 @@ class Op(enum.Enum):
     INDEX_ADD = ("index_add(Tensor self, int dim, Tensor index, Tensor source, *,"
                  " Scalar alpha=1) -> Tensor")
     EMBEDDING = "embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1) -> Tensor"
+    # advanced indexing: `indices` (broadcast together) index dims dim, dim+1, ... of self
+    INDEX = "index.Tensor(Tensor self, int dim, Tensor[] indices) -> Tensor"
+    INDEX_PUT = ("index_put(Tensor self, int dim, Tensor[] indices, Tensor values,"
+                 " bool accumulate=False) -> Tensor")
+    GATHER = "gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) -> Tensor"
+    SCATTER = "scatter.src(Tensor self, int dim, Tensor index, Tensor src) -> Tensor"
+    SCATTER_ADD = "scatter_add(Tensor self, int dim, Tensor index, Tensor src) -> Tensor"
+    NONZERO = "nonzero(Tensor self) -> Tensor"
     SELECT_BACKWARD = ("select_backward(Tensor grad_output, SymInt[] input_sizes, int dim,"
                        " SymInt index) -> Tensor")
     SLICE_BACKWARD = ("slice_backward(Tensor grad_output, SymInt[] input_sizes, int dim,"
@@ -115,6 +123,8 @@ class Op(enum.Enum):
     ZERO_ = "zero_(Tensor(a!) self) -> Tensor(a!)"
     FILL_ = "fill_.Scalar(Tensor(a!) self, Scalar value) -> Tensor(a!)"
     COPY_ = "copy_(Tensor(a!) self, Tensor src) -> Tensor(a!)"
+    INDEX_PUT_ = ("index_put_(Tensor(a!) self, int dim, Tensor[] indices, Tensor values,"
+                  " bool accumulate=False) -> Tensor(a!)")
     # compiler-only: they appear in graphs, never in eager dispatch
     SCALAR = "scalar(Scalar value) -> Tensor"
     FUSED = "fused(Tensor[] inputs, *, str kind, Graph body) -> Tensor[]"
@@ -151,6 +161,14 @@ INPLACE = frozenset(op for op in Op if op.schema.is_mutable)
 COMPILER_ONLY = frozenset({Op.SCALAR, Op.FUSED})
 """A wrapped Python number (it promotes as PyTorch promotes scalars), and a fused kernel
 holding the small graph it computes."""
+DATA_DEPENDENT_SHAPE = frozenset({Op.NONZERO})
+"""Ops whose output shape depends on their input's values: capture cannot know it from
+types, so it breaks the graph there."""
+INDEXING = frozenset({Op.INDEX_SELECT, Op.INDEX_ADD, Op.EMBEDDING, Op.INDEX, Op.INDEX_PUT,
+                      Op.GATHER, Op.SCATTER, Op.SCATTER_ADD, Op.INDEX_PUT_})
+"""Ops that read an index tensor's values; they check every index against its dim's size
+where they run (IndexError or RuntimeError as in PyTorch), so index tensors are ordinary
+graph inputs."""
 COMPOSITE = frozenset({Op.MATMUL, Op.LINEAR, Op.RESHAPE, Op.FLATTEN, Op.SPLIT, Op.CONTIGUOUS,
                        Op.STACK})
 """Ops with no kernel of their own: they decompose into others (CompositeImplicitAutograd)."""

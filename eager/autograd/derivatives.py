@@ -39,11 +39,11 @@ class Derivative:
 DERIVATIVES: dict[Op, Derivative] = {}
 
 NOT_DIFFERENTIABLE = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE, Op.LOGICAL_AND,
-                                Op.ARGMAX, Op.ARGMIN, Op.DETACH})
+                                Op.ARGMAX, Op.ARGMIN, Op.DETACH, Op.NONZERO})
 """Ops whose outputs never carry a gradient (integer or boolean results, detach)."""
 
 INPLACE_TWIN = {Op.ADD_: Op.ADD, Op.SUB_: Op.SUB, Op.MUL_: Op.MUL, Op.DIV_: Op.DIV,
-                Op.CLAMP_: Op.CLAMP}
+                Op.CLAMP_: Op.CLAMP, Op.INDEX_PUT_: Op.INDEX_PUT}
 """In-place ops differentiated by their out-of-place twin's rule."""
 
 
@@ -471,6 +471,52 @@ def _(ctx, g):
         flat_g = flat_g * ops.unsqueeze(ops.ne(flat_idx, ctx.padding_idx), 1)
     return ops.index_add(zeros([rows, width], dtype=g.dtype, device=g.device), 0, flat_idx,
                          flat_g)
+
+
+@derivative(Op.INDEX, "IndexBackward0", "self", save="self_sizes dim indices")
+def _(ctx, g):
+    from eager.factories import zeros
+    base = zeros(ctx.self_sizes, dtype=g.dtype, device=g.device)
+    return ops.index_put(base, ctx.dim, ctx.indices, g, True)
+
+
+@derivative(Op.INDEX_PUT, "IndexPutBackward0", "self values",
+            save="dim indices values_sizes accumulate")
+def _(ctx, g):
+    from eager.factories import zeros
+    grad_self = g if ctx.accumulate else ops.index_put(
+        g, ctx.dim, ctx.indices, zeros((), dtype=g.dtype, device=g.device))
+    return grad_self, sum_to(ops.index(g, ctx.dim, ctx.indices), ctx.values_sizes)
+
+
+def _grown(g, sizes):
+    """`g` in the leading corner of zeros of `sizes` (a scatter's src may be larger than its
+    index: only the corner the index covers was read)."""
+    for d, (n, size) in enumerate(zip(g._shape, sizes)):
+        if n != size:
+            g = ops.slice_backward(g, list(g._shape[:d]) + [size] + list(g._shape[d + 1:]), d,
+                                   0, n, 1)
+    return g
+
+
+@derivative(Op.GATHER, "GatherBackward0", "self", save="self_sizes dim index")
+def _(ctx, g):
+    from eager.factories import zeros
+    base = zeros(ctx.self_sizes, dtype=g.dtype, device=g.device)
+    return ops.scatter_add(base, ctx.dim, ctx.index, g)
+
+
+@derivative(Op.SCATTER, "ScatterBackward0", "self src", save="dim index src_sizes")
+def _(ctx, g):
+    from eager.factories import zeros
+    cleared = ops.scatter(g, ctx.dim, ctx.index,
+                          zeros(ctx.index.shape, dtype=g.dtype, device=g.device))
+    return cleared, _grown(ops.gather(g, ctx.dim, ctx.index), ctx.src_sizes)
+
+
+@derivative(Op.SCATTER_ADD, "ScatterAddBackward0", "self src", save="dim index src_sizes")
+def _(ctx, g):
+    return g, _grown(ops.gather(g, ctx.dim, ctx.index), ctx.src_sizes)
 
 
 # in place, with no out-of-place twin --------------------------------------------------

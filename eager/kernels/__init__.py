@@ -4,4 +4,4 @@ Each family file holds, per op: its shape/dtype rule (shared by the CPU and Meta
 kernels, so both raise the same errors) and its numpy kernel. Importing this package
 registers them all.
 """
-from eager.kernels import elementwise, linalg, reduction, shape  # noqa: F401
+from eager.kernels import elementwise, indexing, linalg, reduction, shape  # noqa: F401

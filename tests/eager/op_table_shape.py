@@ -96,7 +96,7 @@ VIEWS = [
            on([((3, 4), 1, -1), ((3, 4), 0, 2), ((2, 3, 4), -2, 0), ((1,), 0, 0)]), ALL),
     OpCase("getitem_basic", (Op.SLICE, Op.SELECT, Op.UNSQUEEZE),
            lambda lib, x, key: x[key], lambda x, key: x[key], basic_index_samples, ALL),
-    OpCase("getitem_advanced", (Op.INDEX_SELECT,), lambda lib, x, key: x[key],
+    OpCase("getitem_advanced", (Op.INDEX, Op.NONZERO), lambda lib, x, key: x[key],
            lambda x, key: x[key], advanced_index_samples, ALL, meta=False),
     OpCase("flatten", (Op.FLATTEN,), lambda lib, x, *a: x.flatten(*a), _flatten_ref,
            on([((2, 3, 4),), ((2, 3, 4), 1), ((2, 3, 4), 0, 1), ((2, 3, 4), -2, -1), ((),),
@@ -199,6 +199,99 @@ COPIES = [
 ]
 
 
+# indexing with index tensors: index, index_put, gather, scatter, nonzero ---------------
+def index_put_samples(make):
+    x = make((5, 4, 3))
+    yield S(x, (make.index((2, 3), 5),), make((2, 3, 4, 3)))
+    yield S(x, (np.array([4, -5, 0]), make.index((3,), 4)), make((3,)))  # negative indices
+    yield S(x, (make.index((6,), 5),), make(()))  # one value, broadcast
+    yield S(x, (make.mask((5,)),), make(()))
+    yield S(x, (np.zeros(0, np.int64),), make((0, 4, 3)))
+    yield S(make((0, 3)), (np.zeros(0, np.int64),), make((3,)))
+
+
+def _index_put_ref(x, indices, values, accumulate=False):
+    out = x.copy()
+    key = tuple(k for i in indices for k in (np.nonzero(i) if i.dtype == np.bool_ else (i,)))
+    if accumulate:
+        np.add.at(out, key, np.broadcast_to(values, out[key].shape))
+    else:
+        out[key] = values
+    return out
+
+
+def _unique_along(make, shape, size, dim):
+    """An index of `shape` whose values along `dim` are distinct, in [0, size): a scatter
+    without repeats, so its result does not depend on the order of writes."""
+    order = np.argsort(make.rng.random(shape[:dim] + (size,) + shape[dim + 1:]), axis=dim)
+    return np.take(order, np.arange(shape[dim]), axis=dim).astype(np.int64)
+
+
+def along_samples(make):
+    """(x, dim, index, src) for gather / scatter: index no larger than x apart from dim,
+    and no larger than src anywhere."""
+    yield S(make((4, 5)), 1, _unique_along(make, (3, 2), 5, 1), make((3, 4)))
+    yield S(make((4, 5)), 0, _unique_along(make, (2, 5), 4, 0), make((2, 5)))
+    yield S(make((3, 4, 2)), -1, _unique_along(make, (3, 4, 2), 2, 2), make((3, 4, 2)))
+    yield S(make((4, 3)), 0, np.zeros((0, 3), np.int64), make((0, 3)))
+    yield S(make(()), 0, np.array(0), make(()))
+
+
+def _gather_ref(x, dim, index, src=None):
+    if x.ndim == 0:
+        return x.copy()
+    cut = x[tuple(slice(None) if k == dim % x.ndim else slice(0, n)
+                  for k, n in enumerate(index.shape))]
+    return np.take_along_axis(cut, index, axis=dim)
+
+
+def _scatter_ref(x, dim, index, src, add=False):
+    out = x.copy()
+    if x.ndim == 0:
+        return out + src if add else src.copy()
+    dim %= x.ndim
+    grid = np.indices(index.shape, sparse=True)
+    key = tuple(index if k == dim else g for k, g in enumerate(grid))
+    values = src[tuple(slice(0, n) for n in index.shape)]
+    if add:
+        np.add.at(out, key, values)
+    else:
+        out[key] = values
+    return out
+
+
+def scatter_add_samples(make):
+    yield from along_samples(make)
+    yield S(make((4, 5)), 1, make.index((4, 7), 5), make((4, 7)))  # repeats add up
+
+
+INDEXING = [
+    OpCase("index_put", (Op.INDEX_PUT,), lambda lib, x, i, v: x.index_put(i, v),
+           _index_put_ref, index_put_samples, ALL, meta=False),
+    OpCase("index_put_accumulate", (Op.INDEX_PUT,),
+           lambda lib, x, i, v: x.index_put(i, v, accumulate=True),
+           lambda x, i, v: _index_put_ref(x, i, v, True),
+           lambda make: [S(make((5, 3)), (make.index((7,), 5),), make((7, 3))),
+                         S(make((5, 3)), (np.array([1, 1, -4]), np.array([2, 2, 2])),
+                           make(()))], NUMBERS,
+           # PyTorch rounds each float16 add of a repeated index; kiln adds in float32
+           tolerance={"float16": (5e-3, 1e-3)}),
+    OpCase("gather", (Op.GATHER,), lambda lib, x, d, i, src: lib.gather(x, d, i),
+           _gather_ref, along_samples, ALL),
+    OpCase("scatter", (Op.SCATTER,), lambda lib, x, d, i, src: x.scatter(d, i, src),
+           _scatter_ref, along_samples, ALL, layouts=("contiguous", "transposed", "strided")),
+    OpCase("scatter_value", (Op.SCATTER,), lambda lib, x, d, i, src: x.scatter(d, i, 2.5),
+           lambda x, d, i, src: _scatter_ref(x, d, i, np.full(i.shape, 2.5)),
+           along_samples, FLOATS, layouts=("contiguous", "transposed", "strided")),
+    OpCase("scatter_add", (Op.SCATTER_ADD,), lambda lib, x, d, i, src: x.scatter_add(d, i, src),
+           lambda x, d, i, src: _scatter_ref(x, d, i, src, add=True), scatter_add_samples,
+           NUMBERS),
+    OpCase("nonzero", (Op.NONZERO,), lambda lib, x: lib.nonzero(x), np.argwhere,
+           lambda make: [S(make((4, 5))), S(make((7,))), S(make((0, 3))), S(make(()))], ALL,
+           meta=False),
+]
+
+
 # in place (on a clone, so every layout of the input can be used) ----------------------
 INPLACE_SHAPES = [((3, 5), (3, 5)), ((3, 5), (5,)), ((3, 5), ()), ((2, 0), (2, 1)),
                   ((4, 1, 3), (1, 3))]
@@ -217,6 +310,10 @@ def inplace(name, op, ref, dtypes=NUMBERS, samples=inplace_samples):
 
 
 INPLACE = [
+    OpCase("index_put_", (Op.INDEX_PUT_,), lambda lib, x, *a, **k: x.clone().index_put_(*a, **k),
+           _index_put_ref,
+           lambda make: [S(make((5, 3)), (make.index((4,), 5),), make((4, 3)), accumulate=True),
+                         S(make((5, 3)), (make.mask((5, 3)),), make(()))], ALL, meta=False),
     inplace("add_", Op.ADD_, lambda x, y, alpha=1: x + alpha * y),
     inplace("add_alpha_", Op.ADD_, lambda x, y, alpha=1: x + alpha * y,
             samples=lambda make: (S(make(a), make(b), alpha=2) for a, b in INPLACE_SHAPES)),
@@ -233,4 +330,4 @@ INPLACE = [
             samples=lambda make: (S(make(a), make(b)) for a, b in INPLACE_SHAPES)),
 ]
 
-CASES = VIEWS + COPIES + INPLACE
+CASES = VIEWS + COPIES + INDEXING + INPLACE

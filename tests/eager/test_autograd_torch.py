@@ -67,6 +67,11 @@ GRAPHS = {
     "cat": lambda m, x, y: m.cat([x, y, x], 1),
     "index-select-add": lambda m, x, y: m.index_add(m.index_select(x, 0, m.tensor([2, 0])), 1,
                                                     m.tensor([0, 0, 1]), y[1:]),
+    "advanced-index": lambda m, x, y: x[m.tensor([2, 0, 1])]
+    + x[:, m.tensor([[1], [0], [1]])][..., 0] + x[m.tensor([True, False, True])].sum(0),
+    "gather-scatter": lambda m, x, y: m.gather(x, 1, m.tensor([[0, 0, 1]] * 3))
+    + x.scatter_add(0, m.tensor([[1, 2, 0]]), y[:1]) + x.scatter(1, m.tensor([[2], [0], [1]]), y)
+    + x.index_put((m.tensor([0, 2]),), y[1]) + x.index_put((m.tensor([1, 1]),), y[0], True),
     "in-place": lambda m, x, y: (x * 1).add_(y).sub_(1).mul_(y).div_(2).clamp_(0, 1),
     "in-place-fill": lambda m, x, y: (x * 1).zero_() + (x * 1).fill_(2) + (x * 1).copy_(y),
 }
