@@ -25,9 +25,9 @@ from eager import dispatcher
 from eager.device import CPU, META
 from eager.dispatcher import DispatchKey
 from eager.profiler import profile, record_function
-from eager.tensor import Storage, Tensor
+from eager.tensor import Storage, Tensor, set_data_watch
 from ir.graph import Graph, GraphBuilder, Node, TensorType, Value
-from ir.ops import INPLACE, Op
+from ir.ops import DATA_DEPENDENT_SHAPE, INPLACE, Op
 
 TRACER_BIT = 1 << DispatchKey.Tracer
 _local = threading.local()
@@ -51,9 +51,10 @@ def user_location() -> str:
     return "<unknown>"
 
 
-def _data_access_reason() -> str:
-    """Which Tensor method asked for data (item, tolist, __bool__, ...)."""
-    frame = sys._getframe(2)
+def _data_access_name(skip: int) -> str:
+    """Which Tensor method asked for data (item, tolist, __bool__, ...), from the frame
+    `skip` levels above this one."""
+    frame = sys._getframe(skip + 1)
     name = "data access"
     while frame is not None:
         if os.path.abspath(frame.f_code.co_filename).startswith(
@@ -63,7 +64,11 @@ def _data_access_reason() -> str:
         else:
             break
         frame = frame.f_back
-    return f"Tensor.{name}() needs a concrete value"
+    return f"Tensor.{name}()"
+
+
+def _data_access_reason() -> str:
+    return f"{_data_access_name(2)} needs a concrete value"
 
 
 @dataclass
@@ -227,6 +232,7 @@ class Trace:
         self.breaks: list[BreakRecord] = []
         self.untracked_inputs: list[str] = []
         self.created: set[int] = set()        # ids of tensors made by factories meanwhile
+        self.produced: set[int] = set()       # ids of lazy tensors made concrete by flushes
         self.random = False
         self.seconds = {"trace": 0.0, "passes": 0.0, "codegen+JIT": 0.0, "run": 0.0}
 
@@ -239,6 +245,19 @@ class Trace:
         self.created.add(id(t))
         self.random = self.random or random
 
+    def note_data_access(self, t: Tensor) -> None:
+        """Python is about to see or change the elements of concrete tensor `t`. A value
+        read from a tensor this call did not make itself (an argument, a parameter, a
+        global) would be baked into the graph, so the first such read is a graph break:
+        the entry then re-runs its Python at every call and reads again. A tensor the
+        pending region reads is flushed first, so the region sees it as it was."""
+        own = t._wrapped or id(t) in self.created or id(t) in self.produced
+        pending = id(t) in self.region._input_of
+        if pending or not (own or self.breaks):
+            what = "reads the values of" if not own else "touches the elements of"
+            self.flush(f"{_data_access_name(3)} {what} a {tuple(t.shape)} {t.dtype.name} "
+                       "tensor", user_location())
+
     # capture ------------------------------------------------------------------------
     def record(self, handle, args: tuple, kwargs: dict):
         op = handle.op
@@ -247,6 +266,8 @@ class Trace:
             reason = f"custom op {handle.qualified_name} has no lowering"
         elif op in INPLACE:
             reason = f"in-place op {handle.qualified_name} (capture records functional code)"
+        elif op in DATA_DEPENDENT_SHAPE:
+            reason = f"{handle.qualified_name}: its output shape depends on its input's values"
         bound = handle.schema.bind(args, kwargs)
         tensors = [t for a in handle.schema.arguments if a.type.base == "Tensor"
                    for t in _as_list(bound[a.name])]
@@ -318,6 +339,7 @@ class Trace:
         self.seconds["run"] += time.perf_counter() - start - kernels
         for (_, t), r in zip(live, results):
             _become(t, r)
+            self.produced.add(id(t))
         for saved in region.saved:  # their tensors are concrete now: take today's version
             saved.version = saved.tensor._storage.version
 
@@ -413,10 +435,29 @@ def trace_to_graph(fn, schema, inputs: list, attrs, scalars: dict) -> Graph:
     return graph
 
 
+def _watch_data(t: Tensor) -> None:
+    """The data watch (eager.tensor.set_data_watch) while any thread captures."""
+    trace = getattr(_local, "trace", None)
+    if trace is None or t._lazy is not None or dispatcher.tls.exclude & TRACER_BIT:
+        return  # not capturing; a lazy tensor flushes itself; a region or kernel runs
+    trace.note_data_access(t)
+
+
+_capturing = [0]  # threads capturing now: the watch is set while there is one
+_capturing_lock = threading.Lock()
+
+
+def _count_capture(step: int) -> None:
+    with _capturing_lock:
+        _capturing[0] += step
+        set_data_watch(_watch_data if _capturing[0] else None)
+
+
 def start(trace: Trace):
     """Make `trace` the thread's active capture; returns the token for `stop`."""
     prev = active_trace()
     _local.trace = trace
+    _count_capture(1)
     include = dispatcher.include_keys(DispatchKey.Tracer)
     include.__enter__()
     from eager import factories
@@ -428,6 +469,7 @@ def stop(token) -> None:
     prev, include = token
     include.__exit__(None, None, None)
     _local.trace = prev
+    _count_capture(-1)
     from eager import factories
     factories.set_creation_hook(prev.note_factory if prev is not None else None)
 

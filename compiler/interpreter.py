@@ -83,8 +83,9 @@ def prepare(graph: Graph, replace: dict | None = None):
             try:
                 out = handle(*[_read(a, env) for a in args],
                              **{k: _read(a, env) for k, a in kwargs.items()})
-            except Exception as e:
-                raise InterpreterError(f"{e}\n    while executing {node}") from e
+            except Exception as e:  # the op's own error (IndexError stays IndexError)
+                e.add_note(f"while executing {node}")
+                raise
             if len(outs) == 1 and not isinstance(out, (tuple, list)):
                 env[outs[0]] = out
             else:

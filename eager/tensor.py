@@ -74,6 +74,17 @@ def _dispatch_keys(device_: device, requires_grad: bool) -> int:
     return (1 << backend) | ((1 << AUTOGRAD_OF[backend]) if requires_grad else 0)
 
 
+_data_watch = None
+"""While graph capture runs: called with every tensor whose elements are about to be read
+or written on the host (compiler/capture.py breaks the graph where Python sees the values
+of a tensor the call did not make)."""
+
+
+def set_data_watch(watch) -> None:
+    global _data_watch
+    _data_watch = watch
+
+
 class Tensor:
     __slots__ = ("_storage", "_shape", "_stride", "_offset", "dtype", "device", "_keys",
                  "_requires_grad", "grad", "grad_fn", "output_nr", "_base", "_np_cache",
@@ -227,6 +238,8 @@ class Tensor:
     # data access -------------------------------------------------------------------
     def _np(self) -> np.ndarray:
         """The numpy view of this tensor's elements (CPU only; no grad checks)."""
+        if _data_watch is not None:
+            _data_watch(self)
         a = self._np_cache
         if a is None:
             data = self._storage.data
