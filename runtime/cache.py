@@ -11,13 +11,14 @@ addresses); the disk tier holds one file per key under `$KILN_CACHE_DIR` (defaul
     meta    JSON: {"key": ..., "functions": [...]}
     object  the bytes of `TargetMachine.emit_object`
 
-A file that is short, has a bad header, a hash mismatch or another key's meta is never
-handed to LLVM (which could crash the process on garbage); it is rebuilt and rewritten.
-What the cache trusts, and why, is in runtime/cache_trust.py: entries are read only from a
-directory and files that this user owns and nobody else can write, and only from regular
-files of a bounded size. Writes go to a temporary file in the same directory, are fsynced
-and renamed over the entry, so readers see an old entry, a new one or none, and processes
-racing to write the same entry only replace identical bytes. The directory is kept under
+A file that is short, has a bad header, a hash mismatch, another key's meta or object code
+that is not structurally an ELF object for this machine is never handed to LLVM (which
+could crash the process on garbage); it is rebuilt and rewritten. What the cache trusts,
+and why, is in runtime/cache_trust.py: entries are read only from a directory and files
+that this user owns and nobody else can write, and only from regular files of a bounded
+size. Writes go to a temporary file in the same directory, are fsynced and renamed over
+the entry, so readers see an old entry, a new one or none, and processes racing to write
+the same entry only replace identical bytes. The directory is kept under
 `$KILN_CACHE_MAX_BYTES` (default 256 MiB, read when a cache is made) by removing the least
 recently used entries; a hit sets an entry's mtime, because atime is unreliable (noatime,
 relatime mounts).
@@ -43,7 +44,7 @@ from pathlib import Path
 from typing import Callable, Generic, TypeVar
 
 from runtime.cache_trust import (UntrustedEntry, directory_problem, make_private_directories,
-                                 read_entry_file)
+                                 object_problem, read_entry_file)
 
 FORMAT = "kiln-cpu-object-1"
 MAGIC = b"KILNOBJ1"
@@ -139,7 +140,8 @@ def encode(key: str, entry: Entry) -> bytes:
 
 
 def decode(key: str, data: bytes) -> Entry:
-    """The entry in `data`, or CorruptEntry if it is not exactly a valid entry for `key`."""
+    """The entry in `data`, or CorruptEntry if it is not exactly a valid entry for `key`
+    holding an ELF object for this machine (cache_trust.object_problem)."""
     if len(data) < HEADER.size:
         raise CorruptEntry(f"{len(data)} bytes is shorter than the header")
     magic, meta_length, object_length, digest = HEADER.unpack_from(data)
@@ -159,6 +161,9 @@ def decode(key: str, data: bytes) -> Entry:
         raise CorruptEntry(f"unreadable meta: {error}")
     if stored_key != key:
         raise CorruptEntry(f"holds key {stored_key!r}")
+    problem = object_problem(body[meta_length:])
+    if problem is not None:
+        raise CorruptEntry(problem)
     return Entry(functions, body[meta_length:])
 
 

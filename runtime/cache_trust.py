@@ -15,19 +15,30 @@ could have:
   user, not writable by group or others, and at most MAX_ENTRY_BYTES long. A FIFO, device,
   socket, symlink, directory or oversized file is refused and rebuilt.
 - The header's SHA-256 catches damage, not forgery: whoever can write the file can
-  recompute it. An entry that passes is native code run as it is; it is loaded because
-  only this user could have put it there.
+  recompute it. LLVM's object loader does not check what it is given and crashes the
+  process on a truncated or garbage object, so `object_problem` checks the structure
+  first: a relocatable 64-bit little-endian ELF object for this machine whose section
+  header table and sections lie inside its bytes. An object that passes is still native
+  code run as it is; it is loaded because only this user could have put it there.
 """
 from __future__ import annotations
 
 import errno
 import os
+import platform
 import stat
+import struct
 from pathlib import Path
 
 # The largest entry a run of the whole test suite writes is under 0.5 MB (a GEMM kernel);
 # a file past 64 MiB is not one of ours, and reading it would only cost memory.
 MAX_ENTRY_BYTES = 64 << 20
+
+ELF_HEADER = struct.Struct("<16sHHIQQQIHHHHHH")
+SECTION_HEADER = struct.Struct("<IIQQQQIIQQ")
+ELF_MAGIC = b"\x7fELF"
+ELFCLASS64, ELFDATA2LSB, ET_REL, SHT_NOBITS = 2, 1, 1, 8
+ELF_MACHINES = {"x86_64": 62, "aarch64": 183}  # EM_X86_64, EM_AARCH64
 
 
 class UntrustedEntry(Exception):
@@ -98,3 +109,38 @@ def read_entry_file(path: Path) -> bytes:
         raise UntrustedEntry(f"grew past {MAX_ENTRY_BYTES} bytes while being read")
     return data
 
+
+def object_problem(code: bytes) -> str | None:
+    """Why `code` is not structurally a relocatable 64-bit little-endian ELF object for this
+    machine whose section header table and sections lie inside `code`, or None. Checks
+    the layout only: what the sections hold is not looked at."""
+    if len(code) < ELF_HEADER.size:
+        return f"object code of {len(code)} bytes is shorter than an ELF header"
+    (ident, kind, machine, _version, _entry, _program_headers, table, _flags, header_size,
+     _program_header_size, _program_header_count, section_header_size, sections,
+     names_section) = ELF_HEADER.unpack_from(code)
+    if ident[:4] != ELF_MAGIC:
+        return f"object code starts {ident[:4]!r}, not ELF"
+    if (ident[4], ident[5]) != (ELFCLASS64, ELFDATA2LSB):
+        return f"ELF class {ident[4]} and data encoding {ident[5]}, not 64-bit little-endian"
+    if kind != ET_REL:
+        return f"ELF type {kind}, not a relocatable object"
+    if machine != ELF_MACHINES.get(platform.machine()):
+        return f"ELF machine {machine} is not this machine ({platform.machine()})"
+    if (header_size, section_header_size) != (ELF_HEADER.size, SECTION_HEADER.size):
+        return f"ELF header sizes {header_size} and {section_header_size}, not 64 and 64"
+    if sections == 0:
+        return "ELF object without section headers"
+    if names_section >= sections:
+        return f"section names in section {names_section} of {sections}"
+    if table + sections * SECTION_HEADER.size > len(code):
+        return (f"section header table ({sections} at {table}) ends past the object code's "
+                f"{len(code)} bytes")
+    for index in range(sections):
+        (_name, kind, _flags, _address, offset, size, link, _info, _alignment,
+         _entry_size) = SECTION_HEADER.unpack_from(code, table + index * SECTION_HEADER.size)
+        if kind != SHT_NOBITS and offset + size > len(code):
+            return f"section {index} ends past the object code's {len(code)} bytes"
+        if link >= sections:
+            return f"section {index} links to section {link} of {sections}"
+    return None

@@ -24,12 +24,11 @@ import llvmlite.binding as llvm
 
 from runtime import cache
 from runtime.jit import HostJit
-from runtime_kernels import ADD_ONE, add_one_module
+from runtime_kernels import ADD_ONE, add_one_module, object_code
 
 SCRIPT = Path(__file__).resolve()
 ROOT = SCRIPT.parents[2]
 READ_ALLOWANCE = 1 << 30
-FIXED_ENTRY = cache.Entry(("f",), bytes(range(256)) * 64)
 HANG_GUARD_SECONDS = 60  # a load takes about a second; this only stops a hang (a FIFO entry)
 
 
@@ -80,10 +79,11 @@ def load(name: str, no_llvm: bool) -> None:
 
 
 def write(key: str, times: int) -> None:
-    store = cache.KernelCache()
+    jit = HostJit()
+    fixed = cache.Entry(("fixed",), object_code(jit, add_one_module(jit, "fixed")))
     for _ in range(times):
-        store.write(key, FIXED_ENTRY)
-    print(json.dumps(store.stats.as_dict()))
+        jit.cache.write(key, fixed)
+    print(json.dumps(jit.cache.stats.as_dict()))
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """A small kernel for the runtime tests, `void NAME(float* x, i64 start, i64 end)` adding
 one to x[start:end], and a ctypes binding for it: a range covered twice or not at all
-shows in the result."""
+shows in the result. `object_code` is what the kernel cache stores for a module."""
 import ctypes
 import uuid
 
@@ -34,3 +34,8 @@ def add_one_module(jit, name: str) -> ir.Module:
     b.position_at_end(done)
     b.ret_void()
     return module
+
+
+def object_code(jit, module: ir.Module) -> bytes:
+    """`module` optimised and compiled for this host, as the kernel cache stores it."""
+    return jit.target_machine.emit_object(jit.optimise(module))

@@ -15,7 +15,7 @@ import pytest
 from runtime import cache
 from runtime.jit import HostJit
 import runtime_cache_worker as worker
-from runtime_kernels import ADD_ONE, add_one_module, unique_name
+from runtime_kernels import ADD_ONE, add_one_module, object_code, unique_name
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,6 +31,12 @@ def cache_dir(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def jit():
     return HostJit()
+
+
+@pytest.fixture(scope="module")
+def cached_object(jit):
+    """Object code of a real kernel: the cache checks what it holds is an ELF object."""
+    return object_code(jit, add_one_module(jit, "cached"))
 
 
 def run_add_one(address: int) -> np.ndarray:
@@ -99,9 +105,9 @@ DAMAGE = {
 
 
 @pytest.mark.parametrize("damage", DAMAGE.values(), ids=DAMAGE.keys())
-def test_a_damaged_entry_is_detected(damage):
-    data = cache.encode("k", cache.Entry(("f", "g"), b"\x7fELF" + bytes(100)))
-    assert cache.decode("k", data) == cache.Entry(("f", "g"), b"\x7fELF" + bytes(100))
+def test_a_damaged_entry_is_detected(cached_object, damage):
+    data = cache.encode("k", cache.Entry(("f", "g"), cached_object))
+    assert cache.decode("k", data) == cache.Entry(("f", "g"), cached_object)
     with pytest.raises(cache.CorruptEntry):
         cache.decode("k", damage(data))
 
@@ -154,8 +160,9 @@ def test_readers_never_see_a_partly_written_entry(cache_dir):
     assert [p.name for p in cache_dir.iterdir()] == [key + cache.SUFFIX]
 
 
-def test_the_size_cap_evicts_the_least_recently_used_entries(cache_dir, monkeypatch):
-    entry = cache.Entry(("f",), bytes(1000))
+def test_the_size_cap_evicts_the_least_recently_used_entries(cache_dir, monkeypatch,
+                                                             cached_object):
+    entry = cache.Entry(("f",), cached_object)
     size = len(cache.encode("a" * 64, entry))
     monkeypatch.setenv("KILN_CACHE_MAX_BYTES", str(2 * size))
     store = cache.KernelCache()

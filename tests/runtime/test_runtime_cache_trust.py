@@ -1,10 +1,11 @@
 """What the kernel cache trusts (runtime/cache_trust.py): entries that are not regular files
-of this user's and directories that others own or can write are refused. Whatever could
-hang or crash the process is loaded by a worker process (runtime_cache_worker.py), which
-checks the kernel it gets adds one; a forged entry holds a kernel that does nothing, so
-loading it fails that check."""
+of this user's, directories that others own or can write, and object code that is not an
+ELF object for this machine are refused. Whatever could hang or crash the process is loaded
+by a worker process (runtime_cache_worker.py), which checks the kernel it gets adds one; a
+forged entry holds a kernel that does nothing, so loading it fails that check."""
 import os
 import stat
+import struct
 
 import llvmlite.ir as ir
 import pytest
@@ -13,7 +14,7 @@ from runtime import cache
 from runtime.cache_trust import MAX_ENTRY_BYTES
 from runtime.jit import HostJit
 import runtime_cache_worker as worker
-from runtime_kernels import add_one_module, unique_name
+from runtime_kernels import add_one_module, object_code, unique_name
 
 OTHER_UID = 54321
 
@@ -32,10 +33,6 @@ def jit():
     return HostJit()
 
 
-def compile_object(jit, module) -> bytes:
-    return jit.target_machine.emit_object(jit.optimise(module))
-
-
 def entry_path(jit, name: str):
     return cache.cache_dir() / (jit.cache_key(add_one_module(jit, name)) + cache.SUFFIX)
 
@@ -48,7 +45,7 @@ def forged_entry(jit, name: str) -> bytes:
                          name)
     ir.IRBuilder(kernel.append_basic_block()).ret_void()
     key = jit.cache_key(add_one_module(jit, name))
-    return cache.encode(key, cache.Entry((name,), compile_object(jit, module)))
+    return cache.encode(key, cache.Entry((name,), object_code(jit, module)))
 
 
 def plant_forged(path, jit, name, mode=0o600):
@@ -127,7 +124,8 @@ def test_an_entry_that_is_not_a_regular_file_only_we_can_write_is_rebuilt(jit, c
     assert cache.decode(key, path.read_bytes()).functions == (name,)
 
 
-def test_a_directory_in_an_entry_s_place_is_refused_and_its_descriptor_closed(cache_dir):
+def test_a_directory_where_an_entry_should_be_is_refused_and_its_descriptor_closed(
+        cache_dir):
     store = cache.KernelCache()
     (cache_dir / ("a" * 64 + cache.SUFFIX)).mkdir()
     open_before = os.listdir("/proc/self/fd")
@@ -168,7 +166,7 @@ def test_a_directory_others_own_or_can_write_is_neither_loaded_nor_written(jit, 
 def test_an_untrusted_directory_warns_once_and_stays_empty(jit, cache_dir):
     os.chmod(cache_dir, 0o777)
     store = cache.KernelCache()
-    entry = cache.Entry(("f",), compile_object(jit, add_one_module(jit, "f")))
+    entry = cache.Entry(("f",), object_code(jit, add_one_module(jit, "f")))
     with pytest.warns(RuntimeWarning) as caught:
         store.write("a" * 64, entry)
         assert store.read("a" * 64) is None
@@ -182,7 +180,7 @@ def test_an_untrusted_directory_warns_once_and_stays_empty(jit, cache_dir):
 def test_the_directory_and_the_parents_it_makes_are_private(jit, tmp_path, monkeypatch):
     directory = tmp_path / "home" / "cache" / "kiln"
     monkeypatch.setenv("KILN_CACHE_DIR", str(directory))
-    entry = cache.Entry(("f",), compile_object(jit, add_one_module(jit, "f")))
+    entry = cache.Entry(("f",), object_code(jit, add_one_module(jit, "f")))
     umask = os.umask(0o022)
     try:
         cache.KernelCache().write("a" * 64, entry)
@@ -191,3 +189,68 @@ def test_the_directory_and_the_parents_it_makes_are_private(jit, tmp_path, monke
     made = [tmp_path / "home", tmp_path / "home" / "cache", directory]
     assert [stat.S_IMODE(path.stat().st_mode) for path in made] == [0o700] * 3
     assert stat.S_IMODE((directory / ("a" * 64 + cache.SUFFIX)).stat().st_mode) == 0o600
+
+
+def cut_in_half(code: bytes) -> bytes:
+    return code[: len(code) // 2]
+
+
+def garbage(code: bytes) -> bytes:
+    return bytes(range(256)) * 8
+
+
+@pytest.mark.parametrize("spoil", [cut_in_half, garbage], ids=["cut in half", "garbage"])
+def test_object_code_spoilt_under_a_recomputed_hash_is_rebuilt_not_handed_to_llvm(
+        jit, cache_dir, spoil):
+    name = unique_name()
+    path = entry_path(jit, name)
+    key = jit.cache_key(add_one_module(jit, name))
+    code = object_code(jit, add_one_module(jit, name))
+    path.write_bytes(cache.encode(key, cache.Entry((name,), spoil(code))))
+    os.chmod(path, 0o600)
+    result = worker.finish(worker.start("load", name, cache_dir=cache_dir))
+    assert (result["rebuilt_corrupt"], result["misses"], result["disk_hits"]) == (1, 1, 0)
+    assert cache.decode(key, path.read_bytes()).object_code == code
+
+
+def patched(offset: int, layout: str, value: int):
+    def patch(code: bytes) -> bytes:
+        spoilt = bytearray(code)
+        struct.pack_into("<" + layout, spoilt, offset, value)
+        return bytes(spoilt)
+    return patch
+
+
+def in_section(index: int, offset: int, layout: str, value: int):
+    """Patch a field of section header `index`."""
+    def patch(code: bytes) -> bytes:
+        table = struct.unpack_from("<Q", code, 0x28)[0]
+        return patched(table + 64 * index + offset, layout, value)(code)
+    return patch
+
+
+OBJECT_DAMAGE = {
+    "cut in half": (cut_in_half, "ends past the object code"),
+    "garbage": (garbage, "not ELF"),
+    "shorter than an ELF header": (lambda code: code[:40], "shorter than an ELF header"),
+    "32-bit": (patched(4, "B", 1), "not 64-bit little-endian"),
+    "big-endian": (patched(5, "B", 2), "not 64-bit little-endian"),
+    "a shared object": (patched(0x10, "H", 3), "not a relocatable object"),
+    "for another machine": (patched(0x12, "H", 40), "is not this machine"),
+    "odd header size": (patched(0x34, "H", 52), "ELF header sizes"),
+    "no sections": (patched(0x3C, "H", 0), "without section headers"),
+    "names past the sections": (patched(0x3E, "H", 0xFFFF), "section names in section"),
+    "section table past the end": (patched(0x28, "Q", 1 << 40), "section header table"),
+    "a section past the end": (in_section(1, 0x20, "Q", 1 << 40), "section 1 ends past"),
+    "a link past the sections": (in_section(1, 0x28, "I", 999), "links to section 999"),
+}
+
+
+@pytest.mark.parametrize("damage, problem", OBJECT_DAMAGE.values(), ids=OBJECT_DAMAGE.keys())
+def test_object_code_that_is_not_an_elf_object_for_this_machine_is_corrupt(jit, damage,
+                                                                           problem):
+    code = object_code(jit, add_one_module(jit, "checked"))
+    assert cache.decode("k", cache.encode("k", cache.Entry(("checked",), code))).object_code \
+        == code
+    with pytest.raises(cache.CorruptEntry, match=problem):
+        cache.decode("k", cache.encode("k", cache.Entry(("checked",), damage(code))))
