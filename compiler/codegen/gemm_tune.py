@@ -141,9 +141,16 @@ def _path() -> Path:
 
 
 def _load() -> dict:
+    """The stored choices, read as the kernel cache reads its entries (runtime.cache_trust:
+    a regular file of this user's in a directory only this user can write; a FIFO or
+    a link to a device there is not read), or nothing."""
+    from runtime.cache_trust import UntrustedEntry, directory_problem, read_entry_file
+    path = _path()
     try:
-        data = json.loads(_path().read_text())
-    except (OSError, ValueError):
+        if directory_problem(path.parent) is not None:
+            return {}
+        data = json.loads(read_entry_file(path))
+    except (OSError, ValueError, UntrustedEntry):
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -153,9 +160,11 @@ def _store(key: str, chosen: Blocking) -> None:
     tuning again next time is the only cost)."""
     data = _load()
     data[key] = {"mc": chosen.mc, "kc": chosen.kc, "nc": chosen.nc}
+    from runtime.cache_trust import directory_problem
     path = _path()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if directory_problem(path.parent) is not None:  # (it makes the directory 0700)
+            return
         descriptor, temporary = tempfile.mkstemp(prefix=".tmp-blocking-", dir=path.parent)
         with os.fdopen(descriptor, "w") as f:
             json.dump(data, f, indent=1, sort_keys=True)

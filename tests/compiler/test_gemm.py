@@ -9,6 +9,10 @@ Every result is checked against the error bound documented in compiler/codegen/g
 1.2 bounding the slope of every activation.)
 """
 import json
+import os
+import resource
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -402,6 +406,28 @@ def test_autotuner_stores_its_choice(monkeypatch, tmp_path):
     assert gemm_native.Blocking(**next(iter(stored.values()))) in gemm_tune.candidates(kernel)
     monkeypatch.setenv("KILN_AUTOTUNE", "0")
     assert gemm_tune.blocking(kernel) == gemm_tune.default_blocking(kernel)
+
+
+@pytest.mark.parametrize("plant", ["fifo", "dev-zero", "world-writable"])
+def test_stored_blockings_are_read_only_from_a_trusted_file(plant, tmp_path):
+    """A FIFO or a link to /dev/zero in place of the tuning file must not hang or eat
+    memory, nor a file others can write steer the GEMM: each reads as nothing stored."""
+    path = tmp_path / gemm_tune.FILE_NAME
+    if plant == "fifo":
+        os.mkfifo(path)
+    elif plant == "dev-zero":
+        path.symlink_to("/dev/zero")
+    else:
+        path.write_text('{"x": {"mc": 8, "kc": 8, "nc": 8}}')
+        path.chmod(0o666)
+    code = ("import sys; from compiler.codegen import gemm_tune; "
+            "sys.exit(0 if gemm_tune._load() == {} else 3)")
+    env = dict(os.environ, KILN_CACHE_DIR=str(tmp_path))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    limit = (lambda: resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30)))
+    done = subprocess.run([sys.executable, "-c", code], env=env, timeout=60, cwd=root,
+                          preexec_fn=limit)  # a read that never ends fails, not the machine
+    assert done.returncode == 0
 
 
 @pytest.mark.parametrize("lanes_f32", [8, 4])  # the tiles chosen for AVX2 and for SSE
