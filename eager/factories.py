@@ -2,10 +2,12 @@
 the *_like variants, from_numpy, and the seeded random generator."""
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
 
+from eager.arguments import bool_arg, dtype_arg, int_arg, int_list, number_arg, size_args
 from eager.device import as_device
 from eager.kernels._common import meta_empty
 from eager.tensor import Tensor, from_array, share_array
@@ -28,20 +30,23 @@ def manual_seed(seed: int):
     return _rng
 
 
-def _shape(size) -> tuple[int, ...]:
-    if len(size) == 1 and isinstance(size[0], (tuple, list)):
-        size = tuple(size[0])
-    shape = tuple(int(s) for s in size)
+def _shape(fn: str, size: tuple) -> tuple[int, ...]:
+    """A new tensor's shape from sizes given as varargs or as one tuple or list."""
+    return _nonnegative(size_args(fn, size))
+
+
+def _nonnegative(shape: tuple[int, ...]) -> tuple[int, ...]:
     if any(s < 0 for s in shape):
         raise RuntimeError(f"Trying to create tensor with negative dimension {min(shape)}: "
                            f"{list(shape)}")
     return shape
 
 
-def _place(a: np.ndarray, dtype, device, requires_grad: bool, random: bool = False) -> Tensor:
+def _place(fn: str, a: np.ndarray, dtype, device, requires_grad, random: bool = False) -> Tensor:
     """A fresh tensor from host array `a`, on `device`."""
     dt = dtype or dtypes.from_numpy(a.dtype)
     dev = as_device(device)
+    requires_grad = bool_arg(fn, "requires_grad", requires_grad)
     if dev.type == "cpu":
         t = from_array(a.astype(dt.np, copy=False))
     elif dev.type == "meta":
@@ -75,6 +80,7 @@ def _infer_dtype(data):
 
 def tensor(data, *, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     """A new tensor copying `data` (numbers, nested lists, numpy arrays or tensors)."""
+    dtype = dtype_arg("tensor", dtype)
     if isinstance(data, Tensor):
         a = data.detach()._host_np().copy()
         dt = dtype or data.dtype
@@ -85,7 +91,7 @@ def tensor(data, *, dtype=None, device=None, requires_grad: bool = False) -> Ten
         dt = dtype or _infer_dtype(data)
         _check_ragged(data)
         a = np.array(_to_numbers(data), dtype=dt.np)
-    return _place(a, dt, device, requires_grad)
+    return _place("tensor", a, dt, device, requires_grad)
 
 
 def _to_numbers(data):
@@ -121,85 +127,106 @@ def from_numpy(a: np.ndarray) -> Tensor:
     return share_array(a)
 
 
-def _filled(size, value, dtype, device, requires_grad):
-    shape = _shape(size)
-    dt = dtype or dtypes.get_default_dtype()
+def _filled(fn: str, size: tuple, value, dtype, device, requires_grad) -> Tensor:
+    shape = _shape(fn, size)
+    dt = dtype_arg(fn, dtype) or dtypes.get_default_dtype()
     if as_device(device).type == "meta":
         t = meta_empty(shape, dt)
-        return t.requires_grad_(True) if requires_grad else t
-    return _place(np.full(shape, value, dtype=dt.np), dt, device, requires_grad)
+        return t.requires_grad_(True) if bool_arg(fn, "requires_grad", requires_grad) else t
+    return _place(fn, np.full(shape, value, dtype=dt.np), dt, device, requires_grad)
 
 
 def zeros(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
-    return _filled(size, 0, dtype, device, requires_grad)
+    return _filled("zeros", size, 0, dtype, device, requires_grad)
 
 
 def ones(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
-    return _filled(size, 1, dtype, device, requires_grad)
+    return _filled("ones", size, 1, dtype, device, requires_grad)
 
 
 def empty(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
-    return _filled(size, 0, dtype, device, requires_grad)
+    return _filled("empty", size, 0, dtype, device, requires_grad)
 
 
 def full(size, fill_value, *, dtype=None, device=None, requires_grad=False) -> Tensor:
-    if dtype is None:
-        dtype = dtypes.scalar_dtype(fill_value)
-    return _filled((tuple(size),) if not isinstance(size, int) else (size,), fill_value, dtype,
-                   device, requires_grad)
+    """`size` is a tuple or list of ints, or one int."""
+    fill_value = number_arg("full", "fill_value", fill_value)
+    dtype = dtype_arg("full", dtype) or dtypes.scalar_dtype(fill_value)
+    return _filled("full", (size,), fill_value, dtype, device, requires_grad)
 
 
 def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=False) -> Tensor:
     if end is None:
         start, end = 0, start
+    start, end, step = (number_arg("arange", name, value) for name, value in
+                        (("start", start), ("end", end), ("step", step)))
+    if not (math.isfinite(start) and math.isfinite(end)):
+        raise RuntimeError(f"unsupported range: {start} -> {end}")
     if step == 0:
         raise RuntimeError("step must be nonzero")
     if (end - start) * step < 0:
-        raise RuntimeError("upper bound and lower bound inconsistent with step sign")
-    if dtype is None:
-        dtype = dtypes.result_type(wrapped_dtypes=[dtypes.scalar_dtype(v)
-                                                   for v in (start, end, step)])
+        raise RuntimeError(f"upper bound and lower bound inconsistent with step sign: "
+                           f"start={start}, end={end}, step={step}")
+    dtype = dtype_arg("arange", dtype) or dtypes.result_type(
+        wrapped_dtypes=[dtypes.scalar_dtype(v) for v in (start, end, step)])
     n = max(int(np.ceil((end - start) / step)), 0)
     a = (start + step * np.arange(n, dtype=np.float64)) if dtype.is_floating_point else \
         np.arange(start, end, step, dtype=np.int64)
-    return _place(np.asarray(a), dtype, device, requires_grad)
+    return _place("arange", np.asarray(a), dtype, device, requires_grad)
 
 
 def linspace(start, end, steps: int, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+    start, end = number_arg("linspace", "start", start), number_arg("linspace", "end", end)
+    steps = int_arg("linspace", "steps", steps)
     if steps < 0:
-        raise RuntimeError("number of steps must be non-negative")
-    dt = dtype or dtypes.get_default_dtype()
-    return _place(np.linspace(start, end, steps), dt, device, requires_grad)
+        raise RuntimeError(f"number of steps must be non-negative, got {steps}")
+    dt = dtype_arg("linspace", dtype) or dtypes.get_default_dtype()
+    return _place("linspace", np.linspace(start, end, steps), dt, device, requires_grad)
+
+
+def _random_floats(fn: str, draw, size, dtype, device, requires_grad) -> Tensor:
+    dt = dtype_arg(fn, dtype) or dtypes.get_default_dtype()
+    if not dt.is_floating_point:
+        raise NotImplementedError(f"{fn}(): random floats need a floating point dtype, not {dt}")
+    return _place(fn, draw(_shape(fn, size)), dt, device, requires_grad, random=True)
 
 
 def rand(*size, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
-    dt = dtype or dtypes.get_default_dtype()
-    return _place((generator or _rng).random(_shape(size)), dt, device, requires_grad,
-                  random=True)
+    return _random_floats("rand", (generator or _rng).random, size, dtype, device,
+                          requires_grad)
 
 
 def randn(*size, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
-    dt = dtype or dtypes.get_default_dtype()
-    return _place((generator or _rng).standard_normal(_shape(size)), dt, device, requires_grad,
+    return _random_floats("randn", (generator or _rng).standard_normal, size, dtype, device,
+                          requires_grad)
+
+
+def randint(low, high=None, size=None, *, dtype=None, device=None, generator=None) -> Tensor:
+    """`randint(high, size)` or `randint(low, high, size)`: ints in [low, high)."""
+    if size is None and isinstance(high, (tuple, list)):
+        low, high, size = 0, low, high
+    if size is None:
+        raise TypeError("randint(): argument 'size' is missing: call randint(high, size) or "
+                        "randint(low, high, size)")
+    low, high = int_arg("randint", "low", low), int_arg("randint", "high", high)
+    shape = _nonnegative(int_list("randint", "size", size))
+    if low >= high:
+        raise RuntimeError(f"randint(): expects low < high, but got low={low} >= high={high}")
+    a = (generator or _rng).integers(low, high, size=shape)
+    return _place("randint", a, dtype_arg("randint", dtype) or dtypes.int64, device, False,
                   random=True)
-
-
-def randint(low, high=None, size=(), *, dtype=None, device=None, generator=None) -> Tensor:
-    if high is None:
-        low, high = 0, low
-    a = (generator or _rng).integers(low, high, size=_shape((size,)))
-    return _place(a, dtype or dtypes.int64, device, False, random=True)
 
 
 def randperm(n: int, *, dtype=None, device=None, generator=None) -> Tensor:
-    return _place((generator or _rng).permutation(n), dtype or dtypes.int64, device, False,
-                  random=True)
+    (n,) = _nonnegative((int_arg("randperm", "n", n),))
+    return _place("randperm", (generator or _rng).permutation(n),
+                  dtype_arg("randperm", dtype) or dtypes.int64, device, False, random=True)
 
 
 def _like(fn):
     def like(t: Tensor, *, dtype=None, device=None, requires_grad=False) -> Tensor:
-        return fn(t.shape, dtype=dtype or t.dtype, device=device or t.device,
-                  requires_grad=requires_grad)
+        return fn(t.shape, dtype=dtype_arg(like.__name__, dtype) or t.dtype,
+                  device=device or t.device, requires_grad=requires_grad)
     like.__name__ = fn.__name__ + "_like"
     return like
 
@@ -212,5 +239,5 @@ randn_like = _like(randn)
 
 
 def full_like(t: Tensor, fill_value, *, dtype=None, device=None, requires_grad=False) -> Tensor:
-    return full(t.shape, fill_value, dtype=dtype or t.dtype, device=device or t.device,
-                requires_grad=requires_grad)
+    return full(t.shape, fill_value, dtype=dtype_arg("full_like", dtype) or t.dtype,
+                device=device or t.device, requires_grad=requires_grad)

@@ -11,6 +11,7 @@ import ctypes
 import numpy as np
 
 from eager import dispatcher
+from eager.arguments import dtype_arg
 from eager.device import CPU, as_device, device
 from eager.dispatcher import AUTOGRAD_OF, DispatchKey
 from ir import dtypes
@@ -324,12 +325,13 @@ class Tensor:
     def to(self, *args, dtype=None, device=None, copy: bool = False, non_blocking: bool = False):
         """`t.to(dtype)`, `t.to(device)`, `t.to(device, dtype)` or `t.to(other)`."""
         for a in args:
-            if isinstance(a, DType):
+            if isinstance(a, (DType, type)):
                 dtype = a
             elif isinstance(a, Tensor):
                 dtype, device = a.dtype, a.device
             else:
                 device = a
+        dtype = dtype_arg("to", dtype)
         device = as_device(device) if device is not None else None
         if (dtype is None or dtype is self.dtype) and (device is None or device == self.device):
             return self.clone() if copy else self
