@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from eager import indexing
+from eager.arguments import int_arg
 from eager.dispatcher import ATEN
 from eager.tensor import Tensor, ops
 from ir.ops import Op
@@ -101,9 +102,10 @@ def _split(self, split_size, dim=0):
 
 
 def _chunk(self, chunks, dim=0):
+    chunks = int_arg("chunk", "chunks", chunks)
     if chunks <= 0:
         raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks}")
-    size = self.shape[dim]
+    size = self.size(dim)
     return ops.split(self, max(-(-size // chunks), 1), dim)
 
 

@@ -71,6 +71,19 @@ def size_args(fn: str, args: tuple, name: str = "size") -> tuple[int, ...]:
     return int_list(fn, name, args)
 
 
+def tensor_list(fn: str, tensors) -> list:
+    """`tensors`, a tuple or list of Tensors, as a list."""
+    from eager.tensor import Tensor  # (which imports this module)
+    if not isinstance(tensors, (tuple, list)):
+        raise TypeError(f"{fn}(): argument 'tensors' must be a tuple of Tensors, not "
+                        f"{shown(tensors)}")
+    for i, t in enumerate(tensors):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"expected Tensor as element {i} in argument 0, but got "
+                            f"{shown(t)}")
+    return list(tensors)
+
+
 def dtype_arg(fn: str, dtype) -> DType | None:
     """An eager dtype, None, or the Python type float, int or bool (float64, int64, bool)."""
     if dtype is None or isinstance(dtype, DType):

@@ -2,6 +2,7 @@
 Autograd, so autograd records the ops they decompose into (matmul -> MmBackward0)."""
 from __future__ import annotations
 
+from eager.arguments import int_arg, int_list, tensor_list
 from eager.dispatcher import ATEN, DispatchKey
 from eager.kernels.shape import infer_size, view_strides
 from eager.tensor import ops, wrap_dim
@@ -81,7 +82,7 @@ def linear(input, weight, bias=None):
 
 @_composite(Op.RESHAPE)
 def reshape(self, shape):
-    shape = infer_size(tuple(shape), self.numel())
+    shape = infer_size(int_list("reshape", "shape", shape), self.numel())
     if view_strides(self._shape, self._stride, shape) is not None:
         return ops.view(self, shape)
     return ops.view(ops.clone(self), shape)
@@ -105,16 +106,24 @@ def split(self, split_size, dim=0):
     d = wrap_dim(dim, self.dim())
     size = self._shape[d]
     if isinstance(split_size, (list, tuple)):
-        if sum(split_size) != size:
+        sizes = int_list("split_with_sizes", "split_sizes", split_size)
+        if any(s < 0 for s in sizes):
+            raise RuntimeError(f"split_with_sizes expects split_sizes have only non-negative "
+                               f"entries, but got split_sizes={list(sizes)}")
+        if sum(sizes) != size:
             raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {size} "
                                f"(input tensor's size at dimension {d}), but got split_sizes="
-                               f"{list(split_size)}")
+                               f"{list(sizes)}")
         bounds, start = [], 0
-        for s in split_size:
+        for s in sizes:
             bounds.append((start, start + s))
             start += s
     else:
-        if split_size <= 0 and size:
+        split_size = int_arg("split", "split_size", split_size)
+        if split_size < 0:
+            raise RuntimeError(f"split expects split_size be non-negative, but got "
+                               f"split_size={split_size}")
+        if split_size == 0 and size:
             raise RuntimeError(f"split_size can only be 0 if dimension size is 0, but got "
                                f"dimension size of {size}")
         step = max(split_size, 1)
@@ -129,7 +138,7 @@ def contiguous(self):
 
 @_composite(Op.STACK)
 def stack(tensors, dim=0):
-    tensors = list(tensors)
+    tensors = tensor_list("stack", tensors)
     if not tensors:
         raise RuntimeError("stack expects a non-empty TensorList")
     for i, t in enumerate(tensors[1:], 1):

@@ -214,12 +214,18 @@ class OpHandle:
                 else:
                     kwargs = {**kwargs, name: _wrap_scalar(self, name, v)}
         if not mask & BACKEND_MASK:
-            if not _holds_tensor(*given):
+            if not _holds_tensor(*given) and not self._empty_list(args):
                 raise TypeError(f"{self.schema.name}(): expected at least one Tensor argument")
             mask |= 1 << DispatchKey.CPU  # only wrapped numbers, which live on the CPU
         if mask & BACKEND_MASK & (mask & BACKEND_MASK) - 1:
             raise RuntimeError(_device_mismatch(self, args, kwargs))
         return (mask | tls.include) & ~tls.exclude, args, kwargs
+
+    def _empty_list(self, args: tuple) -> bool:
+        """Whether a Tensor[] argument is an empty sequence: the kernel, run on the CPU,
+        says what it needs (`cat()` and `stack()` raise PyTorch's errors)."""
+        return any(i < len(args) and isinstance(args[i], (tuple, list)) and not args[i]
+                   for i in self._list_pos)
 
     def __call__(self, *args, **kwargs):
         if _recorder is not None:

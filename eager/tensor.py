@@ -11,7 +11,7 @@ import ctypes
 import numpy as np
 
 from eager import dispatcher
-from eager.arguments import dtype_arg
+from eager.arguments import dtype_arg, int_arg
 from eager.device import CPU, as_device, device
 from eager.dispatcher import AUTOGRAD_OF, DispatchKey
 from ir import dtypes
@@ -372,7 +372,10 @@ class Tensor:
 
 
 def wrap_dim(dim: int, ndim: int) -> int:
-    """A dim in [-ndim, ndim) made non-negative, or IndexError naming the range."""
+    """A dim in [-ndim, ndim) made non-negative, or IndexError naming the range (and
+    TypeError naming a dim that is no int: a float, a bool, None)."""
+    if dim.__class__ is not int:
+        dim = int_arg("", "dim", dim)
     n = max(ndim, 1)
     if not -n <= dim < n:
         raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from eager.arguments import int_arg, int_list, size_args, tensor_list
 from eager.device import as_device
 from eager.dispatcher import DispatchKey, ATEN
 from eager.kernels._common import (meta_from_rule, operand, promote, register, result,
@@ -23,9 +24,8 @@ def _register_view(op: Op, fn) -> None:
         ATEN[op].register(key, fn)
 
 
-def infer_size(shape, numel: int) -> tuple[int, ...]:
-    """`shape` with one -1 resolved, or PyTorch's error when it cannot hold numel."""
-    shape = tuple(int(s) for s in shape)
+def infer_size(shape: tuple[int, ...], numel: int) -> tuple[int, ...]:
+    """`shape` (ints) with one -1 resolved, or PyTorch's error when it cannot hold numel."""
     known, infer = 1, None
     for i, s in enumerate(shape):
         if s == -1:
@@ -79,14 +79,8 @@ def view_strides(old_shape, old_stride, new_shape):
     return tuple(new_stride)
 
 
-def _size_arg(size):
-    if len(size) == 1 and isinstance(size[0], (tuple, list)):
-        return tuple(size[0])
-    return tuple(size)
-
-
 def view(self, size):
-    shape = infer_size(_size_arg(size) if isinstance(size, (tuple, list)) else (size,),
+    shape = infer_size(size_args("view", size if isinstance(size, (tuple, list)) else (size,)),
                        self.numel())
     stride = view_strides(self._shape, self._stride, shape)
     if stride is None:
@@ -115,12 +109,13 @@ def t(self):
 
 def permute(self, dims):
     n = self.dim()
-    dims = tuple(wrap_dim(d, n) for d in dims)
+    dims = int_list("permute", "dims", dims)
     if len(dims) != n:
         raise RuntimeError(f"permute(sparse_coo): number of dimensions in the tensor input does "
                            f"not match the length of the desired ordering of dimensions i.e. "
                            f"input.dim() = {n} is not equal to len(dims) = {len(dims)}"
                            .replace("(sparse_coo)", ""))
+    dims = tuple(wrap_dim(d, n) for d in dims)
     if len(set(dims)) != n:
         raise RuntimeError("permute(): duplicate dims are not allowed.")
     return _view_of(self, [self._shape[d] for d in dims], [self._stride[d] for d in dims],
@@ -128,7 +123,7 @@ def permute(self, dims):
 
 
 def expand(self, size, *, implicit=False):
-    size = _size_arg(size)
+    size = size_args("expand", size)
     if len(size) < self.dim():
         raise RuntimeError(f"expand({self.dtype.name} {{{list(self._shape)}}}, size={list(size)}): "
                            "the number of sizes provided ({len(size)}) must be greater or equal "
@@ -147,6 +142,10 @@ def expand(self, size, *, implicit=False):
         have, have_stride = self._shape[i - lead], self._stride[i - lead]
         if want == -1:
             want = have
+        if want < 0:
+            raise RuntimeError(f"The expanded size of the tensor ({want}) must be -1 (keep the "
+                               f"size) or non-negative at dimension {i}.  Target sizes: "
+                               f"{list(size)}.  Tensor sizes: {list(self._shape)}")
         if have == want:
             shape.append(have)
             stride.append(have_stride)
@@ -174,7 +173,7 @@ def squeeze(self, dim=None):
     if dim is None:
         dims = set(range(n))
     else:
-        dims = {wrap_dim(d, n) for d in ((dim,) if isinstance(dim, int) else dim)}
+        dims = {wrap_dim(d, n) for d in (dim if isinstance(dim, (tuple, list)) else (dim,))}
     keep = [i for i in range(n) if not (i in dims and self._shape[i] == 1)]
     return _view_of(self, [self._shape[i] for i in keep], [self._stride[i] for i in keep],
                     self._offset)
@@ -183,7 +182,7 @@ def squeeze(self, dim=None):
 def select(self, dim, index):
     if self.dim() == 0:
         raise IndexError("select() cannot be applied to a 0-dim tensor.")
-    d = wrap_dim(dim, self.dim())
+    d, index = wrap_dim(dim, self.dim()), int_arg("select", "index", index)
     size = self._shape[d]
     if not -size <= index < size:
         raise IndexError(f"index {index} is out of bounds for dimension {d} with size {size}")
@@ -256,9 +255,9 @@ register(Op.TO_COPY, to_copy_cpu, meta_from_rule(to_copy_rule))
 
 
 def cat_rule(tensors, dim=0):
-    tensors = [t for t in tensors]
+    tensors = tensor_list("cat", tensors)
     if not tensors:
-        raise RuntimeError("cat(): expected a non-empty list of Tensors")
+        raise ValueError("cat(): expected a non-empty list of Tensors")
     # PyTorch skips legacy 1-D empty tensors
     shaped = [t for t in tensors if not (t.dim() == 1 and t._shape[0] == 0)] or tensors[:1]
     ref = shaped[0]

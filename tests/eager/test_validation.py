@@ -1,7 +1,7 @@
-"""Arguments that are not tensors (sizes, counts, dtypes, devices, numbers) given to
-factories are checked as PyTorch checks them: each case raises the given exception type
-with a message naming the bad value, and, where PyTorch is installed, PyTorch raises the
-same type for the same call. (test_errors.py holds the errors that
+"""Arguments that are not tensors (sizes, dims, counts, dtypes, devices, numbers) given
+to factories and shape ops are checked as PyTorch checks them: each case raises the given
+exception type with a message naming the bad value, and, where PyTorch is installed,
+PyTorch raises the same type for the same call. (test_errors.py holds the errors that
 tensors' shapes and dtypes cause.)"""
 from __future__ import annotations
 
@@ -94,6 +94,50 @@ CASES = [
     Case("linspace_float_steps", lambda lib, o: lib.linspace(0, 1, 2.5), T, "float 2.5"),
     Case("linspace_bool_steps", lambda lib, o: lib.linspace(0, 1, True), T, "bool True"),
     Case("linspace_string_start", lambda lib, o: lib.linspace("a", 1, 3), T, "str 'a'"),
+    # shape ops: sizes and dims
+    Case("permute_too_many_dims", lambda lib, o: o(2, 3).permute(0, 1, 2), R,
+         "input.dim() = 2 is not equal to len(dims) = 3"),
+    Case("permute_function_too_many_dims", lambda lib, o: lib.permute(o(2, 3), (0, 1, 2)), R,
+         "input.dim() = 2 is not equal to len(dims) = 3"),
+    Case("permute_float", lambda lib, o: o(2, 3).permute(0, 1.0), T, "float 1.0"),
+    Case("permute_none", lambda lib, o: o(2, 3).permute(None), T, "element 0 is None"),
+    Case("view_float", lambda lib, o: o(2, 3).view(2.0, 3), T, "float 2.0"),
+    Case("view_float_second", lambda lib, o: o(2, 3).view(2, 3.5), T, "float 3.5"),
+    Case("view_bool", lambda lib, o: o(2, 3).view(True, 6), T, "bool True"),
+    Case("view_string", lambda lib, o: o(2, 3).view("6"), T, "str '6'"),
+    Case("reshape_float", lambda lib, o: o(2, 3).reshape((2.0, 3)), T, "float 2.0"),
+    Case("reshape_function_int", lambda lib, o: lib.reshape(o(2, 3), 6), T, "int 6"),
+    Case("reshape_numel", lambda lib, o: o(2, 3).reshape(4, 2), R,
+         "shape '[4, 2]' is invalid for input of size 6"),
+    Case("expand_smaller", lambda lib, o: o(2, 3).expand(1, 3), R,
+         "The expanded size of the tensor (1) must match the existing size (2)"),
+    Case("expand_float", lambda lib, o: o(2, 3).expand(2, 3.0), T, "float 3.0"),
+    Case("expand_negative", lambda lib, o: o(1, 3).expand(-2, 3), R, "(-2)"),
+    Case("squeeze_float", lambda lib, o: o(2, 1).squeeze(1.0), T, "float 1.0"),
+    Case("squeeze_string", lambda lib, o: o(2, 1).squeeze("a"), T, "str 'a'"),
+    Case("unsqueeze_none", lambda lib, o: o(2, 3).unsqueeze(None), T, "not None"),
+    Case("transpose_float", lambda lib, o: lib.transpose(o(2, 3), 0, 1.0), T, "float 1.0"),
+    Case("transpose_bool", lambda lib, o: o(2, 3).transpose(True, 0), T, "bool True"),
+    Case("flatten_float", lambda lib, o: o(2, 3).flatten(0.0), T, "float 0.0"),
+    Case("size_float", lambda lib, o: o(2, 3).size(1.0), T, "float 1.0"),
+    Case("select_float_index", lambda lib, o: o(2, 3).select(0, 1.0), T, "float 1.0"),
+    Case("select_bool_dim", lambda lib, o: o(2, 3).select(True, 0), T, "bool True"),
+    Case("split_negative", lambda lib, o: o(5).split(-1), R, "split_size=-1"),
+    Case("split_float", lambda lib, o: o(5).split(2.5), T, "float 2.5"),
+    Case("split_sizes_negative", lambda lib, o: o(5).split([6, -1]), R,
+         "split_sizes=[6, -1]"),
+    Case("split_sizes_bool", lambda lib, o: o(2).split([True, 1]), T, "bool True"),
+    Case("chunk_float", lambda lib, o: o(5).chunk(2.5), T, "float 2.5"),
+    Case("chunk_dim", lambda lib, o: o(5).chunk(2, dim=3), I, "but got 3"),
+    # lists of tensors
+    Case("cat_empty", lambda lib, o: lib.cat([]), V, "expected a non-empty list of Tensors"),
+    Case("cat_none", lambda lib, o: lib.cat([o(2), None]), T, "element 1"),
+    Case("cat_a_tensor", lambda lib, o: lib.cat(o(2, 2)), T, "Tensor of shape [2, 2]"),
+    Case("cat_float_dim", lambda lib, o: lib.cat([o(2), o(2)], dim=1.0), T, "float 1.0"),
+    Case("stack_empty", lambda lib, o: lib.stack([]), R, "stack expects a non-empty TensorList"),
+    Case("stack_none", lambda lib, o: lib.stack([o(2), None]), T, "element 1"),
+    Case("stack_a_tensor", lambda lib, o: lib.stack(o(2, 2)), T, "Tensor of shape [2, 2]"),
+    Case("stack_float_dim", lambda lib, o: lib.stack([o(2)], dim=1.5), T, "float 1.5"),
 ]
 
 
@@ -118,6 +162,9 @@ def test_torch_raises_the_same_error_type(case):
 
 BOOL_SIZES = {  # PyTorch's parser takes a bool as the second or a later size
     "zeros": lambda lib, o: lib.zeros(2, True),
+    "view": lambda lib, o: o(2, 3).view(2, True, 3),
+    "reshape": lambda lib, o: o(2, 3).reshape((2, True, 3)),
+    "expand": lambda lib, o: o(1, 3).expand(2, True, 3),
 }
 
 
@@ -136,6 +183,10 @@ ACCEPTED = {  # call(lib, ones) -> a tensor: the forms PyTorch takes, kiln takes
     "size_object": lambda lib, o: lib.zeros(o(2, 3).shape),
     "int_tensor_size": lambda lib, o: lib.zeros(lib.tensor(3)),
     "full_size_list": lambda lib, o: lib.full([2], 1.0),
+    "view_numpy_ints": lambda lib, o: o(2, 3).view(np.int64(3), np.int32(2)),
+    "view_int_tensor": lambda lib, o: o(2, 3).view(lib.tensor(6)),
+    "permute_numpy_int": lambda lib, o: o(2, 3).permute(np.int64(1), 0),
+    "split_numpy_sizes": lambda lib, o: o(5).split([np.int64(2), 3])[1],
     "randperm_numpy_int": lambda lib, o: lib.randperm(np.int64(3)),
     "randint_high_and_size": lambda lib, o: lib.randint(3, (2,)),
     "randint_size_list": lambda lib, o: lib.randint(0, 3, [2]),
