@@ -27,6 +27,11 @@ _KERNEL_PREPARED = ctypes.CFUNCTYPE(None)
 PARALLEL_ELEMENTS = 1 << 16
 
 
+class OutOfRange(Exception):
+    """A kernel with gathered loads found an index out of range (its status word is set);
+    what it wrote is garbage, and the runner raises the op's own error instead."""
+
+
 class Launch:
     """A kernel call prepared for one layout: the offset tables, strides and ranges are
     made ctypes values once; each call brings fresh outputs and packs the data pointers.
@@ -36,7 +41,10 @@ class Launch:
     finds them taken runs the kernel alone)."""
 
     def __init__(self, address: int, offsets, strides, rows: int, inner: int,
-                 split_inner: bool, outputs: tuple):
+                 split_inner: bool, outputs: tuple, checked: bool = False):
+        self.checked = checked  # the kernel takes a status word after its operands
+        if checked:  # (its slot's offset table is never read)
+            offsets = offsets + [np.zeros(1, np.int64)]
         self._offsets = offsets  # the tables the pointers below point into
         self.offs = (ctypes.c_void_p * len(offsets))(*[o.ctypes.data for o in offsets])
         self.strides = (ctypes.c_int64 * len(strides))(*strides)
@@ -71,14 +79,19 @@ class Launch:
         if self.empty:
             return outs
         pointers = [*map(Tensor.data_ptr, operands), *map(Tensor.data_ptr, outs)]
+        if self.checked:
+            status = np.zeros(1, np.int64)
+            pointers.append(status.ctypes.data)
         if self.parallel and self.busy.acquire(blocking=False):
             try:
                 self.pointers[:] = pointers
                 self.items.run(self.threads)
             finally:
                 self.busy.release()
-            return outs
-        self.prepared(self.pack_pointers(*pointers), *self.whole)
+        else:
+            self.prepared(self.pack_pointers(*pointers), *self.whole)
+        if self.checked and status[0]:
+            raise OutOfRange()
         return outs
 
 

@@ -19,11 +19,15 @@ from compiler import debugging as debug
 from compiler import interpreter
 from compiler.codegen import kernels as K
 from compiler.codegen import values as V
-from compiler.launch import Launch, output_spec
+from compiler.codegen import gather as G
+from compiler.launch import Launch, OutOfRange, output_spec
 from compiler.passes.fusion import row_space
 from eager.dispatcher import ATEN
 from ir.graph import Graph, Node
 from ir.ops import VIEW, Op
+
+GATHERING = frozenset({Op.INDEX, Op.INDEX_SELECT, Op.EMBEDDING, Op.GATHER})
+"""Ops an elementwise kernel runs as gathered loads (codegen/gather.py)."""
 
 _lock = threading.Lock()
 _compiled: dict[tuple, tuple] = {}  # (body text, strides) -> (address, artifact)
@@ -84,6 +88,8 @@ class FusedKernel:
                     operands.append(v)
         self.operands = tuple(operands)
         self._check(computed)
+        self.gathers = tuple(self._gathered(n, computed) for n in self.nodes
+                             if n.op in GATHERING)
         self.space = self._space()
         self.row_values = self._row_values()
         full, reduced = self.space
@@ -123,7 +129,7 @@ class FusedKernel:
         return frozenset(rows | scalars)
 
     def _check(self, computed) -> None:
-        allowed = V.NATIVE_OPS | set(K.REDUCE_OPS)
+        allowed = V.NATIVE_OPS | set(K.REDUCE_OPS) | GATHERING
         for n in self.nodes:
             if n.op not in allowed:
                 raise Unsupported(f"no native code for {n.op.qualified_name}")
@@ -137,6 +143,28 @@ class FusedKernel:
                 raise Unsupported(f"{n.op.qualified_name} on integers")
         if any(v not in computed and v not in self.operands for v in self.body.outputs):
             raise Unsupported("an output that is not computed by the kernel")
+
+    def _gathered(self, n: Node, computed) -> tuple:
+        """(node, source operand, index operand, indexed dim, whether negative indices
+        count from the end) of a gathering node; its source and index are read by it
+        alone, from memory (a source is laid out with its indexed dim stretched)."""
+        source, index = n.inputs[0], n.inputs[1]
+        index = index[0] if isinstance(index, tuple) else index
+        if self.kind != "elementwise":
+            raise Unsupported(f"{n.op.qualified_name} inside a row kernel")
+        if source in computed or index in computed:
+            raise Unsupported(f"{n.op.qualified_name} of a value computed in the kernel")
+        if source == index or sum(v in (source, index) for m in self.nodes
+                                  for v in m.input_values()) != 2:
+            raise Unsupported(f"{n.op.qualified_name}'s operands are read by other ops too")
+        rank = len(source.type.shape)
+        if rank == 0 or (n.op is Op.INDEX and len(n.inputs[1]) != 1):
+            raise Unsupported(f"{n.op.qualified_name} of this form is not generated")
+        dim = 0 if n.op is Op.EMBEDDING else n.attr["dim"] % rank
+        if source.type.shape[dim] == 0:
+            raise Unsupported("an index into an empty dim")  # the interpreter raises
+        return n, self.operands.index(source), self.operands.index(index), dim, \
+            n.op is Op.INDEX
 
     def _space(self):
         """(full shape, reduced dims) of the iteration."""
@@ -159,7 +187,10 @@ class FusedKernel:
             return self._plan_and_run(inputs, operands)
         if launch is _INTERPRETED:  # one the kernel cannot run
             return self._interpreted(inputs)
-        return launch(operands)
+        try:
+            return launch(operands)
+        except OutOfRange:  # an index the kernel refused: the op's own error
+            return self._interpreted(inputs)
 
     @functools.cached_property
     def _interpreted(self):
@@ -191,41 +222,51 @@ class FusedKernel:
             self._layouts[key] = _INTERPRETED
             return self._interpreted(inputs)
         self._layouts[key] = launch
-        return launch(operands)
+        try:
+            return launch(operands)
+        except OutOfRange:
+            return self._interpreted(inputs)
 
     def _plan_launch(self, arrays):
         """How to call the kernel for operands laid out like `arrays`."""
         full, reduced = self.space
         shapes = [tuple(v.type.shape) for v in self.operands + tuple(self.body.outputs)]
+        placed, gathers = {}, []
+        for n, source, index, dim, wraps in self.gathers:
+            placed.update(zip((source, index), G.strides_over_result(
+                n.op, arrays[source], arrays[index], dim)))
+            a = arrays[source]
+            gathers.append(G.Gather(n.outputs[0], source, index, a.strides[dim] // a.itemsize,
+                                  a.shape[dim], wraps))
         rows, inner, offsets, strides, outer = _layout(arrays, shapes, full, reduced,
-                                                       self.squeezed)
+                                                       self.squeezed, placed)
         classes = tuple(_stride_class(s) for s in strides)
         columns = ()
         if self.kind == "reduction" and K.STRIDED in classes and len(outer) == 1 and \
                 all(s in (0, 1) for s in outer[0]):
             columns = tuple(outer[0])  # rows adjacent in memory: put them in the lanes
-        address = self._function(classes, columns)
+        address = self._function(classes, columns, tuple(gathers))
         return Launch(address, offsets, strides, rows, inner, self.kind == "elementwise",
-                       self._outputs)
+                      self._outputs, checked=bool(gathers))
 
-    def _function(self, classes, columns=()):
-        key = (str(self.body), classes, columns)
+    def _function(self, classes, columns=(), gathers=()):
+        key = (str(self.body), classes, columns, tuple(g.stride for g in gathers))
         with _lock:
             hit = _compiled.get(key)
             if hit is None:
-                hit = _compiled[key] = self._compile(classes, columns)
+                hit = _compiled[key] = self._compile(classes, columns, gathers)
             if hit[1] not in self.artifacts:
                 self.artifacts.append(hit[1])
         return hit[0]
 
-    def _compile(self, classes, columns=()):
+    def _compile(self, classes, columns=(), gathers=()):
         from runtime.jit import host_jit, vector_width
         jit = host_jit()
         _counter[0] += 1
         name = f"kiln_{'columns' if columns else self.kind}_{_counter[0]}"
         spec = K.KernelSpec(name, self.kind, self.operands, self.nodes,
                             tuple(self.body.outputs), self.scalars, self.row_values, classes,
-                            columns)
+                            columns, gathers)
         module = jit.new_module(name)
         K.build_kernel(module, spec, vector_width())
         debug.banner(f"LLVM IR: {name}", str(module), at_level=3)
@@ -269,10 +310,12 @@ def _broadcast_strides(a: np.ndarray, shape, full, reduced, squeezed: bool) -> l
     return out
 
 
-def _layout(arrays, shapes, full, reduced, squeezed):
-    """Rows, inner length, per-operand row offsets and inner strides."""
-    strides = [_broadcast_strides(a, s, full, reduced, q)
-               for a, s, q in zip(arrays, shapes, squeezed)]
+def _layout(arrays, shapes, full, reduced, squeezed, placed=None):
+    """Rows, inner length, per-operand row offsets and inner strides; `placed` gives some
+    operands' strides over the iteration space (gathers' sources and indices)."""
+    placed = placed or {}
+    strides = [placed[j] if j in placed else _broadcast_strides(a, s, full, reduced, q)
+               for j, (a, s, q) in enumerate(zip(arrays, shapes, squeezed))]
     # dims of size 1 take no part in addressing
     dims = [d for d in range(len(full)) if d not in reduced and full[d] != 1] + \
         [d for d in sorted(reduced) if full[d] != 1]

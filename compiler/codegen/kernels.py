@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import llvmlite.ir as ir
 
+from compiler.codegen import gather as G
 from compiler.codegen import values as V
 from ir import dtypes
 from ir.dtypes import DType
@@ -48,6 +49,7 @@ class KernelSpec:
     per_row: frozenset
     strides: tuple               # per operand: 1, 0 or STRIDED
     row_strides: tuple = ()      # column mode: per operand 1 (rows adjacent) or 0
+    gathers: tuple = ()          # elementwise: values loaded at an index (codegen/gather.py)
 
     def width(self, host_lanes: int) -> int:
         sizes = [v.type.dtype.itemsize for v in self.inputs + self.outputs] + \
@@ -99,6 +101,7 @@ class _Builder:
             self.stride.append(b.load(b.gep(strides, [ir.Constant(V.I64, j)]))
                                if spec.strides[j] is STRIDED else None)
         self.scalars = dict(spec.scalars)
+        self.status = G.status_word(b, ptrs, len(self.operands)) if spec.gathers else None
 
     # loops ----------------------------------------------------------------------------
     def loop(self, start, end, step: int, body, tail=None):
@@ -262,12 +265,17 @@ def _row_loop(k: _Builder, body) -> None:
 def _elementwise(k: _Builder) -> None:
     spec = k.spec
     n_in = len(spec.inputs)
+    sources = {g.source for g in spec.gathers}  # read only through their gathers
+    gathered = {g.value for g in spec.gathers}
 
     def row(r):
         bases = [k.row_base(j, r) for j in range(len(k.operands))]
+        for g in spec.gathers:
+            if G.per_row(k, g):
+                G.move_row_base(k, g, bases)
         per_row = {}
         for j, v in enumerate(spec.inputs):
-            if spec.strides[j] == 0:
+            if spec.strides[j] == 0 and j not in sources:
                 per_row[v] = V.Lanes(k.b, None).from_memory(k.b.load(bases[j]), v.type.dtype)
 
         def step(i, count=None):
@@ -275,10 +283,15 @@ def _elementwise(k: _Builder) -> None:
             env = {v: L.splat(x) for v, x in per_row.items()}
             k.constants(env, L)
             for j, v in enumerate(spec.inputs):
-                if spec.strides[j] != 0:
+                if spec.strides[j] != 0 and j not in sources:
                     env[v] = k.load(j, bases[j], i, count)
+            for g in spec.gathers:
+                env[g.value] = k.load(g.source, bases[g.source], i, count) if \
+                    G.per_row(k, g) else G.load_lanes(k, g, bases, env[spec.inputs[g.index]],
+                                                      i, count)
             for node in spec.nodes:
-                k.compute(node, env, L)
+                if node.outputs[0] not in gathered:
+                    k.compute(node, env, L)
             for j, v in enumerate(spec.outputs):
                 k.store(n_in + j, bases[n_in + j], i, env[v], count)
         def unrolled(i):  # several vectors per trip keep more loads in flight

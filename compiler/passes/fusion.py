@@ -10,7 +10,11 @@ groups):
   input or its kept-dims output; several reductions over the same rows join (softmax
   and layer norm become one kernel);
 - a matrix product with its elementwise epilogue (bias, activation, residual, scale) and
-  the elementwise prologues of its operands that nothing else reads.
+  the elementwise prologues of its operands that nothing else reads;
+- a gather (`t[i]`, index_select, embedding, gather) heads an elementwise group of its
+  result's shape: the kernel loads its source at the indexed positions. It never joins
+  the group that computes its source or index (they are read from memory); alone, it is
+  an elementwise kernel of its own.
 Views and scalar constants are free: they are copied into every kernel that reads them
 (a transpose read by a GEMM is folded into how the GEMM reads its operand).
 """
@@ -26,6 +30,7 @@ FREE = VIEW | {Op.SCALAR}
 POINTWISE = ELEMENTWISE | COMPARISON | {Op.CLONE, Op.TO_COPY}
 REDUCE = frozenset({Op.SUM, Op.AMAX, Op.AMIN, Op.ARGMAX, Op.ARGMIN})
 GEMM = frozenset({Op.MM, Op.BMM})
+GATHER = frozenset({Op.INDEX_SELECT, Op.EMBEDDING, Op.GATHER})  # and index with one index
 
 
 def _kind(node: Node) -> str:
@@ -37,6 +42,8 @@ def _kind(node: Node) -> str:
         return "reduction"
     if node.op in GEMM:
         return "gemm"
+    if node.op in GATHER or (node.op is Op.INDEX and len(node.inputs[1]) == 1):
+        return "gather"
     return "opaque"
 
 
@@ -53,7 +60,9 @@ class _Groups:
         for i, n in enumerate(self.nodes):
             for v in n.input_values():
                 self.users.setdefault(v, []).append(i)
-        self.group_kind = {i: k for i, k in enumerate(self.kind)}
+        # a gather starts as an elementwise kernel of its own
+        self.group_kind = {i: "elementwise" if k == "gather" else k
+                           for i, k in enumerate(self.kind)}
 
     def find(self, i: int) -> int:
         while self.parent[i] != i:
@@ -178,8 +187,9 @@ def _fuse_elementwise(g: _Groups) -> None:
         if g.kind[i] != "elementwise" or g.group_kind[g.find(i)] != "elementwise":
             continue
         for p in g.sources(i):
-            if g.kind[p] == "elementwise" and g.group_kind[g.find(p)] == "elementwise" \
-                    and _shape(g.nodes[p]) == _shape(node):
+            if g.kind[p] in ("elementwise", "gather") and \
+                    g.group_kind[g.find(p)] == "elementwise" and \
+                    _shape(g.nodes[p]) == _shape(node) and not _feeds_gather(g, i, p):
                 g.try_merge(p, i, "elementwise")
     readers: dict[Value, list[int]] = {}
     for i, node in enumerate(g.nodes):  # horizontal: same shape, same input
@@ -188,8 +198,16 @@ def _fuse_elementwise(g: _Groups) -> None:
                 readers.setdefault(v, []).append(i)
     for v, idx in readers.items():
         for a, b in zip(idx, idx[1:]):
-            if _shape(g.nodes[a]) == _shape(g.nodes[b]):
+            if _shape(g.nodes[a]) == _shape(g.nodes[b]) and not _feeds_gather(g, a, b):
                 g.try_merge(a, b, "elementwise")
+
+
+def _feeds_gather(g: _Groups, i: int, p: int) -> bool:
+    """Whether merging p's group with i's would put a gather in the group that computes
+    its source or index."""
+    a, b = g.find(p), g.find(i)
+    gathers = [k for k in range(len(g.nodes)) if g.kind[k] == "gather" and g.find(k) in (a, b)]
+    return any(g.find(s) in (a, b) for k in gathers for s in g.sources(k))
 
 
 def fuse(graph: Graph) -> Graph:

@@ -1,0 +1,115 @@
+"""Gathered loads in elementwise kernels: a value read from a source operand at the
+position an index operand gives along one of its dims (`t[i]`, index_select, embedding,
+gather).
+
+The runner lays the source out over the kernel's iteration space with a stride of 0 along
+the indexed dim, so its address for an element is that of index 0; the kernel adds
+index * `stride`. Every index is checked against the dim's size in the kernel: one out of
+range sets the kernel's status word (ptrs[operands], an i64) and is read as 0, so no lane
+ever reads outside the source; the runner then runs the op through the interpreter, which
+raises the op's own error. An index that is the same along the whole inner dim (an
+embedding row, `t[i]` over rows) is checked once per row and moves the source's row
+base; otherwise each lane is checked and loaded on its own.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import llvmlite.ir as ir
+import numpy as np
+
+from compiler.codegen import values as V
+from ir import dtypes
+from ir.graph import Value
+from ir.ops import Op
+
+
+@dataclass(frozen=True)
+class Gather:
+    value: Value   # the gathered result
+    source: int    # operand number of the source
+    index: int     # operand number of the index
+    stride: int    # source elements between neighbours along the indexed dim
+    size: int      # the indexed dim's size (> 0)
+    wraps: bool    # negative indices count from the end (t[i]); else only [0, size)
+
+
+def strides_over_result(op: Op, source: np.ndarray, index: np.ndarray, dim: int):
+    """The element strides, over a gathering op's result, of its source (the indexed dim
+    stretched over the index's dims with stride 0: every element addressed at index 0)
+    and of its index (placed at the indexed dim)."""
+    src = [s // source.itemsize for s in source.strides]
+    idx = [0 if size == 1 else s // index.itemsize
+           for size, s in zip(index.shape, index.strides)]
+    if op is Op.GATHER:  # the result has the index's shape: the source's dims apart
+        return src[:dim] + [0] + src[dim + 1:], idx
+    if op is Op.INDEX_SELECT:
+        idx = idx or [0]  # a 0-d index selects one element: a dim of size 1
+    return src[:dim] + [0] * len(idx) + src[dim + 1:], [0] * dim + idx + [0] * (
+        len(src) - dim - 1)
+
+
+def status_word(b: ir.IRBuilder, ptrs, operands: int):
+    """The kernel's status word: the pointer after its operands'."""
+    raw = b.load(b.gep(ptrs, [ir.Constant(V.I64, operands)]))
+    return b.bitcast(raw, ir.PointerType(V.I64))
+
+
+def _checked(k, g: Gather, index, active=None):
+    """`index` (i64, scalar or lanes) wrapped where negative indices count from the end,
+    with each index out of [0, size) flagged in the status word and replaced by 0."""
+    b = k.b
+    width = index.type.count if isinstance(index.type, ir.VectorType) else None
+    L = V.Lanes(b, width)
+    size = L.const(g.size, dtypes.int64)
+    if g.wraps:
+        index = b.select(b.icmp_signed("<", index, L.const(0, dtypes.int64)),
+                         b.add(index, size), index)
+    bad = b.icmp_unsigned(">=", index, size)  # a negative index is a huge unsigned one
+    if active is not None:
+        bad = b.and_(bad, active)
+    any_bad = bad if width is None else b.icmp_unsigned(
+        "!=", b.bitcast(bad, ir.IntType(width)), ir.Constant(ir.IntType(width), 0))
+    with b.if_then(any_bad, likely=False):
+        b.store(ir.Constant(V.I64, 1), k.status)
+    return b.select(bad, L.const(0, dtypes.int64), index)
+
+
+def _as_i64(L: V.Lanes, value, dt):
+    return L.cast(value, dt, dtypes.int64)
+
+
+def per_row(k, g: Gather) -> bool:
+    """Whether the index is one value for the whole inner dim."""
+    return k.spec.strides[g.index] == 0
+
+
+def move_row_base(k, g: Gather, bases: list) -> None:
+    """For an index that is one value per row: check it and move the source's row base
+    to the indexed position."""
+    b = k.b
+    dt = k.operands[g.index].type.dtype
+    index = _as_i64(V.Lanes(b, None), b.load(bases[g.index]), dt)
+    safe = _checked(k, g, index)
+    bases[g.source] = b.gep(bases[g.source], [b.mul(safe, ir.Constant(V.I64, g.stride))])
+
+
+def load_lanes(k, g: Gather, bases: list, index_lanes, i, count=None):
+    """W gathered elements at inner positions i, i+1, ...: each lane's index checked and
+    its element loaded on its own (lanes past `count` read the last element again)."""
+    b, w = k.b, k.w
+    dt = k.operands[g.source].type.dtype
+    L = V.Lanes(b, w)
+    index = _as_i64(L, index_lanes, k.operands[g.index].type.dtype)
+    safe = _checked(k, g, index, k._mask(count) if count is not None else None)
+    raw = ir.Constant(ir.VectorType(V._MEMORY[dt.name], w), ir.Undefined)
+    last = b.sub(b.add(i, count), ir.Constant(V.I64, 1)) if count is not None else None
+    stride = ir.Constant(V.I64, g.stride)
+    for lane in range(w):
+        at = b.add(i, ir.Constant(V.I64, lane))
+        if last is not None:
+            at = b.select(b.icmp_signed("<", at, last), at, last)
+        offset = b.mul(b.extract_element(safe, ir.Constant(V.I32, lane)), stride)
+        element = b.gep(k.inner_at(g.source, bases[g.source], at), [offset])
+        raw = b.insert_element(raw, b.load(element), ir.Constant(V.I32, lane))
+    return L.from_memory(raw, dt)
