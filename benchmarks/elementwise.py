@@ -1,5 +1,7 @@
 """Elementwise work on 4M float32 elements (256K with --quick): a bias-GELU chain of six
-ops (x is 4096x1024, w and b are rows of 1024), and add, mul, exp alone.
+ops (x is 4096x1024, w and b are rows of 1024), and add, mul, exp alone; and rows of an
+8192x256 table picked by 4096 indices (1024 with --quick) then scaled and shifted (an
+embedding lookup: a gather at the head of an elementwise kernel when compiled).
 
 Each op reads its inputs and writes its output once at best, so memory bandwidth is the
 limit: throughput is GB/s of inputs plus output, and the fraction is of this machine's
@@ -18,6 +20,7 @@ from benchmarks.impls import NUMPY, TORCH, every_contender, float64, nbytes
 
 ROWS, COLUMNS = 4096, 1024
 QUICK_ROWS = 256
+TABLE_ROWS, TABLE_COLUMNS = 8192, 256
 # six float32 ops, two of them transcendental: PyTorch's vectorised GELU on 2 threads
 # came out 5.2e-05 off (near zero, where the relative part of the tolerance is nothing)
 # in about one run of five; the other cases keep the harness's 1e-05
@@ -38,6 +41,14 @@ def mul(lib, x, y):
 
 def exp(lib, x):
     return lib.exp(x)
+
+
+def embedding_rows(lib, table, index, b):
+    return lib.nn.functional.embedding(index, table) * 2.0 + b
+
+
+def embedding_rows_numpy(table, index, b):
+    return table[index] * 2.0 + b
 
 
 def gelu_chain_numpy(x, w, b):
@@ -75,4 +86,16 @@ def cases(quick: bool) -> list[Case]:
         Case(f"exp {size}", every_contender(exp, np.exp, [x]),
              expected=float64(np.exp, [x]), unit="GB/s", work=nbytes(x, x),
              reference=reference),
+        _embedding_case(rng, 1024 if quick else 4096, reference),
     ]
+
+
+def _embedding_case(rng, lookups: int, reference) -> Case:
+    table = rng.standard_normal((TABLE_ROWS, TABLE_COLUMNS), dtype=np.float32)
+    index = rng.integers(0, TABLE_ROWS, lookups)
+    b = rng.standard_normal(TABLE_COLUMNS, dtype=np.float32)
+    out = np.empty((lookups, TABLE_COLUMNS), np.float32)
+    return Case(f"embedding rows * 2 + b, {lookups} of {TABLE_ROWS}x{TABLE_COLUMNS}",
+                every_contender(embedding_rows, embedding_rows_numpy, [table, index, b]),
+                expected=lambda: embedding_rows_numpy(table.astype(np.float64), index, b),
+                unit="GB/s", work=nbytes(out, index, b, out), reference=reference)
