@@ -2,9 +2,13 @@
 this CPU and hands back the addresses of their functions.
 
 MCJIT never frees code and owns its TargetMachine, so there is one engine per process
-(`host_jit()`), modules are added to it, and it lives as long as the process: any ctypes
-pointer into its code stays valid. Every module is verified before it is optimised,
-because bad IR can abort the whole process instead of raising.
+(`host_jit()`), object code is added to it, and it lives as long as the process: any
+ctypes pointer into its code stays valid. Every module is verified before it is
+optimised, because bad IR can abort the whole process instead of raising.
+
+A module is optimised, emitted as object code by the engine's TargetMachine and freed;
+only the object code goes into the engine (the path a disk-cache hit takes), so what a
+compile leaves behind is close to its machine code. No IR or assembly text is kept.
 
 `load` goes through the kernel cache (runtime/cache.py): a kernel compiled once, in this
 process or an earlier one, is not optimised again, only its object code is linked in.
@@ -24,6 +28,7 @@ import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
 from runtime.cache import Entry, KernelCache, kernel_key, kiln_version
+from runtime.llvm_passes import run_pipeline
 
 
 _clock = threading.local()  # seconds this thread spent in load(): LLVM and linking
@@ -84,7 +89,6 @@ class HostJit:
         self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self.target_machine)
         self.cache: KernelCache[dict[str, int]] = cache if cache is not None else KernelCache()
         self._lock = threading.RLock()
-        self._modules: list = []  # the engine refers to them; keep them alive with it
 
     def new_module(self, name: str) -> ir.Module:
         """An empty IR module with this host's triple and data layout."""
@@ -98,21 +102,17 @@ class HostJit:
         result is the IR after optimisation, `assembly` of it the machine code."""
         parsed = llvm.parse_assembly(str(module))
         parsed.verify()
-        tuning = llvm.create_pipeline_tuning_options(speed_level=3)
-        builder = llvm.create_pass_builder(self.target_machine, tuning)
-        builder.getModulePassManager().run(parsed, builder)
+        run_pipeline(parsed, self.target_machine, speed_level=3)
         return parsed
 
     def add(self, module: ir.Module | str) -> llvm.ModuleRef:
         """Verify, optimise (O3) and compile `module` into the engine, bypassing the
-        cache; returns the optimised module. Function names are global to the engine:
-        adding one twice is an error."""
+        cache; returns the optimised module, which the engine does not keep (for
+        `assembly`). Function names are global to the engine: adding one twice is an
+        error."""
         optimised = self.optimise(module)
-        with self._lock:
-            self._refuse_redefinition(_defined_functions(optimised))
-            self.engine.add_module(optimised)
-            self.engine.finalize_object()
-            self._modules.append(optimised)
+        self._link(Entry(_defined_functions(optimised),
+                         self.target_machine.emit_object(optimised)))
         return optimised
 
     def load(self, module: ir.Module | str, names: Iterable[str] | None = None
@@ -159,7 +159,11 @@ class HostJit:
 
     def _build(self, text: str) -> Entry:
         optimised = self.optimise(text)
-        return Entry(_defined_functions(optimised), self.target_machine.emit_object(optimised))
+        try:
+            return Entry(_defined_functions(optimised),
+                         self.target_machine.emit_object(optimised))
+        finally:
+            optimised.close()  # now, not whenever the garbage collector gets to it
 
     def _link(self, entry: Entry) -> dict[str, int]:
         with self._lock:
