@@ -47,12 +47,26 @@ class Unsupported(Exception):
 
 
 class KernelArtifact:
-    """What was generated for one kernel: its LLVM IR, and on request the IR after
-    optimisation and the machine assembly (recomputed: LLVM is deterministic)."""
+    """One generated kernel: its spec, and on request its LLVM IR, the IR after
+    optimisation and the machine assembly. All are made again when asked (building IR and
+    LLVM are deterministic), so a kernel keeps no text (its IR was ~30 KB)."""
 
-    def __init__(self, name: str, llvm_ir: str, jit):
-        self.name, self.llvm_ir = name, llvm_ir
-        self._jit = jit
+    def __init__(self, spec: K.KernelSpec, width: int, jit):
+        self.spec, self.width, self._jit = spec, width, jit
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def module(self):
+        """A new IR module holding the kernel."""
+        module = self._jit.new_module(self.name)
+        K.build_kernel(module, self.spec, self.width)
+        return module
+
+    @property
+    def llvm_ir(self) -> str:
+        return str(self.module())
 
     @property
     def optimised_ir(self) -> str:
@@ -267,11 +281,10 @@ class FusedKernel:
         spec = K.KernelSpec(name, self.kind, self.operands, self.nodes,
                             tuple(self.body.outputs), self.scalars, self.row_values, classes,
                             columns, gathers)
-        module = jit.new_module(name)
-        K.build_kernel(module, spec, vector_width())
+        artifact = KernelArtifact(spec, vector_width(), jit)
+        module = artifact.module()
         debug.banner(f"LLVM IR: {name}", str(module), at_level=3)
         address = jit.load(module, [name])[name]  # through the kernel cache
-        artifact = KernelArtifact(name, str(module), jit)
         if debug.level() >= 4:
             debug.banner(f"assembly: {name}", artifact.assembly, at_level=4)
         return address, artifact

@@ -336,6 +336,23 @@ def test_debug_levels_3_and_4_print_llvm_ir_and_assembly(capsys):
     assert "assembly: kiln_elementwise" in err and "ret" in err
 
 
+def test_a_kernel_keeps_no_ir_text_yet_shows_the_ir_it_was_compiled_from(monkeypatch):
+    """lower() and the dumps make the IR again on request: it is exactly what was
+    compiled, and no kernel holds its text (about 30 KB each)."""
+    from runtime.jit import HostJit
+    loaded, load = [], HostJit.load
+
+    def spy(jit, module, names=None):
+        loaded.append(str(module))
+        return load(jit, module, names)
+
+    monkeypatch.setattr(HostJit, "load", spy)
+    (kernel,) = compiler.lower(lambda x: (x * 3.0625 - 0.8125).tanh(), eager.randn(9)).kernels
+    assert kernel.llvm_ir == loaded[-1] and "define void" in loaded[-1]
+    assert not [value for value in vars(kernel).values() if isinstance(value, str)
+                and len(value) > 100]
+
+
 @pytest.mark.parametrize("shape", [(512, 256), (37, 53), (4, 5, 6), (129, 17)], ids=str)
 @pytest.mark.parametrize("fn", [lambda x: x.sum(0), lambda x: eager.softmax(x, 0),
                                 lambda x: x.argmin(0), lambda x: x - x.amax(0, keepdim=True)])
