@@ -17,7 +17,8 @@ from dataclasses import asdict, dataclass
 import llvmlite.ir as ir
 import numpy as np
 
-from runtime.jit import host_cpu_name, host_jit, vector_width
+from runtime.jit import host_jit, vector_width
+from runtime.target import selected
 
 CHAINS = 16  # independent accumulators: enough to cover FMA latency x FMA ports
 
@@ -159,7 +160,7 @@ def copy_gbs(megabytes: int, repeats: int) -> float:
 def measure(threads: int, quick: bool) -> Limits:
     width = vector_width()
     seconds, repeats = (0.02, 5) if quick else (0.1, 7)
-    return Limits(cpu=host_cpu_name(), vector_width=width, threads=threads,
+    return Limits(cpu=selected().name, vector_width=width, threads=threads,
                   peak_gflops_1t=peak_gflops(width, 1, seconds, repeats),
                   peak_gflops=peak_gflops(width, threads, seconds, repeats),
                   copy_gbs=copy_gbs(64 if quick else 256, repeats))

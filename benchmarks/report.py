@@ -6,7 +6,7 @@ import os
 import platform
 
 from benchmarks.harness import CaseResult, Outcome, Settings, SuiteResult
-from runtime.jit import host_cpu_name, host_features
+from runtime.target import selected
 
 SCHEMA = "kiln-benchmarks/1"
 
@@ -113,7 +113,9 @@ def _fraction(case: CaseResult, outcome: Outcome, limits) -> float | None:
 
 
 def machine_info(threads: int, versions: dict) -> dict:
-    return {"cpu": host_cpu_name(), "cpu_model": _cpu_model(), "features": host_features(),
+    """The machine, and the CPU target code was generated for (KILN_CPU's, if set)."""
+    target = selected()
+    return {"cpu": target.name, "cpu_model": _cpu_model(), "features": sorted(target.enabled),
             "cores": os.cpu_count(), "threads": threads, "platform": platform.platform(),
             "versions": versions}
 

@@ -1,5 +1,6 @@
 """The host JIT: one long-lived llvmlite MCJIT engine that compiles LLVM modules for
-this CPU and hands back the addresses of their functions.
+this CPU (or the one KILN_CPU names: runtime/target.py) and hands back the addresses of
+their functions.
 
 MCJIT never frees code and owns its TargetMachine, so there is one engine per process
 (`host_jit()`), object code is added to it, and it lives as long as the process: any
@@ -29,6 +30,7 @@ import llvmlite.ir as ir
 
 from runtime.cache import Entry, KernelCache, kernel_key, kiln_version
 from runtime.llvm_passes import run_pipeline
+from runtime.target import CpuTarget, selected
 
 
 _clock = threading.local()  # seconds this thread spent in load(): LLVM and linking
@@ -39,52 +41,24 @@ def load_seconds() -> float:
     return getattr(_clock, "total", 0.0)
 
 
-def _initialise() -> None:
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    llvm.initialize_native_asmparser()  # inline assembly (runtime.pool's syscalls)
-
-
-def host_cpu_name() -> str:
-    """LLVM's name for this CPU, e.g. 'znver4' or 'skylake-avx512'."""
-    _initialise()
-    return llvm.get_host_cpu_name()
-
-
-def host_features() -> list[str]:
-    """The CPU features LLVM sees as enabled here, sorted ('avx2', 'avx512f', 'fma', ...)."""
-    _initialise()
-    return sorted(name for name, enabled in llvm.get_host_cpu_features().items() if enabled)
-
-
 def vector_width() -> int:
-    """float32 lanes of the widest vector register worth using: 16 with AVX-512, 8 with
+    """float32 lanes of the widest vector register of the target: 16 with AVX-512, 8 with
     AVX2 (or AVX), 4 otherwise."""
-    features = set(host_features())
-    if "avx512f" in features:
-        return 16
-    if "avx2" in features or "avx" in features:
-        return 8
-    return 4
+    return selected().vector_width
 
 
 class HostJit:
-    """One MCJIT engine for the host CPU at opt level 3. Use `host_jit()` to get it.
+    """One MCJIT engine for `target` (default: the selected one) at opt level 3. Use
+    `host_jit()` to get the process's engine.
 
     Code is position independent (reloc='pic') so that object code emitted in one process
     can be linked into another's engine wherever it lands."""
 
-    def __init__(self, cache: KernelCache | None = None):
-        _initialise()
-        self.cpu_name = llvm.get_host_cpu_name()
-        self.features = llvm.get_host_cpu_features().flatten()
-        # position-independent objects (the disk cache loads them back) with the small
-        # code model: with the default (large) one, constants are reached through GOT
-        # entries, and a module that itself calls a library function (memset) shifted
-        # every later module's constant addresses by 8 bytes
-        self.target_machine = llvm.Target.from_default_triple().create_target_machine(
-            cpu=self.cpu_name, features=self.features, opt=3, reloc="pic",
-            codemodel="small")
+    def __init__(self, cache: KernelCache | None = None, target: CpuTarget | None = None):
+        self.target = target if target is not None else selected()
+        self.cpu_name = self.target.cpu
+        self.features = self.target.features
+        self.target_machine = self.target.machine()
         self.triple = llvm.get_process_triple()
         self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self.target_machine)
         self.cache: KernelCache[dict[str, int]] = cache if cache is not None else KernelCache()

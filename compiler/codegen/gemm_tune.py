@@ -3,8 +3,8 @@ autotuner that times a few candidates once and keeps the winner on disk.
 
 `KILN_AUTOTUNE`: "0" always uses the default; unset uses a stored result when there is
 one, else the default; "1" also tunes (about a second) when nothing is stored. Results
-live in `$KILN_CACHE_DIR/gemm_blocking.json` (runtime.cache's directory), keyed by CPU,
-dtype and tile.
+live in `$KILN_CACHE_DIR/gemm_blocking.json` (runtime.cache's directory), keyed by the
+CPU target (runtime/target.py: this CPU's, or KILN_CPU's), dtype and tile.
 """
 from __future__ import annotations
 
@@ -130,9 +130,9 @@ def timer(run: Callable[[Blocking], None]) -> Callable[[Blocking], float]:
 
 @functools.cache
 def _key(kernel: GemmKernel) -> str:
-    from runtime.jit import host_cpu_name
+    from runtime.target import selected
     t = kernel.tile
-    return f"{host_cpu_name()}/{t.dtype}/{t.mr}x{t.nr}u{t.unroll}"
+    return f"{selected().name}/{t.dtype}/{t.mr}x{t.nr}u{t.unroll}"
 
 
 def _path() -> Path:

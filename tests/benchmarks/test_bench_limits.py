@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from benchmarks import limits
-from runtime import jit
+from runtime import jit, target
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -38,7 +38,7 @@ def test_host_jit_is_one_engine_and_names_what_it_lacks():
     with pytest.raises(KeyError, match="no function named 'nothing_here'"):
         jit.host_jit().address("nothing_here")
     assert jit.vector_width() in (4, 8, 16)
-    assert jit.host_cpu_name() and "sse2" in jit.host_features()
+    assert jit.host_jit().target == target.selected() and "sse2" in target.selected().enabled
 
 
 def test_limits_pick_the_limit_for_each_unit():
@@ -56,7 +56,7 @@ def test_import_eager_does_not_import_llvmlite():
 
 def test_host_jit_refuses_a_second_definition_and_shows_assembly():
     built = jit.host_jit().add(limits.build_fma_kernel(8, chains=3))
-    if "fma" in jit.host_features():
+    if "fma" in target.selected().enabled:
         assert "vfmadd" in jit.host_jit().assembly(built)
     with pytest.raises(ValueError, match="already has a function named 'fma_peak_w8_c3'"):
         jit.host_jit().add(limits.build_fma_kernel(8, chains=3))
