@@ -132,3 +132,13 @@ def test_an_unknown_kiln_cpu_stops_with_its_name():
     assert "CpuTargetError: KILN_CPU=notacpu: LLVM knows no CPU named 'notacpu'" in done.stderr
     assert "is not a recognized processor" not in done.stderr  # LLVM's own warning is eaten
 
+
+def test_ci_runs_the_readmes_tests_then_the_code_generators_for_avx2():
+    script = (ROOT / ".ci" / "run").read_text().replace("\\\n", " ")
+    commands = [line.split() for line in script.splitlines() if "pytest" in line]
+    readme = (ROOT / "README.md").read_text()
+    assert len(commands) == 2 and " ".join(commands[0]) in readme
+    environment, *command = commands[1]
+    assert environment == "KILN_CPU=haswell" and command[:4] == ["python", "-m", "pytest", "-q"]
+    files = {path.name for pattern in command[4:] for path in ROOT.glob(pattern)}
+    assert {"test_vmath.py", "test_native.py", "test_gemm.py", "test_gemm_small.py"} <= files
