@@ -41,17 +41,27 @@ def format_rate(value: float, unit: str) -> str:
 
 
 def format_limits(limits) -> str:
+    copies = ", ".join(f"{gbs:.3g} GB/s at {format_bytes(size)}"
+                       for size, gbs in sorted(limits.copy_gbs.items()))
     return (f"machine limits ({limits.cpu}, <{limits.vector_width} x float> FMA): "
             f"peak {limits.peak_gflops_1t:.0f} GFLOP/s on 1 thread, "
             f"{limits.peak_gflops:.0f} GFLOP/s on {limits.threads}; "
-            f"copy {limits.copy_gbs:.1f} GB/s (read + write)")
+            f"copy (read + write) {copies}")
+
+
+def format_bytes(size: float) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:.3g} {unit}"
+    return f"{size:.0f} B"
 
 
 def format_suite(suite: SuiteResult, settings: Settings, limits=None) -> str:
     title = f"== {suite.name}: {suite.description}"
     if suite.status == "skipped":
         return f"{title}\n   skipped: {suite.reason}\n"
-    with_limit = limits is not None and any(limits.for_unit(c.case.unit) for c in suite.cases)
+    with_limit = limits is not None and any(limits.for_work(c.case.unit, c.case.work)
+                                            for c in suite.cases)
     head = ["case / contender", "median", "spread", "throughput", "ratio"]
     if with_limit:
         head.append("of limit")
@@ -107,7 +117,7 @@ def _row(case: CaseResult, outcome: Outcome, limits, with_limit: bool) -> list[s
 
 
 def _fraction(case: CaseResult, outcome: Outcome, limits) -> float | None:
-    limit = limits.for_unit(case.case.unit) if limits is not None else None
+    limit = limits.for_work(case.case.unit, case.case.work) if limits is not None else None
     rate = case.throughput(outcome)
     return None if not limit or rate is None else rate / limit
 

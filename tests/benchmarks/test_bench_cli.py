@@ -24,7 +24,7 @@ def test_a_wrong_answer_is_reported_and_makes_the_exit_status_non_zero(monkeypat
     monkeypatch.setattr(registry, "SUITES", {})
     monkeypatch.setattr(cli, "SUITES", registry.SUITES)
     monkeypatch.setattr(limits, "measure", lambda threads, quick: limits.Limits(
-        "testcpu", 8, threads, 1.0, 2.0, 3.0))
+        "testcpu", 8, threads, 1.0, 2.0, {1 << 20: 3.0}))
     registry.register("wrong", __name__, "a suite with a wrong answer")
     assert cli.main(["--quick", "wrong"]) == 1
     out, err = capsys.readouterr()

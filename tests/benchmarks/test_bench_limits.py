@@ -18,7 +18,7 @@ def test_fma_kernel_computes_its_closed_form(width):
     # tends to 2, and after n steps it is 2 + (k + 1 - 2) / 2**n.
     out = np.zeros(width, np.float32)
     limits.fma_kernel(width)(out.ctypes.data, 10, 0.5, 1.0)
-    chains = np.arange(1, limits.CHAINS + 1)
+    chains = np.arange(1, limits.accumulators(width) + 1)
     assert out == pytest.approx(np.full(width, np.sum(2 + (chains - 2) / 2 ** 10)))
 
 
@@ -30,7 +30,24 @@ def test_fma_kernel_ir_uses_explicit_vector_fma():
 
 def test_measurements_are_positive_numbers():
     assert limits.peak_gflops(jit.vector_width(), 2, seconds=0.002, repeats=1) > 0
-    assert limits.copy_gbs(4, repeats=1) > 0
+    assert limits.copy_gbs(1 << 20, threads=2, repeats=1) > 0
+
+
+@pytest.mark.parametrize("cpu, width, register", [("haswell", 8, "ymm"),
+                                                   ("skylake-avx512", 16, "zmm")])
+def test_the_peak_kernel_keeps_every_accumulator_in_a_register(cpu, width, register):
+    """16 accumulators and two broadcasts did not fit AVX2's 16 ymm registers: the spills
+    to the stack halved the measured peak."""
+    assembly = jit.HostJit(target=target.named(cpu)).assembly(limits.build_fma_kernel(width))
+    assert f"%{register}" in assembly and "vfmadd" in assembly
+    assert "(%rsp)" not in assembly
+
+
+def test_a_copy_rate_is_held_to_the_copy_of_the_nearest_smaller_working_set():
+    lim = limits.Limits("cpu", 16, 2, 100.0, 200.0, {1 << 20: 80.0, 64 << 20: 20.0})
+    assert lim.for_work("GB/s", 3 << 20) == 80.0  # a 1 MB add runs in cache
+    assert lim.for_work("GB/s", 200 << 20) == 20.0
+    assert lim.for_work("GB/s", 1000) == 80.0  # smaller than any measured: the smallest
 
 
 def test_host_jit_is_one_engine_and_names_what_it_lacks():
@@ -42,9 +59,9 @@ def test_host_jit_is_one_engine_and_names_what_it_lacks():
 
 
 def test_limits_pick_the_limit_for_each_unit():
-    lim = limits.Limits("cpu", 16, 2, 100.0, 200.0, 30.0)
-    assert (lim.for_unit("GFLOP/s"), lim.for_unit("GB/s"), lim.for_unit("ops/s")) == (
-        200.0, 30.0, None)
+    lim = limits.Limits("cpu", 16, 2, 100.0, 200.0, {1 << 20: 30.0})
+    assert (lim.for_work("GFLOP/s", 1e9), lim.for_work("GB/s", 1e9),
+            lim.for_work("ops/s", 1)) == (200.0, 30.0, None)
 
 
 def test_import_eager_does_not_import_llvmlite():

@@ -9,7 +9,7 @@ from benchmarks.harness import SuiteResult, run_case
 from benchmarks.limits import Limits
 
 LIMITS = Limits(cpu="testcpu", vector_width=8, threads=2, peak_gflops_1t=50.0,
-                peak_gflops=100.0, copy_gbs=20.0)
+                peak_gflops=100.0, copy_gbs={1 << 20: 40.0, 64 << 20: 20.0})
 
 
 def tiny_suites():
@@ -76,6 +76,7 @@ def test_times_and_rates_read_naturally():
     assert report.format_rate(1.5e5, "ops/s") == "150k ops/s"
     assert report.format_rate(123.4, "GFLOP/s") == "123 GFLOP/s"
     assert "peak 50 GFLOP/s on 1 thread, 100 GFLOP/s on 2" in report.format_limits(LIMITS)
+    assert "40 GB/s at 1 MiB, 20 GB/s at 64 MiB" in report.format_limits(LIMITS)
 
 
 def test_plots_are_drawn_when_matplotlib_is_installed(tmp_path):
