@@ -10,6 +10,10 @@ fresh CompiledFunction each round. torch.compile gets `torch._dynamo.reset()` fi
 dynamo traces again, but inductor's code caches stay warm within the process: this is
 PyTorch's recompile cost, not the first call of a fresh process, which starts inductor
 (~20 s here) and is left out to keep the suite short.
+
+Memory (the note under the table): RSS growth per distinct kernel compiled, in fresh
+processes (benchmarks/compile_memory.py), over COMPILES distinct kernels (QUICK_COMPILES
+with --quick).
 """
 from __future__ import annotations
 
@@ -20,6 +24,8 @@ import numpy as np
 from benchmarks.harness import Case, Impl
 from benchmarks.impls import (KILN, KILN_COMPILED, TORCH, TORCH_COMPILED, every_contender,
                               float64, kiln_tensors, torch_tensors)
+
+COMPILES, QUICK_COMPILES = 1000, 100
 
 
 def six_ops(lib, x, y):
@@ -71,3 +77,8 @@ def _torch_first_call(arrays: list[np.ndarray]):
         compiled(torch, *inputs)
         return time.perf_counter() - start
     return run
+
+
+def notes(quick: bool) -> str:
+    from benchmarks import compile_memory
+    return compile_memory.notes(QUICK_COMPILES if quick else COMPILES)

@@ -26,7 +26,7 @@ def tiny_sizes(monkeypatch):
             (gemm, "LINEAR", (4, 6, 5)),
             (train, "BATCHES", 2), (train, "MLP_HIDDEN", 16), (train, "MLP_BATCH", 8),
             (train, "D_MODEL", 16), (train, "HEADS", 2), (train, "CONTEXT", 8),
-            (train, "TEXT_BATCH", 2)):
+            (train, "TEXT_BATCH", 2), (compile_overhead, "QUICK_COMPILES", 3)):
         monkeypatch.setattr(module, name, value)
 
 
@@ -91,3 +91,9 @@ def test_fusion_suite_reports_what_the_passes_buy():
     text = fusion.notes(quick=True)
     assert "GELU chain" in text and "6 -> 1" in text  # six eager kernels become one
     assert "layer norm rows" in text and "-> 1 " in text
+
+
+def test_compile_overhead_reports_memory_per_compile_from_fresh_processes(tiny_sizes):
+    text = compile_overhead.notes(quick=True)
+    assert "over 3 compiles" in text
+    assert "compiled " in text and "from disk cache " in text and "MB per 1000" in text
