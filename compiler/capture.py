@@ -331,7 +331,7 @@ class Trace:
             self.seconds["passes"] += phases["passes"]
             compiling -= phases["passes"]
         self.seconds["codegen+JIT"] += compiling
-        from compiler.native import codegen_seconds
+        from compiler.backends.native import codegen_seconds
         start, codegen = time.perf_counter(), codegen_seconds()
         results = run_region(run, graph, inputs)
         kernels = codegen_seconds() - codegen  # kernels are generated on their first call

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import eager
-from compiler import eager_gemm
+from compiler.gemm import eager as eager_gemm
 
 
 @pytest.fixture
@@ -23,14 +23,14 @@ def test_mm_and_bmm_switch_paths_with_the_same_results(kiln_gemm):
         batched = eager.matmul(x.expand(2, 37, 61), y.expand(2, 61, 19))  # bmm
         np.testing.assert_allclose(batched.numpy(), np.broadcast_to(a @ b, (2, 37, 19)),
                                    rtol=tol, atol=tol)
-    assert "compiler/eager_gemm.py" in eager._C._dispatch_dump_table("aten::mm")
+    assert "compiler/gemm/eager.py" in eager._C._dispatch_dump_table("aten::mm")
     ints = eager.tensor([[1, 2]]) @ eager.tensor([[3], [4]])
     assert ints.tolist() == [[11]]  # other dtypes keep numpy's kernel
 
 
 def test_eager_products_run_on_the_shape_generic_kernels(kiln_gemm):
     """However often a size repeats, eager compiles no kernel for it (gemm_small)."""
-    from compiler.codegen import gemm_small
+    from compiler.gemm import small as gemm_small
     before = set(gemm_small._kernels)
     x, y = eager.randn(9, 14), eager.randn(14, 6)
     for _ in range(3):

@@ -17,9 +17,11 @@ import sys
 import numpy as np
 import pytest
 
-from compiler.codegen import gemm_jobs, gemm_native, gemm_tune
-from compiler.codegen.gemm import ACTIVATION_REFERENCE, DIRECT_MAX_MACS, Epilogue, bmm, gemm
-from compiler.codegen.gemm_kernel import ACTIVATIONS, EpilogueSpec
+from compiler.gemm import jobs as gemm_jobs
+from compiler.gemm import kernels as gemm_native
+from compiler.gemm import tune as gemm_tune
+from compiler.gemm.api import ACTIVATION_REFERENCE, DIRECT_MAX_MACS, Epilogue, bmm, gemm
+from compiler.gemm.ir.kernel import ACTIVATIONS, EpilogueSpec
 from runtime import pool as runtime_pool
 
 DTYPES = [np.float32, np.float64]
@@ -420,7 +422,7 @@ def test_stored_blockings_are_read_only_from_a_trusted_file(plant, tmp_path):
     else:
         path.write_text('{"x": {"mc": 8, "kc": 8, "nc": 8}}')
         path.chmod(0o666)
-    code = ("import sys; from compiler.codegen import gemm_tune; "
+    code = ("import sys; from compiler.gemm import tune as gemm_tune; "
             "sys.exit(0 if gemm_tune._load() == {} else 3)")
     env = dict(os.environ, KILN_CACHE_DIR=str(tmp_path))
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -448,7 +450,7 @@ def test_kernels_call_no_library_functions():
     """No memset/memcpy/libm calls: a call through the GOT in one module has shifted the
     constant-pool addresses of modules the host JIT loaded after it."""
     from runtime.jit import host_jit
-    from compiler.codegen.gemm_kernel import build_module, emit_activation
+    from compiler.gemm.ir.kernel import build_module, emit_activation
     jit = host_jit()
     for dtype in ("float32", "float64"):
         for lanes in (16, 4):
@@ -464,7 +466,7 @@ def test_the_packed_kernel_prefetches_each_tile_of_c_for_writing():
     """One prefetch per cache line of a tile row (64-byte lines), for writing into L1."""
     import llvmlite.ir as ir
 
-    from compiler.codegen.gemm_kernel import build_module, emit_activation
+    from compiler.gemm.ir.kernel import build_module, emit_activation
     tile = gemm_native.default_tile("float32", 16)
     module = ir.Module("gemm_prefetch")
     build_module(module, "prefetch_f32", tile, EpilogueSpec(), emit_activation)
@@ -484,7 +486,7 @@ def test_a_repeated_small_product_gets_a_specialised_kernel_with_the_same_result
     results are bitwise those of the generic kernels that served the first call (one
     FMA chain along K per element, the same store), so a result never depends on how
     often a shape was seen."""
-    from compiler.codegen import gemm_plans
+    from compiler.gemm import plans as gemm_plans
     rng = np.random.default_rng(m * k * n)
     a = rand(rng, (m, k), np.float32)
     b = rand(rng, (n, k) if trans_b else (k, n), np.float32)
@@ -512,7 +514,7 @@ def test_a_specialised_kernel_reads_the_arrays_of_each_call():
 
 
 def test_a_repeated_batch_of_small_products_runs_on_a_specialised_kernel():
-    from compiler.codegen import gemm_small
+    from compiler.gemm import small as gemm_small
     rng = np.random.default_rng(22)
     a, b = rand(rng, (6, 1, 9, 11), np.float64), rand(rng, (3, 11, 13), np.float64)
     compiled_before = len(gemm_small._by_call)
@@ -543,7 +545,7 @@ def test_a_planned_request_reads_the_arrays_and_scalars_of_each_call(api, shape_
     """From its second sight on, a request runs from a plan whose records hold its
     operands' addresses relative to them: each call's arrays, alpha and scale are used,
     and the result is bitwise that of the unplanned first call."""
-    from compiler.codegen import gemm_plans
+    from compiler.gemm import plans as gemm_plans
     product = gemm if api == "gemm" else bmm
     rng = np.random.default_rng(24)
     n = shape_b[0] if trans_b else shape_b[-1]
@@ -590,8 +592,8 @@ def test_a_direct_product_is_cut_in_equal_row_pieces_one_per_thread():
     """From SPLIT_MIN_MACS on, a small product whose M divides by the thread count runs
     as that many row pieces of one specialised kernel: the result is bitwise the one of
     one thread (each element keeps its FMA chain) and of the first, generic-kernel call."""
-    from compiler.codegen import gemm_small
-    from compiler.codegen import gemm_plans
+    from compiler.gemm import small as gemm_small
+    from compiler.gemm import plans as gemm_plans
     rng = np.random.default_rng(26)
     a, b = rand(rng, (128, 96), np.float32), rand(rng, (96, 90), np.float32)
     assert 128 * 96 * 90 >= gemm_small.SPLIT_MIN_MACS
@@ -610,7 +612,7 @@ def test_a_direct_product_is_cut_in_equal_row_pieces_one_per_thread():
 def test_a_small_batch_runs_in_one_call_of_a_specialised_kernel(threads):
     """Evenly spaced batch elements (B broadcast) are the pieces of one specialised
     kernel call, from the second sight on: the bits of the generic first call."""
-    from compiler.codegen import gemm_plans
+    from compiler.gemm import plans as gemm_plans
     rng = np.random.default_rng(28)
     a, b = rand(rng, (8, 64, 32), np.float32), rand(rng, (32, 64), np.float32)
     epilogue = Epilogue(bias=rand(rng, (64,), np.float32), activation="tanh")
@@ -629,7 +631,7 @@ def test_a_small_batch_runs_in_one_call_of_a_specialised_kernel(threads):
 def test_a_batch_in_one_call_writes_only_its_output(threads):
     """A broadcast A, a transposed B (each piece copies its own), out a view inside a NaN
     frame: every element written once, nothing around it touched."""
-    from compiler.codegen import gemm_small
+    from compiler.gemm import small as gemm_small
     rng = np.random.default_rng(31)
     a = rand(rng, (40, 33), np.float32)
     b = rand(rng, (8, 45, 33), np.float32).swapaxes(-1, -2)
@@ -649,7 +651,7 @@ def test_a_batch_in_one_call_writes_only_its_output(threads):
 def test_a_batch_not_evenly_spaced_runs_as_records():
     """Batch dims (2, 3) over a view whose elements are not evenly spaced: records of
     the specialised kernel's item, one per product."""
-    from compiler.codegen import gemm_plans
+    from compiler.gemm import plans as gemm_plans
     rng = np.random.default_rng(29)
     a = rand(rng, (2, 4, 6, 5), np.float32)[:, :3]  # dim 0 steps 4 elements of dim 1
     b = rand(rng, (5, 7), np.float32)
@@ -676,7 +678,7 @@ def test_row_pieces_move_every_operand_by_their_rows():
     assert all(np.array_equal(alone[0], r) for r in alone[1:] + together)
     check(together[-1], a, b, **options)
     if runtime_pool.available():
-        from compiler.codegen import gemm_small
+        from compiler.gemm import small as gemm_small
         assert any(key.cut.pieces == 2 and (key.m, key.n, key.k) == (32, n, k) and
                    dict(key.cut.steps).keys() == {"a", "c", "out", "bias", "res"}
                    for key in gemm_small._kernels)

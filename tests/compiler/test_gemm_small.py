@@ -7,10 +7,10 @@ import ctypes
 import numpy as np
 import pytest
 
-from compiler.codegen import gemm_small
-from compiler.codegen.gemm import Epilogue
-from compiler.codegen.gemm_kernel import ACTIVATIONS, EpilogueSpec
-from compiler.codegen.gemm_small import Cut, choose_tile, fits, small_kernel
+from compiler.gemm import small as gemm_small
+from compiler.gemm.api import Epilogue
+from compiler.gemm.ir.kernel import ACTIVATIONS, EpilogueSpec
+from compiler.gemm.small import Cut, choose_tile, fits, small_kernel
 from runtime.pool import available as pool_available
 from tests.compiler.test_gemm import reference
 

@@ -8,7 +8,8 @@ import pytest
 
 import compiler
 import eager
-from compiler import guards, interpreter, native
+from compiler import guards, interpreter
+from compiler.backends import native
 from compiler.passes import optimize
 
 SHAPES = [(0,), (1,), (7,), (3, 5), (13, 17), (2, 0, 3), (4, 1, 33), (129,), (70001,)]
@@ -275,9 +276,9 @@ def test_gemm_kernels_with_their_epilogues(name, dtype):
 def test_a_transposed_gemm_operand_is_read_in_place_with_its_flag():
     """linear's w.t() and attention's x.t() become the GEMM's transpose flags: no view
     is made per call (x @ x.t() transposes only its second operand)."""
-    import compiler.gemm_kernel_runner as runner
+    import compiler.backends.native.gemm_node as runner
     seen = []
-    original = runner.GemmKernel.__call__
+    original = runner.GemmNode.__call__
 
     def spy(kernel, inputs):
         seen.append((kernel._transposes, kernel._before))
@@ -291,25 +292,25 @@ def test_a_transposed_gemm_operand_is_read_in_place_with_its_flag():
                       (lambda x, w: x.view(3, 3, 7).permute(1, 0, 2).reshape(9, 7)[1:]
                        @ w.t(), (False, True))):  # the other operand keeps its view chain
         seen.clear()
-        runner.GemmKernel.__call__ = spy
+        runner.GemmNode.__call__ = spy
         try:
             got = compiler.compile(fn, backend="native")(x, w)
         finally:
-            runner.GemmKernel.__call__ = original
+            runner.GemmNode.__call__ = original
         np.testing.assert_allclose(got.numpy(), fn(x, w).numpy(), rtol=1e-5, atol=1e-5)
         assert seen and seen[0][0] == flags
 
 
 def gemm_kernels_called(monkeypatch) -> list:
     """A list that gets every GEMM kernel of the native backend as it is called."""
-    import compiler.gemm_kernel_runner as runner
-    kernels, original = [], runner.GemmKernel.__call__
+    import compiler.backends.native.gemm_node as runner
+    kernels, original = [], runner.GemmNode.__call__
 
     def spy(kernel, inputs):
         kernels.append(kernel)
         return original(kernel, inputs)
 
-    monkeypatch.setattr(runner.GemmKernel, "__call__", spy)
+    monkeypatch.setattr(runner.GemmNode, "__call__", spy)
     return kernels
 
 
@@ -366,14 +367,14 @@ def test_reductions_over_a_leading_dim_put_rows_in_the_lanes(fn, shape):
 
 def test_a_layout_the_kernel_cannot_run_is_planned_once(monkeypatch):
     """The interpreter runs it, from the first call on, without planning it again."""
-    from compiler import native
-    planned, original = [], native.FusedKernel._plan_launch
+    from compiler.backends.native import pointwise
+    planned, original = [], pointwise.PointwiseNode._plan_launch
 
     def spy(kernel, arrays):
         planned.append(kernel)
         return original(kernel, arrays)
 
-    monkeypatch.setattr(native.FusedKernel, "_plan_launch", spy)
+    monkeypatch.setattr(pointwise.PointwiseNode, "_plan_launch", spy)
     x = eager.tensor(np.random.default_rng(10).standard_normal((4, 5, 6)).astype("float32"))
     fn = lambda t: (t * 2).sum(dim=(0, 2))  # noqa: E731 - reduced dims 0 and 2 do not merge
     compiled = compiler.compile(fn, backend="native")
@@ -406,7 +407,7 @@ def test_static_gemm_sizes_get_specialised_kernels_and_dynamic_ones_the_generic(
     """A graph compiled for fixed sizes runs its product on a gemm_small kernel made for
     them (from the second call on); with dynamic=True the sizes are symbols and the
     shape-generic kernels serve every size, nothing compiled per size."""
-    from compiler.codegen import gemm_small
+    from compiler.gemm import small as gemm_small
     rng = np.random.default_rng(11)
     w = eager.tensor(rng.standard_normal((12, 5)).astype("float32"))
     fn = lambda x, w: (x @ w).relu()  # noqa: E731

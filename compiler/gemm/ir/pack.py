@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from compiler.codegen.gemm_ir import I32, Emitter
+from compiler.gemm.ir.tools import I32, Emitter
 
 
 class Packing(Emitter):

@@ -1,6 +1,6 @@
 """LLVM IR for kiln's GEMM: the MR x NR register micro-kernel and the macro-kernel loops
-around it (Goto/BLIS). The tile store with its fused epilogue is in gemm_store.py,
-packing in gemm_pack.py, shared IR helpers in gemm_ir.py.
+around it (Goto/BLIS). The tile store with its fused epilogue is in store.py,
+packing in pack.py, shared IR helpers in tools.py.
 
 One module per (dtype, tile, epilogue) exports three functions, each taking a record of
 its arguments and a worker index (runtime.pool's items). `<name>_packed` and
@@ -29,9 +29,9 @@ from typing import Callable
 
 import llvmlite.ir as ir
 
-from compiler.codegen.gemm_ir import I1, I32, I64, PACK_ALIGN, Emitter
-from compiler.codegen.gemm_pack import Packing
-from compiler.codegen.gemm_store import TileStore
+from compiler.gemm.ir.tools import I1, I32, I64, PACK_ALIGN, Emitter
+from compiler.gemm.ir.pack import Packing
+from compiler.gemm.ir.store import TileStore
 
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "tanh")
 ROWS_FIRST_DEPTH = 128  # K blocks shallower than this store their tiles row by row

@@ -1,7 +1,7 @@
-"""LLVM IR of gemm_small's shape-specialised kernels: TileStore's row store fed
+"""LLVM IR of compiler/gemm/small.py's shape-specialised kernels: TileStore's row store fed
 compile-time constants for every size and stride, B as rows (in place, or copied to the
 stack: a transposed B through in-register vector transposes), tiles by column blocks
-of NR, then row tiles of MR, the tails last. See gemm_small.py for what they compute.
+of NR, then row tiles of MR, the tails last. See ../small.py for what they compute.
 """
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING
 
 import llvmlite.ir as ir
 
-from compiler.codegen.gemm_ir import I1, I32, I64, PACK_ALIGN
-from compiler.codegen.gemm_kernel import KERNEL_ARGS, Tile, emit_activation, export_item
-from compiler.codegen.gemm_store import TileStore, Update
+from compiler.gemm.ir.tools import I1, I32, I64, PACK_ALIGN
+from compiler.gemm.ir.kernel import KERNEL_ARGS, Tile, emit_activation, export_item
+from compiler.gemm.ir.store import TileStore, Update
 from runtime import fastcall
 
 if TYPE_CHECKING:
-    from compiler.codegen.gemm_small import SmallKey
+    from compiler.gemm.small import SmallKey
 
 FULL_UNROLL_K = 8  # K up to this is unrolled completely
 K_UNROLL = 4  # the k loop's unrolling beyond that

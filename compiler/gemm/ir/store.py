@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from compiler.codegen.gemm_ir import PACK_ALIGN, Emitter
+from compiler.gemm.ir.tools import PACK_ALIGN, Emitter
 
 
 class TileStore(Emitter):

@@ -4,7 +4,7 @@ run in one native call per job on runtime.pool's threads (or this thread alone).
 Pieces go along M (around one packing of B that the threads make first) or N (each
 packing its own B), never along K: results are bitwise identical across thread counts
 for one blocking. Packing buffers are per worker, 64-byte aligned and reused: a
-`Scratch` holds them (the shared one, or a gemm_plans.Plan's own).
+`Scratch` holds them (the shared one, or a plans.Plan's own).
 """
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from compiler.codegen.gemm_ir import PACK_ALIGN
-from compiler.codegen.gemm_kernel import KERNEL_ARGS, Tile
-from compiler.codegen.gemm_native import Batch, Blocking, Call, GemmKernel
+from compiler.gemm.ir.tools import PACK_ALIGN
+from compiler.gemm.ir.kernel import KERNEL_ARGS, Tile
+from compiler.gemm.kernels import Batch, Blocking, Call, CompiledGemm
 
 # Each thread gets at least this many multiply-adds (about 4 us of work on one core: a
 # job costs the pool ~1-3 us when its workers are awake); pieces are no smaller.
@@ -24,7 +24,7 @@ PIECE_MIN_MACS = 1 << 18
 SHARED_B_ELEMENTS = 1 << 22  # the shared packing of B goes column chunk by chunk
 COLUMNS_MIN_WIDTH = 256  # columns per thread from which threads split N (see _by_columns)
 # Column pieces up to this wide read A in place (rows contiguous) even where its row
-# stride crowds L1 sets (gemm_native.reads_a_in_place): each piece would pack all of A
+# stride crowds L1 sets (kernels.reads_a_in_place): each piece would pack all of A
 # again, which costs them more (512^2 float32 on 2 threads, 4 pieces of 128 columns:
 # 261 GFLOP/s in place, 235 packed; 1024^2, 256 columns: 306 and 303; 1536^2, 384
 # columns: 299 and 308).
@@ -99,7 +99,7 @@ class Job(NamedTuple):
                           self.then.strides[0]), self.threads)
 
 
-def run(kernel: GemmKernel, batch: Batch, blocking: Blocking | None,
+def run(kernel: CompiledGemm, batch: Batch, blocking: Blocking | None,
         threads: int | None = None, specialised: int | None = None) -> None:
     """Run the batch's products (disjoint outputs; `blocking` None: the direct path) on
     up to `threads` threads (default runtime.threads.num_threads()) of runtime.pool: see
@@ -117,7 +117,7 @@ def run(kernel: GemmKernel, batch: Batch, blocking: Blocking | None,
         job.run()
 
 
-def prepare(kernel: GemmKernel, batch: Batch, blocking: Blocking | None, threads: int,
+def prepare(kernel: CompiledGemm, batch: Batch, blocking: Blocking | None, threads: int,
             specialised: int | None, scratch: Scratch) -> list[Job]:
     """The jobs that compute the batch on `threads` threads with `scratch`'s buffers.
     Work is split along M or N, never K, so every element of C sees the same operations
@@ -128,7 +128,7 @@ def prepare(kernel: GemmKernel, batch: Batch, blocking: Blocking | None, threads
     rows of A. Otherwise whole products (or, on the direct path, row pieces) are the
     units. Either way threads claim the next piece until none is left.
 
-    `specialised`: the item address of a gemm_small kernel for these products, run
+    `specialised`: the item address of a small.py kernel for these products, run
     instead of the direct path; its sizes are fixed, so whole products are its pieces."""
     if threads <= 1 or batch.count >= threads or specialised is not None:
         return [_job(kernel, None, batch, blocking, threads, scratch, specialised)]
@@ -157,7 +157,7 @@ def threads_for(batch: Batch, specialised: bool, threads: int | None = None) -> 
 _parallel = threading.Lock()
 
 
-def _sharing_b(kernel: GemmKernel, call: Call, blocking: Blocking, threads: int,
+def _sharing_b(kernel: CompiledGemm, call: Call, blocking: Blocking, threads: int,
                scratch: Scratch) -> list[Job]:
     """One packed call on `threads` threads, column chunk by column chunk (bounding the
     shared packed B): the threads first pack B's columns together, then take row pieces
@@ -211,7 +211,7 @@ def _cuts(size: int, step: int, parts: int) -> list[tuple[int, int]]:
     return list(zip(bounds, bounds[1:]))
 
 
-def _row_pieces(call: Call, kernel: GemmKernel, parts: int) -> list[Call]:
+def _row_pieces(call: Call, kernel: CompiledGemm, parts: int) -> list[Call]:
     """`call` as up to `parts` pieces of whole MR-row tiles, none much under
     PIECE_MIN_MACS multiply-adds."""
     parts = min(parts, max(1, call.m * call.n * call.k // PIECE_MIN_MACS))
@@ -219,7 +219,7 @@ def _row_pieces(call: Call, kernel: GemmKernel, parts: int) -> list[Call]:
             for lo, hi in _cuts(call.m, kernel.tile.mr, parts)]
 
 
-def _column_pieces(call: Call, kernel: GemmKernel, parts: int) -> list[Call]:
+def _column_pieces(call: Call, kernel: CompiledGemm, parts: int) -> list[Call]:
     """`call` as up to `parts` pieces of whole NR-column tiles, none much under
     PIECE_MIN_MACS multiply-adds."""
     parts = min(parts, max(1, call.m * call.n * call.k // PIECE_MIN_MACS))
@@ -233,7 +233,7 @@ _KERNEL_RECORD = np.dtype([(name, "<f8" if kind == "f" else "<i8")
 POINTERS = ("a", "b", "c", "out", "bias", "res")  # the order of Batch.offsets' columns
 
 
-def _job(kernel: GemmKernel, first: np.ndarray | None, pieces: Batch | list[Call],
+def _job(kernel: CompiledGemm, first: np.ndarray | None, pieces: Batch | list[Call],
          blocking: Blocking | None, threads: int, scratch: Scratch,
          specialised: int | None = None, packed_b: int = 0) -> Job:
     """A Job of the pieces (a batch, or a list of calls): their packing buffers are

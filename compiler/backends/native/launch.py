@@ -4,7 +4,7 @@ once; each call brings fresh outputs and the data pointers), on the calling thre
 from PARALLEL_ELEMENTS on, one range per thread of runtime.pool.
 
 Every kernel takes (data pointers, per-operand row offsets, inner strides, row range,
-inner range); see codegen/kernels.py.
+inner range); see compiler/codegen/pointwise.py.
 """
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
 """Backends turn a captured Graph into a callable `run(list[Tensor]) -> list[Tensor]`.
 
 "eager" runs the graph through the reference interpreter. "native" runs the
-optimisation passes first; it will lower the fused kernels through llvmlite (the native
-code generation issues); until then they run through the interpreter, and `explain()`
-says so.
+optimisation passes first, then the fused nodes as generated machine code (native/) and
+the rest through the interpreter; `explain()` says which ran how.
 """
 from __future__ import annotations
 
@@ -24,11 +23,11 @@ class EagerBackend:
 class NativeBackend(EagerBackend):
     name = "native"
     note = ("optimises graphs (decompositions, simplification, fusion) and runs fused "
-            "elementwise and row kernels as LLVM-generated machine code; other nodes run "
-            "through the reference interpreter")
+            "elementwise, row and GEMM kernels as LLVM-generated machine code; other nodes "
+            "run through the reference interpreter")
 
     def compile(self, graph: Graph):
-        from compiler import native
+        from compiler.backends import native
         from compiler.passes import optimize
         start = time.perf_counter()
         optimized = optimize(graph)

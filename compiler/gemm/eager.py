@@ -2,15 +2,15 @@
 dispatcher's public registration API (the eager runtime itself never imports the
 compiler):
 
-    import compiler.eager_gemm
-    compiler.eager_gemm.use_kiln_gemm()      # eager.mm now runs kiln's GEMM on the CPU
-    compiler.eager_gemm.use_kiln_gemm(False) # back to numpy's BLAS
+    import compiler.gemm.eager
+    compiler.gemm.eager.use_kiln_gemm()      # eager.mm now runs kiln's GEMM on the CPU
+    compiler.gemm.eager.use_kiln_gemm(False) # back to numpy's BLAS
 
 Only float32 and float64 take the new path; other dtypes keep numpy's kernel. Eager
 calls run the shape-generic kernels (`specialise=False`): their sizes are not known
 ahead, and a kernel compiled per size seen twice (50-150 ms each) would cost an eager
 program with varying sizes far more than it saves; compiled graphs with fixed sizes are
-where gemm_small's specialised kernels serve.
+where compiler/gemm/small.py's specialised kernels serve.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def _kiln_kernel(op: Op, numpy_kernel):
     def kernel(self, mat2):
         if self.dtype.name not in ("float32", "float64") or mat2.dtype is not self.dtype:
             return numpy_kernel(self, mat2)
-        from compiler.codegen.gemm import bmm, gemm
+        from compiler.gemm.api import bmm, gemm
         from eager.kernels.linalg import bmm_rule, mm_rule
         (mm_rule if op is Op.MM else bmm_rule)(self, mat2)
         product = gemm if op is Op.MM else bmm

@@ -18,15 +18,15 @@ import threading
 
 import numpy as np
 
-from compiler.codegen import gemm_jobs
-from compiler.codegen import gemm_native as native
+from compiler.gemm import jobs as gemm_jobs
+from compiler.gemm import kernels
 from runtime.fastcall import address
 
 PLAN_MAX_MACS = 1 << 28  # about 645^3
 PLAN_LIMIT = 256
 
 PLANS: dict[tuple, "Plan | SmallPlan"] = {}  # by request
-_sightings = native.SecondSight()
+_sightings = kernels.SecondSight()
 
 
 def request(api, a, b, out, alpha, beta, trans_a, trans_b, epilogue, threads,
@@ -64,10 +64,10 @@ def serve(api, a, b, out, alpha, beta, trans_a, trans_b, epilogue, threads,
     return (key if result is not None else None), result
 
 
-def make(key: tuple, kernel, batch: native.Batch, blocking, specialised, threads,
+def make(key: tuple, kernel, batch: kernels.Batch, blocking, specialised, threads,
          out: np.ndarray, whole: bool = False) -> "Plan | SmallPlan | None":
     """The plan for a request seen before, else None (and it is remembered as seen):
-    the gemm_small kernel `specialised` if one call of it computes the whole batch
+    the small.py kernel `specialised` if one call of it computes the whole batch
     (`whole`), else the batch's jobs (on `specialised`'s item where there is one)."""
     if not _sightings.again(key):
         return None
@@ -96,7 +96,7 @@ def _operands(a, b, out, epilogue) -> dict:
 
 
 class SmallPlan:
-    """Small products on one call of a shape-specialised kernel (gemm_small): through its
+    """Small products on one call of a shape-specialised kernel (small.py): through its
     runtime.fastcall entry on the arrays as given where it has one, else through ctypes
     on their addresses."""
 
@@ -118,8 +118,8 @@ class SmallPlan:
                          scalars[name] for name in self.names], *self.kernel.pool_args)
         return out
 
-    def run_call(self, call: native.Call) -> bool:
-        """Run on the addresses and scalars of a native.Call."""
+    def run_call(self, call: kernels.Call) -> bool:
+        """Run on the addresses and scalars of a kernels.Call."""
         self.kernel.run_call(call)
         return True
 
@@ -131,7 +131,7 @@ class Plan:
     buffers they point to serve one call at a time: a call that finds the plan busy
     returns None."""
 
-    def __init__(self, jobs: list[gemm_jobs.Job], scratch: gemm_jobs.Scratch, call: native.Call,
+    def __init__(self, jobs: list[gemm_jobs.Job], scratch: gemm_jobs.Scratch, call: kernels.Call,
                  shape: tuple, dtype: np.dtype):
         from runtime.pool import Items
         self.shape, self.dtype, self.scratch = shape, dtype, scratch  # the jobs' buffers
@@ -162,8 +162,8 @@ class Plan:
         done = self._run(addresses, alpha, 1.0 if epilogue is None else epilogue.scale)
         return out if done else None
 
-    def run_call(self, call: native.Call) -> bool:
-        """Run on the addresses and scalars of a native.Call; False if busy."""
+    def run_call(self, call: kernels.Call) -> bool:
+        """Run on the addresses and scalars of a kernels.Call; False if busy."""
         addresses = {name: getattr(call, name) for _, name in self.pointers}
         return self._run(addresses, call.alpha, call.scale)
 

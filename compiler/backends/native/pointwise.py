@@ -17,10 +17,10 @@ import numpy as np
 
 from compiler import debugging as debug
 from compiler import interpreter
-from compiler.codegen import kernels as K
+from compiler.codegen import pointwise as K
 from compiler.codegen import values as V
 from compiler.codegen import gather as G
-from compiler.launch import Launch, OutOfRange, output_spec
+from compiler.backends.native.launch import Launch, OutOfRange, output_spec
 from compiler.passes.fusion import row_space
 from eager.dispatcher import ATEN
 from ir.graph import Graph, Node
@@ -32,18 +32,12 @@ GATHERING = frozenset({Op.INDEX, Op.INDEX_SELECT, Op.EMBEDDING, Op.GATHER})
 _lock = threading.Lock()
 _compiled: dict[tuple, tuple] = {}  # (body text, strides) -> (address, artifact)
 _counter = [0]
-def codegen_seconds() -> float:
-    """Seconds this thread has spent compiling and loading kernels (all of them: the
-    elementwise and row kernels here, GEMM kernels in codegen/)."""
-    from runtime.jit import load_seconds
-    return load_seconds()
-
-
 _INTERPRETED = object()  # a layout the kernel cannot run: the interpreter does
 
 
-class Unsupported(Exception):
-    pass
+class NotNative(Exception):
+    """A fused node (or one layout of its operands) the native code generators do not
+    take; the message says why, and the interpreter runs it instead."""
 
 
 class KernelArtifact:
@@ -77,14 +71,14 @@ class KernelArtifact:
         return self._jit.assembly(self.llvm_ir)
 
 
-class FusedKernel:
+class PointwiseNode:
     """One fused node as native code, compiled per pattern of operand strides."""
 
     def __init__(self, node: Node):
         body = node.attr["body"]
         self.kind = node.attr["kind"]
         if self.kind not in ("elementwise", "reduction"):
-            raise Unsupported(f"{self.kind} kernels are not generated yet")
+            raise NotNative(f"{self.kind} kernels are not generated yet")
         self.body = body
         self.views = [n for n in body.nodes if n.op in VIEW]
         self.scalars = tuple((n.outputs[0], n.attr["value"]) for n in body.nodes
@@ -94,7 +88,7 @@ class FusedKernel:
         computed = {v for n in self.nodes for v in n.outputs}
         for n in self.views:
             if any(v in computed for v in n.input_values()):
-                raise Unsupported("a view of a computed value inside the kernel")
+                raise NotNative("a view of a computed value inside the kernel")
         operands = []
         for n in self.nodes:
             for v in n.input_values():
@@ -139,24 +133,24 @@ class FusedKernel:
             if all(per_row):
                 rows.add(v)
             elif any(per_row):
-                raise Unsupported("an operand read both per row and per element")
+                raise NotNative("an operand read both per row and per element")
         return frozenset(rows | scalars)
 
     def _check(self, computed) -> None:
         allowed = V.NATIVE_OPS | set(K.REDUCE_OPS) | GATHERING
         for n in self.nodes:
             if n.op not in allowed:
-                raise Unsupported(f"no native code for {n.op.qualified_name}")
+                raise NotNative(f"no native code for {n.op.qualified_name}")
             for v in list(n.input_values()) + list(n.outputs):
                 if v.type.dtype.name not in V.SUPPORTED:
-                    raise Unsupported(f"{v.type.dtype.name} is not supported natively")
+                    raise NotNative(f"{v.type.dtype.name} is not supported natively")
                 if not v.type.is_static:
-                    raise Unsupported("symbolic sizes are not supported natively yet")
+                    raise NotNative("symbolic sizes are not supported natively yet")
             if (n.op in V.FLOAT_OPS or n.op in (Op.POW, Op.GELU) or n.op in K.REDUCE_OPS) \
                     and not n.input_values()[0].type.dtype.is_floating_point:
-                raise Unsupported(f"{n.op.qualified_name} on integers")
+                raise NotNative(f"{n.op.qualified_name} on integers")
         if any(v not in computed and v not in self.operands for v in self.body.outputs):
-            raise Unsupported("an output that is not computed by the kernel")
+            raise NotNative("an output that is not computed by the kernel")
 
     def _gathered(self, n: Node, computed) -> tuple:
         """(node, source operand, index operand, indexed dim, whether negative indices
@@ -165,18 +159,18 @@ class FusedKernel:
         source, index = n.inputs[0], n.inputs[1]
         index = index[0] if isinstance(index, tuple) else index
         if self.kind != "elementwise":
-            raise Unsupported(f"{n.op.qualified_name} inside a row kernel")
+            raise NotNative(f"{n.op.qualified_name} inside a row kernel")
         if source in computed or index in computed:
-            raise Unsupported(f"{n.op.qualified_name} of a value computed in the kernel")
+            raise NotNative(f"{n.op.qualified_name} of a value computed in the kernel")
         if source == index or sum(v in (source, index) for m in self.nodes
                                   for v in m.input_values()) != 2:
-            raise Unsupported(f"{n.op.qualified_name}'s operands are read by other ops too")
+            raise NotNative(f"{n.op.qualified_name}'s operands are read by other ops too")
         rank = len(source.type.shape)
         if rank == 0 or (n.op is Op.INDEX and len(n.inputs[1]) != 1):
-            raise Unsupported(f"{n.op.qualified_name} of this form is not generated")
+            raise NotNative(f"{n.op.qualified_name} of this form is not generated")
         dim = 0 if n.op is Op.EMBEDDING else n.attr["dim"] % rank
         if source.type.shape[dim] == 0:
-            raise Unsupported("an index into an empty dim")  # the interpreter raises
+            raise NotNative("an index into an empty dim")  # the interpreter raises
         return n, self.operands.index(source), self.operands.index(index), dim, \
             n.op is Op.INDEX
 
@@ -185,12 +179,12 @@ class FusedKernel:
         shapes = [v.type.shape for v in self.body.outputs]
         if self.kind == "elementwise":
             if len(set(shapes)) != 1:
-                raise Unsupported("outputs of different shapes")
+                raise NotNative("outputs of different shapes")
             return tuple(shapes[0]), frozenset()
         reductions = [n for n in self.nodes if n.op in K.REDUCE_OPS]
         space = row_space(reductions[0])
         if any(row_space(n) != space for n in reductions):
-            raise Unsupported("reductions over different rows")
+            raise NotNative("reductions over different rows")
         return space
 
     # running ------------------------------------------------------------------------
@@ -231,7 +225,7 @@ class FusedKernel:
         key = tuple([t._stride for t in operands])
         try:
             launch = self._plan_launch([t._np() for t in operands] + outs)
-        except Unsupported as e:  # this memory layout, for this and later calls
+        except NotNative as e:  # this memory layout, for this and later calls
             self.fallback_reason = str(e)
             self._layouts[key] = _INTERPRETED
             return self._interpreted(inputs)
@@ -347,7 +341,7 @@ def _layout(arrays, shapes, full, reduced, squeezed, placed=None):
             merged.append((size, col, red))
     if n_reduced:
         if sum(1 for m in merged if m[2]) != 1:
-            raise Unsupported("reduced dims that do not merge into one")
+            raise NotNative("reduced dims that do not merge into one")
         inner, outer = merged[-1], merged[:-1]
     elif reduced or not merged:  # an inner dim of one element
         inner, outer = (1, [1] * len(arrays), True), merged
@@ -363,45 +357,3 @@ def _layout(arrays, shapes, full, reduced, squeezed, placed=None):
             off = (off[:, None] + np.arange(size, dtype=np.int64)[None, :] * col[j]).ravel()
         offsets.append(np.ascontiguousarray(off))
     return rows, inner[0], offsets, [c for c in inner[1]], [m[1] for m in outer]
-
-
-class _Direct:
-    """A graph that is one native kernel: called without the interpreter's bookkeeping.
-    The kernel's input j is the graph's input order[j]."""
-
-    def __init__(self, kernel, order: list[int]):
-        self.kernel, self.order = kernel, order
-
-    def __call__(self, inputs: list) -> list:
-        return self.kernel([inputs[i] for i in self.order])
-
-    def on_arguments(self, graph_inputs: list[int]):
-        """The kernel as a call on a function's arguments, graph input i being argument
-        graph_inputs[i]."""
-        order = [graph_inputs[i] for i in self.order]
-        if order == list(range(len(order))):
-            return self.kernel
-        kernel = self.kernel
-        return lambda args: kernel([args[i] for i in order])
-
-
-def prepare(graph: Graph):
-    """`graph` (after the passes) as a callable; fused nodes run natively where they can."""
-    natives, reasons = {}, {}
-    from compiler import gemm_kernel_runner as gemm
-    for i, node in enumerate(graph.nodes):
-        if node.op is Op.FUSED:
-            try:
-                natives[i] = gemm.GemmKernel(node, FusedKernel) if node.attr["kind"] == \
-                    "gemm" else FusedKernel(node)
-            except (Unsupported, gemm.Unsupported) as e:
-                reasons[i] = str(e)
-    run = interpreter.prepare(graph, replace=natives)
-    if len(graph.nodes) == 1 and natives and graph.nodes[0].outputs == graph.outputs and \
-            sorted(graph.nodes[0].inputs[0], key=graph.inputs.index) == list(graph.inputs):
-        # one kernel over the graph's own inputs (each once): call it as is
-        run = _Direct(natives[0], [graph.inputs.index(v) for v in graph.nodes[0].inputs[0]])
-    run.graph = graph
-    run.kernels = natives
-    run.native_reasons = {str(graph.nodes[i]).split(" = ")[0]: r for i, r in reasons.items()}
-    return run

@@ -2,7 +2,7 @@
 
     out = residual + scale * act(alpha * A @ B + beta * C + bias)
 
-the semantics of gemm_kernel's tile store, with M, N, K and every stride compiled in as
+the semantics of ir/kernel.py's tile store, with M, N, K and every stride compiled in as
 constants: loop bounds, the M and N tails (their row counts and lane masks) and the
 register tile are fixed when the kernel is built, so a call does no blocking, packing
 or tail arithmetic. A is read in place (scalar broadcasts, any strides); B is read in
@@ -35,10 +35,10 @@ from typing import NamedTuple
 import numpy as np
 
 from compiler import debugging
-from compiler.codegen.gemm_jobs import POINTERS
-from compiler.codegen.gemm_native import SecondSight
-from compiler.codegen.gemm_kernel import EpilogueSpec, Tile
-from compiler.codegen.gemm_small_ir import K_UNROLL, SmallGemm, has_fast_entry
+from compiler.gemm.jobs import POINTERS
+from compiler.gemm.kernels import SecondSight
+from compiler.gemm.ir.kernel import EpilogueSpec, Tile
+from compiler.gemm.ir.small import K_UNROLL, SmallGemm, has_fast_entry
 from runtime import fastcall
 from runtime.pool import available as pool_available
 
@@ -91,7 +91,7 @@ class SmallKey:
 
     @property
     def args(self) -> tuple:
-        """The kernel's arguments, (name, kind) as in gemm_ir.Emitter.define."""
+        """The kernel's arguments, (name, kind) as in ir.tools.Emitter.define."""
         wanted = [("a", "p"), ("b", "p"), ("out", "p"), ("c", "p", self.c_strides),
                   ("bias", "p", self.spec.bias), ("res", "p", self.residual_strides),
                   ("alpha", "f", self.alpha), ("beta", "f", self.c_strides),
@@ -110,12 +110,12 @@ class SmallKernel:
     lists, in that order (a, b, out, then c, bias, res, alpha, beta, scale where
     present): `fn` through ctypes, on addresses (ints) for the operands, followed by
     `pool_args` (where the pool is, its run function) for a kernel on threads; `fast`, where
-    gemm_small_ir.has_fast_entry allows it, a runtime.fastcall builtin on the numpy
+    ir.small.has_fast_entry allows it, a runtime.fastcall builtin on the numpy
     arrays themselves (base-class ndarrays laid out as the key says, unchecked)
     returning out: ~30 ns of call where ctypes and the addresses take ~1 us (it keeps
     the GIL while it runs, as a builtin does: tens of microseconds at most for these
     sizes, where ctypes lets it go). `item` is the address of the kernel as a
-    runtime.pool item on a record of gemm_kernel.KERNEL_ARGS (as the generic kernels'
+    runtime.pool item on a record of ir.kernel.KERNEL_ARGS (as the generic kernels'
     items are), for batches; 0 for a kernel in pieces (which covers its batch itself)."""
 
     def __init__(self, key: SmallKey, tile: Tile, name: str, addresses: dict[str, int]):
@@ -131,7 +131,7 @@ class SmallKernel:
             self.fast = fastcall.builtin(addresses[f"{name}_fast"], name, self.pool_args)
 
     def run_call(self, call) -> None:
-        """Run on the addresses and scalars of a gemm_native.Call."""
+        """Run on the addresses and scalars of a kernels.Call."""
         self.fn(*[getattr(call, name) for name, _ in self.key.args], *self.pool_args)
 
 
@@ -186,7 +186,7 @@ _sightings = SecondSight()
 
 
 def for_call(call, spec: EpilogueSpec, dtype, cut: Cut = Cut()) -> SmallKernel | None:
-    """The kernel for a gemm_native.Call (its sizes, strides, and which of C, bias and
+    """The kernel for a kernels.Call (its sizes, strides, and which of C, bias and
     residual it has) and a Cut, if `fits` and seen before: a kernel is
     compiled (~50-150 ms) for a product seen twice, not once. Its results are bitwise
     those of the generic direct kernel (one FMA chain along K per element, the same
@@ -215,7 +215,7 @@ _by_call: dict[tuple, SmallKernel] = {}
 
 def cut(batch, spec: EpilogueSpec, itemsize: int, threads: int | None) -> tuple:
     """(the product of one piece, the Cut) for one specialised kernel call that computes
-    all of a gemm_native.Batch of direct products, or (None, None) when they are not
+    all of a kernels.Batch of direct products, or (None, None) when they are not
     evenly spaced in memory. One product from SPLIT_MIN_MACS on, when M divides by the
     thread count and runtime.pool is there, is cut in one equal row piece per thread
     (a kernel compiled for their rows serves them all); the products of a batch are its

@@ -1,13 +1,14 @@
 """GEMM kernels of the native backend: a fused `gemm` node (views and prologues of its
 operands, mm or bmm, an elementwise epilogue) runs as kiln's own GEMM
-(compiler/codegen/gemm.py), with the leading part of the epilogue that the GEMM can
+(compiler/gemm/api.py), with the leading part of the epilogue that the GEMM can
 fuse into its store (bias, relu/tanh/gelu/silu, scale, residual) fused there, and the
 rest of the epilogue as one native elementwise kernel."""
 from __future__ import annotations
 
 from compiler import interpreter
-from compiler.codegen.gemm import Epilogue, bmm, gemm
-from compiler.codegen.gemm_kernel import ACTIVATIONS
+from compiler.backends.native.pointwise import NotNative, PointwiseNode
+from compiler.gemm.api import Epilogue, bmm, gemm
+from compiler.gemm.ir.kernel import ACTIVATIONS
 from eager.tensor import from_array
 from ir.graph import Graph, GraphBuilder, Node, Value
 from ir.ops import Op
@@ -16,19 +17,18 @@ _ACTIVATIONS = {Op.RELU: "relu", Op.TANH: "tanh", Op.SILU: "silu", Op.GELU: "gel
 _FLOATS = ("float32", "float64")
 
 
-class Unsupported(Exception):
-    pass
+class GemmNode:
+    """A fused `gemm` node as kiln's GEMM with the epilogue its store takes, the rest of
+    the epilogue as a PointwiseNode."""
 
-
-class GemmKernel:
-    def __init__(self, node: Node, elementwise_kernel):
+    def __init__(self, node: Node):
         body = node.attr["body"]
         products = [n for n in body.nodes if n.op in (Op.MM, Op.BMM)]
         if len(products) != 1:
-            raise Unsupported("a gemm kernel with other than one matrix product")
+            raise NotNative("a gemm kernel with other than one matrix product")
         product = products[0]
         if any(v.type.dtype.name not in _FLOATS for v in product.input_values()):
-            raise Unsupported(f"{product.outputs[0].type.dtype.name} matrix products")
+            raise NotNative(f"{product.outputs[0].type.dtype.name} matrix products")
         index = body.nodes.index(product)
         self.body, self.product = body, product
         after = body.nodes[index + 1:]
@@ -41,8 +41,8 @@ class GemmKernel:
         rest = [n for n in after if n not in fused_nodes]
         computed = {v for n in after for v in n.outputs} | {product.outputs[0]}
         if any(v not in computed for v in body.outputs):
-            raise Unsupported("a gemm kernel whose outputs are not its product's epilogue")
-        self.rest = _rest_kernel(body, self.chain, rest, elementwise_kernel) if rest else None
+            raise NotNative("a gemm kernel whose outputs are not its product's epilogue")
+        self.rest = _rest_kernel(body, self.chain, rest) if rest else None
         self.fallback_reason = ""
         self.kind = "gemm"
         self._operands, self._transposes, views = _operands(body, product, self.before)
@@ -120,7 +120,7 @@ class GemmKernel:
             for n in self.body.nodes:
                 if n.op is Op.SCALAR and v in n.outputs:
                     return float(n.attr["value"])
-        raise Unsupported("scale without a constant")
+        raise NotNative("scale without a constant")
 
 
 def _operands(body: Graph, product: Node, before: Graph) -> tuple[tuple, tuple, set]:
@@ -191,7 +191,7 @@ def _store_epilogue(body: Graph, product: Node, after) -> tuple[list, Value]:
     return fused, chain
 
 
-def _rest_kernel(body: Graph, chain: Value, rest: list, elementwise_kernel):
+def _rest_kernel(body: Graph, chain: Value, rest: list):
     """The epilogue the store could not take, as one native elementwise kernel over the
     GEMM's result and the values it reads."""
     b = GraphBuilder()
@@ -214,4 +214,4 @@ def _rest_kernel(body: Graph, chain: Value, rest: list, elementwise_kernel):
     graph = b.build([env[v] for v in outputs], name="elementwise")
     fused = Node(Op.FUSED, (tuple(b._inputs),), (("kind", "elementwise"), ("body", graph)),
                  tuple(graph.outputs))
-    return elementwise_kernel(fused), inputs, outputs
+    return PointwiseNode(fused), inputs, outputs

@@ -1,7 +1,7 @@
 """Compiled GEMM kernels and what a call of them is made of.
 
 `kernel(dtype, spec)` compiles (once per process, through runtime's disk cache across
-processes) the module of gemm_kernel.py for this CPU's tile and returns a `GemmKernel`,
+processes) the module of ir/kernel.py for this CPU's tile and returns a `CompiledGemm`,
 the addresses of its entry points. A `Call` is one product for them (sizes, pointers,
 element strides, scalars); a `Batch` is products that differ only in where their
 operands are. gemm_jobs.py cuts a batch into pieces and runs them.
@@ -15,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 
 from compiler import debugging
-from compiler.codegen.gemm_kernel import EpilogueSpec, Tile, build_module, emit_activation
+from compiler.gemm.ir.kernel import EpilogueSpec, Tile, build_module, emit_activation
 
 CONFLICT_STRIDE = 2048  # bytes
 
@@ -110,7 +110,7 @@ class Batch(NamedTuple):
                            res=c.res + r) for a, b, cc, o, bias, r in self.offsets.tolist()]
 
 
-class GemmKernel:
+class CompiledGemm:
     """One compiled (dtype, tile, epilogue): the addresses of its entry points as
     runtime.pool items (record, worker): packed, direct, and the packing of B that
     threads share."""
@@ -142,7 +142,7 @@ _kernels: dict = {}
 _kernels_lock = threading.Lock()
 
 
-def kernel(dtype: np.dtype, spec: EpilogueSpec, tile: Tile | None = None) -> GemmKernel:
+def kernel(dtype: np.dtype, spec: EpilogueSpec, tile: Tile | None = None) -> CompiledGemm:
     """The compiled kernel for (dtype, tile, epilogue), built on first use. Transposes
     need no kernel of their own: packing reads any strides, with a vector path for the
     unit-stride side."""
@@ -159,7 +159,7 @@ def kernel(dtype: np.dtype, spec: EpilogueSpec, tile: Tile | None = None) -> Gem
         return _kernels[key]
 
 
-def _compile(jit, tile: Tile, spec: EpilogueSpec) -> GemmKernel:
+def _compile(jit, tile: Tile, spec: EpilogueSpec) -> CompiledGemm:
     name = (f"kiln_gemm_{tile.dtype}_{tile.mr}x{tile.nr}u{tile.unroll}_{spec.tag}")
     module = jit.new_module(name)
     build_module(module, name, tile, spec, emit_activation)
@@ -169,7 +169,7 @@ def _compile(jit, tile: Tile, spec: EpilogueSpec) -> GemmKernel:
     addresses = jit.load(module, [f"{name}_{entry}" for entry in entries])
     if debugging.level() >= 4:
         debugging.banner(f"assembly {name}", jit.assembly(module), at_level=4)
-    return GemmKernel(tile, spec, {entry: addresses[f"{name}_{entry}"] for entry in entries})
+    return CompiledGemm(tile, spec, {entry: addresses[f"{name}_{entry}"] for entry in entries})
 
 
 def reads_a_in_place(a_rs: int, a_cs: int, itemsize: int) -> bool:

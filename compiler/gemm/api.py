@@ -8,10 +8,10 @@ the batch dims). The epilogue (bias, activation, scale, residual) is fused into 
 store of each register tile. When beta == 0, C is not read (NaNs in it do not leak), as
 in BLAS; with K == 0 the product is zero.
 
-The structure is Goto/BLIS (see gemm_kernel.py): packed, cache-blocked, an MR x NR
+The structure is Goto/BLIS (see ir/kernel.py): packed, cache-blocked, an MR x NR
 register micro-kernel, one native call per block of rows or columns per thread (see
-gemm_jobs.run); products below DIRECT_MAX_MACS skip packing. Results are bitwise
-identical across thread counts for one blocking (gemm_tune picks it).
+jobs.run); products below DIRECT_MAX_MACS skip packing. Results are bitwise
+identical across thread counts for one blocking (tune.py picks it).
 
 Error bound, asserted by tests/compiler/test_gemm.py for every result, eps the dtype's
 machine epsilon and |x| elementwise:
@@ -31,12 +31,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from compiler.codegen import gemm_jobs
-from compiler.codegen import gemm_native as native
-from compiler.codegen import gemm_plans as plans
-from compiler.codegen import gemm_small as small
-from compiler.codegen import gemm_tune
-from compiler.codegen.gemm_kernel import ACTIVATIONS, EpilogueSpec
+from compiler.gemm import jobs
+from compiler.gemm import kernels
+from compiler.gemm import plans
+from compiler.gemm import small
+from compiler.gemm import tune
+from compiler.gemm.ir.kernel import ACTIVATIONS, EpilogueSpec
 from runtime.fastcall import address
 
 DIRECT_MAX_MACS = 144 ** 3  # multiply-adds below which packing costs more than it saves
@@ -61,7 +61,7 @@ def gemm(a, b, *, out=None, alpha=1.0, beta=0.0, c=None, trans_a=False, trans_b=
     """alpha * op(a) @ op(b) + beta * C, then the epilogue, for 2-D a and b. C is `c`
     (broadcastable to M x N) or, if c is None, `out` (updated in place). Returns `out`
     (allocated when None). `threads` defaults to runtime.threads.num_threads().
-    `specialise`: a small product (gemm_small.fits) seen twice gets a kernel compiled
+    `specialise`: a small product (small.fits) seen twice gets a kernel compiled
     for its sizes; False keeps to the shape-generic kernels, for callers whose sizes
     vary (compiled dynamic=True graphs), where kernels per size would be compiled for
     nothing."""
@@ -257,7 +257,7 @@ def _run(problem: _Problem, activation, threads, request: tuple | None = None,
          specialise: bool = True) -> None:
     """Lay out `problem` for the kernel (unit column stride of out, element strides)
     and run it, batch element by batch element, across threads; through a plan made
-    for `request` (see gemm_plans) when it is seen again."""
+    for `request` (see plans.py) when it is seen again."""
     out, itemsize = problem.out, problem.out.itemsize
     if out.shape[-1] > 1 and out.strides[-1] != itemsize:
         if out.shape[-2] == 1 or out.strides[-2] == itemsize:
@@ -270,15 +270,15 @@ def _run(problem: _Problem, activation, threads, request: tuple | None = None,
         return
     copied = _whole_element_strides(problem)
     bias = None if problem.bias is None else ("col" if problem.bias_axis == 1 else "row")
-    kernel = native.kernel(out.dtype, _spec(bias, activation, problem.residual is not None))
+    kernel = kernels.kernel(out.dtype, _spec(bias, activation, problem.residual is not None))
     batch = _products(problem)
     m, n, k = batch.call.m, batch.call.n, batch.call.k
     direct_domain = m * n * k <= DIRECT_MAX_MACS
     blocking = None
     if not direct_domain or (n > 1 and batch.call.b_cs != 1):
-        blocking = gemm_tune.for_depth(gemm_tune.blocking(kernel, _tuning_measure), k)
-        if direct_domain:  # all of K in one block, as in the direct and gemm_small kernels:
-            blocking = native.Blocking(blocking.mc, k, blocking.nc)  # the same result
+        blocking = tune.for_depth(tune.blocking(kernel, _tuning_measure), k)
+        if direct_domain:  # all of K in one block, as in the direct and small.py's kernels:
+            blocking = kernels.Blocking(blocking.mc, k, blocking.nc)  # the same result
     specialised, whole = None, False  # whole: one call of it computes the whole batch
     if direct_domain and specialise:
         body, cut = small.cut(batch, kernel.spec, kernel.dtype.itemsize, threads)
@@ -292,7 +292,7 @@ def _run(problem: _Problem, activation, threads, request: tuple | None = None,
     if whole and specialised is not None:
         specialised.run_call(batch.call)  # piece 0's operands are the batch's first
         return
-    gemm_jobs.run(kernel, batch, blocking, threads, specialised and specialised.item)
+    jobs.run(kernel, batch, blocking, threads, specialised and specialised.item)
 
 
 @functools.cache
@@ -312,24 +312,24 @@ def _whole_element_strides(problem: _Problem) -> bool:
     return copied
 
 
-def _products(problem: _Problem) -> native.Batch:
-    """The problem as a native.Batch: its first product and where the others are."""
+def _products(problem: _Problem) -> kernels.Batch:
+    """The problem as a kernels.Batch: its first product and where the others are."""
     p, itemsize = problem, problem.out.itemsize
     m, k, n = p.a.shape[-2], p.a.shape[-1], p.b.shape[-1]
     operands = [_layout(p.a, 2, itemsize), _layout(p.b, 2, itemsize),
                 _layout(p.c, 2, itemsize), _layout(p.out, 2, itemsize),
                 _layout(p.bias, 1, itemsize), _layout(p.residual, 2, itemsize)]
     (a, _, sa), (b, _, sb), (c, _, sc), (out, _, so), (bias, _, sbias), (res, _, sr) = operands
-    in_place = int(native.reads_a_in_place(*sa, itemsize))
-    first = native.Call(m, n, k, a, *sa, b, *sb, c, *sc, out, so[0], p.alpha, p.beta,
+    in_place = int(kernels.reads_a_in_place(*sa, itemsize))
+    first = kernels.Call(m, n, k, a, *sa, b, *sb, c, *sc, out, so[0], p.alpha, p.beta,
                         p.scale, bias, sbias[0], res, *sr, in_place)
     batch = p.out.shape[:-2]
     if not batch or int(np.prod(batch)) == 1:
-        return native.Batch(first)
+        return kernels.Batch(first)
     index = np.indices(batch).reshape(len(batch), -1).T  # every batch index, in order
     offsets = np.stack([index @ np.array(strides, np.int64) if strides else
                         np.zeros(len(index), np.int64) for _, strides, _ in operands], axis=1)
-    return native.Batch(first, offsets)
+    return kernels.Batch(first, offsets)
 
 
 def _layout(x, dims: int, itemsize: int) -> tuple:
@@ -345,20 +345,20 @@ def _layout(x, dims: int, itemsize: int) -> tuple:
 _ABSENT = (0, (), (0, 0))
 
 
-def _tuning_measure(kernel: native.GemmKernel):
+def _tuning_measure(kernel: kernels.CompiledGemm):
     """A function timing one square TUNE_SIZE product with a given blocking, for the
     autotuner."""
-    size, dtype = gemm_tune.TUNE_SIZE, kernel.dtype
+    size, dtype = tune.TUNE_SIZE, kernel.dtype
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((size, size)).astype(dtype) for _ in range(2))
     out = np.empty((size, size), dtype)
     problem = _Problem(a, b, None, out, None, 1, None, dtype.type(1), dtype.type(0),
                        dtype.type(1))
-    plain = native.kernel(dtype, EpilogueSpec(), kernel.tile)
+    plain = kernels.kernel(dtype, EpilogueSpec(), kernel.tile)
     batch = _products(problem)
 
-    def run(blocking: native.Blocking) -> tuple:
-        gemm_jobs.run(plain, batch, blocking)
+    def run(blocking: kernels.Blocking) -> tuple:
+        jobs.run(plain, batch, blocking)
         return a, b, out  # the closure keeps the arrays behind the batch's pointers alive
 
-    return gemm_tune.timer(run)
+    return tune.timer(run)

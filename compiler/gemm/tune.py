@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from compiler.codegen.gemm_native import Blocking, GemmKernel
+from compiler.gemm.kernels import Blocking, CompiledGemm
 
 TUNE_SIZE = 768  # square problem the candidates are timed on
 FILE_NAME = "gemm_blocking.json"
@@ -42,7 +42,7 @@ def cache_sizes() -> tuple[int, int]:
     return sizes[1], sizes[2]
 
 
-def default_blocking(kernel: GemmKernel) -> Blocking:
+def default_blocking(kernel: CompiledGemm) -> Blocking:
     """KC so that one packed B micro-panel (KC x NR) is the size of L1 (B streams through
     it while the A rows stay), MC so that the A block (MC x KC) takes about an eighth of
     L2, NC a few thousand columns. Measured best among the candidates on a 48 KiB L1,
@@ -64,7 +64,7 @@ def for_depth(blocking: Blocking, k: int) -> Blocking:
     return blocking if kc == blocking.kc else Blocking(blocking.mc, kc, blocking.nc)
 
 
-def candidates(kernel: GemmKernel) -> list[Blocking]:
+def candidates(kernel: CompiledGemm) -> list[Blocking]:
     """The default and its neighbours along KC and MC."""
     base = default_blocking(kernel)
     t = kernel.tile
@@ -76,8 +76,8 @@ def candidates(kernel: GemmKernel) -> list[Blocking]:
     return sorted(options, key=lambda b: (b.kc, b.mc))
 
 
-def blocking(kernel: GemmKernel,
-             make_measure: Callable[[GemmKernel], Callable[[Blocking], float]] | None = None
+def blocking(kernel: CompiledGemm,
+             make_measure: Callable[[CompiledGemm], Callable[[Blocking], float]] | None = None
              ) -> Blocking:
     """The blocking to use for `kernel` (see KILN_AUTOTUNE). `make_measure(kernel)` gives
     a function returning seconds for one run of the tuning problem with a blocking; it is
@@ -101,14 +101,14 @@ def blocking(kernel: GemmKernel,
         return chosen
 
 
-def _default(kernel: GemmKernel) -> Blocking:
+def _default(kernel: CompiledGemm) -> Blocking:
     key = ("default", kernel.tile)
     if key not in _chosen:
         _chosen[key] = default_blocking(kernel)
     return _chosen[key]
 
 
-def tune(kernel: GemmKernel, measure: Callable[[Blocking], float], rounds: int = 3) -> Blocking:
+def tune(kernel: CompiledGemm, measure: Callable[[Blocking], float], rounds: int = 3) -> Blocking:
     """The candidate with the smallest median time over `rounds` alternating rounds."""
     options = candidates(kernel)
     times = {option: [] for option in options}
@@ -129,7 +129,7 @@ def timer(run: Callable[[Blocking], None]) -> Callable[[Blocking], float]:
 
 
 @functools.cache
-def _key(kernel: GemmKernel) -> str:
+def _key(kernel: CompiledGemm) -> str:
     from runtime.target import selected
     t = kernel.tile
     return f"{selected().name}/{t.dtype}/{t.mr}x{t.nr}u{t.unroll}"

@@ -1,0 +1,63 @@
+"""The native backend: a graph after the passes runs as generated machine code where it
+can, the reference interpreter running the rest.
+
+    pointwise.py   fused elementwise and row nodes as native kernels (codegen/pointwise.py)
+    gemm_node.py   fused gemm nodes as kiln's GEMM (compiler/gemm) with their epilogue
+    launch.py      a pointwise kernel's call prepared per layout, on runtime.pool's threads
+"""
+from __future__ import annotations
+
+from compiler import interpreter
+from compiler.backends.native.gemm_node import GemmNode
+from compiler.backends.native.pointwise import NotNative, PointwiseNode
+from ir.graph import Graph
+from ir.ops import Op
+
+
+def codegen_seconds() -> float:
+    """Seconds this thread has spent compiling and loading kernels (all of them: the
+    elementwise and row kernels here, GEMM kernels in codegen/)."""
+    from runtime.jit import load_seconds
+    return load_seconds()
+
+
+
+class _Direct:
+    """A graph that is one native kernel: called without the interpreter's bookkeeping.
+    The kernel's input j is the graph's input order[j]."""
+
+    def __init__(self, kernel, order: list[int]):
+        self.kernel, self.order = kernel, order
+
+    def __call__(self, inputs: list) -> list:
+        return self.kernel([inputs[i] for i in self.order])
+
+    def on_arguments(self, graph_inputs: list[int]):
+        """The kernel as a call on a function's arguments, graph input i being argument
+        graph_inputs[i]."""
+        order = [graph_inputs[i] for i in self.order]
+        if order == list(range(len(order))):
+            return self.kernel
+        kernel = self.kernel
+        return lambda args: kernel([args[i] for i in order])
+
+
+def prepare(graph: Graph):
+    """`graph` (after the passes) as a callable; fused nodes run natively where they can."""
+    natives, reasons = {}, {}
+    for i, node in enumerate(graph.nodes):
+        if node.op is Op.FUSED:
+            try:
+                natives[i] = GemmNode(node) if node.attr["kind"] == "gemm" else \
+                    PointwiseNode(node)
+            except NotNative as e:
+                reasons[i] = str(e)
+    run = interpreter.prepare(graph, replace=natives)
+    if len(graph.nodes) == 1 and natives and graph.nodes[0].outputs == graph.outputs and \
+            sorted(graph.nodes[0].inputs[0], key=graph.inputs.index) == list(graph.inputs):
+        # one kernel over the graph's own inputs (each once): call it as is
+        run = _Direct(natives[0], [graph.inputs.index(v) for v in graph.nodes[0].inputs[0]])
+    run.graph = graph
+    run.kernels = natives
+    run.native_reasons = {str(graph.nodes[i]).split(" = ")[0]: r for i, r in reasons.items()}
+    return run

@@ -1,0 +1,12 @@
+"""kiln's own BLAS: GEMM and batched GEMM on numpy arrays, with a fused epilogue, through
+native code built with llvmlite.
+
+    api.py      gemm(), bmm(), Epilogue: the entry points
+    kernels.py  the compiled packed kernels and what one call of them is (Call, Batch)
+    jobs.py     a batch cut into pieces and run on runtime.pool's threads
+    plans.py    repeated requests prepared once (a few microseconds a call)
+    small.py    kernels specialised to small shapes, and one call covering many products
+    tune.py     cache blocking: defaults from the CPU's caches, a small autotuner
+    eager.py    kiln's GEMM under eager's mm and bmm, by dispatcher registration
+    ir/         the LLVM IR emitters: micro- and macro-kernel, packing, tile store, small
+"""
