@@ -16,7 +16,7 @@ holds what the code reads that differs between processes and so cannot be compil
 address), after PyErr_SetString's address and TypeError's.
 
 Such a function runs holding the GIL, with the arguments' types and layouts unchecked:
-its caller guarantees them (gemm_plans does, by its request keys). Their number is
+its caller guarantees them (compiler/gemm/plans.py does, by its request keys). Their number is
 checked: a wrong one raises TypeError. `available()` says whether this interpreter
 allows all this: CPython with a GIL, its object header and numpy's array layout as
 probed.
