@@ -146,8 +146,11 @@ class PointwiseNode:
                     raise NotNative(f"{v.type.dtype.name} is not supported natively")
                 if not v.type.is_static:
                     raise NotNative("symbolic sizes are not supported natively yet")
+            # float math computes in the result's type (2 ** x is float); reductions in
+            # their input's
+            typed = n.input_values()[0] if n.op in K.REDUCE_OPS else n.outputs[0]
             if (n.op in V.FLOAT_OPS or n.op in (Op.POW, Op.GELU) or n.op in K.REDUCE_OPS) \
-                    and not n.input_values()[0].type.dtype.is_floating_point:
+                    and not typed.type.dtype.is_floating_point:
                 raise NotNative(f"{n.op.qualified_name} on integers")
         if any(v not in computed and v not in self.operands for v in self.body.outputs):
             raise NotNative("an output that is not computed by the kernel")

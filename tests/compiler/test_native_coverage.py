@@ -1,0 +1,105 @@
+"""Every op of the vocabulary, compiled on the native backend: it runs as generated machine
+code, or it is on NOT_NATIVE with the reason. Driven by the eager op table (its first
+non-empty sample of each case, in float32 where the case takes it), so an op added to the
+vocabulary is covered here too, and an op that becomes native must leave the list."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import compiler
+import eager
+from ir.ops import COMPOSITE, DATA_DEPENDENT_SHAPE, INPLACE, Op
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "eager"))  # the op table lives there
+import op_table  # noqa: E402
+import op_table_shape  # noqa: E402
+from op_cases import Maker  # noqa: E402
+
+NOT_NATIVE = {
+    Op.MAX_DIM: "two results (values, indices) of one reduction: the row kernels write one",
+    Op.MIN_DIM: "two results (values, indices) of one reduction: the row kernels write one",
+    Op.DOT: "a 1-D product: only mm and bmm run on kiln's GEMM",
+    Op.MV: "a matrix-vector product: only mm and bmm run on kiln's GEMM",
+    Op.CAT: "a copy into parts of a new tensor: no kernel writes into a slice of its output",
+    Op.INDEX_ADD: "a scatter: writes at indexed positions are not generated",
+    Op.INDEX_PUT: "a scatter: writes at indexed positions are not generated",
+    Op.SCATTER: "a scatter: writes at indexed positions are not generated",
+    Op.SCATTER_ADD: "a scatter: writes at indexed positions are not generated",
+    Op.SELECT_BACKWARD: "writes one slice of zeros: no kernel writes into a slice of its output",
+    Op.SLICE_BACKWARD: "writes one slice of zeros: no kernel writes into a slice of its output",
+}
+"""Ops that run through the interpreter (their eager kernel) inside compiled graphs."""
+BREAKS = {op: "capture records functional code: an in-place op breaks the graph"
+          for op in INPLACE} | {op: "its output shape depends on the data: capture breaks "
+                                    "the graph there" for op in DATA_DEPENDENT_SHAPE}
+"""Ops that never enter a compiled graph: they run eagerly between graphs."""
+COMPOSITES_OF = {Op.STACK: Op.CAT, Op.MATMUL: Op.DOT}  # what the tables' samples decompose to
+
+
+def _first_sample(case):
+    make = Maker("float32" if "float32" in case.dtypes else case.dtypes[0])
+    for sample in case.samples(make):
+        arrays = []
+
+        def lift(v):
+            if isinstance(v, np.ndarray):
+                arrays.append(v)
+                return len(arrays) - 1, None
+            if isinstance(v, (list, tuple)):
+                return type(v)(lift(x) for x in v)
+            return v
+        args, kwargs = lift(sample.args), {k: lift(v) for k, v in sample.kwargs.items()}
+        if isinstance(kwargs.get("dtype"), str):  # samples name dtypes
+            kwargs["dtype"] = getattr(eager, kwargs["dtype"])
+        if arrays and all(a.size for a in arrays):
+            return arrays, args, kwargs
+    return None
+
+
+def _put_back(v, tensors):
+    if isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], int) and v[1] is None:
+        return tensors[v[0]]
+    if isinstance(v, (list, tuple)):
+        return type(v)(_put_back(x, tensors) for x in v)
+    return v
+
+
+def _not_native(lowered) -> list[str]:
+    """Why any part of a lowered function did not run as generated code."""
+    why = [f"{n.op.name} runs interpreted" for g in lowered.optimized for n in g.nodes
+           if n.op not in (Op.FUSED, Op.SCALAR) and not n.op.schema.is_view]
+    return why + [f"{node}: {reason}" for node, reason in lowered.interpreted.items()]
+
+
+CASES = [c for c in op_table.CASES + op_table_shape.CASES if _first_sample(c) is not None]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_every_op_runs_natively_or_is_listed_with_its_reason(case):
+    arrays, args, kwargs = _first_sample(case)
+    tensors = [eager.tensor(a) for a in arrays]
+    compiled = compiler.compile(lambda *ts: case.fn(eager, *_put_back(args, ts),
+                                                    **_put_back(kwargs, ts)), backend="native")
+    lowered = compiler.lower(compiled, *tensors)
+    ops = [COMPOSITES_OF.get(op, op) for op in case.ops]
+    (entry,) = compiled.entries.values()
+    for brk in entry.breaks:  # only where one of the case's ops stands
+        assert any(op.schema.name in brk.reason for op in ops if op in BREAKS), \
+            f"{case.name}: an unexpected graph break: {brk.reason}"
+    if all(op in BREAKS for op in ops):
+        assert entry.breaks, f"{case.name}: {[op.name for op in ops]} did not break the graph"
+    listed = [op for op in ops if op in NOT_NATIVE]
+    why = _not_native(lowered)
+    if listed:
+        assert why, f"{case.name}: {[op.name for op in listed]} now run natively: take them " \
+                    "off NOT_NATIVE"
+    else:
+        assert not why, f"{case.name}: {why}"
+
+
+def test_the_list_names_only_ops_of_the_vocabulary_that_are_not_composite():
+    assert not set(NOT_NATIVE) & (COMPOSITE | set(BREAKS))
+    covered = {COMPOSITES_OF.get(op, op) for case in CASES for op in case.ops}
+    assert set(NOT_NATIVE) <= covered
