@@ -30,7 +30,7 @@ class NativeBackend(EagerBackend):
         from compiler.backends import native
         from compiler.passes import optimize
         start = time.perf_counter()
-        optimized = optimize(graph)
+        optimized = optimize(graph, emits=native.emits)
         passes = time.perf_counter() - start
         run = native.prepare(optimized)
         run.source = graph

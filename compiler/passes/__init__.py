@@ -26,10 +26,13 @@ PIPELINE = (
 )
 
 
-def optimize(graph: Graph, *, verify: bool = False) -> Graph:
+def optimize(graph: Graph, *, verify: bool = False, emits=None) -> Graph:
+    """The pipeline over `graph`; `emits(node)` is the backend's answer to whether its
+    kernels can hold a node (fusion asks it)."""
     check = verify or debug.level() >= 2
+    options = {"fuse": {"emits": emits}}
     for name, run in PIPELINE:
-        graph = run(graph)
+        graph = run(graph, **options.get(name, {}))
         if check:
             verify_types(graph)
         debug.banner(f"after {name}", str(graph), at_level=2)

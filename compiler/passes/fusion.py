@@ -20,6 +20,8 @@ Views and scalar constants are free: they are copied into every kernel that read
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import networkx as nx
 
 from compiler.passes.rewrite import Rewriter
@@ -33,7 +35,15 @@ GEMM = frozenset({Op.MM, Op.BMM})
 GATHER = frozenset({Op.INDEX_SELECT, Op.EMBEDDING, Op.GATHER})  # and index with one index
 
 
-def _kind(node: Node) -> str:
+def _kind(node: Node, emits) -> str:
+    if node.op in FREE:
+        return "free"
+    if emits is not None and not emits(node):
+        return "opaque"  # no kernel of the backend can hold it: its neighbours still fuse
+    return _kind_of_op(node)
+
+
+def _kind_of_op(node: Node) -> str:
     if node.op in FREE:
         return "free"
     if node.op in POINTWISE:
@@ -50,10 +60,10 @@ def _kind(node: Node) -> str:
 class _Groups:
     """Union-find over node indices, with each group's kind and the group DAG."""
 
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, emits=None):
         self.graph = graph
         self.nodes = graph.nodes
-        self.kind = [_kind(n) for n in self.nodes]
+        self.kind = [_kind(n, emits) for n in self.nodes]
         self.parent = list(range(len(self.nodes)))
         self.producer = {v: i for i, n in enumerate(self.nodes) for v in n.outputs}
         self.users: dict[Value, list[int]] = {}
@@ -210,8 +220,10 @@ def _feeds_gather(g: _Groups, i: int, p: int) -> bool:
     return any(g.find(s) in (a, b) for k in gathers for s in g.sources(k))
 
 
-def fuse(graph: Graph) -> Graph:
-    g = _Groups(graph)
+def fuse(graph: Graph, emits: Callable[[Node], bool] | None = None) -> Graph:
+    """`graph` with its kernels as fused nodes; `emits` (the backend's answer to "can a
+    kernel of yours hold this node?") keeps nodes no kernel can hold out of every group."""
+    g = _Groups(graph, emits)
     _fuse_reductions(g)
     _fuse_gemm(g)
     _fuse_elementwise(g)

@@ -103,3 +103,18 @@ def test_the_list_names_only_ops_of_the_vocabulary_that_are_not_composite():
     assert not set(NOT_NATIVE) & (COMPOSITE | set(BREAKS))
     covered = {COMPOSITES_OF.get(op, op) for case in CASES for op in case.ops}
     assert set(NOT_NATIVE) <= covered
+
+
+def test_a_node_no_kernel_takes_stays_out_and_its_neighbours_still_run_natively():
+    """float16 has no native code: fusion asks the backend, so the two casts through it run
+    interpreted and the chain around them is one native kernel (the whole group was
+    interpreted when fusion did not ask)."""
+    def f(x, y):
+        return ((x * 2).exp() + y.half().float()).tanh()
+    x, y = eager.randn(8), eager.randn(8)
+    np.testing.assert_allclose(compiler.compile(f, backend="native")(x, y).numpy(),
+                               f(x, y).numpy(), rtol=1e-5, atol=1e-6)
+    lowered = compiler.lower(f, x, y)
+    (graph,) = lowered.optimized
+    assert [n.op for n in graph.nodes] == [Op.TO_COPY, Op.TO_COPY, Op.FUSED]
+    assert lowered.interpreted == {} and len(lowered.kernels) == 1

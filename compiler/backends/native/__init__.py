@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from compiler import interpreter
 from compiler.backends.native.gemm_node import GemmNode
-from compiler.backends.native.pointwise import NotNative, PointwiseNode
-from ir.graph import Graph
+from compiler.backends.native.pointwise import NotNative, PointwiseNode, node_problem
+from ir.graph import Graph, Node
 from ir.ops import Op
 
 
@@ -20,6 +20,17 @@ def codegen_seconds() -> float:
     from runtime.jit import load_seconds
     return load_seconds()
 
+
+
+GEMM_DTYPES = ("float32", "float64")  # kiln's GEMM kernels
+
+
+def emits(node: Node) -> bool:
+    """Whether a native kernel can hold `node`: fusion asks, so a node no code generator
+    takes stays out of kernels (and runs interpreted) while its neighbours still fuse."""
+    if node.op in (Op.MM, Op.BMM):
+        return all(v.type.dtype.name in GEMM_DTYPES for v in node.input_values())
+    return node_problem(node) is None
 
 
 class _Direct:

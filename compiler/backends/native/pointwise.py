@@ -40,6 +40,24 @@ class NotNative(Exception):
     take; the message says why, and the interpreter runs it instead."""
 
 
+def node_problem(n: Node) -> str | None:
+    """Why the pointwise code generators cannot emit node `n` inside a kernel, or None."""
+    if n.op not in V.NATIVE_OPS and n.op not in K.REDUCE_OPS and n.op not in GATHERING:
+        return f"no native code for {n.op.qualified_name}"
+    for v in list(n.input_values()) + list(n.outputs):
+        if v.type.dtype.name not in V.SUPPORTED:
+            return f"{v.type.dtype.name} is not supported natively"
+        if not v.type.is_static:
+            return "symbolic sizes are not supported natively yet"
+    # float math computes in the result's type (2 ** x is float); reductions in their
+    # input's
+    typed = n.input_values()[0] if n.op in K.REDUCE_OPS else n.outputs[0]
+    if (n.op in V.FLOAT_OPS or n.op in (Op.POW, Op.GELU) or n.op in K.REDUCE_OPS) \
+            and not typed.type.dtype.is_floating_point:
+        return f"{n.op.qualified_name} on integers"
+    return None
+
+
 class KernelArtifact:
     """One generated kernel: its spec, and on request its LLVM IR, the IR after
     optimisation and the machine assembly. All are made again when asked (building IR and
@@ -137,21 +155,10 @@ class PointwiseNode:
         return frozenset(rows | scalars)
 
     def _check(self, computed) -> None:
-        allowed = V.NATIVE_OPS | set(K.REDUCE_OPS) | GATHERING
         for n in self.nodes:
-            if n.op not in allowed:
-                raise NotNative(f"no native code for {n.op.qualified_name}")
-            for v in list(n.input_values()) + list(n.outputs):
-                if v.type.dtype.name not in V.SUPPORTED:
-                    raise NotNative(f"{v.type.dtype.name} is not supported natively")
-                if not v.type.is_static:
-                    raise NotNative("symbolic sizes are not supported natively yet")
-            # float math computes in the result's type (2 ** x is float); reductions in
-            # their input's
-            typed = n.input_values()[0] if n.op in K.REDUCE_OPS else n.outputs[0]
-            if (n.op in V.FLOAT_OPS or n.op in (Op.POW, Op.GELU) or n.op in K.REDUCE_OPS) \
-                    and not typed.type.dtype.is_floating_point:
-                raise NotNative(f"{n.op.qualified_name} on integers")
+            problem = node_problem(n)
+            if problem is not None:
+                raise NotNative(problem)
         if any(v not in computed and v not in self.operands for v in self.body.outputs):
             raise NotNative("an output that is not computed by the kernel")
 
