@@ -1,0 +1,170 @@
+"""eager/ has layers, read bottom-up: each module imports only modules listed before it in
+LAYERS, and it does so at module level. A method that needs a higher layer is attached
+from above (eager/_tensor_methods.py sets Tensor.backward, Tensor.to, ...), and a lower
+layer that must call up takes a function registered with it (the dispatcher's number
+wrapper and recorder). Every import is read from the source with ast, inside functions too.
+"""
+from __future__ import annotations
+
+import ast
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+LAYERS = [
+    ("core: devices, argument checks, the dispatcher, Tensor and Storage, factories, profiler", [
+        "eager.device", "eager.arguments", "eager.dispatcher", "eager._C", "eager._formatting",
+        "eager.tensor", "eager.backends", "eager.factories", "eager.profiler"]),
+    ("kernels: CPU and Meta kernels per op family, composite kernels", [
+        "eager.kernels._common", "eager.kernels._erf", "eager.kernels.elementwise",
+        "eager.kernels.indexing", "eager.kernels.reduction", "eager.kernels.shape",
+        "eager.kernels.linalg", "eager.kernels", "eager.composite"]),
+    ("autograd: grad mode, nodes, derivative rules, Autograd kernels, the engine", [
+        "eager.autograd.grad_mode", "eager.autograd.function", "eager.autograd.derivatives",
+        "eager.autograd.kernels", "eager.autograd.engine", "eager.autograd.gradcheck",
+        "eager.autograd"]),
+    ("api: PyTorch's namespace and Tensor's op methods", [
+        "eager.indexing", "eager._tensor_methods", "eager.functional", "eager.cuda",
+        "eager.serialization", "eager.testing"]),
+    ("libraries: nn and optim", [
+        "eager.nn.parameter", "eager.nn.init", "eager.nn.functional", "eager.nn.modules.module",
+        "eager.nn.modules.container", "eager.nn.modules.layers", "eager.nn.modules", "eager.nn",
+        "eager.optim.optimizer", "eager.optim.sgd", "eager.optim.adam",
+        "eager.optim.lr_scheduler", "eager.optim"]),
+    ("the package and its walkthrough", ["eager", "eager.tour"]),
+]
+
+ALLOWED = {
+    # (importer, imported): why the import goes up a layer or waits inside a function
+    ("eager", "compiler"): "eager.compile() loads the compiler on first use: `import eager` "
+                           "must not load llvmlite or networkx",
+    ("eager.backends", "runtime.cuda"): "the CUDA driver is looked for only when a CUDA tensor "
+                                        "is asked for",
+    ("eager.cuda", "runtime.cuda"): "the CUDA driver is looked for only when asked",
+    # below: the knot this file was written to untie, each entry with what it was for
+    ("eager.dispatcher", "eager.tensor"): "wrap_scalar, for a Python number in a Tensor slot",
+    ("eager.arguments", "eager.tensor"): "Tensor, to name one in a message and check lists",
+    ("eager.tensor", "eager.autograd"): "Tensor.backward",
+    ("eager.tensor", "eager.autograd.function"): "Tensor.register_hook and retain_grad",
+    ("eager.tensor", "eager.backends"): "Tensor.to checks that the device is usable",
+    ("eager.tensor", "eager._formatting"): "Tensor.__repr__",
+    ("eager.backends", "eager.kernels._common"): "meta_empty",
+    ("eager.backends", "ir.dtypes"): "dtypes.from_numpy",
+    ("eager.factories", "eager.kernels._common"): "meta_empty",
+    ("eager.factories", "eager.backends"): "backend_for",
+    ("eager.kernels.shape", "eager.backends"): "backend_for, in _to_copy",
+    ("eager.composite", "eager.kernels._common"): "broadcast_shapes",
+    ("eager.autograd.function", "eager.kernels.shape"): "detach",
+    ("eager.autograd.derivatives", "eager.factories"): "zeros, zeros_like, arange",
+    ("eager.autograd.engine", "eager.factories"): "ones_like and tensor for the root gradient",
+    ("eager.autograd.engine", "eager.tensor"): "Tensor",
+    ("eager.autograd.engine", "eager.profiler"): "the profiler's region per node",
+    ("eager.autograd.gradcheck", "eager.factories"): "zeros_like, tensor",
+    ("eager.autograd.gradcheck", "eager.tensor"): "Tensor",
+    ("eager.indexing", "eager.factories"): "tensor, full",
+    ("eager._tensor_methods", "eager.factories"): "new_zeros, new_ones, new_tensor",
+    ("eager.functional", "eager.kernels._common"): "promote, broadcast_shapes",
+    ("eager.functional", "eager.tensor"): "wrap_scalar, Size",
+    ("eager.functional", "ir.dtypes"): "promote_types",
+    ("eager.serialization", "eager.factories"): "tensor",
+    ("eager.serialization", "eager.tensor"): "Tensor",
+    ("eager.serialization", "ir.dtypes"): "from_name",
+    ("eager.testing", "eager.tensor"): "Tensor",
+    ("eager.nn.parameter", "eager.factories"): "empty",
+    ("eager.nn.modules.layers", "eager.autograd.grad_mode"): "no_grad",
+    ("eager.nn.modules.module", "eager.autograd.grad_mode"): "no_grad",
+    ("eager.nn.modules.module", "ir.dtypes"): "from_name, DType",
+    ("eager.optim.optimizer", "eager.autograd.grad_mode"): "enable_grad",
+}
+
+ORDER = [m for _, modules in LAYERS for m in modules]
+POSITION = {m: i for i, m in enumerate(ORDER)}
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_module(name: str) -> bool:
+    path = ROOT.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def _imports(path: pathlib.Path):
+    """(imported module, line, inside a function?) for each import statement in `path`."""
+    importer = _module_name(path)
+    package = importer if path.name == "__init__.py" else importer.rpartition(".")[0]
+    found = []
+
+    def visit(node, in_function: bool):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Import):
+                found.extend((a.name, child.lineno, in_function) for a in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    parent = package.split(".")[:len(package.split(".")) - child.level + 1]
+                    base = ".".join(parent + ([base] if base else []))
+                for a in child.names:
+                    sub = f"{base}.{a.name}"
+                    found.append((sub if _is_module(sub) else base, child.lineno, in_function))
+            visit(child, in_function or isinstance(
+                child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+    visit(ast.parse(path.read_text()), False)
+    return found
+
+
+def _eager_imports():
+    """(importer, imported, line, inside a function?) over every eager module."""
+    for path in sorted((ROOT / "eager").rglob("*.py")):
+        importer = _module_name(path)
+        for imported, line, in_function in _imports(path):
+            if imported.partition(".")[0] in ("eager", "ir", "runtime", "compiler", "benchmarks"):
+                yield importer, imported, line, in_function
+
+
+def _loaded_with(importer: str, imported: str) -> list[str]:
+    """`imported` and the packages Python runs first to import it, leaving out those that
+    contain `importer` (a package's own modules import each other freely)."""
+    parts = imported.split(".")
+    own = {".".join(importer.split(".")[:i]) for i in range(1, importer.count(".") + 2)}
+    return [m for m in (".".join(parts[:i]) for i in range(1, len(parts) + 1)) if m not in own]
+
+
+def test_every_eager_module_has_one_place_in_the_layers():
+    modules = {_module_name(p) for p in (ROOT / "eager").rglob("*.py")}
+    assert len(ORDER) == len(set(ORDER)), "a module is listed twice"
+    assert sorted(modules - set(ORDER)) == [], "add these modules to LAYERS"
+    assert sorted(set(ORDER) - modules) == [], "these modules in LAYERS no longer exist"
+
+
+def test_no_module_imports_one_listed_after_it():
+    upward = [f"{importer} imports {imported} (line {line})"
+              for importer, imported, line, _ in _eager_imports()
+              if (importer, imported) not in ALLOWED
+              and any(POSITION.get(m, -1) >= POSITION[importer]
+                      for m in _loaded_with(importer, imported) if m.startswith("eager"))]
+    assert upward == []
+
+
+def test_imports_inside_functions_are_only_the_listed_ones():
+    """A module lower in the order is imported at the top of the file; one higher up is not
+    imported at all (its layer attaches what it adds)."""
+    inside = [f"{importer} imports {imported} inside a function (line {line})"
+              for importer, imported, line, in_function in _eager_imports()
+              if in_function and (importer, imported) not in ALLOWED]
+    assert inside == []
+
+
+def test_eager_loads_no_other_project_package_but_ir_at_import():
+    others = [f"{importer} imports {imported} (line {line})"
+              for importer, imported, line, in_function in _eager_imports()
+              if not in_function and imported.partition(".")[0] not in ("eager", "ir")]
+    assert others == []
+
+
+def test_every_allowed_import_is_still_made():
+    """So the list shrinks as imports are untied: an entry no import needs must go."""
+    made = {(importer, imported) for importer, imported, _, _ in _eager_imports()}
+    assert sorted(set(ALLOWED) - made) == []
