@@ -97,10 +97,19 @@ def register_fallback(key: DispatchKey, make) -> None:
 # The profiler installs a callable here while it records; None costs one global lookup.
 _recorder = None
 
+# Makes a zero-dim "wrapped number" of a Python number given for a Tensor argument:
+# eager/tensor.py, which imports this module, sets it (its wrap_scalar) when it loads.
+_wrap_number = None
+
 
 def set_recorder(fn) -> None:
     global _recorder
     _recorder = fn
+
+
+def set_number_wrapper(fn) -> None:
+    global _wrap_number
+    _wrap_number = fn
 
 
 def _where(fn) -> str:
@@ -308,10 +317,9 @@ def _tensor_keys(handle: OpHandle, t) -> int:
 
 
 def _wrap_scalar(handle: OpHandle, where, value):
-    from eager.tensor import wrap_scalar  # the tensor module imports this one
     if isinstance(value, (bool, int, float)) or hasattr(value, "dtype") and not hasattr(
             value, "_keys") and getattr(value, "shape", None) == ():
-        return wrap_scalar(value)
+        return _wrap_number(value)
     name = handle.schema.arguments[where].name if isinstance(where, int) else where
     raise TypeError(f"{handle.schema.name}(): argument '{name}' must be Tensor, "
                     f"not {type(value).__name__}")

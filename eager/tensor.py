@@ -442,6 +442,9 @@ def wrap_scalar(value) -> Tensor:
     return t
 
 
+dispatcher.set_number_wrapper(wrap_scalar)
+
+
 class _Ops:
     """`ops.mm(...)`: the aten handles by schema name (lazy attribute lookup)."""
 
