@@ -24,11 +24,16 @@ def shown(value) -> str:
     """`value` as an error message names it: its type, then itself, shortened."""
     if value is None:
         return "None"
-    from eager.tensor import Tensor  # (which imports this module)
-    if isinstance(value, (Tensor, np.ndarray)):  # its shape, not its values
+    if isinstance(value, np.ndarray) or _is_tensor(value):  # its shape, not its values
         return f"{type(value).__name__} of shape {list(value.shape)}"
     text = repr(value)
     return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
+def _is_tensor(value) -> bool:
+    """Whether `value` is a Tensor, known as the dispatcher knows one: by its dispatch key
+    bits (eager/tensor.py imports this module, so this one cannot import it)."""
+    return hasattr(value, "_keys")
 
 
 def _as_int(value) -> int | None:
@@ -73,12 +78,11 @@ def size_args(fn: str, args: tuple, name: str = "size") -> tuple[int, ...]:
 
 def tensor_list(fn: str, tensors) -> list:
     """`tensors`, a tuple or list of Tensors, as a list."""
-    from eager.tensor import Tensor  # (which imports this module)
     if not isinstance(tensors, (tuple, list)):
         raise TypeError(f"{fn}(): argument 'tensors' must be a tuple of Tensors, not "
                         f"{shown(tensors)}")
     for i, t in enumerate(tensors):
-        if not isinstance(t, Tensor):
+        if not _is_tensor(t):
             raise TypeError(f"expected Tensor as element {i} in argument 0, but got "
                             f"{shown(t)}")
     return list(tensors)

@@ -42,7 +42,6 @@ ALLOWED = {
                                         "is asked for",
     ("eager.cuda", "runtime.cuda"): "the CUDA driver is looked for only when asked",
     # below: the knot this file was written to untie, each entry with what it was for
-    ("eager.arguments", "eager.tensor"): "Tensor, to name one in a message and check lists",
     ("eager.tensor", "eager.autograd"): "Tensor.backward",
     ("eager.tensor", "eager.autograd.function"): "Tensor.register_hook and retain_grad",
     ("eager.tensor", "eager.backends"): "Tensor.to checks that the device is usable",
