@@ -1,11 +1,18 @@
 """Tensor methods and operators, each a thin call of an op handle (PyTorch's spelling:
-`t.sum(1, keepdim=True)`, `t.view(2, 3)`, `a @ b`, `t[0, 1:]`, ...)."""
+`t.sum(1, keepdim=True)`, `t.view(2, 3)`, `a @ b`, `t[0, 1:]`, `t.to(...)`, ...), and the
+autograd methods (`t.backward()`, `t.register_hook(...)`, `t.retain_grad()`): eager/tensor.py
+sits below the ops and autograd, so their methods are attached from here."""
 from __future__ import annotations
 
-from eager import indexing
-from eager.arguments import int_arg
+from eager import autograd, indexing
+from eager.arguments import dtype_arg, int_arg
+from eager.autograd.function import register_tensor_hook, retain_grad
+from eager.backends import backend_for
+from eager.device import as_device
 from eager.dispatcher import ATEN
 from eager.tensor import Tensor, ops
+from ir import dtypes
+from ir.dtypes import DType
 from ir.ops import Op
 
 # ops whose Python method has the schema's own signature: `t.exp()`, `t.mm(m)`, ...
@@ -193,6 +200,67 @@ def _new_tensor(self, data, dtype=None, device=None, requires_grad=False):
                   requires_grad=requires_grad)
 
 
+def _to(self, *args, dtype=None, device=None, copy: bool = False, non_blocking: bool = False):
+    """`t.to(dtype)`, `t.to(device)`, `t.to(device, dtype)` or `t.to(other)`."""
+    for a in args:
+        if isinstance(a, (DType, type)):
+            dtype = a
+        elif isinstance(a, Tensor):
+            dtype, device = a.dtype, a.device
+        else:
+            device = a
+    dtype = dtype_arg("to", dtype)
+    device = as_device(device) if device is not None else None
+    if (dtype is None or dtype is self.dtype) and (device is None or device == self.device):
+        return self.clone() if copy else self
+    if device is not None and device != self.device:
+        if device.type != "cpu":
+            backend_for(device)  # raises, naming why, when the device is not usable
+        if self.device.type == "meta":
+            raise NotImplementedError("Cannot copy out of meta tensor; no data!")
+    return ops._to_copy(self, dtype=dtype, device=device)
+
+
+def _type(self, dtype=None):
+    return self.dtype if dtype is None else self.to(dtype)
+
+
+def _cpu(self) -> Tensor:
+    return self.to("cpu")
+
+
+def _cuda(self, device=None) -> Tensor:
+    return self.to(as_device(device if device is not None else "cuda"))
+
+
+def _float(self):
+    return self.to(dtypes.float32)
+
+
+def _double(self):
+    return self.to(dtypes.float64)
+
+
+def _half(self):
+    return self.to(dtypes.float16)
+
+
+def _long(self):
+    return self.to(dtypes.int64)
+
+
+def _int(self):
+    return self.to(dtypes.int32)
+
+
+def _bool(self):
+    return self.to(dtypes.bool_)
+
+
+def _backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+    autograd.backward(self, gradient, retain_graph, create_graph, inputs=inputs)
+
+
 def _T(self):
     return ops.permute(self, list(range(self.dim() - 1, -1, -1)))
 
@@ -208,6 +276,9 @@ _METHODS = {
     "silu": _silu, "split": _split, "chunk": _chunk, "where": _where,
     "masked_fill": _masked_fill, "new_zeros": _new_zeros, "new_ones": _new_ones,
     "new_tensor": _new_tensor,
+    "to": _to, "type": _type, "cpu": _cpu, "cuda": _cuda, "float": _float, "double": _double,
+    "half": _half, "long": _long, "int": _int, "bool": _bool,
+    "backward": _backward, "register_hook": register_tensor_hook, "retain_grad": retain_grad,
     "__add__": ATEN[Op.ADD], "__radd__": ATEN[Op.ADD], "__sub__": ATEN[Op.SUB],
     "__rsub__": _rsub, "__mul__": ATEN[Op.MUL], "__rmul__": ATEN[Op.MUL],
     "__truediv__": ATEN[Op.DIV], "__rtruediv__": _rdiv, "__pow__": ATEN[Op.POW],

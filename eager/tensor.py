@@ -3,6 +3,9 @@
 Views share their Storage, and so its version counter, which in-place ops bump and
 autograd checks. On the CPU a Storage holds a 1-D numpy array; `_np()` is the tensor's
 numpy view of it, built once and cached.
+
+Methods that run ops or autograd (`t.to(...)`, `t.backward()`, `t.exp()`, `a + b`, ...) are
+attached to Tensor by eager/_tensor_methods.py, which sits above the kernels and autograd.
 """
 from __future__ import annotations
 
@@ -11,8 +14,9 @@ import ctypes
 import numpy as np
 
 from eager import dispatcher
-from eager.arguments import dtype_arg, int_arg
-from eager.device import CPU, as_device, device
+from eager._formatting import tensor_repr
+from eager.arguments import int_arg
+from eager.device import CPU, device
 from eager.dispatcher import AUTOGRAD_OF, DispatchKey
 from ir import dtypes
 from ir.dtypes import DType
@@ -220,18 +224,6 @@ class Tensor:
         self._np_cache = None
         self._keys = _dispatch_keys(self.device, self._requires_grad)
 
-    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
-        from eager import autograd
-        autograd.backward(self, gradient, retain_graph, create_graph, inputs=inputs)
-
-    def register_hook(self, hook):
-        from eager.autograd.function import register_tensor_hook
-        return register_tensor_hook(self, hook)
-
-    def retain_grad(self) -> None:
-        from eager.autograd.function import retain_grad
-        retain_grad(self)
-
     @property
     def retains_grad(self) -> bool:
         return self._retains_grad
@@ -315,60 +307,10 @@ class Tensor:
         return id(self)
 
     def __repr__(self) -> str:
-        from eager._formatting import tensor_repr
         return tensor_repr(self)
 
     def __reduce_ex__(self, protocol):
         raise TypeError("kiln tensors are not pickled; use eager.save / eager.load")
-
-    # conversions -------------------------------------------------------------------
-    def to(self, *args, dtype=None, device=None, copy: bool = False, non_blocking: bool = False):
-        """`t.to(dtype)`, `t.to(device)`, `t.to(device, dtype)` or `t.to(other)`."""
-        for a in args:
-            if isinstance(a, (DType, type)):
-                dtype = a
-            elif isinstance(a, Tensor):
-                dtype, device = a.dtype, a.device
-            else:
-                device = a
-        dtype = dtype_arg("to", dtype)
-        device = as_device(device) if device is not None else None
-        if (dtype is None or dtype is self.dtype) and (device is None or device == self.device):
-            return self.clone() if copy else self
-        if device is not None and device != self.device:
-            if device.type != "cpu":
-                from eager.backends import backend_for
-                backend_for(device)  # raises, naming why, when the device is not usable
-            if self.device.type == "meta":
-                raise NotImplementedError("Cannot copy out of meta tensor; no data!")
-        return ops._to_copy(self, dtype=dtype, device=device)
-
-    def type(self, dtype=None):
-        return self.dtype if dtype is None else self.to(dtype)
-
-    def cpu(self) -> Tensor:
-        return self.to("cpu")
-
-    def cuda(self, device=None) -> Tensor:
-        return self.to(as_device(device if device is not None else "cuda"))
-
-    def float(self):
-        return self.to(dtypes.float32)
-
-    def double(self):
-        return self.to(dtypes.float64)
-
-    def half(self):
-        return self.to(dtypes.float16)
-
-    def long(self):
-        return self.to(dtypes.int64)
-
-    def int(self):
-        return self.to(dtypes.int32)
-
-    def bool(self):
-        return self.to(dtypes.bool_)
 
 
 def wrap_dim(dim: int, ndim: int) -> int:

@@ -42,10 +42,6 @@ ALLOWED = {
                                         "is asked for",
     ("eager.cuda", "runtime.cuda"): "the CUDA driver is looked for only when asked",
     # below: the knot this file was written to untie, each entry with what it was for
-    ("eager.tensor", "eager.autograd"): "Tensor.backward",
-    ("eager.tensor", "eager.autograd.function"): "Tensor.register_hook and retain_grad",
-    ("eager.tensor", "eager.backends"): "Tensor.to checks that the device is usable",
-    ("eager.tensor", "eager._formatting"): "Tensor.__repr__",
     ("eager.backends", "eager.kernels._common"): "meta_empty",
     ("eager.backends", "ir.dtypes"): "dtypes.from_numpy",
     ("eager.factories", "eager.kernels._common"): "meta_empty",
