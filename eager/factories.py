@@ -8,9 +8,9 @@ import numbers
 import numpy as np
 
 from eager.arguments import bool_arg, dtype_arg, int_arg, int_list, number_arg, size_args
+from eager.backends import backend_for
 from eager.device import as_device
-from eager.kernels._common import meta_empty
-from eager.tensor import Tensor, from_array, share_array
+from eager.tensor import Tensor, from_array, meta_empty, share_array
 from ir import dtypes
 
 _rng = np.random.default_rng()
@@ -52,7 +52,6 @@ def _place(fn: str, a: np.ndarray, dtype, device, requires_grad, random: bool = 
     elif dev.type == "meta":
         t = meta_empty(a.shape, dt)
     else:
-        from eager.backends import backend_for
         t = backend_for(dev).from_host(a.astype(dt.np, copy=False), dev)
     if requires_grad:
         t.requires_grad_(True)

@@ -16,7 +16,7 @@ import numpy as np
 from eager import dispatcher
 from eager._formatting import tensor_repr
 from eager.arguments import int_arg
-from eager.device import CPU, device
+from eager.device import CPU, META, device
 from eager.dispatcher import AUTOGRAD_OF, DispatchKey
 from ir import dtypes
 from ir.dtypes import DType
@@ -346,6 +346,11 @@ def empty_cpu(shape: Size, strides: tuple, numel: int, dtype: DType) -> Tensor:
     kernels' outputs) that compute its Size, strides and element count once."""
     a = np.empty(numel, dtype.np)
     return Tensor._make(Storage(a, CPU, a.nbytes), shape, strides, 0, dtype, CPU)
+
+
+def meta_empty(shape, dt: DType) -> Tensor:
+    """A new meta tensor: shape and dtype, no data."""
+    return Tensor._make(Storage(None, META, 0), shape, contiguous_strides(shape), 0, dt, META)
 
 
 _DTYPE_OF_NP = {d.np: d for d in dtypes.ALL}

@@ -8,9 +8,8 @@ import sys
 
 import numpy as np
 
-from eager.device import META
 from eager.dispatcher import ATEN, DispatchKey
-from eager.tensor import Storage, Tensor, contiguous_strides, from_array, wrap_dim
+from eager.tensor import Tensor, from_array, meta_empty, wrap_dim
 from ir import dtypes
 from ir.dtypes import DType
 from ir.ops import Op
@@ -98,10 +97,6 @@ def result(a, dt: DType) -> Tensor:
         with np.errstate(over="ignore"):  # float32 -> float16 overflows to inf, as it should
             a = a.astype(dt.np)
     return from_array(a)
-
-
-def meta_empty(shape, dt: DType) -> Tensor:
-    return Tensor._make(Storage(None, META, 0), shape, contiguous_strides(shape), 0, dt, META)
 
 
 def register(op: Op, cpu, meta=None) -> None:

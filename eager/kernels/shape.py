@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from eager.arguments import int_arg, int_list, size_args, tensor_list
+from eager.backends import backend_for
 from eager.device import as_device
 from eager.dispatcher import DispatchKey, ATEN
 from eager.kernels._common import (meta_from_rule, operand, promote, register, result,
@@ -246,7 +247,6 @@ def to_copy_cpu(self, *, dtype=None, device=None):
     dt = dtype or self.dtype
     target = as_device(device) if device is not None else self.device
     if target.type != "cpu":
-        from eager.backends import backend_for
         return backend_for(target).from_host(self._np().astype(dt.np), target)
     return result(self._np().astype(dt.np, copy=True), dt)
 

@@ -42,11 +42,6 @@ ALLOWED = {
                                         "is asked for",
     ("eager.cuda", "runtime.cuda"): "the CUDA driver is looked for only when asked",
     # below: the knot this file was written to untie, each entry with what it was for
-    ("eager.backends", "eager.kernels._common"): "meta_empty",
-    ("eager.backends", "ir.dtypes"): "dtypes.from_numpy",
-    ("eager.factories", "eager.kernels._common"): "meta_empty",
-    ("eager.factories", "eager.backends"): "backend_for",
-    ("eager.kernels.shape", "eager.backends"): "backend_for, in _to_copy",
     ("eager.composite", "eager.kernels._common"): "broadcast_shapes",
     ("eager.autograd.function", "eager.kernels.shape"): "detach",
     ("eager.autograd.derivatives", "eager.factories"): "zeros, zeros_like, arange",
