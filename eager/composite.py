@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from eager.arguments import int_arg, int_list, tensor_list
 from eager.dispatcher import ATEN, DispatchKey
-from eager.kernels.shape import infer_size, view_strides
-from eager.tensor import ops, wrap_dim
+from eager.shapes import broadcast_shapes, infer_size, view_strides, wrap_dim
+from eager.tensor import ops
 from ir.ops import Op
 
 
@@ -41,7 +41,6 @@ def matmul(self, other):
 
 
 def _batched_matmul(a, b):
-    from eager.kernels._common import broadcast_shapes
     a_vec, b_vec = a.dim() == 1, b.dim() == 1
     if a_vec:
         a = ops.unsqueeze(a, 0)

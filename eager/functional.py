@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from eager.dispatcher import ATEN
 from eager.indexing import gather, index_put, nonzero, scatter, scatter_add  # noqa: F401
-from eager.tensor import Tensor, ops
+from eager.shapes import broadcast_shapes as broadcast_tuples
+from eager.tensor import Size, Tensor, ops
 from ir.ops import Op
 
 _DIRECT = [Op.NEG, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.ABS, Op.SIGN, Op.TANH, Op.SIGMOID,
@@ -79,6 +80,4 @@ def promote_types(a, b):
 
 
 def broadcast_shapes(*shapes):
-    from eager.kernels._common import broadcast_shapes as shapes_of
-    from eager.tensor import Size
-    return Size(shapes_of(*shapes))
+    return Size(broadcast_tuples(*shapes))

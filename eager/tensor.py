@@ -15,9 +15,9 @@ import numpy as np
 
 from eager import dispatcher
 from eager._formatting import tensor_repr
-from eager.arguments import int_arg
 from eager.device import CPU, META, device
 from eager.dispatcher import AUTOGRAD_OF, DispatchKey
+from eager.shapes import contiguous_strides, wrap_dim
 from ir import dtypes
 from ir.dtypes import DType
 
@@ -60,14 +60,6 @@ class Storage:
 
 # bound once: every new tensor passed to native code asks for its address
 _addressof, _char_at = ctypes.addressof, ctypes.c_char.from_buffer
-
-
-def contiguous_strides(shape) -> tuple[int, ...]:
-    strides, acc = [], 1
-    for s in reversed(shape):
-        strides.append(acc)
-        acc *= max(s, 1)
-    return tuple(reversed(strides))
 
 
 _BACKEND_KEY = {"cpu": DispatchKey.CPU, "cuda": DispatchKey.CUDA, "meta": DispatchKey.Meta}
@@ -311,18 +303,6 @@ class Tensor:
 
     def __reduce_ex__(self, protocol):
         raise TypeError("kiln tensors are not pickled; use eager.save / eager.load")
-
-
-def wrap_dim(dim: int, ndim: int) -> int:
-    """A dim in [-ndim, ndim) made non-negative, or IndexError naming the range (and
-    TypeError naming a dim that is no int: a float, a bool, None)."""
-    if dim.__class__ is not int:
-        dim = int_arg("", "dim", dim)
-    n = max(ndim, 1)
-    if not -n <= dim < n:
-        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], "
-                         f"but got {dim})")
-    return dim + n if dim < 0 else dim
 
 
 def from_array(a: np.ndarray, device_: device = CPU) -> Tensor:

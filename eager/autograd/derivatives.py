@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from eager.kernels._common import reduce_dims
+from eager.shapes import reduce_dims
 from eager.tensor import ops
 from ir.ops import Op
 

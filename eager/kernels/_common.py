@@ -1,6 +1,6 @@
-"""Helpers the kernel families share: type promotion over tensors, broadcasting with
-PyTorch's error text, dim normalisation, result construction, and registration of a
-CPU kernel together with its Meta twin."""
+"""Helpers the kernel families share: type promotion over tensors, result construction,
+and registration of a CPU kernel together with its Meta twin (shape arithmetic, as
+broadcasting and dim normalisation, is in eager/shapes.py)."""
 from __future__ import annotations
 
 import os
@@ -9,7 +9,7 @@ import sys
 import numpy as np
 
 from eager.dispatcher import ATEN, DispatchKey
-from eager.tensor import Tensor, from_array, meta_empty, wrap_dim
+from eager.tensor import Tensor, from_array, meta_empty
 from ir import dtypes
 from ir.dtypes import DType
 from ir.ops import Op
@@ -51,43 +51,6 @@ def compute_np(dt: DType):
 def operand(t: Tensor, np_dtype) -> np.ndarray:
     a = t._np()
     return a if a.dtype == np_dtype else a.astype(np_dtype)
-
-
-def broadcast_shapes(*shapes) -> tuple[int, ...]:
-    ndim = max((len(s) for s in shapes), default=0)
-    out = [1] * ndim
-    for s in shapes:
-        for i, size in enumerate(s, ndim - len(s)):
-            if size == out[i] or size == 1:
-                continue
-            if out[i] == 1:
-                out[i] = size
-                continue
-            a, b = (out[i], size)
-            raise RuntimeError(f"The size of tensor a ({a}) must match the size of tensor b "
-                               f"({b}) at non-singleton dimension {i}")
-    return tuple(out)
-
-
-def reduce_dims(dim, ndim: int) -> tuple[int, ...]:
-    """`dim` (None, an int or a sequence; empty means all) as sorted non-negative dims."""
-    if dim is None:
-        return tuple(range(ndim))
-    if isinstance(dim, int):
-        dim = (dim,)
-    if len(dim) == 0:
-        return tuple(range(ndim))
-    dims = tuple(sorted(wrap_dim(d, ndim) for d in dim))
-    for a, b in zip(dims, dims[1:]):
-        if a == b:
-            raise RuntimeError(f"dim {a} appears multiple times in the list of dims")
-    return dims if ndim else ()  # a 0-d tensor accepts dim 0 / -1 and has nothing to reduce
-
-
-def reduced_shape(shape, dims, keepdim: bool) -> tuple[int, ...]:
-    if keepdim:
-        return tuple(1 if i in dims else s for i, s in enumerate(shape))
-    return tuple(s for i, s in enumerate(shape) if i not in dims)
 
 
 def result(a, dt: DType) -> Tensor:

@@ -6,9 +6,10 @@ import math
 
 import numpy as np
 
-from eager.kernels._common import (broadcast_shapes, compute_np, float_of, meta_from_rule,
-                                   operand, promote, register, result, scalar_value, type_word)
+from eager.kernels._common import (compute_np, float_of, meta_from_rule, operand, promote,
+                                   register, result, scalar_value, type_word)
 from eager.kernels._erf import erf
+from eager.shapes import broadcast_shapes
 from eager.tensor import Tensor, wrap_scalar
 from ir import dtypes
 from ir.ops import Op

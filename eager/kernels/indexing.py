@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from eager.kernels._common import (broadcast_shapes, meta_from_rule, register, result,
-                                   type_word)
+from eager.kernels._common import meta_from_rule, register, result, type_word
 from eager.kernels.elementwise import _check_no_internal_overlap
-from eager.tensor import wrap_dim
+from eager.shapes import broadcast_shapes, wrap_dim
 from ir import dtypes
 from ir.ops import Op
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from eager.kernels._common import (compute_np, meta_from_rule, operand, reduce_dims,
-                                   reduced_shape, register, result, scalar_value, type_word)
-from eager.tensor import wrap_dim
+from eager.kernels._common import (compute_np, meta_from_rule, operand, register, result,
+                                   scalar_value, type_word)
+from eager.shapes import reduce_dims, reduced_shape, wrap_dim
 from ir import dtypes
 from ir.ops import Op
 

@@ -10,7 +10,8 @@ from eager.device import as_device
 from eager.dispatcher import DispatchKey, ATEN
 from eager.kernels._common import (meta_from_rule, operand, promote, register, result,
                                    scalar_value, type_word)
-from eager.tensor import Tensor, contiguous_strides, wrap_dim
+from eager.shapes import infer_size, view_strides, wrap_dim
+from eager.tensor import Tensor
 from ir import dtypes
 from ir.ops import Op
 
@@ -23,61 +24,6 @@ def _view_of(self: Tensor, shape, stride, offset: int) -> Tensor:
 def _register_view(op: Op, fn) -> None:
     for key in (DispatchKey.CPU, DispatchKey.Meta):
         ATEN[op].register(key, fn)
-
-
-def infer_size(shape: tuple[int, ...], numel: int) -> tuple[int, ...]:
-    """`shape` (ints) with one -1 resolved, or PyTorch's error when it cannot hold numel."""
-    known, infer = 1, None
-    for i, s in enumerate(shape):
-        if s == -1:
-            if infer is not None:
-                raise RuntimeError("only one dimension can be inferred")
-            infer = i
-        elif s < 0:
-            raise RuntimeError(f"invalid shape dimension {s} at index {i} of shape {list(shape)}")
-        else:
-            known *= s
-    if infer is not None and known == 0 and numel == 0:
-        raise RuntimeError(f"cannot reshape tensor of 0 elements into shape {list(shape)} "
-                           "because the unspecified dimension size -1 can be any value and is "
-                           "ambiguous")
-    if infer is not None and known != 0 and numel % known == 0:
-        return shape[:infer] + (numel // known,) + shape[infer + 1:]
-    if infer is None and known == numel:
-        return shape
-    raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {numel}")
-
-
-def view_strides(old_shape, old_stride, new_shape):
-    """Strides that let `new_shape` view memory laid out as (old_shape, old_stride), or
-    None when the sizes cross a gap (PyTorch's computeStride)."""
-    if not old_shape:
-        return contiguous_strides(new_shape)
-    numel = 1
-    for s in old_shape:
-        numel *= s
-    if numel == 0:
-        return contiguous_strides(new_shape)
-    new_stride = [0] * len(new_shape)
-    view_d = len(new_shape) - 1
-    chunk_base_stride = old_stride[-1]
-    tensor_numel, view_numel = 1, 1
-    for d in range(len(old_shape) - 1, -1, -1):
-        tensor_numel *= old_shape[d]
-        if d == 0 or (old_shape[d - 1] != 1 and
-                      old_stride[d - 1] != tensor_numel * chunk_base_stride):
-            while view_d >= 0 and (view_numel < tensor_numel or new_shape[view_d] == 1):
-                new_stride[view_d] = view_numel * chunk_base_stride
-                view_numel *= new_shape[view_d]
-                view_d -= 1
-            if view_numel != tensor_numel:
-                return None
-            if d > 0:
-                chunk_base_stride = old_stride[d - 1]
-                tensor_numel, view_numel = 1, 1
-    if view_d != -1:
-        return None
-    return tuple(new_stride)
 
 
 def view(self, size):

@@ -12,9 +12,11 @@ import pathlib
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 LAYERS = [
-    ("core: devices, argument checks, the dispatcher, Tensor and Storage, factories, profiler", [
-        "eager.device", "eager.arguments", "eager.dispatcher", "eager._C", "eager._formatting",
-        "eager.tensor", "eager.backends", "eager.factories", "eager.profiler"]),
+    ("values: devices, argument checks, shape arithmetic (no tensors yet)", [
+        "eager.device", "eager.arguments", "eager.shapes"]),
+    ("core: the dispatcher, Tensor and Storage, backends, factories, the profiler", [
+        "eager.dispatcher", "eager._C", "eager._formatting", "eager.tensor", "eager.backends",
+        "eager.factories", "eager.profiler"]),
     ("kernels: CPU and Meta kernels per op family, composite kernels", [
         "eager.kernels._common", "eager.kernels._erf", "eager.kernels.elementwise",
         "eager.kernels.indexing", "eager.kernels.reduction", "eager.kernels.shape",
@@ -42,7 +44,6 @@ ALLOWED = {
                                         "is asked for",
     ("eager.cuda", "runtime.cuda"): "the CUDA driver is looked for only when asked",
     # below: the knot this file was written to untie, each entry with what it was for
-    ("eager.composite", "eager.kernels._common"): "broadcast_shapes",
     ("eager.autograd.function", "eager.kernels.shape"): "detach",
     ("eager.autograd.derivatives", "eager.factories"): "zeros, zeros_like, arange",
     ("eager.autograd.engine", "eager.factories"): "ones_like and tensor for the root gradient",
@@ -52,8 +53,8 @@ ALLOWED = {
     ("eager.autograd.gradcheck", "eager.tensor"): "Tensor",
     ("eager.indexing", "eager.factories"): "tensor, full",
     ("eager._tensor_methods", "eager.factories"): "new_zeros, new_ones, new_tensor",
-    ("eager.functional", "eager.kernels._common"): "promote, broadcast_shapes",
-    ("eager.functional", "eager.tensor"): "wrap_scalar, Size",
+    ("eager.functional", "eager.kernels._common"): "promote",
+    ("eager.functional", "eager.tensor"): "wrap_scalar",
     ("eager.functional", "ir.dtypes"): "promote_types",
     ("eager.serialization", "eager.factories"): "tensor",
     ("eager.serialization", "eager.tensor"): "Tensor",
