@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
+from eager.factories import arange, zeros, zeros_like
 from eager.shapes import reduce_dims
 from eager.tensor import ops
 from ir.ops import Op
@@ -282,7 +283,6 @@ _amax_amin("AminBackward0", Op.AMIN)
 def _value_selecting(name, op):
     @derivative(op, name, "self", save="self_sizes dim keepdim result1")
     def _(ctx, g):
-        from eager.factories import arange
         sizes, indices = ctx.self_sizes, ctx.result1
         if not sizes:
             return g
@@ -450,7 +450,6 @@ def _(ctx, g):
 
 @derivative(Op.INDEX_SELECT, "IndexSelectBackward0", "self", save="self_sizes dim index")
 def _(ctx, g):
-    from eager.factories import zeros
     base = zeros(ctx.self_sizes, dtype=g.dtype, device=g.device)
     return ops.index_add(base, ctx.dim, ctx.index, g)
 
@@ -463,7 +462,6 @@ def _(ctx, g):
 
 @derivative(Op.EMBEDDING, "EmbeddingBackward0", "weight", save="weight_sizes indices padding_idx")
 def _(ctx, g):
-    from eager.factories import zeros
     rows, width = ctx.weight_sizes
     flat_idx = ops.reshape(ctx.indices, [-1])
     flat_g = ops.reshape(g, [-1, width])
@@ -475,7 +473,6 @@ def _(ctx, g):
 
 @derivative(Op.INDEX, "IndexBackward0", "self", save="self_sizes dim indices")
 def _(ctx, g):
-    from eager.factories import zeros
     base = zeros(ctx.self_sizes, dtype=g.dtype, device=g.device)
     return ops.index_put(base, ctx.dim, ctx.indices, g, True)
 
@@ -483,7 +480,6 @@ def _(ctx, g):
 @derivative(Op.INDEX_PUT, "IndexPutBackward0", "self values",
             save="dim indices values_sizes accumulate")
 def _(ctx, g):
-    from eager.factories import zeros
     grad_self = g if ctx.accumulate else ops.index_put(
         g, ctx.dim, ctx.indices, zeros((), dtype=g.dtype, device=g.device))
     return grad_self, sum_to(ops.index(g, ctx.dim, ctx.indices), ctx.values_sizes)
@@ -501,14 +497,12 @@ def _grown(g, sizes):
 
 @derivative(Op.GATHER, "GatherBackward0", "self", save="self_sizes dim index")
 def _(ctx, g):
-    from eager.factories import zeros
     base = zeros(ctx.self_sizes, dtype=g.dtype, device=g.device)
     return ops.scatter_add(base, ctx.dim, ctx.index, g)
 
 
 @derivative(Op.SCATTER, "ScatterBackward0", "self src", save="dim index src_sizes")
 def _(ctx, g):
-    from eager.factories import zeros
     cleared = ops.scatter(g, ctx.dim, ctx.index,
                           zeros(ctx.index.shape, dtype=g.dtype, device=g.device))
     return cleared, _grown(ops.gather(g, ctx.dim, ctx.index), ctx.src_sizes)
@@ -522,19 +516,16 @@ def _(ctx, g):
 # in place, with no out-of-place twin --------------------------------------------------
 @derivative(Op.ZERO_, "ZeroBackward0", "self")
 def _(ctx, g):
-    from eager.factories import zeros_like
     return zeros_like(g)
 
 
 @derivative(Op.FILL_, "FillBackward2", "self")
 def _(ctx, g):
-    from eager.factories import zeros_like
     return zeros_like(g)
 
 
 @derivative(Op.COPY_, "CopyBackwards", "self src", save="src_sizes src_dtype src_device")
 def _(ctx, g):
-    from eager.factories import zeros_like
     grad_src = None
     if ctx.needs_input_grad(1):
         grad_src = ops._to_copy(sum_to(g, ctx.src_sizes), dtype=ctx.src_dtype,

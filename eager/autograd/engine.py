@@ -8,6 +8,9 @@ import heapq
 from eager.autograd.function import AccumulateGrad, gradient_edge
 from eager.autograd.grad_mode import set_grad_enabled
 from eager.dispatcher import tls
+from eager.factories import ones_like, tensor
+from eager.profiler import profile, record_function
+from eager.tensor import Tensor
 
 
 def _check_grad(node, i, grad, meta):
@@ -23,10 +26,9 @@ def _check_grad(node, i, grad, meta):
 
 def _evaluate(node, grad, create_graph: bool) -> tuple:
     """Apply a node; while a profiler records, as a region named the way PyTorch names it."""
-    from eager import profiler  # imported here: cheap once loaded, and no import cycle
-    if profiler.profile._active is None:
+    if profile._active is None:
         return node.apply(grad, create_graph)
-    with profiler.record_function(f"autograd::engine::evaluate_function: {node.name()}"):
+    with record_function(f"autograd::engine::evaluate_function: {node.name()}"):
         return node.apply(grad, create_graph)
 
 
@@ -137,15 +139,12 @@ def _call_hooks(hooks_by_output: dict, grads: dict) -> None:
 
 
 def _root_grad(t, g):
-    from eager.factories import ones_like
-    from eager.tensor import Tensor
     if g is None:
         if t.numel() != 1:
             raise RuntimeError("grad can be implicitly created only for scalar outputs")
         return ones_like(t)
     if not isinstance(g, Tensor):
-        from eager.factories import tensor as make
-        g = make(g, dtype=t.dtype)
+        g = tensor(g, dtype=t.dtype)
     if g._shape != t._shape:
         raise RuntimeError(f"Mismatch in shape: grad_output[0] has a shape of {list(g._shape)} "
                            f"and output[0] has a shape of {list(t._shape)}.")

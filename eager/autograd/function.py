@@ -6,6 +6,8 @@ from __future__ import annotations
 import itertools
 import weakref
 
+from eager.kernels.shape import detach
+
 _sequence = itertools.count()
 
 _FREED = ("Trying to backward through the graph a second time (or directly access saved "
@@ -98,7 +100,6 @@ class SavedTensor:
             raise RuntimeError(_modified_message(t, node if self.is_output else t.grad_fn,
                                                  t._storage.version, self.version))
         if self.is_output and node is not None:
-            from eager.kernels.shape import detach
             t = detach(t)
             t.grad_fn = node
             t._set_requires_grad(True)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from eager.autograd.engine import grad as autograd_grad
+from eager.factories import tensor, zeros_like
+from eager.tensor import Tensor
 
 
 class GradcheckError(RuntimeError):
@@ -23,7 +25,6 @@ def _requires_grad(x) -> bool:
 
 
 def _differentiable_outputs(fn, inputs) -> list:
-    from eager.tensor import Tensor
     return [o for o in _as_tuple(fn(*inputs))
             if isinstance(o, Tensor) and o.dtype.is_floating_point]
 
@@ -55,7 +56,6 @@ def _numerical(fn, inputs, wrt, eps) -> list[list[np.ndarray]]:
 
 def _analytical(fn, inputs, wrt) -> list[list[np.ndarray]]:
     """The same Jacobians from backward: one one-hot grad_output per output element."""
-    from eager.factories import zeros_like
     outputs = _differentiable_outputs(fn, inputs)
     jacobians = [[np.zeros((t.numel(), o.numel())) for o in outputs] for t in wrt]
     for k, o in enumerate(outputs):
@@ -100,7 +100,6 @@ def gradgradcheck(fn, inputs, grad_outputs=None, *, eps: float = 1e-6, atol: flo
     """gradcheck of the gradient itself: differentiates the function that maps (inputs,
     grad_outputs) to the input gradients backward computes with create_graph=True.
     Without `grad_outputs`, fixed pseudo-random ones are used."""
-    from eager.factories import tensor
     inputs = _as_tuple(inputs)
     if grad_outputs is None:
         rng = np.random.default_rng(0)

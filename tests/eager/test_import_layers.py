@@ -44,13 +44,6 @@ ALLOWED = {
                                         "is asked for",
     ("eager.cuda", "runtime.cuda"): "the CUDA driver is looked for only when asked",
     # below: the knot this file was written to untie, each entry with what it was for
-    ("eager.autograd.function", "eager.kernels.shape"): "detach",
-    ("eager.autograd.derivatives", "eager.factories"): "zeros, zeros_like, arange",
-    ("eager.autograd.engine", "eager.factories"): "ones_like and tensor for the root gradient",
-    ("eager.autograd.engine", "eager.tensor"): "Tensor",
-    ("eager.autograd.engine", "eager.profiler"): "the profiler's region per node",
-    ("eager.autograd.gradcheck", "eager.factories"): "zeros_like, tensor",
-    ("eager.autograd.gradcheck", "eager.tensor"): "Tensor",
     ("eager.indexing", "eager.factories"): "tensor, full",
     ("eager._tensor_methods", "eager.factories"): "new_zeros, new_ones, new_tensor",
     ("eager.functional", "eager.kernels._common"): "promote",
