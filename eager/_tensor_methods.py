@@ -10,6 +10,7 @@ from eager.autograd.function import register_tensor_hook, retain_grad
 from eager.backends import backend_for
 from eager.device import as_device
 from eager.dispatcher import ATEN
+from eager.factories import ones, tensor, zeros
 from eager.tensor import Tensor, ops
 from ir import dtypes
 from ir.dtypes import DType
@@ -183,19 +184,16 @@ def _zero_(self):
 
 
 def _new_zeros(self, *size, dtype=None, device=None, requires_grad=False):
-    from eager.factories import zeros
     return zeros(_sizes(size), dtype=dtype or self.dtype, device=device or self.device,
                  requires_grad=requires_grad)
 
 
 def _new_ones(self, *size, dtype=None, device=None, requires_grad=False):
-    from eager.factories import ones
     return ones(_sizes(size), dtype=dtype or self.dtype, device=device or self.device,
                 requires_grad=requires_grad)
 
 
 def _new_tensor(self, data, dtype=None, device=None, requires_grad=False):
-    from eager.factories import tensor
     return tensor(data, dtype=dtype or self.dtype, device=device or self.device,
                   requires_grad=requires_grad)
 

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 from eager.dispatcher import ATEN
+from eager.kernels._common import promote
 from eager.indexing import gather, index_put, nonzero, scatter, scatter_add  # noqa: F401
 from eager.shapes import broadcast_shapes as broadcast_tuples
-from eager.tensor import Size, Tensor, ops
+from eager.tensor import Size, Tensor, ops, wrap_scalar
+from ir import dtypes
 from ir.ops import Op
 
 _DIRECT = [Op.NEG, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.ABS, Op.SIGN, Op.TANH, Op.SIGMOID,
@@ -68,15 +70,12 @@ def chunk(input, chunks, dim=0):
 
 
 def result_type(a, b):
-    from eager.kernels._common import promote
-    from eager.tensor import wrap_scalar
     wrap = (lambda x: x if isinstance(x, Tensor) else wrap_scalar(x))
     return promote(wrap(a), wrap(b))
 
 
 def promote_types(a, b):
-    from ir.dtypes import promote_types as promote
-    return promote(a, b)
+    return dtypes.promote_types(a, b)
 
 
 def broadcast_shapes(*shapes):

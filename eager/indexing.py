@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from eager.factories import full, tensor
 from eager.tensor import Tensor, ops
 from ir import dtypes
 
@@ -29,7 +30,6 @@ def _normalise(self: Tensor, idx) -> list:
 
 
 def _as_index_tensor(i) -> Tensor:
-    from eager.factories import tensor
     return tensor(i)
 
 
@@ -128,7 +128,6 @@ def setitem(self: Tensor, idx, value) -> None:
     if isinstance(value, Tensor):
         value = value if value.dtype is target.dtype else value.to(target.dtype)
     else:
-        from eager.factories import tensor
         value = tensor(value, dtype=target.dtype, device=target.device)
     ops.index_put_(target, dim, indices, value)
 
@@ -150,7 +149,6 @@ def _src(self: Tensor, index: Tensor, src, value) -> Tensor:
     number = value if src is None else src
     if isinstance(number, Tensor):
         return number
-    from eager.factories import full
     return full(tuple(index.shape), number, dtype=self.dtype, device=self.device)
 
 

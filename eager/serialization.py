@@ -23,6 +23,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from eager.factories import tensor
+from eager.tensor import Tensor
+from ir.dtypes import from_name
+
 _FORMAT = "kiln-save-1"
 _MANIFEST_MAX = 1 << 24  # bytes: about 90,000 tensors' entries
 _NPY_HEADER_MAX = 1 << 14  # bytes before the data; np.load refuses headers over 10,000
@@ -33,7 +37,6 @@ class CorruptFileError(RuntimeError):
 
 
 def _encode(obj, arrays: list):
-    from eager.tensor import Tensor
     if isinstance(obj, Tensor):
         a = np.array(obj.detach()._host_np(), order="C")  # ascontiguousarray makes 0-d 1-d
         arrays.append(a)
@@ -178,7 +181,6 @@ _NPY_HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0,
 
 
 def _decode_tensor(node, members: _Members) -> _Checked:
-    from ir.dtypes import from_name
     dtype, shape = from_name(node["dtype"]), node["shape"]
     if not all(type(s) is int and s >= 0 for s in shape):
         raise members.refuse(f"tensor {node['tensor']} has shape {shape}")
@@ -197,7 +199,6 @@ def _decode_tensor(node, members: _Members) -> _Checked:
 
 
 def _materialise(tree, map_location):
-    from eager.factories import tensor
     if isinstance(tree, _Checked):
         return tensor(tree.array, dtype=tree.dtype, device=map_location,
                       requires_grad=tree.requires_grad)

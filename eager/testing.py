@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from eager.tensor import Tensor
+
 _TOLERANCES = {"float16": (1e-3, 1e-5), "float32": (1.3e-6, 1e-5), "float64": (1e-7, 1e-7)}
 
 
 def _as_array(x):
-    from eager.tensor import Tensor
     if isinstance(x, Tensor):
         return x.detach()._host_np(), x.dtype.name
     a = np.asarray(x)
