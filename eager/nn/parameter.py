@@ -1,6 +1,7 @@
 """nn.Parameter: a leaf tensor that a Module registers as one of its parameters."""
 from __future__ import annotations
 
+from eager.factories import empty
 from eager.tensor import Tensor
 
 
@@ -9,7 +10,6 @@ class Parameter(Tensor):
 
     def __new__(cls, data: Tensor | None = None, requires_grad: bool = True):
         if data is None:
-            from eager.factories import empty
             data = empty(0)
         t = Tensor._make.__func__(cls, data._storage, data._shape, data._stride, data._offset,
                                   data.dtype, data.device)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from collections import defaultdict
 
-from eager.autograd.grad_mode import no_grad
+from eager.autograd.grad_mode import enable_grad, no_grad
 from eager.nn.modules.module import zero_grads
 from eager.tensor import Tensor
 
@@ -48,7 +48,6 @@ class Optimizer:
     def step(self, closure=None):
         loss = None
         if closure is not None:
-            from eager.autograd.grad_mode import enable_grad
             with enable_grad():
                 loss = closure()
         with no_grad():

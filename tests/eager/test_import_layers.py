@@ -43,12 +43,6 @@ ALLOWED = {
     ("eager.backends", "runtime.cuda"): "the CUDA driver is looked for only when a CUDA tensor "
                                         "is asked for",
     ("eager.cuda", "runtime.cuda"): "the CUDA driver is looked for only when asked",
-    # below: the knot this file was written to untie, each entry with what it was for
-    ("eager.nn.parameter", "eager.factories"): "empty",
-    ("eager.nn.modules.layers", "eager.autograd.grad_mode"): "no_grad",
-    ("eager.nn.modules.module", "eager.autograd.grad_mode"): "no_grad",
-    ("eager.nn.modules.module", "ir.dtypes"): "from_name, DType",
-    ("eager.optim.optimizer", "eager.autograd.grad_mode"): "enable_grad",
 }
 
 ORDER = [m for _, modules in LAYERS for m in modules]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 from eager import factories
+from eager.autograd.grad_mode import no_grad
 from eager.nn import functional as F
 from eager.nn import init
 from eager.nn.modules.module import Module
@@ -70,7 +71,6 @@ class Embedding(Module):
     def reset_parameters(self) -> None:
         init.normal_(self.weight)
         if self.padding_idx is not None:
-            from eager.autograd.grad_mode import no_grad
             with no_grad():
                 self.weight[self.padding_idx] = 0.0
 

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from eager.autograd.grad_mode import no_grad
 from eager.nn.parameter import Parameter
 from eager.tensor import Tensor
+from ir import dtypes
+from ir.dtypes import DType
 
 
 def zero_grads(params, set_to_none: bool = True) -> None:
@@ -248,7 +251,6 @@ class Module:
         return out
 
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
-        from eager.autograd.grad_mode import no_grad
         own = self.state_dict(keep_vars=True)
         missing = [k for k in own if k not in state_dict]
         unexpected = [k for k in state_dict if k not in own]
@@ -282,7 +284,6 @@ class Module:
 
     # dtype and device -------------------------------------------------------------
     def _apply(self, fn):
-        from eager.autograd.grad_mode import no_grad
         with no_grad():
             for m in self.modules():
                 for p in m._parameters.values():
@@ -300,7 +301,7 @@ class Module:
     def to(self, *args, dtype=None, device=None):
         """`m.to(dtype)`, `m.to(device)`: floating-point tensors take the dtype, all the device."""
         for a in args:
-            if _is_dtype(a):
+            if isinstance(a, DType):
                 dtype = a
             else:
                 device = a
@@ -308,13 +309,13 @@ class Module:
                                           device=device))
 
     def float(self):
-        return self.to(_dtype("float32"))
+        return self.to(dtypes.float32)
 
     def double(self):
-        return self.to(_dtype("float64"))
+        return self.to(dtypes.float64)
 
     def half(self):
-        return self.to(_dtype("float16"))
+        return self.to(dtypes.float16)
 
     def cpu(self):
         return self.to("cpu")
@@ -345,12 +346,3 @@ class Module:
         return sorted(set(super().__dir__()) | set(self._parameters) | set(self._buffers) |
                       set(self._modules))
 
-
-def _dtype(name):
-    from ir.dtypes import from_name
-    return from_name(name)
-
-
-def _is_dtype(a) -> bool:
-    from ir.dtypes import DType
-    return isinstance(a, DType)
