@@ -2,6 +2,7 @@
 
 Tensors, the op registry and dispatcher, autograd, a numpy CPU backend and the
 profiler. The compiler (llvmlite, networkx) is imported only when compile() is used.
+The modules read in layers, bottom-up: docs/ARCHITECTURE.md, "eager, layer by layer".
 """
 # ruff: noqa: F401 - this module's imports are its public names
 from eager import autograd as autograd

@@ -12,11 +12,11 @@ import pathlib
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 LAYERS = [
-    ("values: devices, argument checks, shape arithmetic (no tensors yet)", [
+    ("base: devices, argument checks, shape arithmetic (no tensors yet)", [
         "eager.device", "eager.arguments", "eager.shapes"]),
-    ("core: the dispatcher, Tensor and Storage, backends, factories, the profiler", [
-        "eager.dispatcher", "eager._C", "eager._formatting", "eager.tensor", "eager.backends",
-        "eager.factories", "eager.profiler"]),
+    ("core: the dispatcher and profiler, Tensor and Storage, backends, factories", [
+        "eager.dispatcher", "eager.profiler", "eager._C", "eager._formatting", "eager.tensor",
+        "eager.backends", "eager.factories"]),
     ("kernels: CPU and Meta kernels per op family, composite kernels", [
         "eager.kernels._common", "eager.kernels._erf", "eager.kernels.elementwise",
         "eager.kernels.indexing", "eager.kernels.reduction", "eager.kernels.shape",
