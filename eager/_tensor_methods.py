@@ -11,21 +11,16 @@ from eager.backends import backend_for
 from eager.device import as_device
 from eager.dispatcher import ATEN
 from eager.factories import ones, tensor, zeros
+from eager.records import named
 from eager.tensor import Tensor, ops
 from ir import dtypes
 from ir.dtypes import DType
 from ir.ops import Op
 
-# ops whose Python method has the schema's own signature: `t.exp()`, `t.mm(m)`, ...
-for _op in (Op.NEG, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.ABS, Op.SIGN, Op.TANH, Op.SIGMOID,
-            Op.RELU, Op.ERF, Op.CLAMP, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.POW,
-            Op.MAXIMUM, Op.MINIMUM, Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE, Op.LOGICAL_AND,
-            Op.SUM, Op.MEAN, Op.AMAX, Op.AMIN, Op.ARGMAX, Op.ARGMIN, Op.SOFTMAX,
-            Op.LOG_SOFTMAX, Op.DOT, Op.MV, Op.MM, Op.BMM, Op.ADDMM, Op.MATMUL, Op.TRANSPOSE,
-            Op.T, Op.UNSQUEEZE, Op.SELECT, Op.FLATTEN, Op.SPLIT, Op.DETACH, Op.CONTIGUOUS,
-            Op.CLONE, Op.INDEX_SELECT, Op.INDEX_ADD, Op.ADD_, Op.SUB_, Op.MUL_, Op.DIV_,
-            Op.CLAMP_, Op.ZERO_, Op.FILL_, Op.COPY_):
-    setattr(Tensor, _op.schema.name, ATEN[_op])
+# ops whose Python method has the schema's own signature (`t.exp()`, `t.mm(m)`): every op
+# whose record names a method
+for _name, _op in named("method").items():
+    setattr(Tensor, _name, ATEN[_op])
 
 
 def _sizes(args):
@@ -93,12 +88,6 @@ def _std(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
     return ops.sqrt(_var(self, dim, unbiased, keepdim, correction=correction))
 
 
-def _gelu(self, approximate="none"):
-    return ops.gelu(self, approximate=approximate)
-
-
-def _silu(self):
-    return ops.silu(self)
 
 
 def _size_fn(self, dim=None):
@@ -270,8 +259,8 @@ def _mT(self):
 _METHODS = {
     "view": _view, "reshape": _reshape, "permute": _permute, "expand": _expand,
     "expand_as": _expand_as, "view_as": _view_as, "reshape_as": _reshape_as,
-    "squeeze": _squeeze, "max": _max, "min": _min, "var": _var, "std": _std, "gelu": _gelu,
-    "silu": _silu, "split": _split, "chunk": _chunk, "where": _where,
+    "squeeze": _squeeze, "max": _max, "min": _min, "var": _var, "std": _std,
+    "split": _split, "chunk": _chunk, "where": _where,
     "masked_fill": _masked_fill, "new_zeros": _new_zeros, "new_ones": _new_ones,
     "new_tensor": _new_tensor,
     "to": _to, "type": _type, "cpu": _cpu, "cuda": _cuda, "float": _float, "double": _double,

@@ -4,19 +4,24 @@ from __future__ import annotations
 
 from eager.arguments import int_arg, int_list, tensor_list
 from eager.dispatcher import ATEN, DispatchKey
+from eager.records import declare
 from eager.shapes import broadcast_shapes, infer_size, view_strides, wrap_dim
 from eager.tensor import ops
 from ir.ops import Op
 
 
-def _composite(op: Op):
+def _composite(op: Op, **names):
+    """Register the decorated function as `op`'s composite kernel, and declare the op's
+    record with `names` (see eager/records.py)."""
+    declare(op, **names)
+
     def register(fn):
         ATEN[op].register(DispatchKey.CompositeImplicitAutograd, fn)
         return fn
     return register
 
 
-@_composite(Op.MATMUL)
+@_composite(Op.MATMUL, function=True, method=True)
 def matmul(self, other):
     """Pick dot / mv / mm / bmm by rank, as torch.matmul documents."""
     da, db = len(self._shape), len(other._shape)
@@ -71,7 +76,7 @@ def _numel(shape) -> int:
     return n
 
 
-@_composite(Op.LINEAR)
+@_composite(Op.LINEAR, function=True)
 def linear(input, weight, bias=None):
     if input.dim() == 2 and bias is not None:
         return ops.addmm(bias, input, ops.t(weight))
@@ -79,7 +84,7 @@ def linear(input, weight, bias=None):
     return out if bias is None else ops.add(out, bias)
 
 
-@_composite(Op.RESHAPE)
+@_composite(Op.RESHAPE, function=True)
 def reshape(self, shape):
     shape = infer_size(int_list("reshape", "shape", shape), self.numel())
     if view_strides(self._shape, self._stride, shape) is not None:
@@ -87,7 +92,7 @@ def reshape(self, shape):
     return ops.view(ops.clone(self), shape)
 
 
-@_composite(Op.FLATTEN)
+@_composite(Op.FLATTEN, function=True, method=True)
 def flatten(self, start_dim=0, end_dim=-1):
     if self.dim() == 0:
         return ops.reshape(self, [1])
@@ -100,7 +105,7 @@ def flatten(self, start_dim=0, end_dim=-1):
     return ops.reshape(self, shape)
 
 
-@_composite(Op.SPLIT)
+@_composite(Op.SPLIT, function=True)
 def split(self, split_size, dim=0):
     d = wrap_dim(dim, self.dim())
     size = self._shape[d]
@@ -130,12 +135,12 @@ def split(self, split_size, dim=0):
     return tuple(ops.slice(self, d, a, b) for a, b in bounds)
 
 
-@_composite(Op.CONTIGUOUS)
+@_composite(Op.CONTIGUOUS, method=True)
 def contiguous(self):
     return self if self.is_contiguous() else ops.clone(self)
 
 
-@_composite(Op.STACK)
+@_composite(Op.STACK, function=True)
 def stack(tensors, dim=0):
     tensors = tensor_list("stack", tensors)
     if not tensors:

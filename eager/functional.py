@@ -3,29 +3,23 @@ from __future__ import annotations
 
 from eager.dispatcher import ATEN
 from eager.kernels._common import promote
+from eager.records import named
 from eager.indexing import gather, index_put, nonzero, scatter, scatter_add  # noqa: F401
 from eager.shapes import broadcast_shapes as broadcast_tuples
 from eager.tensor import Size, Tensor, ops, wrap_scalar
 from ir import dtypes
 from ir.ops import Op
 
-_DIRECT = [Op.NEG, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.ABS, Op.SIGN, Op.TANH, Op.SIGMOID,
-           Op.RELU, Op.ERF, Op.CLAMP, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.POW, Op.MAXIMUM,
-           Op.MINIMUM, Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE, Op.LOGICAL_AND, Op.WHERE,
-           Op.SUM, Op.MEAN, Op.AMAX, Op.AMIN, Op.ARGMAX, Op.ARGMIN, Op.SOFTMAX, Op.LOG_SOFTMAX,
-           Op.DOT, Op.MV, Op.MM, Op.BMM, Op.ADDMM, Op.MATMUL, Op.TRANSPOSE, Op.T, Op.PERMUTE,
-           Op.UNSQUEEZE, Op.SELECT, Op.FLATTEN, Op.SPLIT, Op.DETACH, Op.CLONE, Op.CAT, Op.STACK,
-           Op.INDEX_SELECT, Op.INDEX_ADD, Op.EMBEDDING, Op.RESHAPE, Op.SQUEEZE, Op.EXPAND]
+_DIRECT = named("function")  # eager.exp, eager.mm, ...: every op whose record names one
 
-__all__ = [op.schema.name for op in _DIRECT] + [
-    "max", "min", "var", "std", "gelu", "silu", "clamp_min", "clamp_max", "concat", "square",
-    "chunk", "linear", "result_type", "promote_types", "broadcast_shapes", "gather", "scatter",
-    "scatter_add", "nonzero", "index_put"]
+__all__ = list(_DIRECT) + [
+    "max", "min", "var", "std", "clamp_min", "clamp_max", "concat", "square", "chunk",
+    "result_type", "promote_types", "broadcast_shapes", "gather", "scatter", "scatter_add",
+    "nonzero", "index_put"]
 
-for _op in _DIRECT:
-    globals()[_op.schema.name] = ATEN[_op]
+for _name, _op in _DIRECT.items():
+    globals()[_name] = ATEN[_op]
 
-linear = ATEN[Op.LINEAR]
 concat = ATEN[Op.CAT]
 
 
@@ -45,12 +39,6 @@ def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     return Tensor.std(input, dim, unbiased, keepdim, correction=correction)
 
 
-def gelu(input, approximate="none"):
-    return ops.gelu(input, approximate=approximate)
-
-
-def silu(input):
-    return ops.silu(input)
 
 
 def clamp_min(input, min):  # noqa: A002

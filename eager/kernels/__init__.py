@@ -1,7 +1,19 @@
-"""Kernels for the CPU (numpy) and Meta (shape and dtype only) dispatch keys.
+"""Kernels for the CPU (numpy) and Meta (shape and dtype only) dispatch keys, and the op
+records (eager/records.py) they sit beside.
 
-Each family file holds, per op: its shape/dtype rule (shared by the CPU and Meta
-kernels, so both raise the same errors) and its numpy kernel. Importing this package
+Each family file holds, per op, one block: its record (names, derivative, and for a
+pointwise op its numpy function, dtype rule and code emitter), its shape/dtype rule
+(shared by the CPU and Meta kernels, so both raise the same errors) and its kernel.
+Pointwise ops get their kernels made from their records here. Importing this package
 registers them all.
 """
-from eager.kernels import elementwise, indexing, linalg, reduction, shape  # noqa: F401
+from eager.kernels import (binary, copies, elementwise, indexing, linalg,  # noqa: F401
+                           reduction, shape, unary)
+from eager.records import RECORDS
+
+for _record in RECORDS.values():
+    if _record.pointwise is not None:
+        elementwise.register_pointwise(_record)
+for _record in RECORDS.values():  # after their twins
+    if _record.inplace_of is not None and RECORDS[_record.inplace_of].pointwise is not None:
+        elementwise.register_inplace(_record)

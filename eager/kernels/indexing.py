@@ -11,11 +11,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from eager.factories import zeros
 from eager.kernels._common import meta_from_rule, register, result, type_word
-from eager.kernels.elementwise import _check_no_internal_overlap
+from eager.kernels.elementwise import check_no_internal_overlap
+from eager.kernels.gradients import sum_to
+from eager.records import declare
 from eager.shapes import broadcast_shapes, wrap_dim
+from eager.tensor import ops
 from ir import dtypes
 from ir.ops import Op
+
 
 _INDEX_TYPES = (dtypes.int64, dtypes.int32)
 
@@ -104,7 +109,7 @@ def index_put_cpu(self, dim, indices, values, accumulate=False):
 
 
 def index_put_inplace_meta(self, dim, indices, values, accumulate=False):
-    _check_no_internal_overlap(self)
+    check_no_internal_overlap(self)
     index_put_rule(self, dim, indices, values, accumulate)
     return self
 
@@ -221,3 +226,69 @@ def nonzero_meta(self):
 
 
 register(Op.NONZERO, nonzero_cpu, nonzero_meta)
+
+
+def _grown(g, sizes):
+    """`g` in the leading corner of zeros of `sizes` (a scatter's src may be larger than its
+    index: only the corner the index covers was read)."""
+    for d, (n, size) in enumerate(zip(g._shape, sizes)):
+        if n != size:
+            g = ops.slice_backward(g, list(g._shape[:d]) + [size] + list(g._shape[d + 1:]), d,
+                                   0, n, 1)
+    return g
+
+
+# records: names and derivatives -----------------------------------------------------
+INDEX = declare(Op.INDEX)
+
+
+@INDEX.derivative("IndexBackward0", "self", save="self_sizes dim indices")
+def _(ctx, g):
+    base = zeros(ctx.self_sizes, dtype=g.dtype, device=g.device)
+    return ops.index_put(base, ctx.dim, ctx.indices, g, True)
+
+
+INDEX_PUT = declare(Op.INDEX_PUT)
+
+
+@INDEX_PUT.derivative("IndexPutBackward0", "self values",
+                      save="dim indices values_sizes accumulate")
+
+
+def _(ctx, g):
+    grad_self = g if ctx.accumulate else ops.index_put(
+        g, ctx.dim, ctx.indices, zeros((), dtype=g.dtype, device=g.device))
+    return grad_self, sum_to(ops.index(g, ctx.dim, ctx.indices), ctx.values_sizes)
+
+
+GATHER = declare(Op.GATHER)
+
+
+@GATHER.derivative("GatherBackward0", "self", save="self_sizes dim index")
+def _(ctx, g):
+    base = zeros(ctx.self_sizes, dtype=g.dtype, device=g.device)
+    return ops.scatter_add(base, ctx.dim, ctx.index, g)
+
+
+SCATTER = declare(Op.SCATTER)
+
+
+@SCATTER.derivative("ScatterBackward0", "self src", save="dim index src_sizes")
+def _(ctx, g):
+    cleared = ops.scatter(g, ctx.dim, ctx.index,
+                          zeros(ctx.index.shape, dtype=g.dtype, device=g.device))
+    return cleared, _grown(ops.gather(g, ctx.dim, ctx.index), ctx.src_sizes)
+
+
+SCATTER_ADD = declare(Op.SCATTER_ADD)
+
+
+@SCATTER_ADD.derivative("ScatterAddBackward0", "self src", save="dim index src_sizes")
+def _(ctx, g):
+    return g, _grown(ops.gather(g, ctx.dim, ctx.index), ctx.src_sizes)
+
+
+NONZERO = declare(Op.NONZERO, differentiable=False)
+
+
+INDEX_PUT_ = declare(Op.INDEX_PUT_, inplace_of=Op.INDEX_PUT)

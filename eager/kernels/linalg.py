@@ -5,10 +5,13 @@ import numpy as np
 
 from eager.kernels._common import (compute_np, meta_from_rule, operand, register, result,
                                    scalar_value, type_word)
+from eager.kernels.gradients import sum_to
 from eager.kernels.shape import expand
-from eager.tensor import from_array
+from eager.records import declare
+from eager.tensor import from_array, ops
 from ir import dtypes
 from ir.ops import Op
+
 
 _C_TYPE = {"float32": "float", "float64": "double", "float16": "Half", "int64": "long int",
            "int32": "int", "bool": "bool"}
@@ -113,3 +116,59 @@ def addmm_cpu(self, mat1, mat2, *, beta=1, alpha=1):
 
 
 register(Op.ADDMM, addmm_cpu, meta_from_rule(addmm_rule))
+
+
+# records: names and derivatives -----------------------------------------------------
+DOT = declare(Op.DOT, function=True, method=True)
+
+
+@DOT.derivative("DotBackward0", "self tensor", save="self tensor")
+def _(ctx, g):
+    return g * ctx.tensor, g * ctx.self
+
+
+MV = declare(Op.MV, function=True, method=True)
+
+
+@MV.derivative("MvBackward0", "self vec", save="self vec")
+def _(ctx, g):
+    return (ops.mm(ops.unsqueeze(g, 1), ops.unsqueeze(ctx.vec, 0)),
+            ops.mv(ops.t(ctx.self), g))
+
+
+MM = declare(Op.MM, function=True, method=True)
+
+
+@MM.derivative("MmBackward0", "self mat2", save="self mat2")
+def _(ctx, g):
+    return (ops.mm(g, ops.t(ctx.mat2)) if ctx.needs_input_grad(0) else None,
+            ops.mm(ops.t(ctx.self), g) if ctx.needs_input_grad(1) else None)
+
+
+BMM = declare(Op.BMM, function=True, method=True)
+
+
+@BMM.derivative("BmmBackward0", "self mat2", save="self mat2")
+def _(ctx, g):
+    return (ops.bmm(g, ops.transpose(ctx.mat2, 1, 2)) if ctx.needs_input_grad(0) else None,
+            ops.bmm(ops.transpose(ctx.self, 1, 2), g) if ctx.needs_input_grad(1) else None)
+
+
+ADDMM = declare(Op.ADDMM, function=True, method=True)
+
+
+@ADDMM.derivative("AddmmBackward0", "self mat1 mat2",
+                  save="self_sizes mat1 mat2 beta alpha")
+
+
+def _(ctx, g):
+    alpha, beta = ctx.alpha, ctx.beta
+    grad_self = sum_to(g if beta == 1 else g * beta, ctx.self_sizes)
+    grad_1 = grad_2 = None
+    if ctx.needs_input_grad(1):
+        grad_1 = ops.mm(g, ops.t(ctx.mat2))
+        grad_1 = grad_1 if alpha == 1 else grad_1 * alpha
+    if ctx.needs_input_grad(2):
+        grad_2 = ops.mm(ops.t(ctx.mat1), g)
+        grad_2 = grad_2 if alpha == 1 else grad_2 * alpha
+    return grad_self, grad_1, grad_2

@@ -2,11 +2,17 @@
 and the row normalisations softmax / log_softmax, computed stably in numpy."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from eager.factories import arange
 from eager.kernels._common import (compute_np, meta_from_rule, operand, register, result,
                                    scalar_value, type_word)
+from eager.kernels.gradients import expand_reduced, numel_over
+from eager.records import declare
 from eager.shapes import reduce_dims, reduced_shape, wrap_dim
+from eager.tensor import ops
 from ir import dtypes
 from ir.ops import Op
 
@@ -199,3 +205,98 @@ def _softmax_kernel(rule, log: bool):
 for _op, _name, _log in ((Op.SOFTMAX, "softmax", False), (Op.LOG_SOFTMAX, "log_softmax", True)):
     _rule = _softmax_rule(_name)
     register(_op, _softmax_kernel(_rule, _log), meta_from_rule(_rule))
+
+
+# records: names and derivatives -----------------------------------------------------
+SUM = declare(Op.SUM, function=True, method=True)
+
+
+@SUM.derivative("SumBackward1", "self", save="self_sizes dim keepdim",
+                overloads={"SumBackward0": lambda a: a["dim"] is None})
+
+
+def _(ctx, g):
+    return expand_reduced(g, ctx.self_sizes, ctx.dim, ctx.keepdim)
+
+
+MEAN = declare(Op.MEAN, function=True, method=True)
+
+
+@MEAN.derivative("MeanBackward1", "self", save="self_sizes dim keepdim",
+                 overloads={"MeanBackward0": lambda a: a["dim"] is None})
+
+
+def _(ctx, g):
+    n = numel_over(ctx.self_sizes, ctx.dim)
+    return expand_reduced(g, ctx.self_sizes, ctx.dim, ctx.keepdim) / n
+
+
+def _amax_amin_rule(record, name):
+    @record.derivative(name, "self", save="self result dim keepdim")
+    def _(ctx, g):
+        x = ctx.self
+        value = expand_reduced(ctx.result, x._shape, ctx.dim, ctx.keepdim)
+        mask = ops.eq(x, value)
+        count = ops.sum(mask, list(reduce_dims(ctx.dim, x.dim())), True)
+        return expand_reduced(g, x._shape, ctx.dim, ctx.keepdim) * mask / count
+
+
+AMAX = declare(Op.AMAX, function=True, method=True)
+_amax_amin_rule(AMAX, "AmaxBackward0")
+AMIN = declare(Op.AMIN, function=True, method=True)
+_amax_amin_rule(AMIN, "AminBackward0")
+
+
+def _value_selecting_rule(record, name):
+    """max.dim / min.dim: the gradient goes to the position the indices name."""
+    @record.derivative(name, "self", save="self_sizes dim keepdim result1")
+    def _(ctx, g):
+        sizes, indices = ctx.self_sizes, ctx.result1
+        if not sizes:
+            return g
+        d = reduce_dims(ctx.dim, len(sizes))[0]
+        shape = [1] * len(sizes)
+        shape[d] = sizes[d]
+        position = ops.view(arange(sizes[d], device=g.device), shape)
+        if not ctx.keepdim:
+            indices = ops.unsqueeze(indices, d)
+        hit = ops.eq(position, indices)
+        return expand_reduced(g, sizes, ctx.dim, ctx.keepdim) * hit
+
+
+MAX_DIM = declare(Op.MAX_DIM)
+_value_selecting_rule(MAX_DIM, "MaxBackward0")
+MIN_DIM = declare(Op.MIN_DIM)
+_value_selecting_rule(MIN_DIM, "MinBackward0")
+
+ARGMAX = declare(Op.ARGMAX, function=True, method=True, differentiable=False)
+
+ARGMIN = declare(Op.ARGMIN, function=True, method=True, differentiable=False)
+
+VAR = declare(Op.VAR)
+
+
+@VAR.derivative("VarBackward0", "self", save="self dim correction keepdim")
+def _(ctx, g):
+    x = ctx.self
+    dof = numel_over(x._shape, ctx.dim) - (1 if ctx.correction is None else ctx.correction)
+    scale = 2.0 / dof if dof > 0 else math.inf  # forward divides by max(dof, 0) too
+    centred = x - ops.mean(x, list(reduce_dims(ctx.dim, x.dim())), True)
+    return expand_reduced(g, x._shape, ctx.dim, ctx.keepdim) * centred * scale
+
+
+SOFTMAX = declare(Op.SOFTMAX, function=True, method=True)
+
+
+@SOFTMAX.derivative("SoftmaxBackward0", "self", save="result dim")
+def _(ctx, g):
+    y = ctx.result
+    return y * (g - ops.sum(g * y, [ctx.dim], True))
+
+
+LOG_SOFTMAX = declare(Op.LOG_SOFTMAX, function=True, method=True)
+
+
+@LOG_SOFTMAX.derivative("LogSoftmaxBackward0", "self", save="result dim")
+def _(ctx, g):
+    return g - ops.exp(ctx.result) * ops.sum(g, [ctx.dim], True)

@@ -1,18 +1,13 @@
-"""Shape ops. Views only compute new (shape, strides, offset) over the same Storage, so
-one kernel serves every backend; copies (clone, _to_copy, cat, index ops) use numpy."""
+"""Views: they only compute a new (shape, strides, offset) over the same Storage, so one
+kernel serves every backend. (Copies are in copies.py.)"""
 from __future__ import annotations
 
-import numpy as np
-
-from eager.arguments import int_arg, int_list, size_args, tensor_list
-from eager.backends import backend_for
-from eager.device import as_device
-from eager.dispatcher import DispatchKey, ATEN
-from eager.kernels._common import (meta_from_rule, operand, promote, register, result,
-                                   scalar_value, type_word)
+from eager.arguments import int_arg, int_list, size_args
+from eager.dispatcher import ATEN, DispatchKey
+from eager.kernels.gradients import sum_to
+from eager.records import declare
 from eager.shapes import infer_size, view_strides, wrap_dim
-from eager.tensor import Tensor
-from ir import dtypes
+from eager.tensor import Tensor, ops
 from ir.ops import Op
 
 
@@ -173,186 +168,86 @@ for _op, _fn in ((Op.VIEW, view), (Op.TRANSPOSE, transpose), (Op.T, t), (Op.PERM
     _register_view(_op, _fn)
 
 
-# copies --------------------------------------------------------------------------------
-def clone_cpu(self):
-    return result(self._np().copy(), self.dtype)
+# records: names and derivatives -----------------------------------------------------
+VIEW = declare(Op.VIEW)
 
 
-def clone_rule(self):
-    return self._shape, self.dtype
+@VIEW.derivative("ViewBackward0", "self", save="self_sizes")
+def _(ctx, g):
+    return ops.reshape(g, ctx.self_sizes)
 
 
-register(Op.CLONE, clone_cpu, meta_from_rule(clone_rule))
+TRANSPOSE = declare(Op.TRANSPOSE, function=True, method=True)
 
 
-def to_copy_rule(self, *, dtype=None, device=None):
-    return self._shape, dtype or self.dtype
+@TRANSPOSE.derivative("TransposeBackward0", "self", save="dim0 dim1")
+def _(ctx, g):
+    return ops.transpose(g, ctx.dim0, ctx.dim1)
 
 
-def to_copy_cpu(self, *, dtype=None, device=None):
-    dt = dtype or self.dtype
-    target = as_device(device) if device is not None else self.device
-    if target.type != "cpu":
-        return backend_for(target).from_host(self._np().astype(dt.np), target)
-    return result(self._np().astype(dt.np, copy=True), dt)
+T = declare(Op.T, function=True, method=True)
 
 
-register(Op.TO_COPY, to_copy_cpu, meta_from_rule(to_copy_rule))
+@T.derivative("TBackward0", "self")
+def _(ctx, g):
+    return ops.t(g)
 
 
-def cat_rule(tensors, dim=0):
-    tensors = tensor_list("cat", tensors)
-    if not tensors:
-        raise ValueError("cat(): expected a non-empty list of Tensors")
-    # PyTorch skips legacy 1-D empty tensors
-    shaped = [t for t in tensors if not (t.dim() == 1 and t._shape[0] == 0)] or tensors[:1]
-    ref = shaped[0]
-    if ref.dim() == 0:
-        raise RuntimeError("zero-dimensional tensor (at position 0) cannot be concatenated")
-    d = wrap_dim(dim, ref.dim())
-    total = 0
-    for i, t in enumerate(shaped):
-        if t.dim() != ref.dim():
-            raise RuntimeError(f"Tensors must have same number of dimensions: got {ref.dim()} "
-                               f"and {t.dim()}")
-        for j in range(ref.dim()):
-            if j != d and t._shape[j] != ref._shape[j]:
-                raise RuntimeError(f"Sizes of tensors must match except in dimension {d}. "
-                                   f"Expected size {ref._shape[j]} but got size {t._shape[j]} "
-                                   f"for tensor number {i} in the list.")
-        total += t._shape[d]
-    shape = list(ref._shape)
-    shape[d] = total
-    return tuple(shape), promote(*tensors) if len(tensors) > 1 else ref.dtype
+PERMUTE = declare(Op.PERMUTE, function=True)
 
 
-def cat_cpu(tensors, dim=0):
-    shape, dt = cat_rule(tensors, dim)
-    d = wrap_dim(dim, len(shape))
-    parts = [operand(t, dt.np) for t in tensors if not (t.dim() == 1 and t._shape[0] == 0)]
-    return result(np.concatenate(parts, axis=d) if parts else np.empty(shape, dt.np), dt)
+@PERMUTE.derivative("PermuteBackward0", "self", save="dims")
+def _(ctx, g):
+    n = len(ctx.dims)
+    dims = [d % n for d in ctx.dims]
+    inverse = [0] * n
+    for i, d in enumerate(dims):
+        inverse[d] = i
+    return ops.permute(g, inverse)
 
 
-register(Op.CAT, cat_cpu, meta_from_rule(cat_rule))
+EXPAND = declare(Op.EXPAND, function=True)
 
 
-def _check_index(name, index, ndim_max=1):
-    if index.dtype not in (dtypes.int64, dtypes.int32):
-        raise RuntimeError(f"{name}(): Expected dtype int32 or int64 for index")
-    if index.dim() > ndim_max:
-        raise IndexError(f"{name}(): Index is supposed to be a vector")
+@EXPAND.derivative("ExpandBackward0", "self", save="self_sizes")
+def _(ctx, g):
+    return sum_to(g, ctx.self_sizes)
 
 
-def _check_bounds(name, idx: np.ndarray, size: int):
-    """Index ops take indices in [0, size), as in PyTorch (t[-1] is normalised before)."""
-    if idx.size and (idx.min() < 0 or idx.max() >= size):
-        bad = idx[(idx < 0) | (idx >= size)].flat[0]
-        raise IndexError(f"{name}(): index {bad} is out of bounds for dimension with size {size}")
+UNSQUEEZE = declare(Op.UNSQUEEZE, function=True, method=True)
 
 
-def index_select_rule(self, dim, index):
-    _check_index("index_select", index)
-    d = wrap_dim(dim, self.dim())
-    shape = list(self._shape)
-    if shape:
-        shape[d] = index.numel()
-    return tuple(shape), self.dtype
+@UNSQUEEZE.derivative("UnsqueezeBackward0", "self", save="dim")
+def _(ctx, g):
+    return ops.squeeze(g, [ctx.dim])
 
 
-def index_select_cpu(self, dim, index):
-    shape, dt = index_select_rule(self, dim, index)
-    idx = index._np().reshape(-1)
-    a = self._np()
-    if a.ndim == 0:
-        _check_bounds("index_select", idx, 1)
-        return result(a.reshape(1)[idx].reshape(shape), dt)
-    d = wrap_dim(dim, self.dim())
-    _check_bounds("index_select", idx, a.shape[d])
-    return result(np.take(a, idx, axis=d), dt)
+SQUEEZE = declare(Op.SQUEEZE, function=True)
 
 
-register(Op.INDEX_SELECT, index_select_cpu, meta_from_rule(index_select_rule))
+@SQUEEZE.derivative("SqueezeBackward2", "self", save="self_sizes",
+                    overloads={"SqueezeBackward0": lambda a: a["dim"] is None,
+                    "SqueezeBackward1": lambda a: isinstance(a["dim"], int)})
 
 
-def index_add_rule(self, dim, index, source, *, alpha=1):
-    _check_index("index_add", index)
-    if source.dtype is not self.dtype:
-        raise RuntimeError(f"index_add_(): self ({type_word(self.dtype)}) and source "
-                           f"({type_word(source.dtype)}) must have the same scalar type")
-    d = wrap_dim(dim, self.dim())
-    want = list(self._shape)
-    if want:
-        want[d] = index.numel()
-        if source.dim() == self.dim() and source._shape[d] != index.numel():
-            raise RuntimeError(f"index_add_(): Number of indices ({index.numel()}) should be "
-                               f"equal to source.size(dim): ({source._shape[d]}), for dim: {d}")
-    if list(source._shape) != want and not (source.dim() == 0 and self.dim() == 0):
-        raise RuntimeError(f"index_add_(): Source/destination tensor must have same slice shapes."
-                           f" Destination slice shape: {want} and source slice shape: "
-                           f"{list(source._shape)}")
-    return self._shape, self.dtype
+def _(ctx, g):
+    return ops.reshape(g, ctx.self_sizes)
 
 
-def index_add_cpu(self, dim, index, source, *, alpha=1):
-    shape, dt = index_add_rule(self, dim, index, source, alpha=alpha)
-    out = operand(self, dt.np).copy()
-    src = operand(source, dt.np) * scalar_value(alpha)
-    idx = index._np().reshape(-1)
-    if out.ndim == 0:
-        _check_bounds("index_add", idx, 1)
-        out = out + src.sum()
-        return result(out, dt)
-    d = wrap_dim(dim, self.dim())
-    _check_bounds("index_add", idx, out.shape[d])
-    np.add.at(np.moveaxis(out, d, 0), idx, np.moveaxis(src, d, 0))
-    return result(out, dt)
+SELECT = declare(Op.SELECT, function=True, method=True)
 
 
-register(Op.INDEX_ADD, index_add_cpu, meta_from_rule(index_add_rule))
+@SELECT.derivative("SelectBackward0", "self", save="self_sizes dim index")
+def _(ctx, g):
+    return ops.select_backward(g, ctx.self_sizes, ctx.dim, ctx.index)
 
 
-def embedding_rule(weight, indices, padding_idx=-1):
-    if indices.dtype not in (dtypes.int64, dtypes.int32):
-        raise RuntimeError(f"Expected tensor for argument #1 'indices' to have one of the "
-                           f"following scalar types: Long, Int; but got {indices.dtype.name} "
-                           "instead (while checking arguments for embedding)")
-    if weight.dim() != 2:
-        raise RuntimeError(f"'weight' must be 2-D, got {weight.dim()}-D")
-    return tuple(indices._shape) + (weight._shape[1],), weight.dtype
+SLICE = declare(Op.SLICE)
 
 
-def embedding_cpu(weight, indices, padding_idx=-1):
-    shape, dt = embedding_rule(weight, indices, padding_idx)
-    idx = indices._np()
-    _check_bounds("embedding", idx, weight._shape[0])
-    return result(weight._np()[idx], dt)
+@SLICE.derivative("SliceBackward0", "self", save="self_sizes dim start end step")
+def _(ctx, g):
+    return ops.slice_backward(g, ctx.self_sizes, ctx.dim, ctx.start, ctx.end, ctx.step)
 
 
-register(Op.EMBEDDING, embedding_cpu, meta_from_rule(embedding_rule))
-
-
-def select_backward_rule(grad_output, input_sizes, dim, index):
-    return tuple(input_sizes), grad_output.dtype
-
-
-def select_backward_cpu(grad_output, input_sizes, dim, index):
-    out = np.zeros(tuple(input_sizes), grad_output.dtype.np)
-    d = wrap_dim(dim, len(input_sizes))
-    np.moveaxis(out, d, 0)[index] = grad_output._np()
-    return result(out, grad_output.dtype)
-
-
-def slice_backward_rule(grad_output, input_sizes, dim, start, end, step):
-    return tuple(input_sizes), grad_output.dtype
-
-
-def slice_backward_cpu(grad_output, input_sizes, dim, start, end, step):
-    out = np.zeros(tuple(input_sizes), grad_output.dtype.np)
-    d = wrap_dim(dim, len(input_sizes))
-    start, end, step = slice_bounds(input_sizes[d], start, end, step)
-    np.moveaxis(out, d, 0)[start:end:step] = np.moveaxis(grad_output._np(), d, 0)
-    return result(out, grad_output.dtype)
-
-
-register(Op.SELECT_BACKWARD, select_backward_cpu, meta_from_rule(select_backward_rule))
-register(Op.SLICE_BACKWARD, slice_backward_cpu, meta_from_rule(slice_backward_rule))
+DETACH = declare(Op.DETACH, function=True, method=True, differentiable=False)

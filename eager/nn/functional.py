@@ -5,8 +5,14 @@ from __future__ import annotations
 import math
 
 from eager import factories
+from eager.dispatcher import ATEN
+from eager.records import named
 from eager.tensor import Tensor, ops
 from ir import dtypes
+
+
+for _name, _op in named("functional").items():  # F.tanh, F.sigmoid: as the ops themselves
+    globals()[_name] = ATEN[_op]
 
 
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
@@ -25,12 +31,6 @@ def silu(input: Tensor, inplace: bool = False) -> Tensor:
     return ops.silu(input)
 
 
-def tanh(input: Tensor) -> Tensor:
-    return ops.tanh(input)
-
-
-def sigmoid(input: Tensor) -> Tensor:
-    return ops.sigmoid(input)
 
 
 def softmax(input: Tensor, dim: int | None = None, dtype=None) -> Tensor:

@@ -12,15 +12,16 @@ import pathlib
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 LAYERS = [
-    ("base: devices, argument checks, shape arithmetic (no tensors yet)", [
-        "eager.device", "eager.arguments", "eager.shapes"]),
+    ("base: devices, argument checks, shape arithmetic, op records (no tensors yet)", [
+        "eager.device", "eager.arguments", "eager.shapes", "eager.records"]),
     ("core: the dispatcher and profiler, Tensor and Storage, backends, factories", [
         "eager.dispatcher", "eager.profiler", "eager._C", "eager._formatting", "eager.tensor",
         "eager.backends", "eager.factories"]),
-    ("kernels: CPU and Meta kernels per op family, composite kernels", [
-        "eager.kernels._common", "eager.kernels._erf", "eager.kernels.elementwise",
+    ("kernels: op records, CPU and Meta kernels per op family, composite kernels", [
+        "eager.kernels._common", "eager.kernels._erf", "eager.kernels.gradients",
+        "eager.kernels.elementwise", "eager.kernels.unary", "eager.kernels.binary",
         "eager.kernels.indexing", "eager.kernels.reduction", "eager.kernels.shape",
-        "eager.kernels.linalg", "eager.kernels", "eager.composite"]),
+        "eager.kernels.copies", "eager.kernels.linalg", "eager.kernels", "eager.composite"]),
     ("autograd: grad mode, nodes, derivative rules, Autograd kernels, the engine", [
         "eager.autograd.grad_mode", "eager.autograd.function", "eager.autograd.derivatives",
         "eager.autograd.kernels", "eager.autograd.engine", "eager.autograd.gradcheck",

@@ -1,0 +1,241 @@
+"""The records of the binary pointwise ops, comparisons and where (eager/records.py), and
+of the in-place arithmetic: names, numpy function and dtype rule, code emitter and
+derivative, one block per op. Python numbers given for a tensor are zero-dim wrapped
+numbers, so they promote as PyTorch's scalars do."""
+from __future__ import annotations
+
+import numpy as np
+
+from eager.factories import zeros_like
+from eager.kernels._common import promote, register, scalar_value, type_word
+from eager.kernels.elementwise import check_no_internal_overlap
+from eager.kernels.gradients import sum_to
+from eager.records import Pointwise, declare
+from eager.shapes import broadcast_shapes
+from eager.tensor import ops
+from ir import dtypes
+from ir.ops import Op
+
+
+def _check_alpha(dt, self, other, alpha=1, name="add"):
+    if isinstance(alpha, float) and not dt.is_floating_point:
+        raise RuntimeError(f"For integral input tensors, argument alpha must not be a floating "
+                           f"point number. ({name})")
+
+
+def _check_sub(dt, self, other, alpha=1):
+    if dtypes.bool_ in (self.dtype, other.dtype):
+        if dt is dtypes.bool_:
+            raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not "
+                               "supported. Use the `^` or `logical_xor()` operator instead.")
+        raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not "
+                           "supported. If you are trying to invert a mask, use the `~` or "
+                           "`logical_not()` operator instead.")
+    _check_alpha(dt, self, other, alpha, "sub")
+
+
+def _scaled(E, y, alpha):
+    return y if alpha == 1 else E.mul(y, E.const(alpha))
+
+
+ADD = declare(Op.ADD, function=True, method=True, pointwise=Pointwise(
+    "promote", lambda a, b, alpha=1: a + (b if alpha == 1 else b * alpha),
+    emit=lambda E, a, b, alpha=1: E.add(a, _scaled(E, b, alpha)), check=_check_alpha,
+    quiet=True))
+
+
+@ADD.derivative("AddBackward0", "self other", save="self_sizes other_sizes alpha")
+def _(ctx, g):
+    return sum_to(g, ctx.self_sizes), sum_to(g if ctx.alpha == 1 else g * ctx.alpha,
+                                             ctx.other_sizes)
+
+
+SUB = declare(Op.SUB, function=True, method=True, pointwise=Pointwise(
+    "promote", lambda a, b, alpha=1: a - (b if alpha == 1 else b * alpha),
+    emit=lambda E, a, b, alpha=1: E.sub(a, _scaled(E, b, alpha)), check=_check_sub,
+    quiet=True))
+
+
+@SUB.derivative("SubBackward0", "self other", save="self_sizes other_sizes alpha")
+def _(ctx, g):
+    return sum_to(g, ctx.self_sizes), sum_to(ops.neg(g) if ctx.alpha == 1 else g * -ctx.alpha,
+                                             ctx.other_sizes)
+
+
+MUL = declare(Op.MUL, function=True, method=True, pointwise=Pointwise(
+    "promote", np.multiply, emit=lambda E, a, b: E.mul(a, b)))
+
+
+@MUL.derivative("MulBackward0", "self other", save="self other")
+def _(ctx, g):
+    a, b = ctx.self, ctx.other
+    return (sum_to(g * b, a._shape) if ctx.needs_input_grad(0) else None,
+            sum_to(g * a, b._shape) if ctx.needs_input_grad(1) else None)
+
+
+DIV = declare(Op.DIV, function=True, method=True, pointwise=Pointwise(
+    "divide", np.true_divide, emit=lambda E, a, b: E.div(a, b)))
+
+
+@DIV.derivative("DivBackward0", "self other", save="self other")
+def _(ctx, g):
+    a, b = ctx.self, ctx.other
+    return (sum_to(g / b, a._shape) if ctx.needs_input_grad(0) else None,
+            sum_to(ops.neg(g) * a / (b * b), b._shape) if ctx.needs_input_grad(1) else None)
+
+
+def _pow(a, b):
+    if a.dtype.kind != "i" or not np.any(b < 0):
+        return np.power(a, b)
+    # PyTorch's integer power: a negative exponent gives 0, except for bases 1 and -1
+    out = np.power(a, np.where(b < 0, 0, b))
+    reciprocal = np.where(a == 1, 1, np.where(a == -1, np.where(b % 2 == 0, 1, -1), 0))
+    return np.where(b < 0, reciprocal, out).astype(out.dtype)
+
+
+def _check_power(dt, self, exponent) -> None:
+    if dt is dtypes.bool_ and not exponent._wrapped:
+        raise NotImplementedError("\"pow\" not implemented for 'Bool'")
+    if exponent._wrapped and not dt.is_floating_point and exponent._np() < 0:
+        raise RuntimeError("Integers to negative integer powers are not allowed.")
+
+
+POW = declare(Op.POW, function=True, method=True, pointwise=Pointwise(
+    "power", _pow, emit=lambda E, a, b: E.math("pow", a, b), float_math=True,
+    check=_check_power))
+
+
+@POW.derivative("PowBackward1", "self exponent", save="self exponent result",
+                overloads={"PowBackward0": lambda a: a["exponent"]._wrapped,
+                           "PowBackward2": lambda a: a["self"]._wrapped})
+def _(ctx, g):
+    a, e = ctx.self, ctx.exponent
+    grad_a = grad_e = None
+    if ctx.needs_input_grad(0):
+        grad_a = ops.where(ops.eq(e, 0), 0.0, g * e * ops.pow(a, e - 1))
+        grad_a = sum_to(grad_a, a._shape)
+    if ctx.needs_input_grad(1):
+        safe = ops.where(ops.logical_and(ops.eq(a, 0), ops.ge(e, 0)), 1.0, a)
+        grad_e = sum_to(g * ctx.result * ops.log(safe), e._shape)
+    return grad_a, grad_e
+
+
+def _extremum(op, numpy, name, wins, larger: bool):
+    record = declare(op, function=True, method=True, pointwise=Pointwise(
+        "promote", numpy, emit=lambda E, a, b: E.max(a, b) if larger else E.min(a, b)))
+
+    @record.derivative(name, "self other", save="self other")
+    def _(ctx, g):
+        a, b = ctx.self, ctx.other
+        tie = ops.eq(a, b)
+        half = g * 0.5
+        return (sum_to(ops.where(tie, half, g * wins(a, b)), a._shape),
+                sum_to(ops.where(tie, half, g * wins(b, a)), b._shape))
+    return record
+
+
+MAXIMUM = _extremum(Op.MAXIMUM, np.maximum, "MaximumBackward0", ops.gt, larger=True)
+MINIMUM = _extremum(Op.MINIMUM, np.minimum, "MinimumBackward0", ops.lt, larger=False)
+
+
+# comparisons: bool results, no gradient ------------------------------------------------
+def _comparison(op, numpy, method):
+    return declare(op, function=True, method=True, differentiable=False, pointwise=Pointwise(
+        "compare", numpy, emit=lambda E, a, b: getattr(E, method)(a, b)))
+
+
+EQ = _comparison(Op.EQ, np.equal, "eq")
+NE = _comparison(Op.NE, np.not_equal, "ne")
+LT = _comparison(Op.LT, np.less, "lt")
+LE = _comparison(Op.LE, np.less_equal, "le")
+GT = _comparison(Op.GT, np.greater, "gt")
+GE = _comparison(Op.GE, np.greater_equal, "ge")
+LOGICAL_AND = declare(Op.LOGICAL_AND, function=True, method=True, differentiable=False,
+                      pointwise=Pointwise("logical", np.logical_and,
+                                          emit=lambda E, a, b: E.and_(a, b)))
+
+
+# where ---------------------------------------------------------------------------------
+def _where_dtype(condition, self, other):
+    if condition.dtype is not dtypes.bool_:
+        raise RuntimeError(f"where expected condition to be a boolean tensor, but got a tensor "
+                           f"with dtype {type_word(condition.dtype)}")
+    return promote(self, other)
+
+
+WHERE = declare(Op.WHERE, function=True, pointwise=Pointwise(
+    "promote", lambda c, a, b: np.where(c != 0, a, b),
+    emit=lambda E, c, a, b: E.select(E.truth(c), a, b), dtype=_where_dtype, quiet=True))
+
+
+@WHERE.derivative("WhereBackward0", "self other", save="condition self_sizes other_sizes")
+def _(ctx, g):
+    c = ctx.condition
+    return (sum_to(ops.where(c, g, 0.0), ctx.self_sizes),
+            sum_to(ops.where(c, 0.0, g), ctx.other_sizes))
+
+
+# in place ------------------------------------------------------------------------------
+for _op, _twin in ((Op.ADD_, Op.ADD), (Op.SUB_, Op.SUB), (Op.MUL_, Op.MUL),
+                   (Op.DIV_, Op.DIV), (Op.CLAMP_, Op.CLAMP)):
+    declare(_op, method=True, inplace_of=_twin)
+
+
+def _zero(self):
+    self._np()[...] = 0
+    return self
+
+
+def _fill(self, value):
+    self._np()[...] = scalar_value(value)
+    return self
+
+
+def _copy_meta(self, src):
+    check_no_internal_overlap(self)
+    shape = broadcast_shapes(self._shape, src._shape)
+    if shape != tuple(self._shape):
+        raise RuntimeError(f"output with shape {list(self._shape)} doesn't match the broadcast "
+                           f"shape {list(shape)}")
+    return self
+
+
+def _copy(self, src):
+    _copy_meta(self, src)
+    np.copyto(self._np(), src._host_np(), casting="unsafe")
+    return self
+
+
+def _unchanged(self, *args):
+    return self
+
+
+ZERO_ = declare(Op.ZERO_, method=True)
+register(Op.ZERO_, _zero, _unchanged)
+
+
+@ZERO_.derivative("ZeroBackward0", "self")
+def _(ctx, g):
+    return zeros_like(g)
+
+
+FILL_ = declare(Op.FILL_, method=True)
+register(Op.FILL_, _fill, _unchanged)
+
+
+@FILL_.derivative("FillBackward2", "self")
+def _(ctx, g):
+    return zeros_like(g)
+
+
+COPY_ = declare(Op.COPY_, method=True)
+register(Op.COPY_, _copy, _copy_meta)
+
+
+@COPY_.derivative("CopyBackwards", "self src", save="src_sizes src_dtype src_device")
+def _(ctx, g):
+    grad_src = None
+    if ctx.needs_input_grad(1):
+        grad_src = ops._to_copy(sum_to(g, ctx.src_sizes), dtype=ctx.src_dtype,
+                                device=ctx.src_device)
+    return zeros_like(g), grad_src

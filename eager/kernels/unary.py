@@ -1,0 +1,265 @@
+"""The records of the unary pointwise ops (eager/records.py): names, numpy function and
+dtype rule, code emitter and derivative, one block per op. A new one is a block here and
+its line in ir/ops.py; its kernels (eager/kernels/elementwise.py makes them), autograd,
+eager function, Tensor method and native code follow from the record."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from eager.kernels._common import promote, scalar_value
+from eager.kernels._erf import erf
+from eager.kernels.gradients import sum_to
+from eager.records import Pointwise, declare
+from eager.tensor import ops, wrap_scalar
+from ir import dtypes
+from ir.ops import Op
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+def _sigmoid(x):
+    # exp of a non-positive number only, so no overflow warning for large |x|
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
+def _sign(x):
+    if x.dtype == np.bool_:
+        return x
+    # (x > 0) - (x < 0), as PyTorch: sign(nan) is 0, not numpy's nan
+    return (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)
+
+
+def _below_zero(E, x):
+    return E.lt(x, E.const(0))
+
+
+def _no_bool_negation(dt, x):
+    if x.dtype is dtypes.bool_:
+        raise RuntimeError("Negation, the `-` operator, on a bool tensor is not supported. "
+                           "If you are trying to invert a mask, use the `~` or "
+                           "`logical_not()` operator instead.")
+
+
+def _math(name, fn):
+    """A float function of one argument from kiln's vectorised math library."""
+    return Pointwise("float", fn, emit=lambda E, x: E.math(name, x), float_math=True)
+
+
+NEG = declare(Op.NEG, function=True, method=True, pointwise=Pointwise(
+    "same", np.negative, emit=lambda E, x: E.neg(x), check=_no_bool_negation))
+
+
+@NEG.derivative("NegBackward0", "self")
+def _(ctx, g):
+    return ops.neg(g)
+
+
+ABS = declare(Op.ABS, function=True, method=True, pointwise=Pointwise(
+    "same", np.abs, emit=lambda E, x: E.select(_below_zero(E, x), E.neg(x), x)))
+
+
+@ABS.derivative("AbsBackward0", "self", save="self")
+def _(ctx, g):
+    return g * ops.sign(ctx.self)
+
+
+SIGN = declare(Op.SIGN, function=True, method=True, pointwise=Pointwise(
+    "same", _sign, emit=lambda E, x: E.sub(E.from_bool(E.gt(x, E.const(0))),
+                                          E.from_bool(_below_zero(E, x)))))
+
+
+@SIGN.derivative("SignBackward0", "self")
+def _(ctx, g):
+    return g * 0
+
+
+RELU = declare(Op.RELU, function=True, method=True, pointwise=Pointwise(
+    "same", lambda x: np.where(x < 0, 0, x).astype(x.dtype, copy=False),  # keeps nan
+    emit=lambda E, x: E.select(_below_zero(E, x), E.const(0), x),
+    activations=(("relu", ()),)))
+
+
+@RELU.derivative("ReluBackward0", "self", save="result")
+def _(ctx, g):
+    return g * ops.gt(ctx.result, 0)
+
+
+EXP = declare(Op.EXP, function=True, method=True, pointwise=_math("exp", np.exp))
+
+
+@EXP.derivative("ExpBackward0", "self", save="result")
+def _(ctx, g):
+    return g * ctx.result
+
+
+LOG = declare(Op.LOG, function=True, method=True, pointwise=_math("log", np.log))
+
+
+@LOG.derivative("LogBackward0", "self", save="self")
+def _(ctx, g):
+    return g / ctx.self
+
+
+SQRT = declare(Op.SQRT, function=True, method=True, pointwise=_math("sqrt", np.sqrt))
+
+
+@SQRT.derivative("SqrtBackward0", "self", save="result")
+def _(ctx, g):
+    return g / (2 * ctx.result)
+
+
+RSQRT = declare(Op.RSQRT, function=True, method=True,
+                pointwise=_math("rsqrt", lambda x: 1 / np.sqrt(x)))
+
+
+@RSQRT.derivative("RsqrtBackward0", "self", save="result")
+def _(ctx, g):
+    r = ctx.result
+    return g * r * r * r * -0.5
+
+
+TANH = declare(Op.TANH, function=True, method=True, functional=True, pointwise=Pointwise(
+    "float", np.tanh, emit=lambda E, x: E.math("tanh", x), float_math=True,
+    activations=(("tanh", ()),)))
+
+
+@TANH.derivative("TanhBackward0", "self", save="result")
+def _(ctx, g):
+    r = ctx.result
+    return g * (1 - r * r)
+
+
+SIGMOID = declare(Op.SIGMOID, function=True, method=True, functional=True,
+                  pointwise=_math("sigmoid", _sigmoid))
+
+
+@SIGMOID.derivative("SigmoidBackward0", "self", save="result")
+def _(ctx, g):
+    r = ctx.result
+    return g * r * (1 - r)
+
+
+SILU = declare(Op.SILU, function=True, method=True, pointwise=Pointwise(
+    "float", lambda x: x * _sigmoid(x), emit=lambda E, x: E.mul(x, E.math("sigmoid", x)),
+    float_only="silu_cpu", activations=(("silu", ()),)))
+
+
+@SILU.derivative("SiluBackward0", "self", save="self")
+def _(ctx, g):
+    x = ctx.self
+    s = ops.sigmoid(x)
+    return g * s * (1 + x * (1 - s))
+
+
+ERF = declare(Op.ERF, function=True, method=True, pointwise=_math("erf", erf))
+
+
+@ERF.derivative("ErfBackward0", "self", save="self")
+def _(ctx, g):
+    x = ctx.self
+    return g * (2 / math.sqrt(math.pi)) * ops.exp(ops.neg(x * x))
+
+
+# gelu ----------------------------------------------------------------------------------
+def _gelu(x, approximate="none"):
+    if approximate == "tanh":
+        return 0.5 * x * (1 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1 + erf(x / math.sqrt(2.0)))
+
+
+def _emit_gelu(E, x, approximate="none"):
+    """x * (1 + erf(x / sqrt 2)) / 2, or with tanh(sqrt(2 / pi) * (x + 0.044715 x^3))."""
+    if approximate == "tanh":
+        cube = E.mul(E.mul(x, x), x)
+        inner = E.math("tanh", E.mul(E.const(_SQRT_2_OVER_PI),
+                                     E.add(x, E.mul(E.const(0.044715), cube))))
+    else:
+        inner = E.math("erf", E.mul(x, E.const(0.7071067811865476)))
+    return E.mul(E.mul(E.const(0.5), x), E.add(E.const(1.0), inner))
+
+
+def _check_approximate(dt, *tensors, approximate="none"):
+    if approximate not in ("none", "tanh"):
+        raise RuntimeError(f"approximate argument must be either none or tanh, got {approximate!r}")
+
+
+GELU = declare(Op.GELU, function=True, method=True, pointwise=Pointwise(
+    "same", _gelu, emit=_emit_gelu, float_only="GeluKernelImpl", float_math=True,
+    activations=(("gelu", ()), ("gelu_tanh", (("approximate", "tanh"),))),
+    check=_check_approximate))
+
+
+@GELU.derivative("GeluBackward0", "self", save="self approximate")
+def _(ctx, g):
+    return ops.gelu_backward(g, ctx.self, approximate=ctx.approximate)
+
+
+def _gelu_backward(g, x, approximate="none"):
+    if approximate == "tanh":
+        inner = _SQRT_2_OVER_PI * (x + 0.044715 * x ** 3)
+        t = np.tanh(inner)
+        d_inner = _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x ** 2)
+        return g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * d_inner)
+    cdf = 0.5 * (1 + erf(x / math.sqrt(2.0)))
+    pdf = np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+    return g * (cdf + x * pdf)
+
+
+GELU_BACKWARD = declare(Op.GELU_BACKWARD, pointwise=Pointwise(
+    "promote", _gelu_backward, float_only="GeluKernelImpl", check=_check_approximate))
+
+
+@GELU_BACKWARD.derivative("GeluBackwardBackward0", "grad_output self",
+                          save="grad_output self approximate")
+def _(ctx, gg):
+    x = ctx.self
+    if ctx.approximate == "tanh":
+        k, c = math.sqrt(2 / math.pi), 0.044715
+        t = ops.tanh(k * (x + c * x * x * x))
+        d_inner = k * (1 + 3 * c * x * x)
+        second = (1 - t * t) * (d_inner - x * t * d_inner * d_inner + 0.5 * x * (6 * k * c * x))
+    else:
+        pdf = ops.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+        second = pdf * (2 - x * x)
+    return (ops.gelu_backward(gg, x, approximate=ctx.approximate),
+            sum_to(gg * ctx.grad_output * second, x._shape))
+
+
+# clamp ---------------------------------------------------------------------------------
+def _clamp(x, min=None, max=None):  # noqa: A002 (PyTorch's argument names)
+    return np.minimum(np.maximum(x, -np.inf if min is None else min),
+                      np.inf if max is None else max)
+
+
+def _clamp_dtype(self, min=None, max=None):  # noqa: A002
+    if min is None and max is None:
+        raise RuntimeError("clamp: At least one of 'min' or 'max' must not be None")
+    bounds = [wrap_scalar(scalar_value(b)) for b in (min, max) if b is not None]
+    return promote(self, *bounds)  # clamp(int tensor, 0.5) is float32
+
+
+def _emit_clamp(E, x, min=None, max=None):  # noqa: A002
+    if min is not None:
+        x = E.max(x, E.const(min))
+    if max is not None:
+        x = E.min(x, E.const(max))
+    return x
+
+
+CLAMP = declare(Op.CLAMP, function=True, method=True, pointwise=Pointwise(
+    "same", _clamp, emit=_emit_clamp, dtype=_clamp_dtype, quiet=True))
+
+
+@CLAMP.derivative("ClampBackward1", "self", save="self min max")
+def _(ctx, g):
+    x, mask = ctx.self, None
+    if ctx.min is not None:
+        mask = ops.ge(x, ctx.min)
+    if ctx.max is not None:
+        upper = ops.le(x, ctx.max)
+        mask = upper if mask is None else ops.logical_and(mask, upper)
+    return g * mask
+
