@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
+import eager.kernels  # noqa: F401  (declares every op's record)
+from eager.records import RECORDS, float_only, pointwise_ops
 from ir import dtypes
 from ir.dtypes import DType
 from ir.ops import Op
@@ -17,8 +19,6 @@ _ELEM = {"float32": ir.FloatType(), "float64": ir.DoubleType(), "int32": I32, "i
          "bool": I1}
 _MEMORY = {**_ELEM, "bool": I8}
 SUPPORTED = frozenset(_ELEM)
-FLOAT_OPS = {Op.EXP: "exp", Op.LOG: "log", Op.TANH: "tanh", Op.SIGMOID: "sigmoid",
-             Op.ERF: "erf", Op.SQRT: "sqrt", Op.RSQRT: "rsqrt"}
 
 
 class Lanes:
@@ -98,93 +98,101 @@ def _max_min(L: Lanes, a, b, dt: DType, is_max: bool):
     return bld.select(_isnan(L, b), b, r)
 
 
+class Elements:
+    """What an op record's emitter computes with (eager/records.py: `emit(E, *values)`):
+    arithmetic, comparisons and math on values of one compute dtype, scalars or lanes."""
+
+    def __init__(self, L: Lanes, dt: DType):
+        self.L, self.b, self.dt, self.fl = L, L.b, dt, dt.is_floating_point
+
+    def const(self, value):
+        return self.L.const(value, self.dt)
+
+    def neg(self, x):
+        return self.b.fneg(x) if self.fl else self.b.neg(x)
+
+    def add(self, x, y):
+        return self.b.fadd(x, y, flags=("contract",)) if self.fl else self.b.add(x, y)
+
+    def sub(self, x, y):
+        return self.b.fsub(x, y, flags=("contract",)) if self.fl else self.b.sub(x, y)
+
+    def mul(self, x, y):
+        if self.dt is dtypes.bool_:
+            return self.b.and_(x, y)
+        return self.b.fmul(x, y, flags=("contract",)) if self.fl else self.b.mul(x, y)
+
+    def div(self, x, y):
+        return self.b.fdiv(x, y)
+
+    def _compare(self, pred, x, y):
+        if self.fl:  # NaN compares unequal to everything, itself included
+            return self.b.fcmp_unordered(pred, x, y) if pred == "!=" else \
+                self.b.fcmp_ordered(pred, x, y)
+        if self.dt is dtypes.bool_:
+            return self.b.icmp_unsigned(pred, x, y)
+        return self.b.icmp_signed(pred, x, y)
+
+    def eq(self, x, y):
+        return self._compare("==", x, y)
+
+    def ne(self, x, y):
+        return self._compare("!=", x, y)
+
+    def lt(self, x, y):
+        return self._compare("<", x, y)
+
+    def le(self, x, y):
+        return self._compare("<=", x, y)
+
+    def gt(self, x, y):
+        return self._compare(">", x, y)
+
+    def ge(self, x, y):
+        return self._compare(">=", x, y)
+
+    def select(self, condition, x, y):
+        return self.b.select(condition, x, y)
+
+    def and_(self, x, y):
+        return self.b.and_(x, y)
+
+    def truth(self, x):
+        """x != 0, as a bool."""
+        return self.L.cast(x, self.dt, dtypes.bool_)
+
+    def from_bool(self, condition):
+        """A bool as 0 or 1 of the compute dtype."""
+        return self.L.cast(condition, dtypes.bool_, self.dt)
+
+    def max(self, x, y):
+        return _max_min(self.L, x, y, self.dt, True)
+
+    def min(self, x, y):
+        return _max_min(self.L, x, y, self.dt, False)
+
+    def math(self, name: str, *xs):
+        """A function of kiln's vectorised math library (vmath.NAMES)."""
+        from compiler.codegen import vmath
+        return vmath.emit(self.b, name, *xs)
+
+
+COPIES = frozenset({Op.CLONE, Op.TO_COPY})
+"""Copies run in kernels as casts to their result type."""
+NATIVE_OPS = frozenset(op for op, p in pointwise_ops().items() if p.emit is not None) | COPIES
+"""The elementwise ops kernels can emit: the pointwise records with an emitter, and copies."""
+FLOAT_ONLY = float_only()
+"""Ops whose emitter computes in floats only."""
+
+
 def compute(L: Lanes, op: Op, args: list, in_dts: list, out_dt: DType, attrs: dict,
             compute_dt: DType):
-    """The result of `op` over `args` (values of dtypes `in_dts`), as `out_dt`.
-    Arithmetic happens in `compute_dt` (the promoted type)."""
-    b = L.b
-    xs = [L.cast(a, d, compute_dt) for a, d in zip(args, in_dts)]
-    fl = compute_dt.is_floating_point
-    if op in FLOAT_OPS or op in (Op.POW, Op.GELU, Op.SILU):
-        return _math(L, op, xs, attrs, compute_dt)
-    if op is Op.NEG:
-        return b.fneg(xs[0]) if fl else b.neg(xs[0])
-    if op is Op.ABS:
-        if fl:
-            return b.select(b.fcmp_ordered("<", xs[0], L.const(0, compute_dt)),
-                            b.fneg(xs[0]), xs[0])
-        return b.select(b.icmp_signed("<", xs[0], L.const(0, compute_dt)), b.neg(xs[0]), xs[0])
-    if op is Op.SIGN:
-        zero = L.const(0, compute_dt)
-        pos = b.fcmp_ordered(">", xs[0], zero) if fl else b.icmp_signed(">", xs[0], zero)
-        neg = b.fcmp_ordered("<", xs[0], zero) if fl else b.icmp_signed("<", xs[0], zero)
-        r = b.sub(L.cast(pos, dtypes.bool_, dtypes.int32),
-                  L.cast(neg, dtypes.bool_, dtypes.int32))
-        return L.cast(r, dtypes.int32, compute_dt)  # sign(nan) is 0, as in PyTorch
-    if op is Op.RELU:
-        zero = L.const(0, compute_dt)
-        below = b.fcmp_ordered("<", xs[0], zero) if fl else b.icmp_signed("<", xs[0], zero)
-        return b.select(below, zero, xs[0])
-    if op is Op.CLAMP:
-        r = xs[0]
-        if attrs.get("min") is not None:
-            r = _max_min(L, r, L.const(attrs["min"], compute_dt), compute_dt, True)
-        if attrs.get("max") is not None:
-            r = _max_min(L, r, L.const(attrs["max"], compute_dt), compute_dt, False)
-        return r
-    if op in (Op.ADD, Op.SUB):
-        y = xs[1]
-        alpha = attrs.get("alpha", 1)
-        if alpha != 1:
-            scale = L.const(alpha, compute_dt)
-            y = b.fmul(y, scale) if fl else b.mul(y, scale)
-        if fl:
-            return b.fadd(xs[0], y, flags=("contract",)) if op is Op.ADD else \
-                b.fsub(xs[0], y, flags=("contract",))
-        return b.add(xs[0], y) if op is Op.ADD else b.sub(xs[0], y)
-    if op is Op.MUL:
-        if compute_dt is dtypes.bool_:
-            return b.and_(xs[0], xs[1])
-        return b.fmul(xs[0], xs[1], flags=("contract",)) if fl else b.mul(xs[0], xs[1])
-    if op is Op.DIV:
-        return b.fdiv(xs[0], xs[1])
-    if op in (Op.MAXIMUM, Op.MINIMUM):
-        return _max_min(L, xs[0], xs[1], compute_dt, op is Op.MAXIMUM)
-    if op in _COMPARE:
-        pred = _COMPARE[op]
-        if fl:
-            return b.fcmp_unordered(pred, xs[0], xs[1]) if pred == "!=" else \
-                b.fcmp_ordered(pred, xs[0], xs[1])
-        return b.icmp_signed(pred, xs[0], xs[1])
-    if op is Op.LOGICAL_AND:
-        return b.and_(L.cast(xs[0], compute_dt, dtypes.bool_),
-                      L.cast(xs[1], compute_dt, dtypes.bool_))
-    if op is Op.WHERE:
-        cond = L.cast(args[0], in_dts[0], dtypes.bool_)
-        return b.select(cond, L.cast(args[1], in_dts[1], out_dt),
-                        L.cast(args[2], in_dts[2], out_dt))
-    if op in (Op.CLONE, Op.TO_COPY):
+    """The result of `op` over `args` (values of dtypes `in_dts`), as `out_dt`: the op's
+    record's emitter over the values cast to `compute_dt` (the promoted type)."""
+    if op in COPIES:
         return L.cast(args[0], in_dts[0], out_dt)
-    raise NotImplementedError(f"no native code for {op.qualified_name}")
-
-
-def _math(L: Lanes, op: Op, xs: list, attrs: dict, compute_dt: DType):
-    """Transcendental functions, from kiln's own vectorised math library."""
-    from compiler.codegen import vmath
-    b = L.b
-    if op in FLOAT_OPS:
-        return vmath.emit(b, FLOAT_OPS[op], xs[0])
-    if op is Op.POW:
-        return vmath.emit(b, "pow", xs[0], xs[1])
-    if op is Op.SILU:
-        return vmath.activation(b, "silu", xs[0])
-    return vmath.activation(b, "gelu_tanh" if attrs.get("approximate") == "tanh" else "gelu",
-                            xs[0])
-
-
-_COMPARE = {Op.EQ: "==", Op.NE: "!=", Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">="}
-NATIVE_OPS = frozenset(FLOAT_OPS) | frozenset(_COMPARE) | {
-    Op.NEG, Op.ABS, Op.SIGN, Op.RELU, Op.CLAMP, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.POW,
-    Op.MAXIMUM, Op.MINIMUM, Op.LOGICAL_AND, Op.WHERE, Op.CLONE, Op.TO_COPY, Op.GELU,
-    Op.SILU}
-"""The elementwise ops this file can emit (float-only ones need a float compute type)."""
+    emit = RECORDS[op].pointwise.emit if op in NATIVE_OPS else None
+    if emit is None:
+        raise NotImplementedError(f"no native code for {op.qualified_name}")
+    xs = [L.cast(a, d, compute_dt) for a, d in zip(args, in_dts)]
+    return emit(Elements(L, compute_dt), *xs, **attrs)

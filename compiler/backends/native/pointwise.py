@@ -23,7 +23,7 @@ from compiler.codegen import gather as G
 from compiler.backends.native.launch import Launch, OutOfRange, output_spec
 from compiler.passes.fusion import row_space
 from eager.dispatcher import ATEN
-from ir.graph import Graph, Node
+from ir.graph import Node
 from ir.ops import VIEW, Op
 
 GATHERING = frozenset({Op.INDEX, Op.INDEX_SELECT, Op.EMBEDDING, Op.GATHER})
@@ -52,7 +52,7 @@ def node_problem(n: Node) -> str | None:
     # float math computes in the result's type (2 ** x is float); reductions in their
     # input's
     typed = n.input_values()[0] if n.op in K.REDUCE_OPS else n.outputs[0]
-    if (n.op in V.FLOAT_OPS or n.op in (Op.POW, Op.GELU) or n.op in K.REDUCE_OPS) \
+    if (n.op in V.FLOAT_ONLY or n.op in K.REDUCE_OPS) \
             and not typed.type.dtype.is_floating_point:
         return f"{n.op.qualified_name} on integers"
     return None
