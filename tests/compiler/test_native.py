@@ -441,3 +441,13 @@ def test_static_gemm_sizes_get_specialised_kernels_and_dynamic_ones_the_generic(
         np.testing.assert_allclose(dynamic(x, w).numpy(), fn(x, w).numpy(), rtol=1e-5,
                                    atol=1e-5)
     assert len(dynamic.entries) == 1 and set(gemm_small._kernels) == before
+
+
+@pytest.mark.parametrize("compare", ["lt", "le", "gt", "ge", "eq", "ne"])
+def test_comparing_bools_natively_orders_false_before_true(compare):
+    a = eager.tensor([True, False, True, False] * 5)
+    b = eager.tensor([False, True, True, False] * 5)
+    fn = lambda x, y: getattr(x, compare)(y)  # noqa: E731
+    compiled = compiler.compile(fn, backend="native")
+    assert compiled(a, b).tolist() == fn(a, b).tolist()
+    _assert_ran_natively(compiled)
