@@ -146,12 +146,6 @@ class Op(enum.Enum):
         return f"Op.{self.name}"
 
 
-UNARY = frozenset({Op.NEG, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.ABS, Op.SIGN, Op.TANH,
-                   Op.SIGMOID, Op.RELU, Op.SILU, Op.ERF, Op.GELU, Op.CLAMP})
-BINARY = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.POW, Op.MAXIMUM, Op.MINIMUM,
-                    Op.LOGICAL_AND, Op.GELU_BACKWARD})
-COMPARISON = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE})
-ELEMENTWISE = UNARY | BINARY | COMPARISON | {Op.WHERE}
 REDUCTION = frozenset({Op.SUM, Op.MEAN, Op.AMAX, Op.AMIN, Op.MAX_DIM, Op.MIN_DIM, Op.ARGMAX,
                        Op.ARGMIN, Op.VAR})
 NORMALIZATION = frozenset({Op.SOFTMAX, Op.LOG_SOFTMAX})

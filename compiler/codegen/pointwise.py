@@ -27,7 +27,8 @@ from compiler.codegen import values as V
 from ir import dtypes
 from ir.dtypes import DType
 from ir.graph import Node, Value
-from ir.ops import COMPARISON, Op
+from eager.records import RECORDS
+from ir.ops import Op
 
 REDUCE_OPS = {Op.SUM: "sum", Op.AMAX: "max", Op.AMIN: "min", Op.ARGMAX: "argmax",
               Op.ARGMIN: "argmin"}
@@ -59,14 +60,16 @@ class KernelSpec:
 
 def compute_dtype(node: Node, scalar_values: set) -> DType:
     """The type a node computes in: the promoted input type for comparisons, bool for
-    logical_and, else its result type."""
-    if node.op in COMPARISON:
+    logical_and, else its result type (its record's dtype rule says which)."""
+    pointwise = RECORDS[node.op].pointwise
+    rule = pointwise.rule if pointwise is not None else None
+    if rule == "compare":
         dim, zero, wrapped = [], [], []
         for v in node.input_values():
             (wrapped if v in scalar_values else zero if not v.type.shape else dim).append(
                 v.type.dtype)
         return dtypes.result_type(dim, zero, wrapped)
-    if node.op is Op.LOGICAL_AND:
+    if rule == "logical":
         return dtypes.bool_
     return node.outputs[0].type.dtype
 

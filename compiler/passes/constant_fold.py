@@ -5,16 +5,19 @@ from __future__ import annotations
 
 from compiler.passes.rewrite import Rewriter
 from eager.dispatcher import ATEN
+from eager.records import pointwise_ops
 from eager.tensor import wrap_scalar
 from ir.graph import Graph
-from ir.ops import ELEMENTWISE, Op
+from ir.ops import Op
+
+POINTWISE = frozenset(pointwise_ops())
 
 
 def constant_fold(graph: Graph) -> Graph:
     rw = Rewriter(graph)
     for node in graph.nodes:
         inputs = [rw.map(i) for i in node.inputs]
-        if node.op in ELEMENTWISE and inputs and all(v in rw.scalars for v in inputs):
+        if node.op in POINTWISE and inputs and all(v in rw.scalars for v in inputs):
             folded = _fold(node, [rw.scalars[v] for v in inputs])
             if folded is not None:
                 (new,) = rw.emit(Op.SCALAR, [], {"value": folded})

@@ -26,10 +26,11 @@ import networkx as nx
 
 from compiler.passes.rewrite import Rewriter
 from ir.graph import Graph, GraphBuilder, Node, Value
-from ir.ops import COMPARISON, ELEMENTWISE, VIEW, Op
+from eager.records import pointwise_ops
+from ir.ops import VIEW, Op
 
 FREE = VIEW | {Op.SCALAR}
-POINTWISE = ELEMENTWISE | COMPARISON | {Op.CLONE, Op.TO_COPY}
+POINTWISE = frozenset(pointwise_ops()) | {Op.CLONE, Op.TO_COPY}  # from the op records
 REDUCE = frozenset({Op.SUM, Op.AMAX, Op.AMIN, Op.ARGMAX, Op.ARGMIN})
 GEMM = frozenset({Op.MM, Op.BMM})
 GATHER = frozenset({Op.INDEX_SELECT, Op.EMBEDDING, Op.GATHER})  # and index with one index
