@@ -29,6 +29,8 @@ class Op(enum.Enum):
     SIGMOID = "sigmoid" + _UNARY
     RELU = "relu" + _UNARY
     SILU = "silu" + _UNARY
+    HARDSWISH = "hardswish" + _UNARY
+    HARDSIGMOID = "hardsigmoid" + _UNARY
     ERF = "erf" + _UNARY
     GELU = 'gelu(Tensor self, *, str approximate="none") -> Tensor'
     GELU_BACKWARD = ('gelu_backward(Tensor grad_output, Tensor self, *, str approximate="none")'

@@ -163,6 +163,34 @@ def _(ctx, g):
     return g * (2 / math.sqrt(math.pi)) * ops.exp(ops.neg(x * x))
 
 
+def _relu6_of_x_plus_3(E, x):
+    return E.min(E.max(E.add(x, E.const(3)), E.const(0)), E.const(6))
+
+
+HARDSWISH = declare(Op.HARDSWISH, functional=True, pointwise=Pointwise(
+    "same", lambda x: x * np.minimum(np.maximum(x + 3, 0), 6) / 6,
+    emit=lambda E, x: E.div(E.mul(x, _relu6_of_x_plus_3(E, x)), E.const(6)),
+    float_only="hardswish_cpu"))
+
+
+@HARDSWISH.derivative("HardswishBackward0", "self", save="self")
+def _(ctx, g):
+    x = ctx.self
+    return g * ops.where(ops.le(x, -3), 0.0, ops.where(ops.ge(x, 3), 1.0, x / 3 + 0.5))
+
+
+HARDSIGMOID = declare(Op.HARDSIGMOID, functional=True, pointwise=Pointwise(
+    "same", lambda x: np.minimum(np.maximum(x + 3, 0), 6) / 6,
+    emit=lambda E, x: E.div(_relu6_of_x_plus_3(E, x), E.const(6)),
+    float_only="hardsigmoid_cpu"))
+
+
+@HARDSIGMOID.derivative("HardsigmoidBackward0", "self", save="self")
+def _(ctx, g):
+    x = ctx.self
+    return g * ops.where(ops.logical_and(ops.gt(x, -3), ops.lt(x, 3)), 1 / 6, 0.0)
+
+
 # gelu ----------------------------------------------------------------------------------
 def _gelu(x, approximate="none"):
     if approximate == "tanh":

@@ -41,11 +41,11 @@ class Inputs:
         assert (layout == "contiguous") == t.is_contiguous()
         return t.requires_grad_(grad)
 
-    def distinct(self, *shape, layout="contiguous", avoid=(0.0,)):
+    def distinct(self, *shape, layout="contiguous", avoid=(0.0,), low=-1.0, high=1.0):
         """Values at least 1e-3 apart and from the points in `avoid`, so that max, min,
         abs, relu and clamp meet no tie or kink within gradcheck's step."""
         while True:
-            t = self.x(*shape, layout=layout)
+            t = self.x(*shape, low=low, high=high, layout=layout)
             values = np.sort(np.append(t.detach()._np().ravel(), avoid))
             if np.diff(values).min() > 1e-3:
                 return t
@@ -103,6 +103,10 @@ CASES = [
     *_unary(Op.SIGMOID, ops.sigmoid),
     *_unary(Op.SILU, ops.silu),
     *_unary(Op.ERF, ops.erf),
+    Case(Op.HARDSWISH, "kinks-apart", ops.hardswish,
+         lambda m: (m.distinct(3, 4, low=-5.0, high=5.0, avoid=(-3.0, 3.0)),)),
+    Case(Op.HARDSIGMOID, "kinks-apart", ops.hardsigmoid,
+         lambda m: (m.distinct(3, 4, low=-5.0, high=5.0, avoid=(-3.0, 3.0)),)),
     *_unary(Op.GELU, ops.gelu, low=-3.0, high=3.0),
     Case(Op.GELU, "tanh", lambda x: ops.gelu(x, approximate="tanh"),
          lambda m: (m.x(3, 4, low=-3.0, high=3.0, layout="t"),)),
