@@ -10,7 +10,7 @@ in BLAS; with K == 0 the product is zero.
 
 The structure is Goto/BLIS (see ir/kernel.py): packed, cache-blocked, an MR x NR
 register micro-kernel, one native call per block of rows or columns per thread (see
-jobs.run); products below DIRECT_MAX_MACS skip packing. Results are bitwise
+jobs.run); products below config.DIRECT_MAX_MACS skip packing. Results are bitwise
 identical across thread counts for one blocking (tune.py picks it).
 
 Error bound, asserted by tests/compiler/test_gemm.py for every result, eps the dtype's
@@ -31,6 +31,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from compiler.gemm import config
 from compiler.gemm import jobs
 from compiler.gemm import kernels
 from compiler.gemm import plans
@@ -38,8 +39,6 @@ from compiler.gemm import small
 from compiler.gemm import tune
 from compiler.gemm.ir.kernel import ACTIVATIONS, EpilogueSpec
 from runtime.fastcall import address
-
-DIRECT_MAX_MACS = 144 ** 3  # multiply-adds below which packing costs more than it saves
 
 
 class Epilogue(NamedTuple):
@@ -273,7 +272,7 @@ def _run(problem: _Problem, activation, threads, request: tuple | None = None,
     kernel = kernels.kernel(out.dtype, _spec(bias, activation, problem.residual is not None))
     batch = _products(problem)
     m, n, k = batch.call.m, batch.call.n, batch.call.k
-    direct_domain = m * n * k <= DIRECT_MAX_MACS
+    direct_domain = m * n * k <= config.DIRECT_MAX_MACS
     blocking = None
     if not direct_domain or (n > 1 and batch.call.b_cs != 1):
         blocking = tune.for_depth(tune.blocking(kernel, _tuning_measure), k)
@@ -348,7 +347,7 @@ _ABSENT = (0, (), (0, 0))
 def _tuning_measure(kernel: kernels.CompiledGemm):
     """A function timing one square TUNE_SIZE product with a given blocking, for the
     autotuner."""
-    size, dtype = tune.TUNE_SIZE, kernel.dtype
+    size, dtype = config.TUNE_SIZE, kernel.dtype
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((size, size)).astype(dtype) for _ in range(2))
     out = np.empty((size, size), dtype)

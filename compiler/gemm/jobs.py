@@ -13,22 +13,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from compiler.gemm import config
 from compiler.gemm.ir.tools import PACK_ALIGN
 from compiler.gemm.ir.kernel import KERNEL_ARGS, Tile
 from compiler.gemm.kernels import Batch, Blocking, Call, CompiledGemm
-
-# Each thread gets at least this many multiply-adds (about 4 us of work on one core: a
-# job costs the pool ~1-3 us when its workers are awake); pieces are no smaller.
-PARALLEL_MIN_MACS = 1 << 19
-PIECE_MIN_MACS = 1 << 18
-SHARED_B_ELEMENTS = 1 << 22  # the shared packing of B goes column chunk by chunk
-COLUMNS_MIN_WIDTH = 256  # columns per thread from which threads split N (see _by_columns)
-# Column pieces up to this wide read A in place (rows contiguous) even where its row
-# stride crowds L1 sets (kernels.reads_a_in_place): each piece would pack all of A
-# again, which costs them more (512^2 float32 on 2 threads, 4 pieces of 128 columns:
-# 261 GFLOP/s in place, 235 packed; 1024^2, 256 columns: 306 and 303; 1536^2, 384
-# columns: 299 and 308).
-NARROW_PIECE_COLUMNS = 256
 
 
 class Scratch:
@@ -140,11 +128,12 @@ def prepare(kernel: CompiledGemm, batch: Batch, blocking: Blocking | None, threa
 
 
 def threads_for(batch: Batch, specialised: bool, threads: int | None = None) -> int:
-    """How many threads `run` uses for the batch: 1 below 2 * PARALLEL_MIN_MACS (or for
-    one product on a specialised kernel), else `threads` (default: num_threads())."""
+    """How many threads `run` uses for the batch: 1 below 2 * config.PARALLEL_MIN_MACS
+    (or for one product on a specialised kernel), else `threads` (default:
+    num_threads())."""
     call = batch.call
     macs = batch.count * call.m * call.n * call.k
-    if macs < 2 * PARALLEL_MIN_MACS or (specialised and batch.count == 1):
+    if macs < 2 * config.PARALLEL_MIN_MACS or (specialised and batch.count == 1):
         return 1
     if threads is None:
         from runtime.threads import num_threads
@@ -165,10 +154,10 @@ def _sharing_b(kernel: CompiledGemm, call: Call, blocking: Blocking, threads: in
     t, itemsize = kernel.tile, kernel.dtype.itemsize
     if _by_columns(call, t, threads):
         pieces = _column_pieces(call, kernel, 2 * threads)
-        if call.a_cs == 1 and max(piece.n for piece in pieces) <= NARROW_PIECE_COLUMNS:
+        if call.a_cs == 1 and max(p.n for p in pieces) <= config.NARROW_PIECE_COLUMNS:
             pieces = [piece._replace(a_in_place=1) for piece in pieces]
         return [_job(kernel, None, pieces, blocking, threads, scratch)]
-    width = min(call.n, max(t.nr, SHARED_B_ELEMENTS // call.k // t.nr * t.nr))
+    width = min(call.n, max(t.nr, config.SHARED_B_ELEMENTS // call.k // t.nr * t.nr))
     packed_b = scratch.address("shared b", call.k * _round_up(width, t.nr), kernel.dtype)
     blocks = -(-call.m // blocking.mc)
     jobs = []
@@ -191,7 +180,7 @@ def _by_columns(call: Call, tile: Tile, threads: int) -> bool:
     costs little (measured at 512-2048 squares: columns 0.91-0.96x of OpenBLAS, rows
     0.87-0.93x), or when the row tiles share out clearly worse (128 rows on 2 threads)."""
     rows, columns = _uneven(call.m, tile.mr, threads), _uneven(call.n, tile.nr, threads)
-    return (columns <= rows and call.n >= COLUMNS_MIN_WIDTH * threads) or (
+    return (columns <= rows and call.n >= config.COLUMNS_MIN_WIDTH * threads) or (
         rows > max(1.05, columns))
 
 
@@ -213,16 +202,16 @@ def _cuts(size: int, step: int, parts: int) -> list[tuple[int, int]]:
 
 def _row_pieces(call: Call, kernel: CompiledGemm, parts: int) -> list[Call]:
     """`call` as up to `parts` pieces of whole MR-row tiles, none much under
-    PIECE_MIN_MACS multiply-adds."""
-    parts = min(parts, max(1, call.m * call.n * call.k // PIECE_MIN_MACS))
+    config.PIECE_MIN_MACS multiply-adds."""
+    parts = min(parts, max(1, call.m * call.n * call.k // config.PIECE_MIN_MACS))
     return [call.rows(lo, hi, kernel.dtype.itemsize, kernel.spec.bias == "row")
             for lo, hi in _cuts(call.m, kernel.tile.mr, parts)]
 
 
 def _column_pieces(call: Call, kernel: CompiledGemm, parts: int) -> list[Call]:
     """`call` as up to `parts` pieces of whole NR-column tiles, none much under
-    PIECE_MIN_MACS multiply-adds."""
-    parts = min(parts, max(1, call.m * call.n * call.k // PIECE_MIN_MACS))
+    config.PIECE_MIN_MACS multiply-adds."""
+    parts = min(parts, max(1, call.m * call.n * call.k // config.PIECE_MIN_MACS))
     return [call.cols(lo, hi, kernel.dtype.itemsize, kernel.spec.bias == "col")
             for lo, hi in _cuts(call.n, kernel.tile.nr, parts)]
 

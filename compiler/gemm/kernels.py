@@ -15,17 +15,17 @@ from typing import NamedTuple
 import numpy as np
 
 from compiler import debugging
+from compiler.gemm import config
 from compiler.gemm.ir.kernel import EpilogueSpec, Tile, build_module, emit_activation
-
-CONFLICT_STRIDE = 2048  # bytes
 
 
 class SecondSight:
     """Keys seen once, so that costly preparation (a compiled kernel, a plan) is made
-    for what is seen twice, not for every one-off; past `limit` keys it forgets them all."""
+    for what is seen twice, not for every one-off; past `limit` keys (default
+    config.SIGHTINGS_LIMIT) it forgets them all."""
 
-    def __init__(self, limit: int = 4096):
-        self.limit, self._seen = limit, set()
+    def __init__(self, limit: int | None = None):
+        self.limit, self._seen = limit or config.SIGHTINGS_LIMIT, set()
 
     def again(self, key) -> bool:
         """Whether `key` was seen before; remembers it."""
@@ -176,4 +176,4 @@ def reads_a_in_place(a_rs: int, a_cs: int, itemsize: int) -> bool:
     """Whether the packed path should broadcast from A in place rather than pack it:
     its rows must be contiguous, and not a multiple of 2 KiB apart (then MR rows would
     crowd one or two L1 sets and evict each other)."""
-    return a_cs == 1 and (a_rs * itemsize) % CONFLICT_STRIDE != 0
+    return a_cs == 1 and (a_rs * itemsize) % config.CONFLICT_STRIDE != 0

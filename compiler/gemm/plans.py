@@ -9,8 +9,8 @@ here: its native jobs (records of every product piece, packing buffers of its ow
 with the operands' addresses taken out, or, for one small product, its
 shape-specialised kernel. A call then allocates the output, puts the addresses (and
 alpha and scale) in, and runs. Plans are made only for calls with a new output and no
-C (beta == 0), and for products up to PLAN_MAX_MACS (above that the Python is a small
-part of the time); at most PLAN_LIMIT are kept (then they start over).
+C (beta == 0), and for products up to config.PLAN_MAX_MACS (above that the Python is a
+small part of the time); at most config.PLAN_LIMIT are kept (then they start over).
 """
 from __future__ import annotations
 
@@ -18,12 +18,10 @@ import threading
 
 import numpy as np
 
+from compiler.gemm import config
 from compiler.gemm import jobs as gemm_jobs
 from compiler.gemm import kernels
 from runtime.fastcall import address
-
-PLAN_MAX_MACS = 1 << 28  # about 645^3
-PLAN_LIMIT = 256
 
 PLANS: dict[tuple, "Plan | SmallPlan"] = {}  # by request
 _sightings = kernels.SecondSight()
@@ -74,7 +72,7 @@ def make(key: tuple, kernel, batch: kernels.Batch, blocking, specialised, thread
     call = batch.call
     if specialised is not None and whole:
         plan = SmallPlan(specialised, out.shape, out.dtype)
-    elif batch.count * call.m * call.n * call.k <= PLAN_MAX_MACS:
+    elif batch.count * call.m * call.n * call.k <= config.PLAN_MAX_MACS:
         threads = gemm_jobs.threads_for(batch, specialised is not None, threads)
         scratch = gemm_jobs.Scratch()
         jobs = gemm_jobs.prepare(kernel, batch, blocking, threads,
@@ -82,7 +80,7 @@ def make(key: tuple, kernel, batch: kernels.Batch, blocking, specialised, thread
         plan = Plan(jobs, scratch, call, out.shape, out.dtype)
     else:
         return None
-    if len(PLANS) >= PLAN_LIMIT:
+    if len(PLANS) >= config.PLAN_LIMIT:
         PLANS.clear()
     PLANS[key] = plan
     return plan

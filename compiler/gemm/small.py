@@ -20,9 +20,9 @@ equal row pieces of one product, or the elements of a batch, claimed natively by
 runtime.pool's threads (a 64^3 float32 product: ~3.2 us on one thread, ~2.1 us in two
 pieces on two), its state on the caller's stack: no Python per piece, nothing shared
 between calls. `fits(m, n, k)` says
-which products these kernels are for; at most MAX_KERNELS variants are compiled per
-process (MCJIT never frees code), after which `small_kernel` returns None and the
-caller uses the generic kernel.
+which products these kernels are for; at most config.SMALL_MAX_KERNELS variants are
+compiled per process (MCJIT never frees code), after which `small_kernel` returns None
+and the caller uses the generic kernel.
 """
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ from typing import NamedTuple
 import numpy as np
 
 from compiler import debugging
+from compiler.gemm import config
 from compiler.gemm.jobs import POINTERS
 from compiler.gemm.kernels import SecondSight
 from compiler.gemm.ir.kernel import EpilogueSpec, Tile
@@ -42,19 +43,12 @@ from compiler.gemm.ir.small import K_UNROLL, SmallGemm, has_fast_entry
 from runtime import fastcall
 from runtime.pool import available as pool_available
 
-SMALL_MAX_MACS = 200 ** 3  # above this the packed kernel's cache blocking wins
-SPLIT_MIN_MACS = 1 << 18  # from this size on, products are cut over the threads (see cut)
-BUFFER_MAX_ELEMENTS = 48 * 1024  # K x N of a B copied to the stack (384 KiB in float64)
-MAX_KERNELS = 512  # compiled variants per process; MCJIT never frees code
-L1_PANEL_BYTES = 32 * 1024  # a B panel up to this stays in L1 (48 KiB) next to A's rows
-
-
 def fits(m: int, n: int, k: int) -> bool:
     """Whether a product of these sizes is small enough for a specialised kernel: at
-    most SMALL_MAX_MACS multiply-adds, and B within the stack buffer should it need a
-    copy."""
-    return m >= 1 and n >= 1 and k >= 1 and m * n * k <= SMALL_MAX_MACS and (
-        k * (n + 16) <= BUFFER_MAX_ELEMENTS)
+    most config.SMALL_MAX_MACS multiply-adds, and B within the stack buffer should it
+    need a copy."""
+    return m >= 1 and n >= 1 and k >= 1 and m * n * k <= config.SMALL_MAX_MACS and (
+        k * (n + 16) <= config.SMALL_B_BUFFER_ELEMENTS)
 
 
 class Cut(NamedTuple):
@@ -153,8 +147,8 @@ def small_kernel(dtype, m: int, n: int, k: int, a_strides: tuple[int, int],
                  residual_strides=None, alpha: bool = False, scale: bool = False,
                  cut: Cut = Cut()) -> SmallKernel | None:
     """The kernel for this product (see SmallKey), compiled on first use (the disk cache
-    of runtime.jit serves later processes); None once MAX_KERNELS variants exist (use the
-    generic kernel then). Requires fits(m, n, k); a cut on more than one thread only
+    of runtime.jit serves later processes); None once config.SMALL_MAX_KERNELS variants
+    exist (use the generic kernel then). Requires fits(m, n, k); a cut on more than one thread only
     where runtime.pool is available."""
     if not fits(m, n, k):
         raise ValueError(f"gemm_small: {m}x{n}x{k} is not small (see fits)")
@@ -176,7 +170,7 @@ def small_kernel(dtype, m: int, n: int, k: int, a_strides: tuple[int, int],
         return found
     with _lock:
         if key not in _kernels:
-            if len(_kernels) >= MAX_KERNELS:
+            if len(_kernels) >= config.SMALL_MAX_KERNELS:
                 return None
             _kernels[key] = _compile(key)
         return _kernels[key]
@@ -216,17 +210,17 @@ _by_call: dict[tuple, SmallKernel] = {}
 def cut(batch, spec: EpilogueSpec, itemsize: int, threads: int | None) -> tuple:
     """(the product of one piece, the Cut) for one specialised kernel call that computes
     all of a kernels.Batch of direct products, or (None, None) when they are not
-    evenly spaced in memory. One product from SPLIT_MIN_MACS on, when M divides by the
-    thread count and runtime.pool is there, is cut in one equal row piece per thread
-    (a kernel compiled for their rows serves them all); the products of a batch are its
-    pieces, on every thread from SPLIT_MIN_MACS on in all. Each element keeps its own
-    FMA chain along K: the results are the same as on one thread."""
+    evenly spaced in memory. One product from config.SPLIT_MIN_MACS on, when M divides
+    by the thread count and runtime.pool is there, is cut in one equal row piece per
+    thread (a kernel compiled for their rows serves them all); the products of a batch
+    are its pieces, on every thread from config.SPLIT_MIN_MACS on in all. Each element
+    keeps its own FMA chain along K: the results are the same as on one thread."""
     call = batch.call
     macs = batch.count * call.m * call.n * call.k
     if threads is None:
         from runtime.threads import num_threads
         threads = num_threads()
-    parallel = threads > 1 and macs >= SPLIT_MIN_MACS and pool_available()
+    parallel = threads > 1 and macs >= config.SPLIT_MIN_MACS and pool_available()
     if batch.count == 1:
         if not parallel or call.m % threads:
             return call, Cut()
@@ -252,14 +246,14 @@ def choose_tile(dtype: str, m: int, n: int, k: int, lanes: int) -> Tile:
     """The register tile (rows x vectors) with the least modelled time: per tile, K
     steps of max(FMAs, 4-cycle FMA latency) and the loads, plus a store and loop
     overhead, every lane of a partly used vector counted; accumulators and B vectors fit
-    the registers. A B panel (K x tile width) past L1_PANEL_BYTES costs 10% (measured:
-    at 160^3 float32, 14x32 beat 6x64 by about that)."""
+    the registers. A B panel (K x tile width) past config.L1_PANEL_BYTES costs 10%
+    (measured: at 160^3 float32, 14x32 beat 6x64 by about that)."""
     vectors_n = -(-n // lanes)
     itemsize = 4 if dtype == "float32" else 8
     registers = 32 if lanes * itemsize >= 64 else 16  # AVX-512 has 32 vector registers
     best = None
     for nv in range(1, min(4, vectors_n) + 1):
-        spill = 1.1 if k * nv * lanes * itemsize > L1_PANEL_BYTES else 1.0
+        spill = 1.1 if k * nv * lanes * itemsize > config.L1_PANEL_BYTES else 1.0
         for mr in range(1, min(m, (registers - 1) // nv - 1) + 1):
             tiles_m = [mr] * (m // mr) + ([m % mr] if m % mr else [])
             tiles_n = [nv] * (vectors_n // nv) + ([vectors_n % nv] if vectors_n % nv else [])

@@ -20,7 +20,6 @@ from typing import Callable
 
 from compiler.gemm.kernels import Blocking, CompiledGemm
 
-TUNE_SIZE = 768  # square problem the candidates are timed on
 FILE_NAME = "gemm_blocking.json"
 _lock = threading.Lock()
 _chosen: dict = {}

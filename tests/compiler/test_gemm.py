@@ -1,6 +1,6 @@
-"""kiln's native GEMM (compiler/codegen/gemm*.py) against numpy float64.
+"""kiln's native GEMM (compiler/gemm/) against numpy float64.
 
-Every result is checked against the error bound documented in compiler/codegen/gemm.py:
+Every result is checked against the error bound documented in compiler/gemm/api.py:
 
     |out - exact| <= (K + 8) * eps * (1.2 * |scale| * P + |exact| + |residual|)
     P = |alpha| * |op(A)| @ |op(B)| + |beta| * |C| + |bias|
@@ -17,10 +17,11 @@ import sys
 import numpy as np
 import pytest
 
+from compiler.gemm import config as gemm_config
 from compiler.gemm import jobs as gemm_jobs
 from compiler.gemm import kernels as gemm_native
 from compiler.gemm import tune as gemm_tune
-from compiler.gemm.api import ACTIVATION_REFERENCE, DIRECT_MAX_MACS, Epilogue, bmm, gemm
+from compiler.gemm.api import ACTIVATION_REFERENCE, Epilogue, bmm, gemm
 from compiler.gemm.ir.kernel import ACTIVATIONS, EpilogueSpec
 from runtime import pool as runtime_pool
 
@@ -231,7 +232,7 @@ def test_bmm_with_epilogue_and_transposes():
     (20, 2000, 2000, False),  # too few rows: columns split, each piece packs its B
 ])
 def test_identical_across_thread_counts(m, k, n, trans_a, monkeypatch):
-    monkeypatch.setattr(gemm_jobs, "SHARED_B_ELEMENTS", 1 << 18)  # several B chunks
+    monkeypatch.setattr(gemm_config, "SHARED_B_ELEMENTS", 1 << 18)  # several B chunks
     pieces = spy_on_pieces(monkeypatch)
     rng = np.random.default_rng(10)
     a = rand(rng, (k, m) if trans_a else (m, k), np.float32)
@@ -246,7 +247,7 @@ def test_identical_across_thread_counts(m, k, n, trans_a, monkeypatch):
 @pytest.mark.parametrize("n, in_place", [(512, 1), (1536, 0)])
 def test_narrow_column_pieces_read_a_in_place(n, in_place, monkeypatch):
     """Rows of A 2 KiB apart are packed, except into column pieces of at most
-    NARROW_PIECE_COLUMNS, each of which would pack all of A again; the same bits."""
+    config.NARROW_PIECE_COLUMNS, each of which would pack all of A again; the same bits."""
     records = []
     run = gemm_jobs.Job.run
 
@@ -318,7 +319,7 @@ def test_native_code_stays_in_bounds():
 
 def test_direct_and_packed_paths_agree():
     rng = np.random.default_rng(12)
-    side = int(round(DIRECT_MAX_MACS ** (1 / 3)))
+    side = int(round(gemm_config.DIRECT_MAX_MACS ** (1 / 3)))
     a, b = rand(rng, (side, side), np.float64), rand(rng, (side, side), np.float64)
     direct = gemm(a, b)
     packed = gemm(a, b[:, ::-1])[:, ::-1]  # B with stride -1 along N takes the packed path
@@ -397,7 +398,7 @@ def test_kernels_are_cached_per_dtype_and_epilogue():
 def test_autotuner_stores_its_choice(monkeypatch, tmp_path):
     monkeypatch.setenv("KILN_AUTOTUNE", "1")
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(gemm_tune, "TUNE_SIZE", 128)
+    monkeypatch.setattr(gemm_config, "TUNE_SIZE", 128)
     monkeypatch.setattr(gemm_tune, "_chosen", {})
     rng = np.random.default_rng(15)
     a, b = rand(rng, (150, 160), np.float32), rand(rng, (160, 170), np.float32)
@@ -589,14 +590,15 @@ def test_a_plan_in_use_by_another_thread_is_not_shared():
 
 
 def test_a_direct_product_is_cut_in_equal_row_pieces_one_per_thread():
-    """From SPLIT_MIN_MACS on, a small product whose M divides by the thread count runs
-    as that many row pieces of one specialised kernel: the result is bitwise the one of
-    one thread (each element keeps its FMA chain) and of the first, generic-kernel call."""
+    """From config.SPLIT_MIN_MACS on, a small product whose M divides by the thread
+    count runs as that many row pieces of one specialised kernel: the result is bitwise
+    the one of one thread (each element keeps its FMA chain) and of the first,
+    generic-kernel call."""
     from compiler.gemm import small as gemm_small
     from compiler.gemm import plans as gemm_plans
     rng = np.random.default_rng(26)
     a, b = rand(rng, (128, 96), np.float32), rand(rng, (96, 90), np.float32)
-    assert 128 * 96 * 90 >= gemm_small.SPLIT_MIN_MACS
+    assert 128 * 96 * 90 >= gemm_config.SPLIT_MIN_MACS
     alone = [gemm(a, b, threads=1) for _ in range(3)]
     together = [gemm(a, b, threads=2) for _ in range(3)]
     assert all(np.array_equal(alone[0], r) for r in alone[1:] + together)

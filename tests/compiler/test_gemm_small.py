@@ -7,6 +7,7 @@ import ctypes
 import numpy as np
 import pytest
 
+from compiler.gemm import config as gemm_config
 from compiler.gemm import small as gemm_small
 from compiler.gemm.api import Epilogue
 from compiler.gemm.ir.kernel import ACTIVATIONS, EpilogueSpec
@@ -250,7 +251,7 @@ def test_kernels_are_cached_and_take_only_the_arguments_they_use():
 
 def test_compiled_variants_are_capped(monkeypatch):
     small_kernel(np.float32, 1, 1, 1, (1, 1), (1, 1), 1)
-    monkeypatch.setattr(gemm_small, "MAX_KERNELS", len(gemm_small._kernels))
+    monkeypatch.setattr(gemm_config, "SMALL_MAX_KERNELS", len(gemm_small._kernels))
     assert small_kernel(np.float32, 1, 1, 1, (1, 1), (1, 1), 1) is not None
     assert small_kernel(np.float32, 2, 1, 1, (1, 1), (1, 1), 1) is None
 

@@ -1,0 +1,42 @@
+"""Every tuning threshold of kiln's GEMM, in one place, with what it decides and, where
+it was measured, on what. The modules read them as `config.NAME` when they run, so a
+test can change one with monkeypatch.
+
+The LLVM IR emitters keep their own code-shape constants (gemm/ir/: kernel.py's
+ROWS_FIRST_DEPTH, small.py's FULL_UNROLL_K and K_UNROLL, tools.py's PACK_ALIGN), and
+tune.py's default_blocking its cache-size model.
+"""
+from __future__ import annotations
+
+# Which kernel (api.py, small.py) ------------------------------------------------------
+DIRECT_MAX_MACS = 144 ** 3  # multiply-adds below which packing costs more than it saves
+SMALL_MAX_MACS = 200 ** 3  # above this the packed kernel's cache blocking wins
+SMALL_B_BUFFER_ELEMENTS = 48 * 1024  # K x N of a B copied to the stack (384 KiB in float64)
+SMALL_MAX_KERNELS = 512  # specialised variants compiled per process; MCJIT never frees code
+L1_PANEL_BYTES = 32 * 1024  # a B panel up to this stays in L1 (48 KiB) next to A's rows
+
+# Threads (jobs.py, small.py) ----------------------------------------------------------
+# Each thread gets at least this many multiply-adds (about 4 us of work on one core: a
+# job costs the pool ~1-3 us when its workers are awake); pieces are no smaller.
+PARALLEL_MIN_MACS = 1 << 19
+PIECE_MIN_MACS = 1 << 18
+SPLIT_MIN_MACS = 1 << 18  # from this size on, small products are cut over the threads
+COLUMNS_MIN_WIDTH = 256  # columns per thread from which threads split N (jobs._by_columns)
+# Column pieces up to this wide read A in place (rows contiguous) even where its row
+# stride crowds L1 sets (kernels.reads_a_in_place): each piece would pack all of A
+# again, which costs them more (512^2 float32 on 2 threads, 4 pieces of 128 columns:
+# 261 GFLOP/s in place, 235 packed; 1024^2, 256 columns: 306 and 303; 1536^2, 384
+# columns: 299 and 308).
+NARROW_PIECE_COLUMNS = 256
+
+# Memory (jobs.py, kernels.py) ---------------------------------------------------------
+SHARED_B_ELEMENTS = 1 << 22  # the shared packing of B goes column chunk by chunk
+CONFLICT_STRIDE = 2048  # bytes: A rows this far apart crowd one or two L1 sets
+
+# Repeated calls (plans.py, kernels.SecondSight) ----------------------------------------
+PLAN_MAX_MACS = 1 << 28  # about 645^3: above it the Python a plan saves is a small part
+PLAN_LIMIT = 256  # plans kept; then they start over
+SIGHTINGS_LIMIT = 4096  # keys a SecondSight remembers; then it forgets them all
+
+# Autotuning (tune.py) -----------------------------------------------------------------
+TUNE_SIZE = 768  # the square problem the candidate blockings are timed on
