@@ -10,9 +10,10 @@ place when its rows are contiguous, otherwise first copied into a stack buffer a
 (a transposed B through in-register vector transposes, any other layout element by
 element). C is not read when the kernel has no C (beta == 0).
 
-`small_kernel(...)` returns a `SmallKernel` (compiled once per key; the disk cache of
-runtime.jit serves later processes) with two entry points taking only the operands and
-the scalars the key leaves at runtime: `fn` on addresses (~0.3 us per call through
+`small_kernel(key)` returns for a `SmallKey` (sizes, strides, epilogue, cut) a
+`SmallKernel` (compiled once per key; the disk cache of runtime.jit serves later
+processes) with two entry points taking only the operands and the scalars the key
+leaves at runtime: `fn` on addresses (~0.3 us per call through
 ctypes) and `fast` on the ndarrays themselves (~30 ns: a runtime.fastcall builtin
 reading their data pointers natively, where `x.ctypes.data` costs ~1 us each in
 Python). A kernel compiled with a Cut covers several products in one call: the
@@ -64,10 +65,11 @@ class Cut(NamedTuple):
 
 @dataclass(frozen=True)
 class SmallKey:
-    """Everything a specialised kernel is compiled for. Strides are in elements; out
-    has unit column stride. `c_strides` None: no C (beta == 0). `alpha`/`scale` False:
-    compiled as 1; True: runtime arguments. `cut`: how many such products one call
-    computes, where, on how many threads (see Cut)."""
+    """Everything a specialised kernel is compiled for: what small_kernel is asked for.
+    `dtype` is a numpy dtype's name; strides are in elements; out has unit column
+    stride. `c_strides` None: no C (beta == 0). `alpha`/`scale` False: compiled as 1;
+    True: runtime arguments. `cut`: how many such products one call computes, where, on
+    how many threads (see Cut); its steps a tuple."""
     dtype: str
     m: int
     n: int
@@ -141,30 +143,12 @@ _kernels: dict[SmallKey, SmallKernel] = {}
 _lock = threading.Lock()
 
 
-def small_kernel(dtype, m: int, n: int, k: int, a_strides: tuple[int, int],
-                 b_strides: tuple[int, int], out_row_stride: int,
-                 spec: EpilogueSpec = EpilogueSpec(), *, c_strides=None, bias_stride: int = 1,
-                 residual_strides=None, alpha: bool = False, scale: bool = False,
-                 cut: Cut = Cut()) -> SmallKernel | None:
-    """The kernel for this product (see SmallKey), compiled on first use (the disk cache
-    of runtime.jit serves later processes); None once config.SMALL_MAX_KERNELS variants
-    exist (use the generic kernel then). Requires fits(m, n, k); a cut on more than one thread only
-    where runtime.pool is available."""
-    if not fits(m, n, k):
-        raise ValueError(f"gemm_small: {m}x{n}x{k} is not small (see fits)")
-    cut = Cut(cut.pieces, tuple(cut.steps), cut.threads)
-    if cut.pieces < 1 or not 1 <= cut.threads <= cut.pieces:
-        raise ValueError(f"gemm_small: {cut.pieces} pieces cannot run on {cut.threads} "
-                         "threads")
-    if cut.threads > 1 and not pool_available():
-        raise ValueError("gemm_small: threads run on runtime.pool, which this platform lacks")
-    key = SmallKey(np.dtype(dtype).name, m, n, k, tuple(a_strides), tuple(b_strides),
-                   out_row_stride, spec, c_strides and tuple(c_strides), bias_stride,
-                   residual_strides and tuple(residual_strides), alpha, scale, cut)
-    moving = {name for name, _ in key.args} & {"a", "b", "c", "out", "bias", "res"}
-    if not {name for name, _ in cut.steps} <= moving:
-        raise ValueError(f"gemm_small: steps {cut.steps} name operands the kernel does not "
-                         f"take ({sorted(moving)})")
+def small_kernel(key: SmallKey) -> SmallKernel | None:
+    """The kernel for `key`, compiled on first use (the disk cache of runtime.jit serves
+    later processes); None once config.SMALL_MAX_KERNELS variants exist (use the generic
+    kernel then). Requires fits(m, n, k); a cut on more than one thread only where
+    runtime.pool is available."""
+    _check(key)
     found = _kernels.get(key)
     if found is not None:
         return found
@@ -174,6 +158,22 @@ def small_kernel(dtype, m: int, n: int, k: int, a_strides: tuple[int, int],
                 return None
             _kernels[key] = _compile(key)
         return _kernels[key]
+
+
+def _check(key: SmallKey) -> None:
+    if not fits(key.m, key.n, key.k):
+        raise ValueError(f"small_kernel: {key.m}x{key.n}x{key.k} is not small (see fits)")
+    cut = key.cut
+    if cut.pieces < 1 or not 1 <= cut.threads <= cut.pieces:
+        raise ValueError(f"small_kernel: {cut.pieces} pieces cannot run on {cut.threads} "
+                         "threads")
+    if cut.threads > 1 and not pool_available():
+        raise ValueError("small_kernel: threads run on runtime.pool, which this platform "
+                         "lacks")
+    moving = {name for name, _ in key.args} & {"a", "b", "c", "out", "bias", "res"}
+    if not {name for name, _ in cut.steps} <= moving:
+        raise ValueError(f"small_kernel: steps {cut.steps} name operands the kernel does "
+                         f"not take ({sorted(moving)})")
 
 
 _sightings = SecondSight()
@@ -188,17 +188,15 @@ def for_call(call, spec: EpilogueSpec, dtype, cut: Cut = Cut()) -> SmallKernel |
     c = call
     if not fits(c.m, c.n, c.k):
         return None
+    # SmallKey's fields as a plain tuple: made for every small product that no plan
+    # serves, it costs ~10 ns where a SmallKey costs ~1 us
     key = (np.dtype(dtype).name, c.m, c.n, c.k, (c.a_rs, c.a_cs), (c.b_rs, c.b_cs), c.o_rs,
            spec, (c.c_rs, c.c_cs) if c.c else None, c.bias_stride if c.bias else 1,
            (c.r_rs, c.r_cs) if c.res else None, c.alpha != 1, c.scale != 1, cut)
     found = _by_call.get(key)
-    if found is not None:
+    if found is not None or not _sightings.again(key):
         return found
-    if not _sightings.again(key):
-        return None
-    made = small_kernel(key[0], *key[1:4], *key[4:7], spec, c_strides=key[8],
-                        bias_stride=key[9], residual_strides=key[10], alpha=key[11],
-                        scale=key[12], cut=cut)
+    made = small_kernel(SmallKey(*key))
     if made is not None:
         _by_call[key] = made
     return made

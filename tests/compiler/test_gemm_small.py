@@ -1,8 +1,9 @@
-"""Shape-specialised small GEMM kernels (compiler/codegen/gemm_small.py) against numpy
-float64, every result within the error bound of compiler/codegen/gemm.py (asserted by
+"""Shape-specialised small GEMM kernels (compiler/gemm/small.py) against numpy float64,
+every result within the error bound of compiler/gemm/api.py (asserted by
 test_gemm.reference). Each new shape or layout compiles a kernel (~30-200 ms): shapes
 are few and small."""
 import ctypes
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from compiler.gemm import config as gemm_config
 from compiler.gemm import small as gemm_small
 from compiler.gemm.api import Epilogue
 from compiler.gemm.ir.kernel import ACTIVATIONS, EpilogueSpec
-from compiler.gemm.small import Cut, choose_tile, fits, small_kernel
+from compiler.gemm.small import Cut, SmallKey, choose_tile, fits, small_kernel
 from runtime.pool import available as pool_available
 from tests.compiler.test_gemm import reference
 
@@ -37,12 +38,12 @@ def run(a, b, out=None, *, alpha=1.0, beta=0.0, c=None, epilogue=Epilogue(),
     e = epilogue
     bias = None if e.bias is None else ("col" if e.bias_axis == 1 else "row")
     spec = EpilogueSpec(bias, e.activation, e.residual is not None)
-    kernel = small_kernel(
-        a.dtype, rows or m, n, k, strides(a), strides(b), strides(out)[0], spec,
+    kernel = small_kernel(SmallKey(
+        a.dtype.name, rows or m, n, k, strides(a), strides(b), strides(out)[0], spec,
         c_strides=None if c is None else strides(c),
         bias_stride=1 if e.bias is None else strides(e.bias)[0],
         residual_strides=None if e.residual is None else strides(e.residual),
-        alpha=alpha != 1, scale=e.scale != 1, cut=cut)
+        alpha=alpha != 1, scale=e.scale != 1, cut=cut))
     optional = {"c": c, "bias": e.bias, "res": e.residual, "alpha": alpha, "beta": beta,
                 "scale": e.scale}
     args = [a, b, out] + [optional[name] for name, _ in kernel.key.args[3:]]
@@ -180,8 +181,9 @@ def test_a_batch_in_one_call_gives_each_products_result_bitwise(threads):
     a, b = rand(rng, (batch, m, k), np.float32), rand(rng, (k, n), np.float32)
     epilogue = Epilogue(bias=rand(rng, (n,), np.float32), activation="relu")
     each = np.stack([run(a[i], b, epilogue=epilogue) for i in range(batch)])
-    kernel = small_kernel(np.float32, m, n, k, (k, 1), (n, 1), n, EpilogueSpec("col", "relu"),
-                          cut=Cut(batch, (("a", m * k), ("out", m * n)), threads))
+    kernel = small_kernel(SmallKey("float32", m, n, k, (k, 1), (n, 1), n,
+                                   EpilogueSpec("col", "relu"),
+                                   cut=Cut(batch, (("a", m * k), ("out", m * n)), threads)))
     out = np.full((batch, m, n), np.nan, np.float32)
     if kernel.fast is not None:
         assert kernel.fast(a, b, out, epilogue.bias) is out
@@ -191,13 +193,15 @@ def test_a_batch_in_one_call_gives_each_products_result_bitwise(threads):
     assert np.array_equal(out, each)
 
 
+PIECE_4x5x3 = SmallKey("float32", 4, 5, 3, (3, 1), (5, 1), 5)  # 4 rows of 8 x 5 x 3
+
+
 def test_a_cut_is_checked():
     with pytest.raises(ValueError, match="3 pieces cannot run on 4 threads"):
-        small_kernel(np.float32, 4, 5, 3, (3, 1), (5, 1), 5, cut=Cut(3, (), 4))
+        small_kernel(replace(PIECE_4x5x3, cut=Cut(3, (), 4)))
     with pytest.raises(ValueError, match="does not take"):
-        small_kernel(np.float32, 4, 5, 3, (3, 1), (5, 1), 5, cut=Cut(2, (("bias", 4),), 1))
-    kernel = small_kernel(np.float32, 4, 5, 3, (3, 1), (5, 1), 5,
-                          cut=Cut(2, (("a", 12), ("out", 20)), 1))
+        small_kernel(replace(PIECE_4x5x3, cut=Cut(2, (("bias", 4),), 1)))
+    kernel = small_kernel(replace(PIECE_4x5x3, cut=Cut(2, (("a", 12), ("out", 20)), 1)))
     assert kernel.item == 0 and kernel.pool_args == ()
     if kernel.fast is not None:
         a, b = np.ones((8, 3), np.float32), np.ones((3, 5), np.float32)
@@ -213,7 +217,7 @@ CUT_ON_TWO = Cut(2, (("a", 12), ("out", 20)), 2)  # 8 x 5 x 3 as two pieces of 4
 def _pieces_in_child(queue):
     try:
         from runtime import pool
-        kernel = small_kernel(np.float32, 4, 5, 3, (3, 1), (5, 1), 5, cut=CUT_ON_TWO)
+        kernel = small_kernel(replace(PIECE_4x5x3, cut=CUT_ON_TWO))
         assert ctypes.c_int64.from_address(pool.current_cell()).value == 0  # no pool here
         out = np.zeros((8, 5), np.float32)
         kernel.fn(np.ones((8, 3), np.float32).ctypes.data, np.ones((3, 5), np.float32)
@@ -228,7 +232,7 @@ def test_pieces_run_in_a_forked_child_whose_pool_is_not_the_parents():
     """The parent's pool and workers are not in a forked child: its kernels in pieces run
     alone there until the child makes a pool of its own, and do not hang."""
     import multiprocessing
-    kernel = small_kernel(np.float32, 4, 5, 3, (3, 1), (5, 1), 5, cut=CUT_ON_TWO)
+    kernel = small_kernel(replace(PIECE_4x5x3, cut=CUT_ON_TWO))
     assert kernel.pool_args
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
@@ -240,27 +244,28 @@ def test_pieces_run_in_a_forked_child_whose_pool_is_not_the_parents():
 
 def test_kernels_are_cached_and_take_only_the_arguments_they_use():
     spec = EpilogueSpec("row", None, False)
-    first = small_kernel(np.float32, 7, 13, 5, (5, 1), (13, 1), 13, spec)
-    assert small_kernel(np.float32, 7, 13, 5, (5, 1), (13, 1), 13, spec) is first
+    key = SmallKey("float32", 7, 13, 5, (5, 1), (13, 1), 13, spec)
+    first = small_kernel(key)
+    assert small_kernel(SmallKey("float32", 7, 13, 5, (5, 1), (13, 1), 13, spec)) is first
     assert [name for name, _ in first.key.args] == ["a", "b", "out", "bias"]
-    with_c = small_kernel(np.float32, 7, 13, 5, (5, 1), (13, 1), 13, spec, c_strides=(13, 1),
-                          alpha=True)
+    with_c = small_kernel(replace(key, c_strides=(13, 1), alpha=True))
     assert [name for name, _ in with_c.key.args] == ["a", "b", "out", "c", "bias", "alpha",
                                                      "beta"]
 
 
 def test_compiled_variants_are_capped(monkeypatch):
-    small_kernel(np.float32, 1, 1, 1, (1, 1), (1, 1), 1)
+    one = SmallKey("float32", 1, 1, 1, (1, 1), (1, 1), 1)
+    small_kernel(one)
     monkeypatch.setattr(gemm_config, "SMALL_MAX_KERNELS", len(gemm_small._kernels))
-    assert small_kernel(np.float32, 1, 1, 1, (1, 1), (1, 1), 1) is not None
-    assert small_kernel(np.float32, 2, 1, 1, (1, 1), (1, 1), 1) is None
+    assert small_kernel(one) is not None
+    assert small_kernel(replace(one, m=2)) is None
 
 
 def test_fits_and_tiles():
     assert fits(1, 1, 1) and fits(128, 128, 128) and fits(200, 200, 200)
     assert not fits(0, 4, 4) and not fits(256, 256, 256) and not fits(1, 1000, 1000)
     with pytest.raises(ValueError, match="not small"):
-        small_kernel(np.float32, 300, 300, 300, (300, 1), (300, 1), 300)
+        small_kernel(SmallKey("float32", 300, 300, 300, (300, 1), (300, 1), 300))
     for m, n, k in [(1, 1, 1), (64, 64, 64), (200, 3, 9), (5, 200, 200)]:
         tile = choose_tile("float32", m, n, k, 16)
         assert tile.mr <= m and tile.mr * tile.vectors + tile.vectors < 32
