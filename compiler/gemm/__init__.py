@@ -1,7 +1,8 @@
 """kiln's own BLAS: GEMM and batched GEMM on numpy arrays, with a fused epilogue, through
 native code built with llvmlite.
 
-    api.py      gemm(), bmm(), Epilogue: the entry points
+    api.py      gemm(), bmm(), Epilogue: the entry points; GemmRequest, one call of them
+    config.py   every tuning threshold
     kernels.py  the compiled packed kernels and what one call of them is (Call, Batch)
     jobs.py     a batch cut into pieces and run on runtime.pool's threads
     plans.py    repeated requests prepared once (a few microseconds a call)

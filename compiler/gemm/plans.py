@@ -1,20 +1,22 @@
 """Prepared gemm()/bmm() calls, so that a repeated product costs a few microseconds of
 Python instead of tens.
 
-A request is what a call's work depends on besides the operands' addresses and the
-scalars: shapes, strides and dtypes of the numpy operands, transposes, which epilogue
-parts are present, the thread count, whether kernels may be specialised. The first
-time a request is seen it runs the general way; the second time it gets a plan, kept
-here: its native jobs (records of every product piece, packing buffers of its own)
-with the operands' addresses taken out, or, for one small product, its
-shape-specialised kernel. A call then allocates the output, puts the addresses (and
-alpha and scale) in, and runs. Plans are made only for calls with a new output and no
-C (beta == 0), and for products up to config.PLAN_MAX_MACS (above that the Python is a
-small part of the time); at most config.PLAN_LIMIT are kept (then they start over).
+A request (api.GemmRequest: one gemm() or bmm() call) has a plan key: what its work
+depends on besides the operands' addresses and the scalars: shapes, strides and dtypes
+of the numpy operands, transposes, which epilogue parts are present, the thread count,
+whether kernels may be specialised. The first time a key is seen its request runs the
+general way; the second time it gets a plan, kept here: its native jobs (records of
+every product piece, packing buffers of its own) with the operands' addresses taken
+out, or, for one small product, its shape-specialised kernel. A call then allocates
+the output, puts the addresses (and alpha and scale) in, and runs. Plans are made only
+for calls with a new output and no C (beta == 0), and for products up to
+config.PLAN_MAX_MACS (above that the Python is a small part of the time); at most
+config.PLAN_LIMIT are kept (then they start over).
 """
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,39 +25,35 @@ from compiler.gemm import jobs as gemm_jobs
 from compiler.gemm import kernels
 from runtime.fastcall import address
 
-PLANS: dict[tuple, "Plan | SmallPlan"] = {}  # by request
+if TYPE_CHECKING:
+    from compiler.gemm.api import GemmRequest
+
+PLANS: dict[tuple, "Plan | SmallPlan"] = {}  # by plan key
 _sightings = kernels.SecondSight()
 
 
-def request(api, a, b, out, alpha, beta, trans_a, trans_b, epilogue, threads,
-            specialise=True) -> tuple | None:
-    """The request of a call of `api` ("gemm" or "bmm", which check their operands
-    differently) that a plan could serve (numpy operands, no C, a new output), else
-    None. (An operand's address need not be aligned: the kernels assume whole-element
-    strides, which the key holds, and x86 loads need no alignment.)"""
+def serve(request: GemmRequest) -> tuple:
+    """(the plan key of `request`, its result if a plan computed it, else None). The key
+    is what the request's work depends on (see above); None for a request no plan
+    serves (an operand not a numpy array, a C, a given output) and for one whose plan
+    is busy (that call goes the general way, unplanned). (An operand's address need not
+    be aligned: the kernels assume whole-element strides, which the key holds, and x86
+    loads need no alignment.)"""
+    api, a, b, out, alpha, beta, _, trans_a, trans_b, epilogue, threads, specialise = request
     if out is not None or beta != 0 or type(a) is not np.ndarray or type(b) is not np.ndarray:
-        return None
+        return None, None
     key = (api, a.shape, a.strides, a.dtype, b.shape, b.strides, b.dtype, trans_a, trans_b,
            alpha == 1, threads, specialise)
-    if epilogue is None:
-        return key
-    bias, residual = epilogue.bias, epilogue.residual
-    if (bias is not None and type(bias) is not np.ndarray) or (
-            residual is not None and type(residual) is not np.ndarray):
-        return None
-    return (*key, epilogue.bias_axis, epilogue.activation, epilogue.scale == 1,
-            None if bias is None else (bias.shape, bias.strides, bias.dtype),
-            None if residual is None else (residual.shape, residual.strides, residual.dtype))
-
-
-def serve(api, a, b, out, alpha, beta, trans_a, trans_b, epilogue, threads,
-          specialise=True) -> tuple:
-    """(the request of a call of `api` or None, its result if a plan computed it or
-    None). A busy plan gives no result and no request: that call goes the general way,
-    unplanned."""
-    key = request(api, a, b, out, alpha, beta, trans_a, trans_b, epilogue, threads,
-                  specialise)
-    plan = PLANS.get(key) if key is not None else None
+    if epilogue is not None:
+        bias, residual = epilogue.bias, epilogue.residual
+        if (bias is not None and type(bias) is not np.ndarray) or (
+                residual is not None and type(residual) is not np.ndarray):
+            return None, None
+        key = (*key, epilogue.bias_axis, epilogue.activation, epilogue.scale == 1,
+               None if bias is None else (bias.shape, bias.strides, bias.dtype),
+               None if residual is None else (residual.shape, residual.strides,
+                                              residual.dtype))
+    plan = PLANS.get(key)
     if plan is None:
         return key, None
     result = plan(a, b, alpha, epilogue)

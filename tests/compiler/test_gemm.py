@@ -20,6 +20,7 @@ import pytest
 from compiler.gemm import config as gemm_config
 from compiler.gemm import jobs as gemm_jobs
 from compiler.gemm import kernels as gemm_native
+from compiler.gemm import plans as gemm_plans
 from compiler.gemm import tune as gemm_tune
 from compiler.gemm.api import ACTIVATION_REFERENCE, Epilogue, bmm, gemm
 from compiler.gemm.ir.kernel import ACTIVATIONS, EpilogueSpec
@@ -30,6 +31,14 @@ DTYPES = [np.float32, np.float64]
 
 def rand(rng, shape, dtype):
     return rng.standard_normal(shape).astype(dtype)
+
+
+def plan_of(api: str, a, b, *, alpha=1.0, trans_b=False, epilogue=None, threads=None):
+    """The plan that serves gemm() (`api` "gemm") or bmm() on these operands and
+    options, or None (serving the request once more tells its key)."""
+    request = (api, a, b, None, alpha, 0.0, None, False, trans_b, epilogue, threads, True)
+    key, _ = gemm_plans.serve(request)
+    return gemm_plans.PLANS.get(key)
 
 
 def reference(a, b, *, alpha=1.0, beta=0.0, c=None, trans_a=False, trans_b=False,
@@ -487,7 +496,6 @@ def test_a_repeated_small_product_gets_a_specialised_kernel_with_the_same_result
     results are bitwise those of the generic kernels that served the first call (one
     FMA chain along K per element, the same store), so a result never depends on how
     often a shape was seen."""
-    from compiler.gemm import plans as gemm_plans
     rng = np.random.default_rng(m * k * n)
     a = rand(rng, (m, k), np.float32)
     b = rand(rng, (n, k) if trans_b else (k, n), np.float32)
@@ -496,9 +504,8 @@ def test_a_repeated_small_product_gets_a_specialised_kernel_with_the_same_result
     for options in ({}, {"alpha": 1.5, "epilogue": epilogue}):
         first = gemm(a, b, trans_b=trans_b, **options)
         second = gemm(a, b, trans_b=trans_b, **options)
-        request = gemm_plans.request("gemm", a, b, None, options.get("alpha", 1.0), 0.0,
-                                     False, trans_b, options.get("epilogue"), None)
-        assert isinstance(gemm_plans.PLANS.get(request), gemm_plans.SmallPlan)
+        assert isinstance(plan_of("gemm", a, b, trans_b=trans_b, **options),
+                          gemm_plans.SmallPlan)
         third = gemm(a, b, trans_b=trans_b, **options)
         assert np.array_equal(first, second) and np.array_equal(second, third)
         check(third, a, b, trans_b=trans_b, **options)
@@ -546,7 +553,6 @@ def test_a_planned_request_reads_the_arrays_and_scalars_of_each_call(api, shape_
     """From its second sight on, a request runs from a plan whose records hold its
     operands' addresses relative to them: each call's arrays, alpha and scale are used,
     and the result is bitwise that of the unplanned first call."""
-    from compiler.gemm import plans as gemm_plans
     product = gemm if api == "gemm" else bmm
     rng = np.random.default_rng(24)
     n = shape_b[0] if trans_b else shape_b[-1]
@@ -563,9 +569,7 @@ def test_a_planned_request_reads_the_arrays_and_scalars_of_each_call(api, shape_
             first = (a, b, options, result)
     a, b, options, result = first
     assert np.array_equal(product(a, b, threads=2, **options), result)
-    request = gemm_plans.request(api, a, b, None, options["alpha"], 0.0, False, trans_b,
-                                 options["epilogue"], 2)
-    assert isinstance(gemm_plans.PLANS.get(request), gemm_plans.Plan)
+    assert isinstance(plan_of(api, a, b, threads=2, **options), gemm_plans.Plan)
 
 
 def test_a_plan_in_use_by_another_thread_is_not_shared():
@@ -594,16 +598,13 @@ def test_a_direct_product_is_cut_in_equal_row_pieces_one_per_thread():
     count runs as that many row pieces of one specialised kernel: the result is bitwise
     the one of one thread (each element keeps its FMA chain) and of the first,
     generic-kernel call."""
-    from compiler.gemm import small as gemm_small
-    from compiler.gemm import plans as gemm_plans
     rng = np.random.default_rng(26)
     a, b = rand(rng, (128, 96), np.float32), rand(rng, (96, 90), np.float32)
     assert 128 * 96 * 90 >= gemm_config.SPLIT_MIN_MACS
     alone = [gemm(a, b, threads=1) for _ in range(3)]
     together = [gemm(a, b, threads=2) for _ in range(3)]
     assert all(np.array_equal(alone[0], r) for r in alone[1:] + together)
-    plan = gemm_plans.PLANS.get(
-        gemm_plans.request("gemm", a, b, None, 1.0, 0.0, False, False, None, 2))
+    plan = plan_of("gemm", a, b, threads=2)
     if runtime_pool.available():
         key = plan.kernel.key
         assert key.cut.pieces == key.cut.threads == 2 and key.m == 64
@@ -614,14 +615,12 @@ def test_a_direct_product_is_cut_in_equal_row_pieces_one_per_thread():
 def test_a_small_batch_runs_in_one_call_of_a_specialised_kernel(threads):
     """Evenly spaced batch elements (B broadcast) are the pieces of one specialised
     kernel call, from the second sight on: the bits of the generic first call."""
-    from compiler.gemm import plans as gemm_plans
     rng = np.random.default_rng(28)
     a, b = rand(rng, (8, 64, 32), np.float32), rand(rng, (32, 64), np.float32)
     epilogue = Epilogue(bias=rand(rng, (64,), np.float32), activation="tanh")
     results = [bmm(a, b, epilogue=epilogue, threads=threads) for _ in range(3)]
     assert all(np.array_equal(results[0], r) for r in results[1:])
-    plan = gemm_plans.PLANS.get(gemm_plans.request("bmm", a, b, None, 1.0, 0.0, False, False,
-                                                   epilogue, threads))
+    plan = plan_of("bmm", a, b, epilogue=epilogue, threads=threads)
     assert isinstance(plan, gemm_plans.SmallPlan)
     cut = plan.kernel.key.cut
     assert cut.pieces == 8 and dict(cut.steps) == {"a": 64 * 32, "out": 64 * 64}
@@ -653,14 +652,12 @@ def test_a_batch_in_one_call_writes_only_its_output(threads):
 def test_a_batch_not_evenly_spaced_runs_as_records():
     """Batch dims (2, 3) over a view whose elements are not evenly spaced: records of
     the specialised kernel's item, one per product."""
-    from compiler.gemm import plans as gemm_plans
     rng = np.random.default_rng(29)
     a = rand(rng, (2, 4, 6, 5), np.float32)[:, :3]  # dim 0 steps 4 elements of dim 1
     b = rand(rng, (5, 7), np.float32)
     results = [bmm(a, b) for _ in range(3)]
     assert all(np.array_equal(results[0], r) for r in results[1:])
-    plan = gemm_plans.PLANS.get(gemm_plans.request("bmm", a, b, None, 1.0, 0.0, False, False,
-                                                   None, None))
+    plan = plan_of("bmm", a, b)
     assert isinstance(plan, gemm_plans.Plan)
     check(results[-1], a, b)
 
