@@ -295,7 +295,7 @@ def test_a_transposed_gemm_operand_is_read_in_place_with_its_flag():
     original = runner.GemmNode.__call__
 
     def spy(kernel, inputs):
-        seen.append((kernel._transposes, kernel._before))
+        seen.append(kernel.plan.transposes)
         return original(kernel, inputs)
 
     rng = np.random.default_rng(8)
@@ -312,7 +312,7 @@ def test_a_transposed_gemm_operand_is_read_in_place_with_its_flag():
         finally:
             runner.GemmNode.__call__ = original
         np.testing.assert_allclose(got.numpy(), fn(x, w).numpy(), rtol=1e-5, atol=1e-5)
-        assert seen and seen[0][0] == flags
+        assert seen and seen[0] == flags
 
 
 def gemm_kernels_called(monkeypatch) -> list:
@@ -340,7 +340,8 @@ def test_a_gemm_kernel_on_inputs_alone_reads_them_by_index(monkeypatch):
     for _ in range(3):
         np.testing.assert_allclose(compiled(x, w, b, r).numpy(), fn(x, w, b, r).numpy(),
                                    rtol=1e-5, atol=1e-5)
-    assert kernels and all(k._by_index is not None and k.fused for k in kernels)
+    assert kernels and all(k.plan.input_positions is not None and k.plan.store.nodes
+                            for k in kernels)
 
 
 def test_debug_levels_3_and_4_print_llvm_ir_and_assembly(capsys):
@@ -414,7 +415,8 @@ def test_gelu_and_silu_after_a_linear_are_the_gemm_store_s_activation(name, fn, 
     for _ in range(3):
         np.testing.assert_allclose(compiled(x, w, b).numpy(), layer(x, w, b).numpy(),
                                    rtol=1e-5, atol=1e-6)
-    assert kernels and all(k._activation == name and k.rest is None for k in kernels)
+    assert kernels and all(k.plan.store.activation == name and k.plan.rest is None
+                            for k in kernels)
 
 
 def test_static_gemm_sizes_get_specialised_kernels_and_dynamic_ones_the_generic():

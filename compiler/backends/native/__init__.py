@@ -2,7 +2,8 @@
 can, the reference interpreter running the rest.
 
     pointwise.py   fused elementwise and row nodes as native kernels (codegen/pointwise.py)
-    gemm_node.py   fused gemm nodes as kiln's GEMM (compiler/gemm) with their epilogue
+    gemm_node.py   fused gemm nodes as kiln's GEMM (compiler/gemm) with their epilogue,
+                   as gemm_node_plan.py reads their bodies
     launch.py      a pointwise kernel's call prepared per layout, on runtime.pool's threads
 """
 from __future__ import annotations
