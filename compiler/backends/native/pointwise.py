@@ -145,9 +145,9 @@ class PointwiseNode:
             if n.op in K.REDUCE_OPS or (ins and all(v in rows or v in candidates
                                                    for v in ins)):
                 rows.add(n.outputs[0])
-        for v in candidates:
-            readers = [n for n in self.nodes if v in n.input_values()]
-            per_row = [n.outputs[0] in rows for n in readers]
+        users = self.body.users()
+        for v in candidates:  # (views are applied before the kernel: they are not readers)
+            per_row = [n.outputs[0] in rows for n in users[v] if n.op not in VIEW]
             if all(per_row):
                 rows.add(v)
             elif any(per_row):
