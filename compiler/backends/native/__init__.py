@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from compiler import interpreter
 from compiler.backends.native.gemm_node import GemmNode
+from compiler.backends.native.gemm_node_plan import GEMM_DTYPES
 from compiler.backends.native.pointwise import NotNative, PointwiseNode, node_problem
 from ir.graph import Graph, Node
 from ir.ops import Op
@@ -17,13 +18,9 @@ from ir.ops import Op
 
 def codegen_seconds() -> float:
     """Seconds this thread has spent compiling and loading kernels (all of them: the
-    elementwise and row kernels here, GEMM kernels in codegen/)."""
+    elementwise and row kernels here, GEMM kernels in compiler/gemm)."""
     from runtime.jit import load_seconds
     return load_seconds()
-
-
-
-GEMM_DTYPES = ("float32", "float64")  # kiln's GEMM kernels
 
 
 def emits(node: Node) -> bool:

@@ -28,7 +28,7 @@ from ir.graph import Graph, GraphBuilder, Node, Value
 from ir.ops import Op
 
 STORE_ACTIVATIONS = frozenset(op for op in Op if op.schema.name in ACTIVATIONS)
-_FLOATS = ("float32", "float64")
+GEMM_DTYPES = ("float32", "float64")  # kiln's GEMM kernels
 _STAGE = {"bias": 0, "scale": 2, "residual": 3}  # activations: 1
 
 
@@ -79,7 +79,7 @@ def plan_gemm_node(body: Graph) -> GemmNodePlan:
     if len(products) != 1:
         raise NotNative("a gemm kernel with other than one matrix product")
     product = products[0]
-    if any(v.type.dtype.name not in _FLOATS for v in product.input_values()):
+    if any(v.type.dtype.name not in GEMM_DTYPES for v in product.input_values()):
         raise NotNative(f"{product.outputs[0].type.dtype.name} matrix products")
     index = body.nodes.index(product)
     before, after = body.nodes[:index], body.nodes[index + 1:]
