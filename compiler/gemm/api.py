@@ -92,6 +92,9 @@ def bmm(a, b, *, out=None, alpha=1.0, beta=0.0, c=None, trans_a=False, trans_b=F
     return result if result is not None else _product(request, plan_key)
 
 
+_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
 def _array(name: str, x) -> np.ndarray:
     if hasattr(x, "_np"):
         x = x._np()
@@ -109,9 +112,9 @@ def _product(request: GemmRequest, plan_key: tuple | None) -> np.ndarray:
     _check_ranks(api, a, b)
     epilogue = epilogue or _NO_EPILOGUE
     dtype = a.dtype
-    if dtype.char not in "fd" or b.dtype != dtype:
-        raise TypeError(f"{api}: a is {a.dtype} and b is {b.dtype}; both must be float32 "
-                        "or both float64")
+    if dtype not in _DTYPES or b.dtype != dtype:  # ('>f4' is float32 in the other byte order)
+        raise TypeError(f"{api}: a is {a.dtype.str} and b is {b.dtype.str}; both must be "
+                        "float32 or both float64, in this machine's byte order")
     op_a = a.swapaxes(-1, -2) if trans_a else a
     op_b = b.swapaxes(-1, -2) if trans_b else b
     if op_a.shape[-1] != op_b.shape[-2]:

@@ -699,3 +699,12 @@ def test_second_sight_remembers_keys_until_its_limit():
     assert not sightings.again("b")
     assert not sightings.again("c")  # the limit was reached: "a" and "b" are forgotten
     assert not sightings.again("a") and sightings.again("c")
+
+
+@pytest.mark.parametrize("dtype", [">f4", ">f8", "f2", "i8"])
+def test_operands_of_another_type_or_byte_order_are_refused(dtype):
+    """Big-endian floats used to pass the check and come out as zeros."""
+    a = np.ones((4, 4), dtype)
+    with pytest.raises(TypeError, match="both must be float32 or both float64, in this "
+                                        "machine's byte order"):
+        gemm(a, a)
