@@ -11,3 +11,6 @@ native code built with llvmlite.
     eager.py    kiln's GEMM under eager's mm and bmm, by dispatcher registration
     ir/         the LLVM IR emitters: micro- and macro-kernel, packing, tile store, small
 """
+
+DTYPES = ("float32", "float64")
+"""The element types kiln's GEMM kernels run."""

@@ -31,11 +31,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from compiler.gemm import config
-from compiler.gemm import jobs
-from compiler.gemm import kernels
-from compiler.gemm import plans
-from compiler.gemm import small
+from compiler.gemm import DTYPES, config, jobs, kernels, plans, small
 from compiler.gemm import tune
 from compiler.gemm.ir.kernel import ACTIVATIONS, EpilogueSpec
 from runtime.fastcall import address
@@ -92,7 +88,7 @@ def bmm(a, b, *, out=None, alpha=1.0, beta=0.0, c=None, trans_a=False, trans_b=F
     return result if result is not None else _product(request, plan_key)
 
 
-_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_DTYPES = tuple(np.dtype(name) for name in DTYPES)
 
 
 def _array(name: str, x) -> np.ndarray:
@@ -113,7 +109,7 @@ def _product(request: GemmRequest, plan_key: tuple | None) -> np.ndarray:
     epilogue = epilogue or _NO_EPILOGUE
     dtype = a.dtype
     if dtype not in _DTYPES or b.dtype != dtype:  # ('>f4' is float32 in the other byte order)
-        raise TypeError(f"{api}: a is {a.dtype.str} and b is {b.dtype.str}; both must be "
+        raise TypeError(f"{api}: a is {a.dtype} and b is {b.dtype}; both must be "
                         "float32 or both float64, in this machine's byte order")
     op_a = a.swapaxes(-1, -2) if trans_a else a
     op_b = b.swapaxes(-1, -2) if trans_b else b

@@ -14,6 +14,7 @@ where compiler/gemm/small.py's specialised kernels serve.
 """
 from __future__ import annotations
 
+from compiler.gemm import DTYPES
 from eager.dispatcher import ATEN, DispatchKey
 from eager.tensor import from_array
 from ir.ops import Op
@@ -23,7 +24,7 @@ _numpy_kernels: dict = {}
 
 def _kiln_kernel(op: Op, numpy_kernel):
     def kernel(self, mat2):
-        if self.dtype.name not in ("float32", "float64") or mat2.dtype is not self.dtype:
+        if self.dtype.name not in DTYPES or mat2.dtype is not self.dtype:
             return numpy_kernel(self, mat2)
         from compiler.gemm.api import bmm, gemm
         from eager.kernels.linalg import bmm_rule, mm_rule

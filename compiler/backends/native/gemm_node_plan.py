@@ -23,12 +23,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from compiler.backends.native.pointwise import NotNative
+from compiler.gemm import DTYPES
 from compiler.gemm.ir.kernel import ACTIVATIONS
 from ir.graph import Graph, GraphBuilder, Node, Value
 from ir.ops import Op
 
 STORE_ACTIVATIONS = frozenset(op for op in Op if op.schema.name in ACTIVATIONS)
-GEMM_DTYPES = ("float32", "float64")  # kiln's GEMM kernels
+GEMM_DTYPES = DTYPES  # kiln's GEMM kernels
 _STAGE = {"bias": 0, "scale": 2, "residual": 3}  # activations: 1
 
 
