@@ -1,6 +1,7 @@
 """LLVM IR for kiln's GEMM: the MR x NR register micro-kernel and the macro-kernel loops
 around it (Goto/BLIS). The tile store with its fused epilogue is in store.py,
-packing in pack.py, shared IR helpers in tools.py.
+packing in pack.py, the tile's types in tools.py; loops, vector memory and intrinsics
+come from runtime/llvm_ir.py.
 
 One module per (dtype, tile, epilogue) exports three functions, each taking a record of
 its arguments and a worker index (runtime.pool's items). `<name>_packed` and
@@ -29,9 +30,11 @@ from typing import Callable
 
 import llvmlite.ir as ir
 
-from compiler.gemm.ir.tools import I1, I32, I64, PACK_ALIGN, Emitter
+from compiler.gemm.ir.tools import PACK_ALIGN, Emitter
 from compiler.gemm.ir.pack import Packing
 from compiler.gemm.ir.store import TileStore
+from runtime.llvm_ir import (I1, I8P, I64, VOID, at, define, fold_range, for_range, i32, i64,
+                             intrinsic, load_vector, masked_load, smin)
 
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "tanh")
 ROWS_FIRST_DEPTH = 128  # K blocks shallower than this store their tiles row by row
@@ -102,7 +105,7 @@ class EpilogueSpec:
 def build_module(module: ir.Module, name: str, tile: Tile, spec: EpilogueSpec,
                  activation: Callable | None = None) -> None:
     """Add `<name>_packed`, `<name>_direct` and `<name>_pack_b` to `module`, each an
-    item for runtime.pool (see `_export_item`). `activation(builder, name, x)` emits an
+    item for runtime.pool (see `export_item`). `activation(builder, name, x)` emits an
     activation on a vector (needed for any activation but relu)."""
     pack_a = Packing(module, tile).pack_a(f"{name}_pack_a")
     pack_b = Packing(module, tile).pack_b(f"{name}_pack_b_panels")
@@ -125,26 +128,23 @@ def export_item(module: ir.Module, name: str, tile: Tile, target: ir.Function,
     all of them). Exported functions are preemptible, and a call to one from the module
     goes through the GOT: only runtime.pool calls these, the module only its internal
     functions."""
-    e = Emitter(module, tile)
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(),
-                                                              I64]), name)
-    fn.attributes.add("nounwind")
+    types = Emitter(module, tile)
+    fn, b = define(module, name, ir.FunctionType(VOID, [I8P, I64]))
     record, worker = fn.args
-    b = e.b = ir.IRBuilder(fn.append_basic_block("entry"))
     slots = b.bitcast(record, I64.as_pointer())
     values = {}
     for index, (arg_name, kind) in enumerate(args):
         if wanted is not None and arg_name not in wanted:
             continue
-        slot = b.gep(slots, [e.i64(index)])
+        slot = at(b, slots, index)
         if kind == "f":
             value = b.load(b.bitcast(slot, ir.DoubleType().as_pointer()))
-            values[arg_name] = value if e.T == value.type else b.fptrunc(value, e.T)
+            values[arg_name] = value if types.T == value.type else b.fptrunc(value, types.T)
             continue
         value = b.load(slot)
         if arg_name in per_worker:
             value = b.load(b.gep(b.inttoptr(value, I64.as_pointer()), [worker]))
-        values[arg_name] = b.inttoptr(value, e.P) if kind == "p" else value
+        values[arg_name] = b.inttoptr(value, types.P) if kind == "p" else value
     b.call(target, [values[arg_name] for arg_name in (wanted or values)])
     b.ret_void()
 
@@ -169,37 +169,37 @@ class _Gemm(TileStore):
         broadcasts from A in place, as packing would only copy rows that are already
         streams (the caller decides: rows a multiple of 2 KiB apart crowd L1 sets)."""
         b, arg = self.b, self.arg
-        m, n, k, zero = arg["m"], arg["n"], arg["k"], self.i64(0)
-        a_in_place = b.and_(b.icmp_signed("==", arg["a_cs"], self.i64(1)),
-                            b.icmp_signed("!=", arg["a_in_place"], self.i64(0)))
+        m, n, k, zero = arg["m"], arg["n"], arg["k"], i64(0)
+        a_in_place = b.and_(b.icmp_signed("==", arg["a_cs"], i64(1)),
+                            b.icmp_signed("!=", arg["a_in_place"], i64(0)))
         prepacked = b.icmp_signed("!=", arg["b_prepacked"], zero)
-        with self.loop(zero, n, arg["nc"], "jc") as jc:
-            n_block = self.min(b.sub(n, jc), arg["nc"])
-            with self.loop(zero, k, arg["kc"], "pc") as pc:
-                k_block = self.min(b.sub(k, pc), arg["kc"])
+        with for_range(b, zero, n, arg["nc"], "jc") as jc:
+            n_block = smin(b, b.sub(n, jc), arg["nc"])
+            with for_range(b, zero, k, arg["kc"], "pc") as pc:
+                k_block = smin(b, b.sub(k, pc), arg["kc"])
                 with b.if_then(b.not_(prepacked)):
-                    b.call(pack_b, [self.at(arg["b"], b.mul(pc, arg["b_rs"]),
-                                            b.mul(jc, arg["b_cs"])),
+                    b.call(pack_b, [at(b, arg["b"], b.mul(pc, arg["b_rs"]),
+                                       b.mul(jc, arg["b_cs"])),
                                     arg["b_rs"], arg["b_cs"], k_block, n_block, arg["pack_b"]])
                 # Prepacked panels hold all of K: block pc starts pc rows in, and panels
                 # are k (not k_block) rows apart.
-                b_block = b.select(prepacked, self.at(arg["pack_b"], b.mul(jc, k),
-                                                      b.mul(pc, self.i64(self.tile.nr))),
+                b_block = b.select(prepacked, at(b, arg["pack_b"], b.mul(jc, k),
+                                                 b.mul(pc, i64(self.tile.nr))),
                                    arg["pack_b"])
                 panel_stride = b.select(prepacked, k, k_block)
                 first = b.icmp_signed("==", pc, zero)
                 last = b.icmp_signed("==", b.add(pc, k_block), k)
                 mc = self._balanced_mc(m, arg["mc"])
-                with self.loop(zero, m, mc, "ic") as ic:
-                    m_block = self.min(b.sub(m, ic), mc)
+                with for_range(b, zero, m, mc, "ic") as ic:
+                    m_block = smin(b, b.sub(m, ic), mc)
                     block = (ic, jc, pc, m_block, n_block, k_block, first, last, b_block,
                              panel_stride)
                     with b.if_else(a_in_place) as (in_place, packed):
                         with in_place:
                             self._macro_kernel(block, packed_a=False)
                         with packed:
-                            b.call(pack_a, [self.at(arg["a"], b.mul(ic, arg["a_rs"]),
-                                                    b.mul(pc, arg["a_cs"])),
+                            b.call(pack_a, [at(b, arg["a"], b.mul(ic, arg["a_rs"]),
+                                               b.mul(pc, arg["a_cs"])),
                                             arg["a_rs"], arg["a_cs"], m_block, k_block,
                                             arg["pack_a"]])
                             self._macro_kernel(block, packed_a=True)
@@ -208,10 +208,10 @@ class _Gemm(TileStore):
     def _balanced_mc(self, m, mc):
         """MC shrunk so that M splits into equal blocks of whole tiles (300 rows as 156
         + 144, not 168 + 132): no thin last block with little reuse of each B panel."""
-        b, mr = self.b, self.i64(self.tile.mr)
-        blocks = b.sdiv(b.add(m, b.sub(mc, self.i64(1))), mc)
-        rows = b.sdiv(b.add(m, b.sub(blocks, self.i64(1))), blocks)
-        return b.mul(b.sdiv(b.add(rows, b.sub(mr, self.i64(1))), mr), mr)
+        b, mr = self.b, i64(self.tile.mr)
+        blocks = b.sdiv(b.add(m, b.sub(mc, i64(1))), mc)
+        rows = b.sdiv(b.add(m, b.sub(blocks, i64(1))), blocks)
+        return b.mul(b.sdiv(b.add(rows, b.sub(mr, i64(1))), mr), mr)
 
     def _macro_kernel(self, block, packed_a: bool):
         """The tiles of one block, A from its packed buffer or in place (rows past M
@@ -221,7 +221,7 @@ class _Gemm(TileStore):
         more than their arithmetic: there row tiles go outside, so that the stores run
         along rows of C instead of down a column of tiles in as many pages."""
         k_block = block[5]
-        shallow = self.b.icmp_signed("<", k_block, self.i64(ROWS_FIRST_DEPTH))
+        shallow = self.b.icmp_signed("<", k_block, i64(ROWS_FIRST_DEPTH))
         with self.b.if_else(shallow) as (rows_first, columns_first):
             with rows_first:
                 self._tiles(block, packed_a, rows_outside=True)
@@ -232,35 +232,35 @@ class _Gemm(TileStore):
         """jr over the packed B block by NR and ir over the A block by MR, in either
         nesting: micro-kernel and tile store."""
         ic, jc, pc, m_block, n_block, k_block, first, last, b_block, panel_stride = block
-        b, t, arg, zero = self.b, self.tile, self.arg, self.i64(0)
+        b, t, arg, zero = self.b, self.tile, self.arg, i64(0)
         loops = [(n_block, t.nr, "jr"), (m_block, t.mr, "ir")]
         if rows_outside:
             loops.reverse()
-        with self.loop(zero, loops[0][0], self.i64(loops[0][1]), loops[0][2]) as outer:
-            with self.loop(zero, loops[1][0], self.i64(loops[1][1]), loops[1][2]) as inner:
+        with for_range(b, zero, loops[0][0], loops[0][1], loops[0][2]) as outer:
+            with for_range(b, zero, loops[1][0], loops[1][1], loops[1][2]) as inner:
                 jr, ir_ = (inner, outer) if rows_outside else (outer, inner)
-                cols = self.min(b.sub(n_block, jr), self.i64(t.nr))
-                panel_b = self.at(b_block, b.mul(jr, panel_stride))
-                rows = self.min(b.sub(m_block, ir_), self.i64(t.mr))
+                cols = smin(b, b.sub(n_block, jr), i64(t.nr))
+                panel_b = at(b, b_block, b.mul(jr, panel_stride))
+                rows = smin(b, b.sub(m_block, ir_), i64(t.mr))
                 if packed_a:
-                    panel_a = self.at(arg["pack_a"], b.mul(ir_, k_block))
+                    panel_a = at(b, arg["pack_a"], b.mul(ir_, k_block))
 
                     def load_a(kk, i):
-                        return b.load(self.at(panel_a, b.mul(kk, self.i64(t.mr)), self.i64(i)),
+                        return b.load(at(b, panel_a, b.mul(kk, i64(t.mr)), i64(i)),
                                       align=self.itemsize)
                 else:
                     row0 = b.add(ic, ir_)
-                    last_row = b.add(row0, b.sub(rows, self.i64(1)))
-                    a_block = self.at(arg["a"], pc)
-                    offsets = [b.mul(self.min(b.add(row0, self.i64(i)), last_row), arg["a_rs"])
+                    last_row = b.add(row0, b.sub(rows, i64(1)))
+                    a_block = at(b, arg["a"], pc)
+                    offsets = [b.mul(smin(b, b.add(row0, i64(i)), last_row), arg["a_rs"])
                                for i in range(t.mr)]
 
                     def load_a(kk, i):
-                        return b.load(self.at(a_block, offsets[i], kk), align=self.itemsize)
+                        return b.load(at(b, a_block, offsets[i], kk), align=self.itemsize)
 
                 def load_b(kk, v):
-                    return self.load_vector(self.at(panel_b, b.mul(kk, self.i64(t.nr)),
-                                                    self.i64(v * t.lanes)), align=PACK_ALIGN)
+                    return load_vector(b, at(b, panel_b, b.mul(kk, i64(t.nr)), v * t.lanes),
+                                       t.lanes, PACK_ALIGN)
 
                 self._prefetch_c(b.add(ic, ir_), b.add(jc, jr), rows)
                 accs = self._micro_kernel(k_block, load_a, load_b)
@@ -274,39 +274,37 @@ class _Gemm(TileStore):
         its last row again. The packed panels of A and B are sequential streams that the
         hardware prefetches by itself."""
         b, t, arg = self.b, self.tile, self.arg
-        fn = self._declare("llvm.prefetch.p0", ir.VoidType(),
-                           [ir.IntType(8).as_pointer(), I32, I32, I32])
-        last_row = b.add(i0, b.sub(rows, self.i64(1)))
+        last_row = b.add(i0, b.sub(rows, i64(1)))
         for i in range(t.mr):
-            row = self.min(b.add(i0, self.i64(i)), last_row)
-            start = self.at(arg["out"], b.mul(row, arg["o_rs"]), j0)
+            row = smin(b, b.add(i0, i64(i)), last_row)
+            start = at(b, arg["out"], b.mul(row, arg["o_rs"]), j0)
             for offset in range(0, t.nr * self.itemsize, 64):
-                ptr = self.at(start, self.i64(offset // self.itemsize))
-                b.call(fn, [b.bitcast(ptr, ir.IntType(8).as_pointer()), ir.Constant(I32, 1),
-                            ir.Constant(I32, 3), ir.Constant(I32, 1)])
+                ptr = at(b, start, i64(offset // self.itemsize))
+                intrinsic(b, "prefetch", [b.bitcast(ptr, I8P), i32(1), i32(3), i32(1)],
+                          VOID, (I8P,))
 
     def direct(self) -> None:
         """Tile by tile over C, A and B read in place (rows past M re-read the last row,
         B's N tail through masked loads), all of K in one pass."""
         b, arg, t = self.b, self.arg, self.tile
-        m, n, k, zero = arg["m"], arg["n"], arg["k"], self.i64(0)
+        m, n, k, zero = arg["m"], arg["n"], arg["k"], i64(0)
         true = ir.Constant(I1, 1)
-        with self.loop(zero, m, self.i64(t.mr), "i0") as i0:
-            rows = self.min(b.sub(m, i0), self.i64(t.mr))
-            last_row = b.add(i0, b.sub(rows, self.i64(1)))
-            row_offsets = [b.mul(self.min(b.add(i0, self.i64(i)), last_row), arg["a_rs"])
+        with for_range(b, zero, m, t.mr, "i0") as i0:
+            rows = smin(b, b.sub(m, i0), i64(t.mr))
+            last_row = b.add(i0, b.sub(rows, i64(1)))
+            row_offsets = [b.mul(smin(b, b.add(i0, i64(i)), last_row), arg["a_rs"])
                            for i in range(t.mr)]
-            with self.loop(zero, n, self.i64(t.nr), "j0") as j0:
-                cols = self.min(b.sub(n, j0), self.i64(t.nr))
+            with for_range(b, zero, n, t.nr, "j0") as j0:
+                cols = smin(b, b.sub(n, j0), i64(t.nr))
                 masks = self.lane_masks(cols, t.vectors)
 
                 def load_a(kk, i):
-                    return b.load(self.at(arg["a"], row_offsets[i], b.mul(kk, arg["a_cs"])),
+                    return b.load(at(b, arg["a"], row_offsets[i], b.mul(kk, arg["a_cs"])),
                                   align=self.itemsize)
 
                 def load_b(kk, v):
-                    return self.masked_load(self.at(arg["b"], b.mul(kk, arg["b_rs"]), j0,
-                                                    self.i64(v * t.lanes)), masks[v])
+                    return masked_load(b, at(b, arg["b"], b.mul(kk, arg["b_rs"]), j0,
+                                             i64(v * t.lanes)), masks[v], self.itemsize)
 
                 accs = self._micro_kernel(k, load_a, load_b)
                 self.store_tile(accs, i0, j0, rows, cols, true, true)
@@ -317,8 +315,8 @@ class _Gemm(TileStore):
         k loop unrolled `unroll` times plus a remainder loop."""
         zeros = [ir.Constant(self.V, None)] * (self.tile.mr * self.tile.vectors)
         unroll = self.tile.unroll
-        main_end = self.b.and_(depth, self.i64(-unroll))
-        accs = self._k_loop(self.i64(0), main_end, unroll, zeros, load_a, load_b)
+        main_end = self.b.and_(depth, i64(-unroll))
+        accs = self._k_loop(i64(0), main_end, unroll, zeros, load_a, load_b)
         if unroll > 1:
             accs = self._k_loop(main_end, depth, 1, accs, load_a, load_b)
         return accs
@@ -327,10 +325,10 @@ class _Gemm(TileStore):
         t = self.tile
 
         def steps(kk, values):
-            ks = [self.b.add(kk, self.i64(u)) if u else kk for u in range(step)]
+            ks = [self.b.add(kk, i64(u)) if u else kk for u in range(step)]
             return self.rank1_updates(values, ks, t.mr, t.vectors, load_a, load_b)
 
-        return self.loop_carrying(start, stop, self.i64(step), accs, steps, f"k{step}")
+        return fold_range(self.b, start, stop, step, accs, steps, f"k{step}")
 
 
 def emit_activation(b: ir.IRBuilder, name: str, x: ir.Value) -> ir.Value:

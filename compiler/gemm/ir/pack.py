@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from compiler.gemm.ir.tools import I32, Emitter
+from compiler.gemm.ir.tools import Emitter
+from runtime.llvm_ir import (I32, at, for_range, i64, load_vector, masked_load, masked_store,
+                             pairwise, smin, store_vector)
 
 
 class Packing(Emitter):
@@ -32,16 +34,16 @@ class Packing(Emitter):
         # "across" is the panel's short axis (width), "depth" the k axis.
         across, depth = (rows, cols) if along_rows else (cols, rows)
         step_across, step_depth = (rs, cs) if along_rows else (cs, rs)
-        contiguous = b.icmp_signed("==", step_across, self.i64(1))
+        contiguous = b.icmp_signed("==", step_across, i64(1))
         with b.if_else(contiguous) as (vector_path, panel_paths):
             with vector_path:
                 self._pack_contiguous(src, step_depth, depth, across, width, dst)
             with panel_paths:
-                with self.loop(self.i64(0), across, self.i64(width), "panel") as p0:
-                    count = self.min(b.sub(across, p0), self.i64(width))
-                    panel_src = self.at(src, b.mul(p0, step_across))
-                    panel_dst = self.at(dst, b.mul(p0, depth))
-                    rows_contiguous = b.icmp_signed("==", step_depth, self.i64(1))
+                with for_range(b, 0, across, width, "panel") as p0:
+                    count = smin(b, b.sub(across, p0), i64(width))
+                    panel_src = at(b, src, b.mul(p0, step_across))
+                    panel_dst = at(b, dst, b.mul(p0, depth))
+                    rows_contiguous = b.icmp_signed("==", step_depth, i64(1))
                     with b.if_else(rows_contiguous) as (transpose_path, scalar_path):
                         with transpose_path:
                             self._pack_transposing(panel_src, step_across, depth, count,
@@ -58,28 +60,28 @@ class Packing(Emitter):
         in order; the last, partial panel with masks and zeros."""
         b, lanes = self.b, self.tile.lanes
         vectors = -(-width // lanes)
-        store_masks = self.lane_masks(self.i64(width), vectors)
-        full_end = b.mul(b.sdiv(across, self.i64(width)), self.i64(width))
+        store_masks = self.lane_masks(i64(width), vectors)
+        full_end = b.mul(b.sdiv(across, i64(width)), i64(width))
         tail_masks = self.lane_masks(b.sub(across, full_end), vectors)
-        with self.loop(self.i64(0), depth, self.i64(1), "k") as k:
-            line = self.at(src, b.mul(k, step_depth))
-            with self.loop(self.i64(0), full_end, self.i64(width), "panel") as p0:
-                self._copy(self.at(line, p0), self.at(dst, b.mul(p0, depth), b.mul(
-                    k, self.i64(width))), store_masks, store_masks, width)
+        with for_range(b, 0, depth, 1, "k") as k:
+            line = at(b, src, b.mul(k, step_depth))
+            with for_range(b, 0, full_end, width, "panel") as p0:
+                self._copy(at(b, line, p0), at(b, dst, b.mul(p0, depth), b.mul(
+                    k, i64(width))), store_masks, store_masks, width)
             with b.if_then(b.icmp_signed("<", full_end, across)):
-                self._copy(self.at(line, full_end), self.at(dst, b.mul(full_end, depth), b.mul(
-                    k, self.i64(width))), tail_masks, store_masks, width)
+                self._copy(at(b, line, full_end), at(b, dst, b.mul(full_end, depth), b.mul(
+                    k, i64(width))), tail_masks, store_masks, width)
 
     def _copy(self, source, target, load_masks, store_masks, width):
         """One panel row: `width` elements, those past load_masks zero."""
-        lanes = self.tile.lanes
+        b, lanes = self.b, self.tile.lanes
         for v, (load_mask, store_mask) in enumerate(zip(load_masks, store_masks)):
-            value = self.masked_load(self.at(source, self.i64(v * lanes)), load_mask)
-            place = self.at(target, self.i64(v * lanes))
+            value = masked_load(b, at(b, source, i64(v * lanes)), load_mask, self.itemsize)
+            place = at(b, target, i64(v * lanes))
             if (v + 1) * lanes <= width:
-                self.store_vector(value, place, align=self.itemsize)
+                store_vector(b, value, place, align=self.itemsize)
             else:
-                self.masked_store(value, place, store_mask)
+                masked_store(b, value, place, store_mask, self.itemsize)
 
     def _pack_transposing(self, src, step_across, depth, count, width, dst):
         """Source lines contiguous along depth (a row-major A): `lanes` steps of depth at
@@ -87,23 +89,23 @@ class Packing(Emitter):
         last depth % lanes steps go through the strided path. Like it, pads a partial
         panel with copies of its last line."""
         b, lanes = self.b, self.tile.lanes
-        last = b.sub(count, self.i64(1))
-        lines = [self.at(src, b.mul(self.min(self.i64(j), last), step_across))
+        last = b.sub(count, i64(1))
+        lines = [at(b, src, b.mul(smin(b, i64(j), last), step_across))
                  for j in range(width)]
-        main_end = b.mul(b.sdiv(depth, self.i64(lanes)), self.i64(lanes))
+        main_end = b.mul(b.sdiv(depth, i64(lanes)), i64(lanes))
         wide = ir.VectorType(self.T, width * lanes)
         order = [j * lanes + k for k in range(lanes) for j in range(width)]
-        with self.loop(self.i64(0), main_end, self.i64(lanes), "k") as k:
-            vectors = [self.load_vector(self.at(lines[j], k), self.itemsize)
+        with for_range(b, 0, main_end, lanes, "k") as k:
+            vectors = [load_vector(b, at(b, lines[j], k), lanes, self.itemsize)
                        for j in range(width)]
             block = self._concatenate(vectors)
             block = b.shuffle_vector(block, ir.Constant(block.type, ir.Undefined),
                                      ir.Constant(ir.VectorType(I32, len(order)), order))
-            target = b.bitcast(self.at(dst, b.mul(k, self.i64(width))), wide.as_pointer())
+            target = b.bitcast(at(b, dst, b.mul(k, i64(width))), wide.as_pointer())
             b.store(block, target, align=self.itemsize)
-        self._pack_strided(self.at(src, main_end), step_across, self.i64(1),
+        self._pack_strided(at(b, src, main_end), step_across, i64(1),
                            b.sub(depth, main_end), count, width,
-                           self.at(dst, b.mul(main_end, self.i64(width))))
+                           at(b, dst, b.mul(main_end, i64(width))))
 
     def _concatenate(self, vectors: list) -> ir.Value:
         """One vector holding `vectors` end to end (padded with undef to a power of two
@@ -113,11 +115,12 @@ class Packing(Emitter):
         while size < len(vectors):
             size *= 2
         vectors = vectors + [ir.Constant(self.V, ir.Undefined)] * (size - len(vectors))
-        while len(vectors) > 1:
-            half = vectors[0].type.count
-            both = ir.Constant(ir.VectorType(I32, 2 * half), list(range(2 * half)))
-            vectors = [b.shuffle_vector(x, y, both) for x, y in zip(vectors[::2], vectors[1::2])]
-        return vectors[0]
+
+        def join(x, y):
+            both = list(range(2 * x.type.count))
+            return b.shuffle_vector(x, y, ir.Constant(ir.VectorType(I32, len(both)), both))
+
+        return pairwise(vectors, join)
 
     def _pack_strided(self, src, step_across, step_depth, depth, count, width, dst):
         """Any strides: element by element. A partial panel is padded with copies of its
@@ -125,11 +128,11 @@ class Packing(Emitter):
         keeps LLVM from turning the padding into a memset call: a library call would
         give the module a GOT entry."""
         b = self.b
-        last = b.sub(count, self.i64(1))
-        offsets = [b.mul(self.min(self.i64(j), last), step_across) for j in range(width)]
-        with self.loop(self.i64(0), depth, self.i64(1), "k") as k:
-            row = self.at(src, b.mul(k, step_depth))
-            out = self.at(dst, b.mul(k, self.i64(width)))
+        last = b.sub(count, i64(1))
+        offsets = [b.mul(smin(b, i64(j), last), step_across) for j in range(width)]
+        with for_range(b, 0, depth, 1, "k") as k:
+            row = at(b, src, b.mul(k, step_depth))
+            out = at(b, dst, b.mul(k, i64(width)))
             for j in range(width):
-                value = b.load(self.at(row, offsets[j]), align=self.itemsize)
-                b.store(value, self.at(out, self.i64(j)), align=self.itemsize)
+                value = b.load(at(b, row, offsets[j]), align=self.itemsize)
+                b.store(value, at(b, out, i64(j)), align=self.itemsize)

@@ -9,10 +9,13 @@ from typing import TYPE_CHECKING
 
 import llvmlite.ir as ir
 
-from compiler.gemm.ir.tools import I1, I32, I64, PACK_ALIGN
+from compiler.gemm.ir.tools import PACK_ALIGN
 from compiler.gemm.ir.kernel import KERNEL_ARGS, Tile, emit_activation, export_item
 from compiler.gemm.ir.store import TileStore, Update
 from runtime import fastcall
+from runtime.llvm_ir import (I1, I8P, I32, I64, VOID, at, claim_loop, define, fold_range,
+                             for_range, for_trips, i32, i64, load_vector, masked_load,
+                             store_vector)
 
 if TYPE_CHECKING:
     from compiler.gemm.small import SmallKey
@@ -43,10 +46,10 @@ class SmallGemm(TileStore):
         null, one = ir.Constant(self.P, None), ir.Constant(self.T, 1.0)
         self.arg = {"c": null, "bias": null, "res": null, "alpha": one, "scale": one,
                     "beta": ir.Constant(self.T, 0.0), **given,
-                    "c_rs": self.i64(c_rs), "c_cs": self.i64(c_cs),
-                    "o_rs": self.i64(key.out_row_stride),
-                    "bias_stride": self.i64(key.bias_stride),
-                    "r_rs": self.i64(r_rs), "r_cs": self.i64(r_cs)}
+                    "c_rs": i64(c_rs), "c_cs": i64(c_cs),
+                    "o_rs": i64(key.out_row_stride),
+                    "bias_stride": i64(key.bias_stride),
+                    "r_rs": i64(r_rs), "r_cs": i64(r_cs)}
         self.row_buffer = self.b.alloca(ir.ArrayType(self.T, tile.nr), name="row")
         self.row_buffer.align = PACK_ALIGN
         builder = self.b
@@ -62,9 +65,7 @@ class SmallGemm(TileStore):
 
     def _on_addresses(self, name: str, target: ir.Function) -> None:
         """`name`(operands..., scalars..., [cell, run]), exported: `target` as is."""
-        entry = ir.Function(self.module, target.function_type, name)
-        entry.attributes.add("nounwind")
-        b = ir.IRBuilder(entry.append_basic_block("entry"))
+        entry, b = define(self.module, name, target.function_type)
         b.call(target, list(entry.args))
         b.ret_void()
 
@@ -75,7 +76,7 @@ class SmallGemm(TileStore):
         entry = fastcall.Entry(self.module, name)
         pointers = [entry.b.bitcast(data, self.P)
                     for data in entry.arrays(len(self.key.args))]
-        pool = [] if self.key.cut.threads == 1 else [entry.b.inttoptr(word, fastcall.I8P)
+        pool = [] if self.key.cut.threads == 1 else [entry.b.inttoptr(word, I8P)
                                                      for word in entry.words(2)]
         entry.b.call(target, pointers + pool)
         entry.give([arg_name for arg_name, _ in self.key.args].index("out"))
@@ -87,34 +88,30 @@ class SmallGemm(TileStore):
         current cell (none there: the task runs alone, on every piece). The context
         (the arguments and the counter the task claims pieces with) lives on this
         function's stack, which kiln_pool_run outlives."""
-        cut, module = self.key.cut, self.module
-        i8p = ir.IntType(8).as_pointer()
+        cut = self.key.cut
         kinds = [arg.type for arg in self.fn.args]
         context_type = ir.LiteralStructType([I64] + kinds)
         task = self._piece_task(f"{name}_task", context_type)
-        pool_args = [i8p, i8p] if cut.threads > 1 else []
-        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), kinds + pool_args), name)
-        fn.linkage = "internal"
-        fn.attributes.add("nounwind")
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        pool_args = [I8P, I8P] if cut.threads > 1 else []
+        fn, b = define(self.module, name, ir.FunctionType(VOID, kinds + pool_args),
+                       linkage="internal")
         context = b.alloca(context_type, name="context")
-        zero = ir.Constant(I32, 0)
-        for index, value in enumerate([ir.Constant(I64, 0)] + list(fn.args[:len(kinds)])):
-            b.store(value, b.gep(context, [zero, ir.Constant(I32, index)]))
-        alone_args = [b.bitcast(context, i8p), ir.Constant(I64, 0), ir.Constant(I64, 1)]
+        for index, value in enumerate([i64(0)] + list(fn.args[:len(kinds)])):
+            b.store(value, b.gep(context, [i32(0), i32(index)]))
+        alone_args = [b.bitcast(context, I8P), i64(0), i64(1)]
         if cut.threads == 1:
             b.call(task, alone_args)
             b.ret_void()
             return fn
         cell, run = fn.args[len(kinds):]
-        run_type = ir.FunctionType(ir.VoidType(), [i8p, task.type, i8p, I64])
-        pool = b.load(b.bitcast(cell, i8p.as_pointer()))
-        with b.if_else(b.icmp_unsigned("==", pool, ir.Constant(i8p, None))) as (alone, shared):
+        run_type = ir.FunctionType(VOID, [I8P, task.type, I8P, I64])
+        pool = b.load(b.bitcast(cell, I8P.as_pointer()))
+        with b.if_else(b.icmp_unsigned("==", pool, ir.Constant(I8P, None))) as (alone, shared):
             with alone:
                 b.call(task, alone_args)
             with shared:
                 b.call(b.bitcast(run, run_type.as_pointer()),
-                       [pool, task, b.bitcast(context, i8p), ir.Constant(I64, cut.threads)])
+                       [pool, task, b.bitcast(context, I8P), i64(cut.threads)])
         b.ret_void()
         return fn
 
@@ -122,29 +119,17 @@ class SmallGemm(TileStore):
         """The runtime.pool task `name`(context, worker, threads): claim the next piece
         from the context's counter and run the kernel on its operands (each moved by
         its step), until none is left."""
-        key, module = self.key, self.module
-        i8p = ir.IntType(8).as_pointer()
-        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [i8p, I64, I64]), name)
-        fn.linkage = "internal"
-        fn.attributes.add("nounwind")
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
-        head, body, done = (fn.append_basic_block(part) for part in ("head", "body", "done"))
+        key = self.key
+        fn, b = define(self.module, name, ir.FunctionType(VOID, [I8P, I64, I64]),
+                       linkage="internal")
         context = b.bitcast(fn.args[0], context_type.as_pointer())
-        zero = ir.Constant(I32, 0)
-        args = {arg_name: b.load(b.gep(context, [zero, ir.Constant(I32, index + 1)]))
+        args = {arg_name: b.load(b.gep(context, [i32(0), i32(index + 1)]))
                 for index, (arg_name, _) in enumerate(key.args)}
-        counter = b.gep(context, [zero, zero])
-        b.branch(head)
-        b.position_at_end(head)
-        piece = b.atomic_rmw("add", counter, ir.Constant(I64, 1), "monotonic")
-        b.cbranch(b.icmp_signed("<", piece, ir.Constant(I64, key.cut.pieces)), body, done)
-        b.position_at_end(body)
         steps = dict(key.cut.steps)
-        moved = [b.gep(args[arg_name], [b.mul(piece, ir.Constant(I64, steps[arg_name]))])
-                 if steps.get(arg_name) else args[arg_name] for arg_name, _ in key.args]
-        b.call(self.fn, moved)
-        b.branch(head)
-        b.position_at_end(done)
+        with claim_loop(b, b.gep(context, [i32(0), i32(0)]), key.cut.pieces, "piece") as piece:
+            moved = [at(b, args[arg_name], b.mul(piece, i64(steps[arg_name])))
+                     if steps.get(arg_name) else args[arg_name] for arg_name, _ in key.args]
+            b.call(self.fn, moved)
         b.ret_void()
         return fn
 
@@ -155,10 +140,11 @@ class SmallGemm(TileStore):
         b_rows, b_rs, aligned = self._b_rows()
         nr = self.main.nr
         full_n, tail_n = divmod(key.n, nr)
-        self._loop(full_n, nr, lambda j0: self._column_block(j0, nr, b_rows, b_rs, aligned))
+        for_trips(self.b, 0, full_n, nr,
+                  lambda j0: self._column_block(j0, nr, b_rows, b_rs, aligned))
         if tail_n:
             width = -(-tail_n // lanes) * lanes
-            self._column_block(self.i64(full_n * nr), width, b_rows, b_rs, aligned,
+            self._column_block(i64(full_n * nr), width, b_rows, b_rs, aligned,
                                cols=tail_n)
         self.b.ret_void()
 
@@ -166,18 +152,9 @@ class SmallGemm(TileStore):
         mr, m = self.main.mr, self.key.m
         full_m, tail_m = divmod(m, mr)
         tile = (b_rows, b_rs, aligned, width, cols or width)
-        self._loop(full_m, mr, lambda i0: self._tile(i0, j0, mr, *tile))
+        for_trips(self.b, 0, full_m, mr, lambda i0: self._tile(i0, j0, mr, *tile))
         if tail_m:
-            self._tile(self.i64(full_m * mr), j0, tail_m, *tile)
-
-    def _loop(self, count: int, step: int, body) -> None:
-        """body(start) for start = 0, step, ..., (count - 1) * step: straight-line for
-        one, else a loop."""
-        if count == 1:
-            body(self.i64(0))
-        elif count > 1:
-            with self.loop(self.i64(0), self.i64(count * step), self.i64(step), "t") as start:
-                body(start)
+            self._tile(i64(full_m * mr), j0, tail_m, *tile)
 
     def _tile(self, i0, j0, rows, b_rows, b_rs, aligned, width, cols) -> None:
         """A rows x width tile at (i0, j0), all of K, stored through TileStore's row store
@@ -187,27 +164,27 @@ class SmallGemm(TileStore):
         lanes = self.main.lanes
         self.tile = Tile(key.dtype, rows, width, lanes)
         vectors = width // lanes
-        a_rows = [self.at(self.arg["a"], b.mul(b.add(i0, self.i64(i)), self.i64(a_rs)))
+        a_rows = [at(b, self.arg["a"], b.mul(b.add(i0, i64(i)), i64(a_rs)))
                   for i in range(rows)]
-        b_col = self.at(b_rows, j0)
+        b_col = at(b, b_rows, j0)
         masks = [ir.Constant(ir.VectorType(I1, lanes), [v * lanes + j < cols
                                                         for j in range(lanes)])
                  for v in range(vectors)]
 
         def load_a(kk, i):
-            return b.load(self.at(a_rows[i], b.mul(kk, self.i64(a_cs))), align=self.itemsize)
+            return b.load(at(b, a_rows[i], b.mul(kk, i64(a_cs))), align=self.itemsize)
 
         def load_b(kk, v):
-            ptr = self.at(b_col, b.mul(kk, self.i64(b_rs)), self.i64(v * lanes))
+            ptr = at(b, b_col, b.mul(kk, i64(b_rs)), v * lanes)
             if aligned or (v + 1) * lanes <= cols:
-                return self.load_vector(ptr, PACK_ALIGN if aligned else self.itemsize)
-            return self.masked_load(ptr, masks[v])
+                return load_vector(b, ptr, lanes, PACK_ALIGN if aligned else self.itemsize)
+            return masked_load(b, ptr, masks[v], self.itemsize)
 
         accs = self._product(rows, vectors, load_a, load_b)
         update, true = Update(self, ir.Constant(I1, 1)), ir.Constant(I1, 1)
         for i in range(rows):
             row = accs[i * vectors:(i + 1) * vectors]
-            self._store_row(row, b.add(i0, self.i64(i)), j0, self.i64(cols), masks, update,
+            self._store_row(row, b.add(i0, i64(i)), j0, i64(cols), masks, update,
                             true)
 
     def _product(self, rows, vectors, load_a, load_b) -> list:
@@ -216,20 +193,19 @@ class SmallGemm(TileStore):
         k = self.key.k
         accs = [ir.Constant(self.V, None)] * (rows * vectors)
         if k <= FULL_UNROLL_K:
-            return self.rank1_updates(accs, [self.i64(kk) for kk in range(k)], rows, vectors,
-                               load_a, load_b)
+            return self.rank1_updates(accs, [i64(kk) for kk in range(k)], rows, vectors,
+                                      load_a, load_b)
         main = k - k % K_UNROLL
         accs = self._k_loop(accs, main, rows, vectors, load_a, load_b)
-        return self.rank1_updates(accs, [self.i64(kk) for kk in range(main, k)], rows, vectors,
-                           load_a, load_b)
+        return self.rank1_updates(accs, [i64(kk) for kk in range(main, k)], rows, vectors,
+                                  load_a, load_b)
 
     def _k_loop(self, accs, stop, rows, vectors, load_a, load_b) -> list:
         def steps(kk, values):
-            ks = [self.b.add(kk, self.i64(u)) if u else kk for u in range(K_UNROLL)]
+            ks = [self.b.add(kk, i64(u)) if u else kk for u in range(K_UNROLL)]
             return self.rank1_updates(values, ks, rows, vectors, load_a, load_b)
 
-        return self.loop_carrying(self.i64(0), self.i64(stop), self.i64(K_UNROLL), accs,
-                                  steps, "k")
+        return fold_range(self.b, 0, stop, K_UNROLL, accs, steps, "k")
 
     # B as rows with unit column stride
     def _b_rows(self) -> tuple:
@@ -253,27 +229,24 @@ class SmallGemm(TileStore):
         """B (any strides) element by element into rows `padded` apart, zero past N."""
         b, key = self.b, self.key
         zero = ir.Constant(self.T, 0.0)
-        with self.loop(self.i64(0), self.i64(key.k), self.i64(1), "copy_k") as kk:
-            source = self.at(self.arg["b"], b.mul(kk, self.i64(b_rs)))
-            target = self.at(rows, b.mul(kk, self.i64(padded)))
-            with self.loop(self.i64(0), self.i64(key.n), self.i64(1), "copy_j") as j:
-                value = b.load(self.at(source, b.mul(j, self.i64(b_cs))), align=self.itemsize)
-                b.store(value, self.at(target, j), align=self.itemsize)
+        with for_range(b, 0, key.k, 1, "copy_k") as kk:
+            source = at(b, self.arg["b"], b.mul(kk, i64(b_rs)))
+            target = at(b, rows, b.mul(kk, i64(padded)))
+            with for_range(b, 0, key.n, 1, "copy_j") as j:
+                value = b.load(at(b, source, b.mul(j, i64(b_cs))), align=self.itemsize)
+                b.store(value, at(b, target, j), align=self.itemsize)
             for j in range(key.n, padded):
-                b.store(zero, self.at(target, self.i64(j)), align=self.itemsize)
+                b.store(zero, at(b, target, i64(j)), align=self.itemsize)
 
     def _transpose_b(self, rows, padded, ldb) -> None:
         """A column-major B (element (k, j) at j * ldb + k) into rows, lanes x lanes blocks
         at a time through shuffles; zero past N."""
-        key, lanes = self.key, self.main.lanes
+        b, key, lanes = self.b, self.key, self.main.lanes
         for k_start, k_count, k_blocks in _blocks(key.k, lanes):
             for j_start, j_count, j_blocks in _blocks(key.n, lanes):
-                self._loop_from(k_start, k_blocks, lanes, lambda k0: self._loop_from(
-                    j_start, j_blocks, lanes, lambda j0: self._transpose_block(
+                for_trips(b, k_start, k_blocks, lanes, lambda k0: for_trips(
+                    b, j_start, j_blocks, lanes, lambda j0: self._transpose_block(
                         rows, padded, ldb, k0, j0, k_count, j_count)))
-
-    def _loop_from(self, start: int, count: int, step: int, body) -> None:
-        self._loop(count, step, lambda i: body(self.b.add(i, self.i64(start))))
 
     def _transpose_block(self, rows, padded, ldb, k0, j0, k_count, j_count) -> None:
         b, lanes = self.b, self.main.lanes
@@ -283,12 +256,12 @@ class SmallGemm(TileStore):
             if j >= j_count:
                 columns.append(ir.Constant(self.V, None))
                 continue
-            ptr = self.at(self.arg["b"], b.mul(b.add(j0, self.i64(j)), self.i64(ldb)), k0)
-            columns.append(self.load_vector(ptr, self.itemsize) if k_count == lanes
-                           else self.masked_load(ptr, mask))
+            ptr = at(b, self.arg["b"], b.mul(b.add(j0, i64(j)), i64(ldb)), k0)
+            columns.append(load_vector(b, ptr, lanes, self.itemsize) if k_count == lanes
+                           else masked_load(b, ptr, mask, self.itemsize))
         for kk, row in enumerate(_transposed(b, columns, lanes)[:k_count]):
-            target = self.at(rows, b.mul(b.add(k0, self.i64(kk)), self.i64(padded)), j0)
-            self.store_vector(row, target, PACK_ALIGN)
+            target = at(b, rows, b.mul(b.add(k0, i64(kk)), i64(padded)), j0)
+            store_vector(b, row, target, PACK_ALIGN)
 
 
 def _blocks(size: int, lanes: int) -> list:

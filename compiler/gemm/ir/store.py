@@ -6,6 +6,8 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from compiler.gemm.ir.tools import PACK_ALIGN, Emitter
+from runtime.llvm_ir import (at, choose, for_range, i64, load_vector, masked_load,
+                             masked_store, splat, store_vector, when)
 
 
 class TileStore(Emitter):
@@ -21,9 +23,9 @@ class TileStore(Emitter):
         goes straight from the registers; any other tile row by row from a stack copy."""
         b, t, arg, spec = self.b, self.tile, self.arg, self.spec
         update = Update(self, first)
-        one = self.i64(1)
-        simple = [b.icmp_signed("==", rows, self.i64(t.mr)),
-                  b.icmp_signed("==", cols, self.i64(t.nr)),
+        one = i64(1)
+        simple = [b.icmp_signed("==", rows, i64(t.mr)),
+                  b.icmp_signed("==", cols, i64(t.nr)),
                   b.or_(b.not_(update.read_previous),
                         b.icmp_signed("==", update.previous_cs, one))]
         if spec.residual:
@@ -37,17 +39,16 @@ class TileStore(Emitter):
             with from_registers:
                 for i in range(t.mr):
                     row = accs[i * t.vectors:(i + 1) * t.vectors]
-                    self._store_row(row, b.add(row0, self.i64(i)), col0, cols, None, update,
+                    self._store_row(row, b.add(row0, i64(i)), col0, cols, None, update,
                                     last)
             with row_by_row:
                 tile = b.bitcast(self.tile_buffer, self.P)
                 for index, acc in enumerate(accs):
-                    self.store_vector(acc, self.at(tile, self.i64(index * t.lanes)),
-                                      align=PACK_ALIGN)
+                    store_vector(b, acc, at(b, tile, index * t.lanes), PACK_ALIGN)
                 masks = self.lane_masks(cols, t.vectors)
-                with self.loop(self.i64(0), rows, self.i64(1), "row") as i:
-                    row = [self.load_vector(self.at(tile, b.mul(i, self.i64(t.nr)),
-                                                    self.i64(v * t.lanes)), PACK_ALIGN)
+                with for_range(b, 0, rows, 1, "row") as i:
+                    row = [load_vector(b, at(b, tile, b.mul(i, i64(t.nr)), v * t.lanes),
+                                       t.lanes, PACK_ALIGN)
                            for v in range(t.vectors)]
                     self._store_row(row, b.add(row0, i), col0, cols, masks, update, last)
 
@@ -58,65 +59,65 @@ class TileStore(Emitter):
         values = [b.fmul(update.alpha, x) for x in values]
 
         def add_previous(xs):
-            prior = self._load_row(self.at(update.previous, b.mul(row, update.previous_rs),
-                                           b.mul(col0, update.previous_cs)),
+            prior = self._load_row(at(b, update.previous, b.mul(row, update.previous_rs),
+                                      b.mul(col0, update.previous_cs)),
                                    update.previous_cs, cols, masks)
             return [b.fadd(x, b.fmul(update.previous_scale, p)) for x, p in zip(xs, prior)]
 
-        values = self.when(update.read_previous, values, add_previous)
-        values = self.when(last, values, lambda xs: self._epilogue(xs, row, col0, cols, masks))
-        out_row = self.at(arg["out"], b.mul(row, arg["o_rs"]), col0)
+        values = when(b, update.read_previous, values, add_previous)
+        values = when(b, last, values, lambda xs: self._epilogue(xs, row, col0, cols, masks))
+        out_row = at(b, arg["out"], b.mul(row, arg["o_rs"]), col0)
         for v, value in enumerate(values):
-            target = self.at(out_row, self.i64(v * t.lanes))
+            target = at(b, out_row, v * t.lanes)
             if masks is None:
-                self.store_vector(value, target, align=self.itemsize)
+                store_vector(b, value, target, self.itemsize)
             else:
-                self.masked_store(value, target, masks[v])
+                masked_store(b, value, target, masks[v], self.itemsize)
 
     def _load_row(self, ptr, stride, cols, masks) -> list:
         """The `cols` elements ptr[j * stride] as tile-row vectors (zero past cols);
         with `masks` None, a whole row at unit stride."""
         b, t = self.b, self.tile
         if masks is None:
-            return [self.load_vector(self.at(ptr, self.i64(v * t.lanes)), self.itemsize)
+            return [load_vector(b, at(b, ptr, v * t.lanes), t.lanes, self.itemsize)
                     for v in range(t.vectors)]
 
         def contiguous():
-            return [self.masked_load(self.at(ptr, self.i64(v * t.lanes)), masks[v])
+            return [masked_load(b, at(b, ptr, v * t.lanes), masks[v], self.itemsize)
                     for v in range(t.vectors)]
 
         def strided():
             scratch = b.bitcast(self.row_buffer, self.P)
-            with self.loop(self.i64(0), cols, self.i64(1), "gather") as j:
-                value = b.load(self.at(ptr, b.mul(j, stride)), align=self.itemsize)
-                b.store(value, self.at(scratch, j), align=self.itemsize)
+            with for_range(b, 0, cols, 1, "gather") as j:
+                value = b.load(at(b, ptr, b.mul(j, stride)), align=self.itemsize)
+                b.store(value, at(b, scratch, j), align=self.itemsize)
             zero = ir.Constant(self.V, None)
-            return [b.select(masks[v], self.load_vector(
-                self.at(scratch, self.i64(v * t.lanes)), PACK_ALIGN), zero)
-                for v in range(t.vectors)]
+            return [b.select(masks[v], load_vector(b, at(b, scratch, v * t.lanes), t.lanes,
+                                                   PACK_ALIGN), zero)
+                    for v in range(t.vectors)]
 
-        return self.choose(b.icmp_signed("==", stride, self.i64(1)), contiguous, strided)
+        return choose(b, b.icmp_signed("==", stride, i64(1)), contiguous, strided)
 
     def _epilogue(self, values, row, col0, cols, masks) -> list:
         b, arg, spec = self.b, self.arg, self.spec
         if spec.bias == "col":
-            bias = self._load_row(self.at(arg["bias"], b.mul(col0, arg["bias_stride"])),
+            bias = self._load_row(at(b, arg["bias"], b.mul(col0, arg["bias_stride"])),
                                   arg["bias_stride"], cols, masks)
             values = [b.fadd(x, y) for x, y in zip(values, bias)]
         elif spec.bias == "row":
-            bias = self.splat(b.load(self.at(arg["bias"], b.mul(row, arg["bias_stride"])),
-                                     align=self.itemsize))
+            bias = splat(b, b.load(at(b, arg["bias"], b.mul(row, arg["bias_stride"])),
+                                   align=self.itemsize), self.tile.lanes)
             values = [b.fadd(x, bias) for x in values]
         if spec.activation == "relu":
             zero = ir.Constant(self.V, None)
             values = [b.select(b.fcmp_ordered("<", x, zero), zero, x) for x in values]
         elif spec.activation is not None:
             values = [self.activation(b, spec.activation, x) for x in values]
-        scale = self.splat(arg["scale"])
+        scale = splat(b, arg["scale"], self.tile.lanes)
         values = [b.fmul(x, scale) for x in values]
         if spec.residual:
-            residual = self._load_row(self.at(arg["res"], b.mul(row, arg["r_rs"]),
-                                              b.mul(col0, arg["r_cs"])),
+            residual = self._load_row(at(b, arg["res"], b.mul(row, arg["r_rs"]),
+                                         b.mul(col0, arg["r_cs"])),
                                       arg["r_cs"], cols, masks)
             values = [b.fadd(x, r) for x, r in zip(values, residual)]
         return values
@@ -130,8 +131,10 @@ class Update:
         b, arg = gemm.b, gemm.arg
         self.previous = b.select(first, arg["c"], arg["out"])
         self.previous_rs = b.select(first, arg["c_rs"], arg["o_rs"])
-        self.previous_cs = b.select(first, arg["c_cs"], gemm.i64(1))
-        self.previous_scale = gemm.splat(b.select(first, arg["beta"], ir.Constant(gemm.T, 1.0)))
+        self.previous_cs = b.select(first, arg["c_cs"], i64(1))
+        lanes = gemm.tile.lanes
+        self.previous_scale = splat(b, b.select(first, arg["beta"], ir.Constant(gemm.T, 1.0)),
+                                    lanes)
         beta_zero = b.fcmp_ordered("==", arg["beta"], ir.Constant(gemm.T, 0.0))
         self.read_previous = b.not_(b.and_(first, beta_zero))
-        self.alpha = gemm.splat(arg["alpha"])
+        self.alpha = splat(b, arg["alpha"], lanes)
