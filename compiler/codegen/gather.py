@@ -22,6 +22,8 @@ from compiler.codegen import values as V
 from ir import dtypes
 from ir.graph import Value
 from ir.ops import Op
+from runtime import llvm_ir
+from runtime.llvm_ir import I64, i64
 
 
 @dataclass(frozen=True)
@@ -51,8 +53,7 @@ def strides_over_result(op: Op, source: np.ndarray, index: np.ndarray, dim: int)
 
 def status_word(b: ir.IRBuilder, ptrs, operands: int):
     """The kernel's status word: the pointer after its operands'."""
-    raw = b.load(b.gep(ptrs, [ir.Constant(V.I64, operands)]))
-    return b.bitcast(raw, ir.PointerType(V.I64))
+    return b.bitcast(b.load(llvm_ir.at(b, ptrs, operands)), I64.as_pointer())
 
 
 def _checked(k, g: Gather, index, active=None):
@@ -68,10 +69,8 @@ def _checked(k, g: Gather, index, active=None):
     bad = b.icmp_unsigned(">=", index, size)  # a negative index is a huge unsigned one
     if active is not None:
         bad = b.and_(bad, active)
-    any_bad = bad if width is None else b.icmp_unsigned(
-        "!=", b.bitcast(bad, ir.IntType(width)), ir.Constant(ir.IntType(width), 0))
-    with b.if_then(any_bad, likely=False):
-        b.store(ir.Constant(V.I64, 1), k.status)
+    with b.if_then(llvm_ir.any_lane(b, bad), likely=False):
+        b.store(i64(1), k.status)
     return b.select(bad, L.const(0, dtypes.int64), index)
 
 
@@ -91,7 +90,7 @@ def move_row_base(k, g: Gather, bases: list) -> None:
     dt = k.operands[g.index].type.dtype
     index = _as_i64(V.Lanes(b, None), b.load(bases[g.index]), dt)
     safe = _checked(k, g, index)
-    bases[g.source] = b.gep(bases[g.source], [b.mul(safe, ir.Constant(V.I64, g.stride))])
+    bases[g.source] = llvm_ir.at(b, bases[g.source], b.mul(safe, i64(g.stride)))
 
 
 def load_lanes(k, g: Gather, bases: list, index_lanes, i, count=None):
@@ -101,15 +100,14 @@ def load_lanes(k, g: Gather, bases: list, index_lanes, i, count=None):
     dt = k.operands[g.source].type.dtype
     L = V.Lanes(b, w)
     index = _as_i64(L, index_lanes, k.operands[g.index].type.dtype)
-    safe = _checked(k, g, index, k._mask(count) if count is not None else None)
-    raw = ir.Constant(ir.VectorType(V._MEMORY[dt.name], w), ir.Undefined)
-    last = b.sub(b.add(i, count), ir.Constant(V.I64, 1)) if count is not None else None
-    stride = ir.Constant(V.I64, g.stride)
+    safe = _checked(k, g, index, llvm_ir.lane_mask(b, count, w) if count is not None else None)
+    raw = ir.Constant(L.memory_type(dt), ir.Undefined)
+    last = b.sub(b.add(i, count), i64(1)) if count is not None else None
     for lane in range(w):
-        at = b.add(i, ir.Constant(V.I64, lane))
+        position = b.add(i, i64(lane))
         if last is not None:
-            at = b.select(b.icmp_signed("<", at, last), at, last)
-        offset = b.mul(b.extract_element(safe, ir.Constant(V.I32, lane)), stride)
-        element = b.gep(k.inner_at(g.source, bases[g.source], at), [offset])
-        raw = b.insert_element(raw, b.load(element), ir.Constant(V.I32, lane))
+            position = llvm_ir.smin(b, position, last)
+        offset = b.mul(b.extract_element(safe, llvm_ir.i32(lane)), i64(g.stride))
+        element = llvm_ir.at(b, k.inner_at(g.source, bases[g.source], position), offset)
+        raw = b.insert_element(raw, b.load(element), llvm_ir.i32(lane))
     return L.from_memory(raw, dt)

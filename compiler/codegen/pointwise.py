@@ -29,6 +29,8 @@ from ir.dtypes import DType
 from ir.graph import Node, Value
 from eager.records import RECORDS
 from ir.ops import Op
+from runtime import llvm_ir
+from runtime.llvm_ir import I64
 
 REDUCE_OPS = {Op.SUM: "sum", Op.AMAX: "max", Op.AMIN: "min", Op.ARGMAX: "argmax",
               Op.ARGMIN: "argmin"}
@@ -74,104 +76,52 @@ def compute_dtype(node: Node, scalar_values: set) -> DType:
     return node.outputs[0].type.dtype
 
 
-def _declare(module: ir.Module, name: str, fnty) -> ir.Function:
-    return module.globals.get(name) or ir.Function(module, fnty, name)
-
-
-def _suffix(t) -> str:
-    return {"float": "f32", "double": "f64"}.get(str(t), f"i{getattr(t, 'width', 0)}")
-
-
 class _Builder:
     def __init__(self, module: ir.Module, spec: KernelSpec, lanes: int):
         self.spec, self.w = spec, lanes
-        voidp = ir.PointerType(V.I8)
-        fnty = ir.FunctionType(ir.VoidType(), [ir.PointerType(voidp),
-                                               ir.PointerType(ir.PointerType(V.I64)),
-                                               ir.PointerType(V.I64)] + [V.I64] * 4)
-        self.fn = ir.Function(module, fnty, spec.name)
-        self.module = module
-        self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
+        fnty = ir.FunctionType(llvm_ir.VOID, [llvm_ir.I8P.as_pointer(),
+                                              I64.as_pointer().as_pointer(),
+                                              I64.as_pointer()] + [I64] * 4)
+        self.fn, self.b = llvm_ir.define(module, spec.name, fnty, attributes=())
         ptrs, offs, strides, self.r0, self.r1, self.i0, self.i1 = self.fn.args
         self.operands = list(spec.inputs) + list(spec.outputs)
         self.ptr, self.off, self.stride = [], [], []
-        b = self.b
+        b, S = self.b, V.Lanes(self.b, None)
         for j, v in enumerate(self.operands):
-            raw = b.load(b.gep(ptrs, [ir.Constant(V.I64, j)]))
-            mem = V._MEMORY[v.type.dtype.name]
-            self.ptr.append(b.bitcast(raw, ir.PointerType(mem)))
-            self.off.append(b.load(b.gep(offs, [ir.Constant(V.I64, j)])))
-            self.stride.append(b.load(b.gep(strides, [ir.Constant(V.I64, j)]))
+            raw = b.load(llvm_ir.at(b, ptrs, j))
+            self.ptr.append(b.bitcast(raw, S.memory_type(v.type.dtype).as_pointer()))
+            self.off.append(b.load(llvm_ir.at(b, offs, j)))
+            self.stride.append(b.load(llvm_ir.at(b, strides, j))
                                if spec.strides[j] is STRIDED else None)
         self.scalars = dict(spec.scalars)
         self.status = G.status_word(b, ptrs, len(self.operands)) if spec.gathers else None
-
-    # loops ----------------------------------------------------------------------------
-    def loop(self, start, end, step: int, body, tail=None):
-        """for i = start; i + step <= end; i += step: body(i); then tail(i) if i < end."""
-        b = self.b
-        pre = b.block
-        head = self.fn.append_basic_block("loop")
-        inner = self.fn.append_basic_block("body")
-        done = self.fn.append_basic_block("done")
-        b.branch(head)
-        b.position_at_end(head)
-        i = b.phi(V.I64)
-        i.add_incoming(start, pre)
-        limit = b.sub(end, ir.Constant(V.I64, step - 1))
-        b.cbranch(b.icmp_signed("<", i, limit), inner, done)
-        b.position_at_end(inner)
-        body(i)
-        i.add_incoming(b.add(i, ir.Constant(V.I64, step)), b.block)
-        b.branch(head)
-        b.position_at_end(done)
-        if tail is not None:
-            with b.if_then(b.icmp_signed("<", i, end)):
-                tail(i, b.sub(end, i))
-        return i
 
     # memory -----------------------------------------------------------------------------
     def row_base(self, j, r):
         b = self.b
         return b.gep(self.ptr[j], [b.load(b.gep(self.off[j], [r]))])
 
-    def _mask(self, count):
-        L = V.Lanes(self.b, self.w)
-        lanes = ir.Constant(ir.VectorType(V.I64, self.w), list(range(self.w)))
-        return self.b.icmp_signed("<", lanes, L.splat(count))
-
     def _vector_at(self, j, ptr, count=None):
         """W consecutive elements of operand j from `ptr` (masked past `count` lanes),
         still in their memory type."""
-        b, w, dt = self.b, self.w, self.operands[j].type.dtype
-        vt = ir.VectorType(V._MEMORY[dt.name], w)
-        vptr = b.bitcast(ptr, ir.PointerType(vt))
+        b, w, align = self.b, self.w, self.operands[j].type.dtype.itemsize
         if count is None:
-            return b.load(vptr, align=dt.itemsize)
-        fn = _declare(self.module, f"llvm.masked.load.v{w}{_suffix(vt.element)}.p0",
-                      ir.FunctionType(vt, [ir.PointerType(vt), V.I32, ir.VectorType(V.I1, w),
-                                           vt]))
-        return b.call(fn, [vptr, ir.Constant(V.I32, dt.itemsize), self._mask(count),
-                           ir.Constant(vt, None)])
+            return llvm_ir.load_vector(b, ptr, w, align)
+        return llvm_ir.masked_load(b, ptr, llvm_ir.lane_mask(b, count, w), align)
 
     def _vector_put(self, j, ptr, mem_value, count=None) -> None:
         """Store W consecutive elements of operand j at `ptr` (only the first `count`)."""
-        b, w, dt = self.b, self.w, self.operands[j].type.dtype
-        vt = mem_value.type
-        vptr = b.bitcast(ptr, ir.PointerType(vt))
+        b, align = self.b, self.operands[j].type.dtype.itemsize
         if count is None:
-            b.store(mem_value, vptr, align=dt.itemsize)
-            return
-        fn = _declare(self.module, f"llvm.masked.store.v{w}{_suffix(vt.element)}.p0",
-                      ir.FunctionType(ir.VoidType(), [vt, ir.PointerType(vt), V.I32,
-                                                      ir.VectorType(V.I1, w)]))
-        b.call(fn, [mem_value, vptr, ir.Constant(V.I32, dt.itemsize), self._mask(count)])
+            llvm_ir.store_vector(b, mem_value, ptr, align)
+        else:
+            llvm_ir.masked_store(b, mem_value, ptr, llvm_ir.lane_mask(b, count, self.w), align)
 
     def _splat_first(self, j, ptr):
         """Operand j's element at `ptr`, in every lane."""
         dt = self.operands[j].type.dtype
-        return V.Lanes(self.b, self.w).splat(
-            V.Lanes(self.b, None).from_memory(self.b.load(ptr), dt))
+        return llvm_ir.splat(self.b, V.Lanes(self.b, None).from_memory(self.b.load(ptr), dt),
+                             self.w)
 
     def rows_at(self, j, ptr, count=None):
         """W elements of operand j from `ptr` on, one per row (column mode)."""
@@ -203,14 +153,14 @@ class _Builder:
         if cls == 1:
             raw = self._vector_at(j, b.gep(base, [i]), count)
         else:
-            raw = ir.Constant(ir.VectorType(V._MEMORY[dt.name], w), ir.Undefined)
-            last = b.sub(b.add(i, count), ir.Constant(V.I64, 1)) if count is not None else None
+            raw = ir.Constant(V.Lanes(b, w).memory_type(dt), ir.Undefined)
+            last = b.sub(b.add(i, count), llvm_ir.i64(1)) if count is not None else None
             for k in range(w):
-                idx = b.add(i, ir.Constant(V.I64, k))
+                idx = b.add(i, llvm_ir.i64(k))
                 if last is not None:  # the tail reads the last element again, never past it
-                    idx = b.select(b.icmp_signed("<", idx, last), idx, last)
+                    idx = llvm_ir.smin(b, idx, last)
                 raw = b.insert_element(raw, b.load(b.gep(base, [b.mul(idx, self.stride[j])])),
-                                       ir.Constant(V.I32, k))
+                                       llvm_ir.i32(k))
         return V.Lanes(b, w).from_memory(raw, dt)
 
     def store(self, j, base, i, value, count=None):
@@ -220,13 +170,13 @@ class _Builder:
             self._vector_put(j, b.gep(base, [i]), mem_value, count)
             return
         for k in range(w):  # strided: lane by lane, only lanes that exist
-            idx = b.add(i, ir.Constant(V.I64, k))
-            lane = b.extract_element(mem_value, ir.Constant(V.I32, k))
+            idx = b.add(i, llvm_ir.i64(k))
+            lane = b.extract_element(mem_value, llvm_ir.i32(k))
             target = b.gep(base, [b.mul(idx, self.stride[j])])
             if count is None:
                 b.store(lane, target)
             else:
-                with b.if_then(b.icmp_signed("<", ir.Constant(V.I64, k), count)):
+                with b.if_then(b.icmp_signed("<", llvm_ir.i64(k), count)):
                     b.store(lane, target)
 
     # values -----------------------------------------------------------------------------
@@ -261,10 +211,6 @@ def build_kernel(module: ir.Module, spec: KernelSpec, host_lanes: int) -> ir.Fun
     return builder.fn
 
 
-def _row_loop(k: _Builder, body) -> None:
-    k.loop(k.r0, k.r1, 1, body)
-
-
 def _elementwise(k: _Builder) -> None:
     spec = k.spec
     n_in = len(spec.inputs)
@@ -283,7 +229,7 @@ def _elementwise(k: _Builder) -> None:
 
         def step(i, count=None):
             L = V.Lanes(k.b, k.w)
-            env = {v: L.splat(x) for v, x in per_row.items()}
+            env = {v: llvm_ir.splat(k.b, x, k.w) for v, x in per_row.items()}
             k.constants(env, L)
             for j, v in enumerate(spec.inputs):
                 if spec.strides[j] != 0 and j not in sources:
@@ -297,12 +243,9 @@ def _elementwise(k: _Builder) -> None:
                     k.compute(node, env, L)
             for j, v in enumerate(spec.outputs):
                 k.store(n_in + j, bases[n_in + j], i, env[v], count)
-        def unrolled(i):  # several vectors per trip keep more loads in flight
-            for u in range(UNROLL):
-                step(k.b.add(i, ir.Constant(V.I64, u * k.w)))
-        rest = k.loop(k.i0, k.i1, UNROLL * k.w, unrolled)
-        k.loop(rest, k.i1, k.w, step, tail=lambda i, count: step(i, count))
-    _row_loop(k, row)
+        llvm_ir.vector_loop(k.b, k.i0, k.i1, k.w, step, unroll=UNROLL)
+    with llvm_ir.for_range(k.b, k.r0, k.r1, 1, "row") as r:
+        row(r)
 
 
 def _levels(spec: KernelSpec):
@@ -342,12 +285,23 @@ class _Passes:
                          [v for _, v in stores], known)
         return reductions, stores, needed
 
+    def run(self, k: _Builder, known: dict, L: V.Lanes, run_pass) -> None:
+        """A row's passes: before each, the per-row values that `known` allows; a pass
+        with work gets its reductions' accumulators started and run_pass(needed, accs,
+        stores) emits it, leaving the reduced values in `known`; after the last, the
+        per-row values left."""
+        for p in range(self.count):
+            _row_scalars(k, self.spec, known, L)
+            reductions, stores, needed = self.work(p, known)
+            if reductions or stores:
+                run_pass(needed, {n: _start_acc(k, n) for n in reductions}, stores)
+        _row_scalars(k, self.spec, known, L)
+
 
 def _rows(k: _Builder) -> None:
     spec, b = k.spec, k.b
     n_in = len(spec.inputs)
     plan = _Passes(spec)
-    producer = plan.producer
 
     def row(r):
         bases = [k.row_base(j, r) for j in range(len(k.operands))]
@@ -357,34 +311,34 @@ def _rows(k: _Builder) -> None:
             if v in spec.per_row:
                 known[v] = S.from_memory(b.load(bases[j]), v.type.dtype)
         k.constants(known, S)
-        for p in range(plan.count):
-            _row_scalars(k, spec, known, S, producer)
-            reductions, stores, needed = plan.work(p, known)
-            if not reductions and not stores:
-                continue
-            accs = {n: _start_acc(k, n) for n in reductions}
 
-            def step(i, count=None, needed=needed, accs=accs, stores=stores):
+        def one_pass(needed, accs, stores):
+            def step(i, count):
                 L = V.Lanes(b, k.w)
-                env = {v: L.splat(x) for v, x in known.items()}
+                env = {v: llvm_ir.splat(b, x, k.w) for v, x in known.items()}
                 for j, v in enumerate(spec.inputs):
                     if v not in spec.per_row:
                         env[v] = k.load(j, bases[j], i, count)
                 for node in spec.nodes:
                     if node.outputs[0] in needed:
                         k.compute(node, env, L)
+                positions = b.add(llvm_ir.splat(b, i, k.w),
+                                  ir.Constant(ir.VectorType(I64, k.w), list(range(k.w))))
+                active = None if count is None else llvm_ir.lane_mask(b, count, k.w)
                 for node, acc in accs.items():
-                    _accumulate(k, node, acc, env[node.inputs[0]], i, count)
+                    _accumulate(k, node, acc, env[node.inputs[0]], positions, active)
                 for j, v in stores:
                     k.store(n_in + j, bases[n_in + j], i, env[v], count)
-            k.loop(k.i0, k.i1, k.w, step, tail=lambda i, count, s=step: s(i, count))
+            llvm_ir.vector_loop(b, k.i0, k.i1, k.w, step)
             for node, acc in accs.items():
                 known[node.outputs[0]] = _finish_acc(k, node, acc)
-        _row_scalars(k, spec, known, S, producer)
+
+        plan.run(k, known, S, one_pass)
         for j, v in enumerate(spec.outputs):
             if v in spec.per_row:
                 b.store(S.to_memory(known[v], v.type.dtype), bases[n_in + j])
-    _row_loop(k, row)
+    with llvm_ir.for_range(b, k.r0, k.r1, 1, "row") as r:
+        row(r)
 
 
 def _columns(k: _Builder) -> None:
@@ -394,22 +348,16 @@ def _columns(k: _Builder) -> None:
     spec, b = k.spec, k.b
     n_in = len(spec.inputs)
     plan = _Passes(spec)
-    producer = plan.producer
 
-    def block(r, count=None):
+    def block(r, count):
         L = V.Lanes(b, k.w)
         bases = [k.row_base(j, r) for j in range(len(k.operands))]
         known = {v: k.rows_at(j, bases[j], count) for j, v in enumerate(spec.inputs)
                  if v in spec.per_row}
         k.constants(known, L)
-        for p in range(plan.count):
-            _row_scalars(k, spec, known, L, producer)
-            reductions, stores, needed = plan.work(p, known)
-            if not reductions and not stores:
-                continue
-            accs = {n: _start_acc(k, n) for n in reductions}
 
-            def step(i, needed=needed, accs=accs, stores=stores):
+        def one_pass(needed, accs, stores):
+            with llvm_ir.for_range(b, k.i0, k.i1, 1, "reduced") as i:
                 env = dict(known)
                 for j, v in enumerate(spec.inputs):
                     if v not in spec.per_row:
@@ -418,39 +366,21 @@ def _columns(k: _Builder) -> None:
                     if node.outputs[0] in needed:
                         k.compute(node, env, L)
                 for node, acc in accs.items():
-                    _accumulate_lanes(k, node, acc, env[node.inputs[0]], i)
+                    _accumulate(k, node, acc, env[node.inputs[0]], llvm_ir.splat(b, i, k.w))
                 for j, v in stores:
                     k.store_rows(n_in + j, k.inner_at(n_in + j, bases[n_in + j], i), env[v],
                                  count)
-            k.loop(k.i0, k.i1, 1, step)
             for node, (slot, index, _) in accs.items():
                 known[node.outputs[0]] = b.load(index if index is not None else slot)
-        _row_scalars(k, spec, known, L, producer)
+
+        plan.run(k, known, L, one_pass)
         for j, v in enumerate(spec.outputs):
             if v in spec.per_row:
                 k.store_rows(n_in + j, bases[n_in + j], known[v], count)
-    k.loop(k.r0, k.r1, k.w, block, tail=lambda r, count: block(r, count))
+    llvm_ir.vector_loop(b, k.r0, k.r1, k.w, block)
 
 
-def _accumulate_lanes(k: _Builder, node: Node, acc, x, i) -> None:
-    """One step of a reduction whose lanes are separate rows (nothing is masked: lanes
-    past the last row are computed and never stored)."""
-    b = k.b
-    slot, index, dt = acc
-    L = V.Lanes(b, k.w)
-    kind = REDUCE_OPS[node.op]
-    x = L.cast(x, node.inputs[0].type.dtype, dt)
-    best = b.load(slot)
-    if kind.startswith("arg"):
-        take = _beats(L, x, best, kind)
-        b.store(b.select(take, x, best), slot)
-        b.store(b.select(take, L.splat(i), b.load(index)), index)
-        return
-    b.store(b.fadd(best, x) if kind == "sum" else V._max_min(L, best, x, dt, kind == "max"),
-            slot)
-
-
-def _row_scalars(k, spec, known, S, producer) -> None:
+def _row_scalars(k, spec, known, S) -> None:
     """Per-row elementwise nodes whose inputs are all known now."""
     for node in spec.nodes:
         v = node.outputs[0]
@@ -491,7 +421,11 @@ def _start_acc(k: _Builder, node: Node):
     return slot, index, dt
 
 
-def _accumulate(k: _Builder, node: Node, acc, x, i, count) -> None:
+def _accumulate(k: _Builder, node: Node, acc, x, positions, active=None) -> None:
+    """One step of a reduction: the W lanes of x into its accumulator, `positions` their
+    indices along the reduced dim (for argmax and argmin). `active`: the lanes that
+    exist (the others never win and contribute the identity); None for all, as when the
+    lanes are rows (those past the last row are computed and never stored)."""
     b = k.b
     slot, index, dt = acc
     L = V.Lanes(b, k.w)
@@ -499,15 +433,14 @@ def _accumulate(k: _Builder, node: Node, acc, x, i, count) -> None:
     x = L.cast(x, node.inputs[0].type.dtype, dt)
     best = b.load(slot)
     if kind.startswith("arg"):
-        lanes = b.add(L.splat(i), ir.Constant(ir.VectorType(V.I64, k.w), list(range(k.w))))
         take = _beats(L, x, best, kind)
-        if count is not None:  # lanes past the row's end never win
-            take = b.and_(take, k._mask(count))
+        if active is not None:
+            take = b.and_(take, active)
         b.store(b.select(take, x, best), slot)
-        b.store(b.select(take, lanes, b.load(index)), index)
+        b.store(b.select(take, positions, b.load(index)), index)
         return
-    if count is not None:  # lanes past the row's end contribute the identity
-        x = b.select(k._mask(count), x, L.const(_identity(kind), dt))
+    if active is not None:
+        x = b.select(active, x, L.const(_identity(kind), dt))
     new = b.fadd(best, x) if kind == "sum" else V._max_min(L, best, x, dt, kind == "max")
     b.store(new, slot)
 
@@ -529,21 +462,17 @@ def _finish_acc(k: _Builder, node: Node, acc):
     slot, index, dt = acc
     S = V.Lanes(b, None)
     kind = REDUCE_OPS[node.op]
-    values = [b.extract_element(b.load(slot), ir.Constant(V.I32, i)) for i in range(k.w)]
+    values = llvm_ir.lanes_of(b, b.load(slot))
     if kind.startswith("arg"):
-        indices = [b.extract_element(b.load(index), ir.Constant(V.I32, i)) for i in range(k.w)]
-        pairs = list(zip(values, indices))
-        while len(pairs) > 1:
-            merged = []
-            for (va, ia), (vb, ib) in zip(pairs[::2], pairs[1::2]):
-                tie = b.and_(b.fcmp_ordered("==", va, vb), b.icmp_signed("<", ib, ia))
-                both_nan = b.and_(V._isnan(S, va), V._isnan(S, vb))
-                take = b.or_(b.or_(_beats(S, vb, va, kind), tie),
-                             b.and_(both_nan, b.icmp_signed("<", ib, ia)))
-                merged.append((b.select(take, vb, va), b.select(take, ib, ia)))
-            pairs = merged
-        return pairs[0][1]
-    while len(values) > 1:
-        values = [b.fadd(x, y) if kind == "sum" else V._max_min(S, x, y, dt, kind == "max")
-                  for x, y in zip(values[::2], values[1::2])]
-    return values[0]
+        def merge(first, second):
+            (va, ia), (vb, ib) = first, second
+            tie = b.and_(b.fcmp_ordered("==", va, vb), b.icmp_signed("<", ib, ia))
+            both_nan = b.and_(V._isnan(S, va), V._isnan(S, vb))
+            take = b.or_(b.or_(_beats(S, vb, va, kind), tie),
+                         b.and_(both_nan, b.icmp_signed("<", ib, ia)))
+            return b.select(take, vb, va), b.select(take, ib, ia)
+
+        pairs = list(zip(values, llvm_ir.lanes_of(b, b.load(index))))
+        return llvm_ir.pairwise(pairs, merge)[1]
+    return llvm_ir.pairwise(values, lambda x, y: b.fadd(x, y) if kind == "sum" else
+                            V._max_min(S, x, y, dt, kind == "max"))

@@ -13,8 +13,8 @@ from eager.records import RECORDS, float_only, pointwise_ops
 from ir import dtypes
 from ir.dtypes import DType
 from ir.ops import Op
+from runtime.llvm_ir import I1, I8, I32, I64, constant, vector
 
-I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 _ELEM = {"float32": ir.FloatType(), "float64": ir.DoubleType(), "int32": I32, "int64": I64,
          "bool": I1}
 _MEMORY = {**_ELEM, "bool": I8}
@@ -22,37 +22,25 @@ SUPPORTED = frozenset(_ELEM)
 
 
 class Lanes:
-    """Types and constants for values of `width` lanes (None: scalars)."""
+    """The LLVM types, constants and casts of tensor dtypes, for values of `width` lanes
+    (None: scalars)."""
 
     def __init__(self, builder: ir.IRBuilder, width: int | None):
         self.b = builder
         self.width = width
 
-    def wrap(self, t):
-        return t if self.width is None else ir.VectorType(t, self.width)
-
     def type(self, dt: DType):
-        return self.wrap(_ELEM[dt.name])
+        return vector(_ELEM[dt.name], self.width)
 
     def memory_type(self, dt: DType):
-        return self.wrap(_MEMORY[dt.name])
+        return vector(_MEMORY[dt.name], self.width)
 
     def const(self, value, dt: DType):
-        elem = _ELEM[dt.name]
         if dt.is_floating_point:
-            c = ir.Constant(elem, float(value))
+            value = float(value)
         else:
-            c = ir.Constant(elem, int(bool(value)) if dt is dtypes.bool_ else int(value))
-        return c if self.width is None else ir.Constant(ir.VectorType(elem, self.width),
-                                                        [c] * self.width)
-
-    def splat(self, scalar):
-        if self.width is None:
-            return scalar
-        vt = ir.VectorType(scalar.type, self.width)
-        v = self.b.insert_element(ir.Constant(vt, ir.Undefined), scalar, ir.Constant(I32, 0))
-        return self.b.shuffle_vector(v, ir.Constant(vt, ir.Undefined),
-                                     ir.Constant(ir.VectorType(I32, self.width), [0] * self.width))
+            value = int(bool(value)) if dt is dtypes.bool_ else int(value)
+        return constant(self.type(dt), value)
 
     # memory <-> registers -------------------------------------------------------------
     def from_memory(self, v, dt: DType):
