@@ -40,6 +40,7 @@ import llvmlite.ir as ir
 # float64 erf uses fdlibm's four ranges: the tables of eager's numpy erf
 from eager.kernels._erf import (ERF_ERX, ERF_PA, ERF_PP, ERF_QA, ERF_QQ, ERF_RA, ERF_RB,
                                 ERF_SA, ERF_SB)
+from runtime.llvm_ir import constant, define, intrinsic, mangle, vector
 
 NAMES = ("exp", "log", "tanh", "sigmoid", "erf", "sqrt", "rsqrt", "pow", "expm1", "log1p")
 
@@ -100,13 +101,11 @@ def emit(builder: ir.IRBuilder, name: str, *args: ir.Value) -> ir.Value:
     if not _is_float(ty) or any(a.type != ty for a in args):
         raise TypeError(f"vmath {name} needs float or double scalars or vectors of one type, "
                         f"got {', '.join(str(a.type) for a in args)}")
-    fname = f"kiln.vmath.{name}.{_suffix(ty)}"
+    fname = f"kiln.vmath.{name}.{mangle(ty)}"
     fn = builder.module.globals.get(fname)
     if fn is None:
-        fn = ir.Function(builder.module, ir.FunctionType(ty, [ty] * arity), fname)
-        fn.linkage = "internal"
-        fn.attributes.add("alwaysinline")
-        inner = ir.IRBuilder(fn.append_basic_block("entry"))
+        fn, inner = define(builder.module, fname, ir.FunctionType(ty, [ty] * arity),
+                           linkage="internal", attributes=("alwaysinline",))
         inner.ret(body(_Math(inner, ty), *fn.args))
     return builder.call(fn, args)
 
@@ -120,9 +119,7 @@ def activation(builder: ir.IRBuilder, name: str, x: ir.Value) -> ir.Value:
     b = builder
 
     def const(value: float) -> ir.Constant:
-        if isinstance(x.type, ir.VectorType):
-            return ir.Constant(x.type, [value] * x.type.count)
-        return ir.Constant(x.type, value)
+        return constant(x.type, value)
 
     if name == "tanh":
         return emit(b, "tanh", x)
@@ -144,13 +141,6 @@ def _is_float(ty: ir.Type) -> bool:
     return isinstance(elem, (ir.FloatType, ir.DoubleType))
 
 
-def _suffix(ty: ir.Type) -> str:
-    """LLVM's mangling of a float type in intrinsic names: f32, f64, v16f32, v8f64."""
-    if isinstance(ty, ir.VectorType):
-        return f"v{ty.count}{_suffix(ty.element)}"
-    return "f64" if isinstance(ty, ir.DoubleType) else "f32"
-
-
 class _Math:
     """Builds the IR of one function body for a float type T (scalar or vector): Python
     numbers become constants of T's shape, integer operations act on the same-width
@@ -158,34 +148,27 @@ class _Math:
 
     def __init__(self, builder: ir.IRBuilder, ty: ir.Type):
         self.b, self.ty = builder, ty
-        self.lanes = ty.count if isinstance(ty, ir.VectorType) else 0
-        self.f64 = _suffix(ty).endswith("f64")
+        self.lanes = ty.count if isinstance(ty, ir.VectorType) else None
+        self.f64 = mangle(ty).endswith("f64")
         self.mant, self.bias = (52, 1023) if self.f64 else (23, 127)
         self.ity = self.shaped(ir.IntType(64 if self.f64 else 32))
 
     def shaped(self, elem: ir.Type) -> ir.Type:
-        return ir.VectorType(elem, self.lanes) if self.lanes else elem
+        return vector(elem, self.lanes)
 
     def pick(self, pair):
         """The float32 or float64 member of a (float32, float64) pair."""
         return pair[1] if self.f64 else pair[0]
 
-    def _splat(self, ty, value):
-        return ir.Constant(ty, [value] * self.lanes) if self.lanes else ir.Constant(ty, value)
-
     def f(self, x):
-        return self._splat(self.ty, float(x)) if isinstance(x, (int, float)) else x
+        return constant(self.ty, float(x)) if isinstance(x, (int, float)) else x
 
     def i(self, x):
-        return self._splat(self.ity, int(x)) if isinstance(x, int) else x
+        return constant(self.ity, int(x)) if isinstance(x, int) else x
 
     def call(self, name, *args):
-        fname = f"llvm.{name}.{_suffix(self.ty)}"
-        fn = self.b.module.globals.get(fname)
-        if fn is None:
-            fn = ir.Function(self.b.module, ir.FunctionType(self.ty, [self.ty] * len(args)),
-                             fname)
-        return self.b.call(fn, [self.f(a) for a in args])
+        """The intrinsic llvm.<name> for T on args (numbers made constants of T)."""
+        return intrinsic(self.b, name, [self.f(a) for a in args], self.ty, (self.ty,))
 
     # float arithmetic, comparisons (ordered: false on nan) and selection
     def add(self, x, y): return self.b.fadd(self.f(x), self.f(y))
