@@ -31,8 +31,8 @@ import sysconfig
 import llvmlite.ir as ir
 import numpy as np
 
-I8P = ir.IntType(8).as_pointer()
-I64 = ir.IntType(64)
+from runtime.llvm_ir import I8, I8P, I64, VOID, at, define, i64
+
 FASTCALL = ir.FunctionType(I8P, [I8P, I8P.as_pointer(), I64])
 METH_FASTCALL = 0x0080
 
@@ -106,25 +106,23 @@ class Entry:
 
     def __init__(self, module: ir.Module, name: str):
         self.module, self.name = module, name
-        self.fn = ir.Function(module, FASTCALL, name)
-        self.fn.attributes.add("nounwind")
+        self.fn, self.b = define(module, name, FASTCALL)
         self.self_, self.args, self.count = self.fn.args
-        self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
 
     def arrays(self, count: int) -> list:
         """The data pointers (i8*) of arguments 0 .. count-1; a call with another number
         of arguments raises TypeError here."""
         b = self.b
         wrong, right = (self.fn.append_basic_block(name) for name in ("wrong", "right"))
-        b.cbranch(b.icmp_signed("!=", self.count, ir.Constant(I64, count)), wrong, right)
+        b.cbranch(b.icmp_signed("!=", self.count, i64(count)), wrong, right)
         b.position_at_end(wrong)
         set_error, type_error = self._words(HIDDEN_WORDS)
         text = f"{self.name}() takes {count} arrays\0".encode()
-        message = ir.GlobalVariable(self.module, ir.ArrayType(ir.IntType(8), len(text)),
+        message = ir.GlobalVariable(self.module, ir.ArrayType(I8, len(text)),
                                     f"{self.name}.message")
         message.global_constant, message.linkage = True, "internal"
         message.initializer = ir.Constant(message.type.pointee, bytearray(text))
-        set_type = ir.FunctionType(ir.VoidType(), [I8P, I8P])
+        set_type = ir.FunctionType(VOID, [I8P, I8P])
         b.call(b.inttoptr(set_error, set_type.as_pointer()),
                [b.inttoptr(type_error, I8P), b.bitcast(message, I8P)])
         b.ret(ir.Constant(I8P, None))
@@ -138,20 +136,20 @@ class Entry:
     def _words(self, count: int) -> list:
         b = self.b
         base = b.bitcast(self._data(self.self_), I64.as_pointer())
-        return [b.load(b.gep(base, [ir.Constant(I64, i)])) for i in range(count)]
+        return [b.load(at(b, base, i)) for i in range(count)]
 
     def give(self, index: int) -> None:
         """Return argument `index`, its reference count incremented (a new reference)."""
         b = self.b
         obj = self._argument(index)
         count = b.bitcast(obj, I64.as_pointer())
-        b.store(b.add(b.load(count), ir.Constant(I64, 1)), count)
+        b.store(b.add(b.load(count), i64(1)), count)
         b.ret(obj)
 
     def _argument(self, index: int):
-        return self.b.load(self.b.gep(self.args, [ir.Constant(I64, index)]))
+        return self.b.load(at(self.b, self.args, index))
 
     def _data(self, obj):
         b = self.b
-        slot = b.gep(obj, [ir.Constant(I64, ARRAY_DATA_OFFSET)])
+        slot = at(b, obj, ARRAY_DATA_OFFSET)
         return b.load(b.bitcast(slot, I8P.as_pointer()), align=8)

@@ -36,10 +36,9 @@ import llvmlite.ir as ir
 import numpy as np
 
 from runtime.fastcall import address
+from runtime.llvm_ir import (I8P, I32, I64, VOID, Target, at, claim_loop, define, i32, i64,
+                             intrinsic, while_loop)
 
-I8P = ir.IntType(8).as_pointer()
-I32, I64 = ir.IntType(32), ir.IntType(64)
-VOID = ir.VoidType()
 TASK = ir.FunctionType(VOID, [I8P, I64, I64])  # fn(ctx, worker, threads)
 ITEM = ir.FunctionType(VOID, [I8P, I64])  # fn(record, worker)
 
@@ -67,9 +66,7 @@ class _Emitter:
 
     def __init__(self, module: ir.Module):
         self.module = module
-        self._pause = ir.Function(module, ir.FunctionType(VOID, []), "llvm.x86.sse2.pause") \
-            if platform.machine() in ("x86_64", "AMD64") else None
-        self.cycles = ir.Function(module, ir.FunctionType(I64, []), "llvm.readcyclecounter")
+        self.target = Target.of(module)
         # the syscall instruction itself, not libc's wrapper: the module calls nothing
         # outside itself
         self._syscall = ir.InlineAsm(ir.FunctionType(I64, [I64] * 5), "syscall",
@@ -78,45 +75,27 @@ class _Emitter:
 
     def syscall(self, b, number: int, *args):
         """System call `number` with up to four arguments (pointers or i64)."""
-        values = [ir.Constant(I64, number)] + [
+        values = [i64(number)] + [
             b.ptrtoint(arg, I64) if isinstance(arg.type, ir.PointerType) else arg
             for arg in args]
-        values += [ir.Constant(I64, 0)] * (5 - len(values))
+        values += [i64(0)] * (5 - len(values))
         return b.call(self._syscall, values)
 
-    def pause(self, b) -> None:
-        """A spin-wait hint (x86's pause; nothing elsewhere)."""
-        if self._pause is not None:
-            b.call(self._pause, [])
-
-    def spin_while(self, b, fn, address, waiting, name: str) -> None:
+    def spin_while(self, b, address, waiting, name: str) -> None:
         """Pause until `waiting(value)` is false for the i64 at `address` (acquire
         loads); the builder goes on after the loop."""
-        check, relax, go = (fn.append_basic_block(f"{name}.{part}")
-                            for part in ("check", "relax", "go"))
-        b.branch(check)
-        b.position_at_end(check)
-        b.cbranch(waiting(b.load_atomic(address, "acquire", 8)), relax, go)
-        b.position_at_end(relax)
-        self.pause(b)
-        b.branch(check)
-        b.position_at_end(go)
+        with while_loop(b, lambda: waiting(b.load_atomic(address, "acquire", 8)), name):
+            self.target.pause(b)
 
-    def slot(self, b, base, index):
-        return b.gep(base, [ir.Constant(I64, index)])
-
-    def function(self, name, fn_type, arg_names):
-        fn = ir.Function(self.module, fn_type, name)
-        fn.attributes.add("nounwind")
-        for arg, arg_name in zip(fn.args, arg_names):
-            arg.name = arg_name
-        return fn, ir.IRBuilder(fn.append_basic_block("entry"))
+    def cycles(self, b):
+        """The CPU's cycle counter (rdtsc on x86)."""
+        return intrinsic(b, "readcyclecounter", [], I64)
 
     def worker(self) -> None:
         """kiln_pool_worker(pool, index): wait for a new generation, join the job if
         it is still open, leave, forever."""
-        fn, b = self.function("kiln_pool_worker", ir.FunctionType(VOID, [I64.as_pointer(),
-                                                                      I64]), ("pool", "index"))
+        fn, b = define(self.module, "kiln_pool_worker",
+                       ir.FunctionType(VOID, [I64.as_pointer(), I64]), ("pool", "index"))
         pool, index = fn.args
         generation = b.bitcast(pool, I32.as_pointer())
         first_seen = b.load_atomic(generation, "acquire", 8)
@@ -130,7 +109,7 @@ class _Emitter:
         b.position_at_end(loop)
         seen = b.phi(I32, "seen")
         seen.add_incoming(first_seen, entry)
-        started = b.call(self.cycles, [])
+        started = self.cycles(b)
         b.branch(wait)
 
         b.position_at_end(wait)
@@ -138,79 +117,79 @@ class _Emitter:
         b.cbranch(b.icmp_unsigned("!=", current, seen), got, idle)
 
         b.position_at_end(idle)
-        elapsed = b.sub(b.call(self.cycles, []), started)
-        b.cbranch(b.icmp_unsigned("<", elapsed, ir.Constant(I64, SPIN_CYCLES)), spin, later)
+        elapsed = b.sub(self.cycles(b), started)
+        b.cbranch(b.icmp_unsigned("<", elapsed, i64(SPIN_CYCLES)), spin, later)
         b.position_at_end(spin)
-        self.pause(b)
+        self.target.pause(b)
         b.branch(wait)
         b.position_at_end(later)
-        b.cbranch(b.icmp_unsigned("<", elapsed, ir.Constant(I64, YIELD_CYCLES)), yield_, sleep)
+        b.cbranch(b.icmp_unsigned("<", elapsed, i64(YIELD_CYCLES)), yield_, sleep)
         b.position_at_end(yield_)
         self.syscall(b, SYS_SCHED_YIELD)
         b.branch(wait)
         b.position_at_end(sleep)  # the kernel sleeps only if the generation is still seen
-        sleepers = self.slot(b, pool, SLEEPERS)
-        b.atomic_rmw("add", sleepers, ir.Constant(I64, 1), "seq_cst")
-        self.syscall(b, SYS_FUTEX, generation, ir.Constant(I64, FUTEX_WAIT_PRIVATE),
-                     b.zext(seen, I64), ir.Constant(I64, 0))
-        b.atomic_rmw("sub", sleepers, ir.Constant(I64, 1), "seq_cst")
+        sleepers = at(b, pool, SLEEPERS)
+        b.atomic_rmw("add", sleepers, i64(1), "seq_cst")
+        self.syscall(b, SYS_FUTEX, generation, i64(FUTEX_WAIT_PRIVATE),
+                     b.zext(seen, I64), i64(0))
+        b.atomic_rmw("sub", sleepers, i64(1), "seq_cst")
         b.branch(wait)
 
         b.position_at_end(got)  # joining: counted in ACTIVE before CLOSED is read
-        active = self.slot(b, pool, ACTIVE)
-        b.atomic_rmw("add", active, ir.Constant(I64, 1), "seq_cst")
-        closed = b.load_atomic(self.slot(b, pool, CLOSED), "seq_cst", 8)
-        b.cbranch(b.icmp_unsigned("==", closed, ir.Constant(I64, 0)), enter, leave)
+        active = at(b, pool, ACTIVE)
+        b.atomic_rmw("add", active, i64(1), "seq_cst")
+        closed = b.load_atomic(at(b, pool, CLOSED), "seq_cst", 8)
+        b.cbranch(b.icmp_unsigned("==", closed, i64(0)), enter, leave)
         b.position_at_end(enter)
-        task, context, threads = (b.load_atomic(self.slot(b, pool, JOB + i), "acquire", 8)
+        task, context, threads = (b.load_atomic(at(b, pool, JOB + i), "acquire", 8)
                                   for i in range(3))
         b.cbranch(b.icmp_signed("<", index, threads), call, leave)
         b.position_at_end(call)
         b.call(b.inttoptr(task, TASK.as_pointer()), [b.inttoptr(context, I8P), index, threads])
         b.branch(leave)
         b.position_at_end(leave)
-        b.atomic_rmw("sub", active, ir.Constant(I64, 1), "release")
+        b.atomic_rmw("sub", active, i64(1), "release")
         seen.add_incoming(current, leave)
         b.branch(loop)
 
     def run(self) -> None:
         """kiln_pool_run(pool, task, context, threads): publish the job, wake sleepers,
         run it as worker 0, close it, wait for the workers inside to leave."""
-        fn, b = self.function("kiln_pool_run", ir.FunctionType(
+        fn, b = define(self.module, "kiln_pool_run", ir.FunctionType(
             VOID, [I64.as_pointer(), TASK.as_pointer(), I8P, I64]),
             ("pool", "task", "context", "threads"))
         pool, task, context, threads = fn.args
         alone, claim, publish, wake, work = (
             fn.append_basic_block(name) for name in (
                 "alone", "claim", "publish", "wake", "work"))
-        zero, one = ir.Constant(I64, 0), ir.Constant(I64, 1)
+        zero, one = i64(0), i64(1)
         b.cbranch(b.icmp_signed(">", threads, one), claim, alone)
         b.position_at_end(alone)
         b.call(task, [context, zero, one])
         b.ret_void()
 
         b.position_at_end(claim)
-        busy = self.slot(b, pool, BUSY)
+        busy = at(b, pool, BUSY)
         claimed = b.extract_value(b.cmpxchg(busy, zero, one, "acquire", "monotonic"), 1)
         b.cbranch(claimed, publish, alone)
 
         b.position_at_end(publish)
         for i, value in enumerate((b.ptrtoint(task, I64), b.ptrtoint(context, I64), threads)):
-            b.store_atomic(value, self.slot(b, pool, JOB + i), "release", 8)
-        b.store_atomic(zero, self.slot(b, pool, CLOSED), "seq_cst", 8)
+            b.store_atomic(value, at(b, pool, JOB + i), "release", 8)
+        b.store_atomic(zero, at(b, pool, CLOSED), "seq_cst", 8)
         generation = b.bitcast(pool, I32.as_pointer())
-        b.atomic_rmw("add", generation, ir.Constant(I32, 1), "seq_cst")
-        sleeping = b.load_atomic(self.slot(b, pool, SLEEPERS), "seq_cst", 8)
+        b.atomic_rmw("add", generation, i32(1), "seq_cst")
+        sleeping = b.load_atomic(at(b, pool, SLEEPERS), "seq_cst", 8)
         b.cbranch(b.icmp_unsigned("!=", sleeping, zero), wake, work)
         b.position_at_end(wake)
-        self.syscall(b, SYS_FUTEX, generation, ir.Constant(I64, FUTEX_WAKE_PRIVATE),
-                     ir.Constant(I64, 2 ** 31 - 1))
+        self.syscall(b, SYS_FUTEX, generation, i64(FUTEX_WAKE_PRIVATE),
+                     i64(2 ** 31 - 1))
         b.branch(work)
 
         b.position_at_end(work)
         b.call(task, [context, zero, threads])
-        b.atomic_rmw("xchg", self.slot(b, pool, CLOSED), one, "seq_cst")
-        self.spin_while(b, fn, self.slot(b, pool, ACTIVE),
+        b.atomic_rmw("xchg", at(b, pool, CLOSED), one, "seq_cst")
+        self.spin_while(b, at(b, pool, ACTIVE),
                         lambda inside: b.icmp_unsigned("!=", inside, zero), "drain")
         b.store_atomic(zero, busy, "release", 8)
         b.ret_void()
@@ -219,29 +198,19 @@ class _Emitter:
         """kiln_pool_items(job, worker, threads), a task: claim records of the first
         list one by one and run its function on each, wait until all of them are done,
         then the same for the second list."""
-        fn, b = self.function("kiln_pool_items", TASK, ("job", "worker", "threads"))
+        fn, b = define(self.module, "kiln_pool_items", TASK, ("job", "worker", "threads"))
         job, worker = b.bitcast(fn.args[0], I64.as_pointer()), fn.args[1]
         for part, (claim, finished) in ((FIRST, (CLAIM_FIRST, DONE_FIRST)),
                                         (THEN, (CLAIM_THEN, None))):
             function, records, count, stride = (
-                b.load(self.slot(b, job, part + i)) for i in range(4))
-            head, body, after = (fn.append_basic_block(f"{part}.{name}")
-                                 for name in ("head", "body", "after"))
-            b.branch(head)
-            b.position_at_end(head)
-            index = b.atomic_rmw("add", self.slot(b, job, claim), ir.Constant(I64, 1),
-                                 "monotonic")
-            b.cbranch(b.icmp_signed("<", index, count), body, after)
-            b.position_at_end(body)
-            record = b.inttoptr(b.add(records, b.mul(index, stride)), I8P)
-            b.call(b.inttoptr(function, ITEM.as_pointer()), [record, worker])
-            if finished is not None:
-                b.atomic_rmw("add", self.slot(b, job, finished), ir.Constant(I64, 1),
-                             "release")
-            b.branch(head)
-            b.position_at_end(after)
+                b.load(at(b, job, part + i)) for i in range(4))
+            with claim_loop(b, at(b, job, claim), count, f"{part}.claim") as index:
+                record = at(b, b.inttoptr(records, I8P), b.mul(index, stride))
+                b.call(b.inttoptr(function, ITEM.as_pointer()), [record, worker])
+                if finished is not None:
+                    b.atomic_rmw("add", at(b, job, finished), i64(1), "release")
             if finished is not None:  # the second list reads what the first wrote
-                self.spin_while(b, fn, self.slot(b, job, finished),
+                self.spin_while(b, at(b, job, finished),
                                 lambda done, count=count: b.icmp_signed("<", done, count),
                                 f"{part}.wait")
         b.ret_void()

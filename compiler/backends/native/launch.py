@@ -103,17 +103,16 @@ def _range_item() -> int:
     import llvmlite.ir as ir
 
     from runtime.jit import host_jit
+    from runtime.llvm_ir import I8P, I64, VOID, at, define
     from runtime.pool import ITEM
-    i64, i8p = ir.IntType(64), ir.IntType(8).as_pointer()
-    kernel_type = ir.FunctionType(ir.VoidType(), [i8p] * 3 + [i64] * 4)
+    kernel_type = ir.FunctionType(VOID, [I8P] * 3 + [I64] * 4)
     jit = host_jit()
     module = jit.new_module("kiln_kernel_range_item")
-    fn = ir.Function(module, ITEM, "kiln_kernel_range_item")
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    record = b.bitcast(fn.args[0], i64.as_pointer())
-    words = [b.load(b.gep(record, [ir.Constant(i64, i)])) for i in range(8)]
+    fn, b = define(module, "kiln_kernel_range_item", ITEM, attributes=())
+    record = b.bitcast(fn.args[0], I64.as_pointer())
+    words = [b.load(at(b, record, i)) for i in range(8)]
     b.call(b.inttoptr(words[0], kernel_type.as_pointer()),
-           [b.inttoptr(word, i8p) for word in words[1:4]] + words[4:])
+           [b.inttoptr(word, I8P) for word in words[1:4]] + words[4:])
     b.ret_void()
     return jit.load(module)["kiln_kernel_range_item"]
 
