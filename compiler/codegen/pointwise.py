@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import llvmlite.ir as ir
 
 from compiler.codegen import gather as G
+from compiler.codegen.accumulators import REDUCE_OPS, accumulate, finish, start
 from compiler.codegen import values as V
 from ir import dtypes
 from ir.dtypes import DType
@@ -32,8 +33,6 @@ from ir.ops import Op
 from runtime import llvm_ir
 from runtime.llvm_ir import I64
 
-REDUCE_OPS = {Op.SUM: "sum", Op.AMAX: "max", Op.AMIN: "min", Op.ARGMAX: "argmax",
-              Op.ARGMIN: "argmin"}
 STRIDED = None  # an operand's inner-stride class when it is neither 1 nor 0
 UNROLL = 4  # vectors per trip of an elementwise kernel's main loop
 
@@ -294,7 +293,7 @@ class _Passes:
             _row_scalars(k, self.spec, known, L)
             reductions, stores, needed = self.work(p, known)
             if reductions or stores:
-                run_pass(needed, {n: _start_acc(k, n) for n in reductions}, stores)
+                run_pass(needed, {n: start(k.b, k.w, n) for n in reductions}, stores)
         _row_scalars(k, self.spec, known, L)
 
 
@@ -326,12 +325,12 @@ def _rows(k: _Builder) -> None:
                                   ir.Constant(ir.VectorType(I64, k.w), list(range(k.w))))
                 active = None if count is None else llvm_ir.lane_mask(b, count, k.w)
                 for node, acc in accs.items():
-                    _accumulate(k, node, acc, env[node.inputs[0]], positions, active)
+                    accumulate(b, k.w, node, acc, env[node.inputs[0]], positions, active)
                 for j, v in stores:
                     k.store(n_in + j, bases[n_in + j], i, env[v], count)
             llvm_ir.vector_loop(b, k.i0, k.i1, k.w, step)
             for node, acc in accs.items():
-                known[node.outputs[0]] = _finish_acc(k, node, acc)
+                known[node.outputs[0]] = finish(b, k.w, node, acc)
 
         plan.run(k, known, S, one_pass)
         for j, v in enumerate(spec.outputs):
@@ -365,8 +364,9 @@ def _columns(k: _Builder) -> None:
                 for node in spec.nodes:
                     if node.outputs[0] in needed:
                         k.compute(node, env, L)
+                position = llvm_ir.splat(b, i, k.w)  # every lane (row) is at i
                 for node, acc in accs.items():
-                    _accumulate(k, node, acc, env[node.inputs[0]], llvm_ir.splat(b, i, k.w))
+                    accumulate(b, k.w, node, acc, env[node.inputs[0]], position)
                 for j, v in stores:
                     k.store_rows(n_in + j, k.inner_at(n_in + j, bases[n_in + j], i), env[v],
                                  count)
@@ -398,81 +398,3 @@ def _needed(spec, producer, targets, known) -> set:
         need.add(v)
         stack.extend(producer[v].input_values())
     return need
-
-
-def _identity(kind: str) -> float:
-    return {"sum": 0.0, "max": float("-inf"), "min": float("inf"),
-            "argmax": float("-inf"), "argmin": float("inf")}[kind]
-
-
-def _start_acc(k: _Builder, node: Node):
-    """The accumulator slots of a reduction: its W partial values (and for argmax /
-    argmin the W lanes' best indices)."""
-    b = k.b
-    kind = REDUCE_OPS[node.op]
-    dt = node.inputs[0].type.dtype if kind.startswith("arg") else node.outputs[0].type.dtype
-    L = V.Lanes(b, k.w)
-    with b.goto_entry_block():
-        slot = b.alloca(L.type(dt))
-        index = b.alloca(L.type(dtypes.int64)) if kind.startswith("arg") else None
-    b.store(L.const(_identity(kind), dt), slot)
-    if index is not None:
-        b.store(L.const(0, dtypes.int64), index)
-    return slot, index, dt
-
-
-def _accumulate(k: _Builder, node: Node, acc, x, positions, active=None) -> None:
-    """One step of a reduction: the W lanes of x into its accumulator, `positions` their
-    indices along the reduced dim (for argmax and argmin). `active`: the lanes that
-    exist (the others never win and contribute the identity); None for all, as when the
-    lanes are rows (those past the last row are computed and never stored)."""
-    b = k.b
-    slot, index, dt = acc
-    L = V.Lanes(b, k.w)
-    kind = REDUCE_OPS[node.op]
-    x = L.cast(x, node.inputs[0].type.dtype, dt)
-    best = b.load(slot)
-    if kind.startswith("arg"):
-        take = _beats(L, x, best, kind)
-        if active is not None:
-            take = b.and_(take, active)
-        b.store(b.select(take, x, best), slot)
-        b.store(b.select(take, positions, b.load(index)), index)
-        return
-    if active is not None:
-        x = b.select(active, x, L.const(_identity(kind), dt))
-    new = b.fadd(best, x) if kind == "sum" else V._max_min(L, best, x, dt, kind == "max")
-    b.store(new, slot)
-
-
-def _beats(L: V.Lanes, x, best, kind: str):
-    """Whether x replaces the best so far: strictly better (the first occurrence stays),
-    or the first NaN (PyTorch's argmax and argmin both pick NaN)."""
-    b = L.b
-    better = b.fcmp_ordered(">" if kind == "argmax" else "<", x, best)
-    first_nan = b.and_(V._isnan(L, x), b.not_(V._isnan(L, best)))
-    return b.or_(better, first_nan)
-
-
-def _finish_acc(k: _Builder, node: Node, acc):
-    """Fold the W partial results of a row into one (pairwise, so the sum's error grows
-    with log2(W) on top of the per-lane sums); argmax and argmin keep the lowest index
-    among equal values."""
-    b = k.b
-    slot, index, dt = acc
-    S = V.Lanes(b, None)
-    kind = REDUCE_OPS[node.op]
-    values = llvm_ir.lanes_of(b, b.load(slot))
-    if kind.startswith("arg"):
-        def merge(first, second):
-            (va, ia), (vb, ib) = first, second
-            tie = b.and_(b.fcmp_ordered("==", va, vb), b.icmp_signed("<", ib, ia))
-            both_nan = b.and_(V._isnan(S, va), V._isnan(S, vb))
-            take = b.or_(b.or_(_beats(S, vb, va, kind), tie),
-                         b.and_(both_nan, b.icmp_signed("<", ib, ia)))
-            return b.select(take, vb, va), b.select(take, ib, ia)
-
-        pairs = list(zip(values, llvm_ir.lanes_of(b, b.load(index))))
-        return llvm_ir.pairwise(pairs, merge)[1]
-    return llvm_ir.pairwise(values, lambda x, y: b.fadd(x, y) if kind == "sum" else
-                            V._max_min(S, x, y, dt, kind == "max"))
