@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
+from runtime.llvm_ir import I32, VOID, define, i32
 from runtime.llvm_passes import run_pipeline
 
 
@@ -177,17 +178,15 @@ def _enabled_features(machine: llvm.TargetMachine, features: str) -> frozenset[s
     universe = sorted(llvm.get_host_cpu_features())
     module = ir.Module("kiln.target_probe")
     module.triple = llvm.get_process_triple()
-    sink = ir.GlobalVariable(module, ir.IntType(32), "kiln.target_probe.sink")
-    sink.initializer = ir.Constant(ir.IntType(32), 0)
-    void = ir.FunctionType(ir.VoidType(), [])
+    sink = ir.GlobalVariable(module, I32, "kiln.target_probe.sink")
+    sink.initializer = i32(0)
+    void = ir.FunctionType(VOID, [])
     for index in range(len(universe)):
-        callee = ir.Function(module, void, f"kiln.has.{index}")
-        callee.linkage = "internal"
-        b = ir.IRBuilder(callee.append_basic_block())
-        b.store(ir.Constant(ir.IntType(32), index), sink)  # a side effect: the call stays
+        callee, b = define(module, f"kiln.has.{index}", void, linkage="internal",
+                           attributes=())
+        b.store(i32(index), sink)  # a side effect: the call stays
         b.ret_void()
-        caller = ir.Function(module, void, f"kiln.probe.{index}")
-        b = ir.IRBuilder(caller.append_basic_block())
+        caller, b = define(module, f"kiln.probe.{index}", void, attributes=())
         b.call(callee, [])
         b.ret_void()
     text = str(module)
