@@ -9,7 +9,7 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 import eager.kernels  # noqa: F401  (declares every op's record)
-from eager.records import RECORDS, float_only, pointwise_ops
+from eager.records import RECORDS, activations, float_only, pointwise_ops
 from ir import dtypes
 from ir.dtypes import DType
 from ir.ops import Op
@@ -121,23 +121,16 @@ class Elements:
             return self.b.icmp_unsigned(pred, x, y)
         return self.b.icmp_signed(pred, x, y)
 
-    def eq(self, x, y):
-        return self._compare("==", x, y)
+    def _comparison(pred: str):
+        def compare(self, x, y):
+            return self._compare(pred, x, y)
+        compare.__name__ = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt",
+                            ">=": "ge"}[pred]
+        return compare
 
-    def ne(self, x, y):
-        return self._compare("!=", x, y)
-
-    def lt(self, x, y):
-        return self._compare("<", x, y)
-
-    def le(self, x, y):
-        return self._compare("<=", x, y)
-
-    def gt(self, x, y):
-        return self._compare(">", x, y)
-
-    def ge(self, x, y):
-        return self._compare(">=", x, y)
+    eq, ne, lt, le = _comparison("=="), _comparison("!="), _comparison("<"), _comparison("<=")
+    gt, ge = _comparison(">"), _comparison(">=")
+    del _comparison
 
     def select(self, condition, x, y):
         return self.b.select(condition, x, y)
@@ -184,3 +177,19 @@ def compute(L: Lanes, op: Op, args: list, in_dts: list, out_dt: DType, attrs: di
         raise NotImplementedError(f"no native code for {op.qualified_name}")
     xs = [L.cast(a, d, compute_dt) for a, d in zip(args, in_dts)]
     return emit(Elements(L, compute_dt), *xs, **attrs)
+
+
+ACTIVATIONS = tuple(activations())
+"""What a GEMM's store can apply to its tile, by name (relu, gelu, gelu_tanh, ...): the
+pointwise records that say so (eager/records.py)."""
+
+
+def emit_activation(b, name: str, x):
+    """Activation `name` on `x` (a float or double scalar or vector): its op record's own
+    emitter, so a GEMM's store and an elementwise kernel compute it alike."""
+    op, attrs = activations()[name]
+    vector = isinstance(x.type, ir.VectorType)
+    element = x.type.element if vector else x.type
+    dt = dtypes.float64 if isinstance(element, ir.DoubleType) else dtypes.float32
+    E = Elements(Lanes(b, x.type.count if vector else None), dt)
+    return RECORDS[op].pointwise.emit(E, x, **attrs)

@@ -110,32 +110,6 @@ def emit(builder: ir.IRBuilder, name: str, *args: ir.Value) -> ir.Value:
     return builder.call(fn, args)
 
 
-ACTIVATIONS = ("tanh", "silu", "gelu", "gelu_tanh")
-
-
-def activation(builder: ir.IRBuilder, name: str, x: ir.Value) -> ir.Value:
-    """One of ACTIVATIONS on `x` (a float or double scalar or vector), from vmath's
-    functions: what GEMM stores and elementwise kernels both emit."""
-    b = builder
-
-    def const(value: float) -> ir.Constant:
-        return constant(x.type, value)
-
-    if name == "tanh":
-        return emit(b, "tanh", x)
-    if name == "silu":
-        return b.fmul(x, emit(b, "sigmoid", x))
-    if name == "gelu":  # x * (1 + erf(x / sqrt 2)) / 2
-        inner = emit(b, "erf", b.fmul(x, const(0.7071067811865476)))
-    elif name == "gelu_tanh":  # x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))) / 2
-        cube = b.fmul(b.fmul(x, x), x)
-        inner = emit(b, "tanh", b.fmul(const(0.7978845608028654),
-                                       b.fadd(x, b.fmul(const(0.044715), cube))))
-    else:
-        raise ValueError(f"no activation {name!r}; there are {', '.join(ACTIVATIONS)}")
-    return b.fmul(b.fmul(const(0.5), x), b.fadd(const(1.0), inner))
-
-
 def _is_float(ty: ir.Type) -> bool:
     elem = ty.element if isinstance(ty, ir.VectorType) else ty
     return isinstance(elem, (ir.FloatType, ir.DoubleType))

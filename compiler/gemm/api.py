@@ -34,6 +34,7 @@ import numpy as np
 from compiler.gemm import DTYPES, config, jobs, kernels, plans, small
 from compiler.gemm import tune
 from compiler.gemm.ir.kernel import ACTIVATIONS, EpilogueSpec
+from eager.records import RECORDS, activations
 from runtime.fastcall import address
 
 
@@ -225,19 +226,10 @@ def _numpy_epilogue(x, epilogue, bias, residual):
     return x + residual if residual is not None else x
 
 
-def _erf(x):
-    from eager.kernels._erf import erf
-    return erf(x.astype(np.float64)).astype(x.dtype)
-
-
 ACTIVATION_REFERENCE = {
-    "relu": lambda x: np.where(x < 0, x.dtype.type(0), x),
-    "gelu": lambda x: 0.5 * x * (1 + _erf(x * x.dtype.type(0.7071067811865476))),
-    "gelu_tanh": lambda x: 0.5 * x * (1 + np.tanh(x.dtype.type(0.7978845608028654)
-                                                  * (x + x.dtype.type(0.044715) * x ** 3))),
-    "silu": lambda x: x / (1 + np.exp(-x)),
-    "tanh": np.tanh,
-}
+    name: (lambda x, op=op, attrs=attrs: RECORDS[op].pointwise.numpy(x, **attrs))
+    for name, (op, attrs) in activations().items()}
+"""Each activation in numpy: its op record's own function."""
 
 
 @dataclass

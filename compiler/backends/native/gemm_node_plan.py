@@ -24,11 +24,13 @@ from dataclasses import dataclass
 
 from compiler.backends.native.pointwise import NotNative
 from compiler.gemm import DTYPES
-from compiler.gemm.ir.kernel import ACTIVATIONS
+from eager.records import activations
 from ir.graph import Graph, GraphBuilder, Node, Value
 from ir.ops import Op
 
-STORE_ACTIVATIONS = frozenset(op for op in Op if op.schema.name in ACTIVATIONS)
+STORE_ACTIVATIONS = {(op, tuple(sorted(attrs.items()))): name
+                     for name, (op, attrs) in activations().items()}
+"""(op, attributes) -> the name the GEMM's store applies it under, from the op records."""
 GEMM_DTYPES = DTYPES  # kiln's GEMM kernels
 _STAGE = {"bias": 0, "scale": 2, "residual": 3}  # activations: 1
 
@@ -183,14 +185,20 @@ def _store_role(node: Node, others: list, body: Graph, producers: dict, shape) -
         if other in body.inputs and len(other.type.shape) == 1 and \
                 other.type.shape[0] == shape[-1]:
             return "bias"
-    elif node.op in STORE_ACTIVATIONS and not others:
-        if node.attr.get("approximate") == "tanh":
-            return "gelu_tanh"
-        return node.op.schema.name
+    elif _activation(node) is not None and not others:
+        return _activation(node)
     elif node.op is Op.MUL and len(others) == 1 and others[0] in producers and \
             producers[others[0]].op is Op.SCALAR:
         return "scale"
     return None
+
+
+def _activation(node: Node) -> str | None:
+    """The store's name for an activation node (gelu with approximate="tanh" is
+    gelu_tanh), or None: its attributes other than their defaults must be the record's."""
+    defaults = {a.name: a.default for a in node.op.schema.arguments if a.has_default}
+    given = tuple(sorted((k, v) for k, v in node.attr.items() if defaults.get(k, object()) != v))
+    return STORE_ACTIVATIONS.get((node.op, given))
 
 
 def _rest_graph(body: Graph, result: Value, rest: tuple, producers: dict) -> tuple:

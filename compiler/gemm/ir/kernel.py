@@ -30,13 +30,13 @@ from typing import Callable
 
 import llvmlite.ir as ir
 
+from compiler.codegen.values import ACTIVATIONS, emit_activation  # noqa: F401
 from compiler.gemm.ir.tools import PACK_ALIGN, Emitter
 from compiler.gemm.ir.pack import Packing
 from compiler.gemm.ir.store import TileStore
 from runtime.llvm_ir import (I1, I8P, I64, VOID, at, define, fold_range, for_range, i32, i64,
                              intrinsic, load_vector, masked_load, smin)
 
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "tanh")
 ROWS_FIRST_DEPTH = 128  # K blocks shallower than this store their tiles row by row
 
 # (name, kind): kind "i" is i64, "f" the element type, "p" an element pointer.
@@ -329,9 +329,3 @@ class _Gemm(TileStore):
             return self.rank1_updates(values, ks, t.mr, t.vectors, load_a, load_b)
 
         return fold_range(self.b, start, stop, step, accs, steps, f"k{step}")
-
-
-def emit_activation(b: ir.IRBuilder, name: str, x: ir.Value) -> ir.Value:
-    """One activation from ACTIVATIONS but relu on a float vector (vmath.activation)."""
-    from compiler.codegen import vmath
-    return vmath.activation(b, name, x)

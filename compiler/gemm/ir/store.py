@@ -108,10 +108,7 @@ class TileStore(Emitter):
             bias = splat(b, b.load(at(b, arg["bias"], b.mul(row, arg["bias_stride"])),
                                    align=self.itemsize), self.tile.lanes)
             values = [b.fadd(x, bias) for x in values]
-        if spec.activation == "relu":
-            zero = ir.Constant(self.V, None)
-            values = [b.select(b.fcmp_ordered("<", x, zero), zero, x) for x in values]
-        elif spec.activation is not None:
+        if spec.activation is not None:
             values = [self.activation(b, spec.activation, x) for x in values]
         scale = splat(b, arg["scale"], self.tile.lanes)
         values = [b.fmul(x, scale) for x in values]
