@@ -1,0 +1,180 @@
+"""LLVM IR to PTX through llvmlite's NVPTX backend, and ptxas's report on the result.
+
+    TRIPLE          nvptx64-nvidia-cuda, the triple a CUDA kernel module carries
+    new_module      an ir.Module for NVPTX (triple and data layout set)
+    kernel          define a kernel: ptx_kernel calling convention, optional launch bound
+    compile_ptx     module (ir.Module or IR text) -> PTX text, after LLVM's O3 for `arch`
+    ptxas_report    what `ptxas -arch=<arch> -v` says of the PTX (registers, spills,
+                    shared memory), or PtxasMissing naming why it cannot be asked
+
+No CUDA toolkit is needed at run time: llvmlite emits PTX and the driver assembles it
+(runtime/cuda.py). ptxas is used only to check and report, where it is installed.
+Facts this module follows (shared/NOTES-codegen.md): llvm.exp/log on f32 abort NVPTX
+("no libcall available"), so kernels use kiln's own polynomials; FMA needs `contract`.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass
+
+import llvmlite.binding as llvm
+import llvmlite.ir as ir
+
+from .llvm_passes import run_pipeline
+
+TRIPLE = "nvptx64-nvidia-cuda"
+DATA_LAYOUT = "e-i64:64-i128:128-v16:16-v32:32-n16:32:64"
+DEFAULT_ARCH = "sm_90"
+_PTX_FEATURE = {"sm_70": "+ptx60", "sm_75": "+ptx63", "sm_80": "+ptx70", "sm_86": "+ptx71",
+                "sm_89": "+ptx78", "sm_90": "+ptx80"}
+_lock = threading.Lock()
+
+
+class PtxasMissing(RuntimeError):
+    """ptxas cannot be run here (not installed); the message says so."""
+
+
+class PtxasError(RuntimeError):
+    """ptxas refused the PTX; the message holds its output."""
+
+
+def new_module(name: str = "kiln_cuda") -> ir.Module:
+    """An empty module for NVPTX."""
+    module = ir.Module(name=name)
+    module.triple = TRIPLE
+    module.data_layout = DATA_LAYOUT
+    return module
+
+
+def kernel(module: ir.Module, name: str, arg_types: list, arg_names=(),
+           max_threads: int | None = None) -> tuple:
+    """(function, builder at its entry) for a kernel `name`(arg_types) returning void;
+    `max_threads` becomes the nvvm.maxntid launch bound when given."""
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), arg_types), name)
+    fn.calling_convention = "ptx_kernel"
+    for arg, arg_name in zip(fn.args, arg_names):
+        arg.name = arg_name
+    if max_threads is not None:  # LLVM upgrades the annotation to nvvm.maxntid
+        module.add_named_metadata("nvvm.annotations",
+                                  [fn, "maxntidx", ir.IntType(32)(int(max_threads))])
+    return fn, ir.IRBuilder(fn.append_basic_block("entry"))
+
+
+def arch_feature(arch: str) -> str:
+    """The PTX ISA feature LLVM needs for `arch` (sm_80 -> +ptx70); ValueError for an
+    architecture kiln does not target."""
+    try:
+        return _PTX_FEATURE[arch]
+    except KeyError:
+        raise ValueError(f"kiln does not generate code for CUDA architecture {arch!r}; "
+                         f"it knows {', '.join(sorted(_PTX_FEATURE))}") from None
+
+
+@functools.cache
+def _machine(arch: str) -> llvm.TargetMachine:
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    target = llvm.Target.from_triple(TRIPLE)
+    return target.create_target_machine(cpu=arch, features=arch_feature(arch), opt=3)
+
+
+def compile_ptx(module, arch: str = DEFAULT_ARCH) -> str:
+    """The PTX for `module` (an ir.Module or its text), optimised at O3 for `arch`.
+    The module is verified first: a malformed kernel is a RuntimeError naming LLVM's
+    complaint, never a crash in the backend."""
+    text = str(module)
+    with _lock:
+        machine = _machine(arch)
+        try:
+            parsed = llvm.parse_assembly(text)
+            parsed.verify()
+        except RuntimeError as error:
+            raise RuntimeError(f"the CUDA kernel module is not valid LLVM IR: {error}") \
+                from None
+        parsed.triple = TRIPLE
+        parsed.data_layout = str(machine.target_data)
+        run_pipeline(parsed, machine, 3)
+        return machine.emit_assembly(parsed)
+
+
+@dataclass(frozen=True)
+class KernelReport:
+    """ptxas's figures for one kernel."""
+    name: str
+    registers: int
+    spill_stores: int
+    spill_loads: int
+    shared_bytes: int
+    stack_bytes: int
+
+
+def ptxas_path() -> str | None:
+    """ptxas on PATH or in the usual CUDA folders; None when there is none."""
+    found = shutil.which("ptxas")
+    if found:
+        return found
+    for folder in (os.environ.get("CUDA_HOME", ""), "/usr/local/cuda"):
+        candidate = os.path.join(folder, "bin", "ptxas")
+        if folder and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+_FUNCTION = re.compile(r"Compiling entry function '([^']+)'")
+_REGISTERS = re.compile(r"Used (\d+) registers")
+_SPILLS = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+_STACK = re.compile(r"(\d+) bytes stack frame")
+_SHARED = re.compile(r"(\d+) bytes smem")
+
+
+def ptxas_report(ptx: str, arch: str = DEFAULT_ARCH) -> dict[str, KernelReport]:
+    """Each kernel's registers, spills, shared memory and stack as `ptxas -v` reports
+    them, by kernel name. PtxasMissing where ptxas is not installed, PtxasError (with
+    ptxas's output) where it refuses the PTX."""
+    tool = ptxas_path()
+    if tool is None:
+        raise PtxasMissing("ptxas was not found (install the CUDA toolkit or set "
+                           "CUDA_HOME) so the PTX cannot be assembled here")
+    with tempfile.TemporaryDirectory(prefix="kiln-ptxas-") as folder:
+        source = os.path.join(folder, "kernel.ptx")
+        with open(source, "w") as handle:
+            handle.write(ptx)
+        done = subprocess.run([tool, f"-arch={arch}", "-v", source, "-o",
+                               os.path.join(folder, "kernel.cubin")],
+                              capture_output=True, text=True, timeout=300)
+    output = done.stdout + done.stderr
+    if done.returncode != 0:
+        raise PtxasError(f"ptxas -arch={arch} refused the PTX:\n{output.strip()}")
+    return _parse_report(output)
+
+
+def _parse_report(output: str) -> dict[str, KernelReport]:
+    reports, name, figures = {}, None, {}
+
+    def close():
+        if name is not None:
+            reports[name] = KernelReport(name, figures.get("registers", 0),
+                                         figures.get("spill_stores", 0),
+                                         figures.get("spill_loads", 0),
+                                         figures.get("shared", 0), figures.get("stack", 0))
+
+    for line in output.splitlines():
+        if (match := _FUNCTION.search(line)):
+            close()
+            name, figures = match.group(1), {}
+        if (match := _REGISTERS.search(line)):
+            figures["registers"] = int(match.group(1))
+        if (match := _SHARED.search(line)):
+            figures["shared"] = int(match.group(1))
+        if (match := _SPILLS.search(line)):
+            figures["spill_stores"], figures["spill_loads"] = map(int, match.groups())
+        if (match := _STACK.search(line)):
+            figures["stack"] = int(match.group(1))
+    close()
+    return reports

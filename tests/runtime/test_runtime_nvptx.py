@@ -1,0 +1,76 @@
+"""runtime/nvptx.py: LLVM IR to PTX through llvmlite, and ptxas's report on it."""
+import llvmlite.ir as ir
+import pytest
+
+from runtime import llvm_ir as L
+from runtime import nvptx
+
+F32 = ir.FloatType()
+
+
+def _add_kernel(max_threads=None):
+    module = nvptx.new_module()
+    pointer = ir.PointerType(F32, 1)
+    fn, b = nvptx.kernel(module, "kiln_add", [pointer, pointer, pointer, L.I64],
+                         ["out", "x", "y", "n"], max_threads=max_threads)
+    out, x, y, n = fn.args
+    start, step = L.Target.of(module).grid_stride(b)
+    with L.for_range(b, start, n, step) as i:
+        b.store(b.fadd(b.load(L.at(b, x, i)), b.load(L.at(b, y, i))), L.at(b, out, i))
+    b.ret_void()
+    return module
+
+
+def _report(ptx):
+    try:
+        return nvptx.ptxas_report(ptx)
+    except nvptx.PtxasMissing as missing:
+        pytest.skip(str(missing))
+
+
+def test_a_grid_stride_kernel_becomes_ptx_that_ptxas_assembles():
+    ptx = nvptx.compile_ptx(_add_kernel(max_threads=256))
+    assert ".visible .entry kiln_add(" in ptx
+    assert ".target sm_90" in ptx
+    assert ".maxntid 256" in ptx
+    assert "add.rn.f32" in ptx or "add.f32" in ptx
+    report = _report(ptx)["kiln_add"]
+    assert report.registers > 0
+    assert (report.spill_stores, report.spill_loads, report.shared_bytes) == (0, 0, 0)
+
+
+def test_another_architecture_is_named_in_the_ptx():
+    assert ".target sm_80" in nvptx.compile_ptx(_add_kernel(), arch="sm_80")
+
+
+def test_an_unknown_architecture_is_refused_by_name():
+    with pytest.raises(ValueError, match="sm_12"):
+        nvptx.compile_ptx(_add_kernel(), arch="sm_12")
+
+
+def test_malformed_ir_is_an_error_not_a_crash():
+    module = nvptx.new_module()
+    fn, b = nvptx.kernel(module, "broken", [L.I64])
+    b.add(fn.args[0], L.i64(1))  # no terminator
+    with pytest.raises(RuntimeError, match="not valid LLVM IR"):
+        nvptx.compile_ptx(module)
+
+
+def test_ptxas_refusal_names_its_output():
+    if nvptx.ptxas_path() is None:
+        pytest.skip("ptxas was not found: nothing to refuse the PTX")
+    with pytest.raises(nvptx.PtxasError, match="ptxas -arch=sm_90 refused"):
+        nvptx.ptxas_report(".version 8.0\n.target sm_90\n.address_size 64\nnonsense;\n")
+
+
+def test_report_parser_reads_each_kernel():
+    text = """ptxas info    : Compiling entry function 'a' for 'sm_90'
+ptxas info    : Function properties for a
+    8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 40 registers, used 1 barriers, 4096 bytes smem
+ptxas info    : Compiling entry function 'b' for 'sm_90'
+ptxas info    : Used 8 registers
+"""
+    reports = nvptx._parse_report(text)
+    assert reports["a"] == nvptx.KernelReport("a", 40, 4, 12, 4096, 8)
+    assert reports["b"] == nvptx.KernelReport("b", 8, 0, 0, 0, 0)
