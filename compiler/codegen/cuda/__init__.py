@@ -1,0 +1,40 @@
+"""CUDA kernels as LLVM IR for NVPTX (runtime/nvptx.py makes their PTX): the same fused
+graphs and op records as the CPU kernels, written with runtime/llvm_ir.py for the NVPTX
+target. Each kernel maker returns a CudaKernel; runtime/cuda_emulator.py runs its very IR
+on the host, so every kernel's results are tested on machines without a GPU."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import llvmlite.ir as ir
+
+from runtime import nvptx
+
+
+@dataclass(eq=False)
+class CudaKernel:
+    """One generated kernel: its module, its entry's name and its block shape (threads
+    per block along x, y, z; the grid follows the sizes of each call)."""
+    module: ir.Module
+    name: str
+    block: tuple
+    _ptx: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def function(self) -> ir.Function:
+        return self.module.get_global(self.name)
+
+    @property
+    def llvm_ir(self) -> str:
+        return str(self.module)
+
+    def ptx(self, arch: str = nvptx.DEFAULT_ARCH) -> str:
+        """The PTX for `arch`, made once."""
+        if arch not in self._ptx:
+            self._ptx[arch] = nvptx.compile_ptx(self.module, arch)
+        return self._ptx[arch]
+
+    def emulate(self, grid, args: list) -> None:
+        """Run this kernel's IR on the host (runtime/cuda_emulator.py) over numpy arrays."""
+        from runtime import cuda_emulator
+        cuda_emulator.launch(self.function, grid, self.block, args)
