@@ -138,6 +138,7 @@ class Driver:
     def __init__(self, lib):
         self._lib = lib
         self._contexts: dict[int, int] = {}
+        self._count: int | None = None
         self._thread = threading.local()
 
     @classmethod
@@ -174,9 +175,12 @@ class Driver:
         return value.value
 
     def device_count(self) -> int:
-        value = c_int()
-        self.check("cuDeviceGetCount", self._lib.cuDeviceGetCount(byref(value)))
-        return value.value
+        """The GPUs the driver sees (asked once: they do not change while a process runs)."""
+        if self._count is None:
+            value = c_int()
+            self.check("cuDeviceGetCount", self._lib.cuDeviceGetCount(byref(value)))
+            self._count = value.value
+        return self._count
 
     def device(self, ordinal: int) -> int:
         handle = c_int()

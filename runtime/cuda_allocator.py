@@ -6,6 +6,7 @@
                     blocks back to the driver
     allocator(ordinal)           the process's allocator for a device (made on first use)
     existing_allocator(ordinal)  the same, or None if nothing was allocated there yet
+    existing_allocators()        those made so far
     PinnedMemory(driver, nbytes) page-locked host memory for fast and async transfers
     CudaOutOfMemory              an allocation failed even after the cache was emptied
 
@@ -229,3 +230,8 @@ def existing_allocator(ordinal: int = 0) -> CachingAllocator | None:
     """The allocator of device `ordinal` if one was made (memory stats read this: before
     any allocation, as PyTorch before CUDA is initialised, there are none)."""
     return _allocators.get(ordinal)
+
+
+def existing_allocators() -> list[CachingAllocator]:
+    """The allocators made so far, one per device that allocated."""
+    return list(_allocators.values())

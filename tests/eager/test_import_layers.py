@@ -44,6 +44,7 @@ ALLOWED = {
     ("eager.backends", "runtime.cuda"): "the CUDA driver is looked for only when a CUDA tensor "
                                         "is asked for",
     ("eager.cuda", "runtime.cuda"): "the CUDA driver is looked for only when asked",
+    ("eager.cuda", "runtime.cuda_allocator"): "device memory is looked at only when asked",
 }
 
 ORDER = [m for _, modules in LAYERS for m in modules]
