@@ -310,11 +310,15 @@ class _GemmBuilder:
                         index = b.add(b.mul(b.add(column, i64(lane)), i64(s.extent)), row)
                         b.store(value, self._shared(s, base, index), align=self.itemsize)
                 else:
-                    vector = ir.Constant(ir.VectorType(self.T, self.lanes), ir.Undefined)
-                    for lane, value in enumerate(lanes):
-                        vector = b.insert_element(vector, value, i32(lane))
                     index = b.add(b.mul(row, i64(s.extent)), column)
-                    store_vector(b, vector, self._shared(s, base, index), _VECTOR_BYTES)
+                    store_vector(b, self._vector(lanes), self._shared(s, base, index),
+                                 _VECTOR_BYTES)
+
+    def _vector(self, values) -> ir.Value:
+        vector = ir.Constant(ir.VectorType(self.T, len(values)), ir.Undefined)
+        for lane, value in enumerate(values):
+            vector = self.b.insert_element(vector, value, i32(lane))
+        return vector
 
     def _shared(self, s: _Slice, *offsets) -> ir.Value:
         b = self.b
@@ -329,11 +333,11 @@ class _GemmBuilder:
         return [b.add(start, i64(g * (extent // groups) + lane))
                 for g in range(groups) for lane in range(self.lanes)]
 
-    def _fragment(self, s: _Slice, buffer, kk: int, thread_index, part: int) -> list:
-        """A thread's `part` values of row kk of a shared slice, loaded as vectors."""
+    def _fragment(self, s: _Slice, buffer, kk: int, start, part: int) -> list:
+        """A thread's `part` values of row kk of a shared slice, loaded as vectors; the
+        first at `start`."""
         b, groups = self.b, part // self.lanes
         base = b.add(b.mul(buffer, i64(self.tiles.block_k * s.extent)), i64(kk * s.extent))
-        start = b.mul(thread_index, i64(self.lanes))
         values = []
         for g in range(groups):
             pointer = self._shared(s, base, start, i64(g * (s.extent // groups)))
@@ -343,9 +347,10 @@ class _GemmBuilder:
     def _multiply(self, buffer, accs) -> list:
         b, t = self.b, self.tiles
         accs = list(accs)
+        row, column = (b.mul(x, i64(self.lanes)) for x in (self.thread_row, self.thread_col))
         for kk in range(t.block_k):
-            a = self._fragment(self.a, buffer, kk, self.thread_row, t.thread_m)
-            bb = self._fragment(self.b_slice, buffer, kk, self.thread_col, t.thread_n)
+            a = self._fragment(self.a, buffer, kk, row, t.thread_m)
+            bb = self._fragment(self.b_slice, buffer, kk, column, t.thread_n)
             for i, x in enumerate(a):
                 for j, y in enumerate(bb):
                     index = i * t.thread_n + j
@@ -365,10 +370,10 @@ class _GemmBuilder:
         row_in = [b.icmp_signed("<", r, arg["m"]) for r in rows]
         column_in = [b.icmp_signed("<", c, arg["n"]) for c in columns]
         read_c = b.fcmp_unordered("!=", arg["beta"], constant(self.T, 0.0))
-        if spec.bias == "col":
-            bias = [self._guarded_bias(c, inside) for c, inside in zip(columns, column_in)]
-        elif spec.bias == "row":
-            bias = [self._guarded_bias(r, inside) for r, inside in zip(rows, row_in)]
+        if spec.bias:
+            places = zip(columns, column_in) if spec.bias == "col" else zip(rows, row_in)
+            bias = [self._guarded(arg["bias"], b.mul(index, arg["bias_stride"]), inside)
+                    for index, inside in places]
         for i in range(t.thread_m):
             for g in range(0, t.thread_n, self.lanes):
                 values = []
@@ -376,33 +381,26 @@ class _GemmBuilder:
                     present = b.and_(row_in[i], column_in[j])
                     x = b.fmul(arg["alpha"], accs[i * t.thread_n + j])
                     x = when(b, read_c, [x], lambda xs, i=i, j=j, present=present: [
-                        b.fadd(xs[0], b.fmul(arg["beta"], self._guarded_load(
-                            "c", rows[i], columns[j], present)))])[0]
+                        b.fadd(xs[0], b.fmul(arg["beta"], self._guarded(
+                            arg["c"], b.mul(rows[i], arg["ldc"]), present, columns[j])))])[0]
                     if spec.bias:
                         x = b.fadd(x, bias[j] if spec.bias == "col" else bias[i])
                     if spec.activation is not None:
                         x = emit_activation(b, spec.activation, x)
                     x = b.fmul(x, arg["scale"])
                     if spec.residual:
-                        x = b.fadd(x, self._guarded_load("residual", rows[i], columns[j],
-                                                         present))
+                        x = b.fadd(x, self._guarded(arg["residual"],
+                                                    b.mul(rows[i], arg["ldr"]), present,
+                                                    columns[j]))
                     values.append(x)
                 self._store_group(values, rows[i], columns[g], row_in[i],
                                   column_in[g:g + self.lanes])
 
-    def _guarded_load(self, name: str, row, column, present) -> ir.Value:
-        """matrix `name` (c or residual) at (row, column), zero where `present` is
-        false."""
-        b, pointer, ld = self.b, self.arg[name], self.arg[_LEADING[name]]
+    def _guarded(self, pointer, offset, present, column=0) -> ir.Value:
+        """pointer[offset + column], or zero where `present` is false (not read)."""
+        b = self.b
         return when(b, present, [constant(self.T, 0.0)],
-                    lambda _: [b.load(at(b, pointer, b.mul(row, ld), column),
-                                      align=self.itemsize)])[0]
-
-    def _guarded_bias(self, index, present) -> ir.Value:
-        b, arg = self.b, self.arg
-        return when(b, present, [constant(self.T, 0.0)],
-                    lambda _: [b.load(at(b, arg["bias"], b.mul(index, arg["bias_stride"])),
-                                      align=self.itemsize)])[0]
+                    lambda _: [b.load(at(b, pointer, offset, column), align=self.itemsize)])[0]
 
     def _store_group(self, values, row, column, row_in, column_in) -> None:
         """One group of `lanes` consecutive elements of a row of out: a vector store
@@ -422,14 +420,10 @@ class _GemmBuilder:
         whole = b.and_(row_in, column_in[-1])
 
         def as_vector():
-            vector = ir.Constant(ir.VectorType(self.T, self.lanes), ir.Undefined)
-            for lane, value in enumerate(values):
-                vector = b.insert_element(vector, value, i32(lane))
-            store_vector(b, vector, first, _VECTOR_BYTES)
+            store_vector(b, self._vector(values), first, _VECTOR_BYTES)
             return []
 
         choose(b, whole, as_vector, by_element)
 
 
 _POINTERS = frozenset({"a", "b", "c", "out", "bias", "residual"})
-_LEADING = {"c": "ldc", "residual": "ldr"}
