@@ -5,7 +5,8 @@ loop that uses them calls no scalar libm function.
 
 Each (function, type) is one internal, alwaysinline helper in the builder's module, named
 `kiln.vmath.<name>.<type>` (kiln.vmath.exp.v16f32), defined on first use and reused; O3
-inlines it. The methods are SLEEF's and fdlibm's: Cody-Waite reduction for exp and expm1,
+inlines it. In an NVPTX module the body is emitted where it is used instead (the same
+PTX after O3), since the CUDA emulator (runtime/cuda_emulator.py) calls no functions. The methods are SLEEF's and fdlibm's: Cody-Waite reduction for exp and expm1,
 fdlibm's log(1+f) = f - f^2/2 + s(f^2/2 + R(s^2)) with s = f/(2+f) for log and log1p,
 fdlibm's rational erf for double, and polynomials fitted here (mpmath.chebyfit of the
 function named beside them, rounded to the type) for the rest. Special values (inf, nan,
@@ -40,7 +41,7 @@ import llvmlite.ir as ir
 # float64 erf uses fdlibm's four ranges: the tables of eager's numpy erf
 from eager.kernels._erf import (ERF_ERX, ERF_PA, ERF_PP, ERF_QA, ERF_QQ, ERF_RA, ERF_RB,
                                 ERF_SA, ERF_SB)
-from runtime.llvm_ir import constant, define, intrinsic, mangle, vector
+from runtime.llvm_ir import Target, constant, define, intrinsic, mangle, vector
 
 NAMES = ("exp", "log", "tanh", "sigmoid", "erf", "sqrt", "rsqrt", "pow", "expm1", "log1p")
 
@@ -101,6 +102,8 @@ def emit(builder: ir.IRBuilder, name: str, *args: ir.Value) -> ir.Value:
     if not _is_float(ty) or any(a.type != ty for a in args):
         raise TypeError(f"vmath {name} needs float or double scalars or vectors of one type, "
                         f"got {', '.join(str(a.type) for a in args)}")
+    if Target.of(builder.module).is_nvptx:  # straight-line code where it is used: the
+        return body(_Math(builder, ty), *args)  # CUDA emulator runs intrinsic calls only
     fname = f"kiln.vmath.{name}.{mangle(ty)}"
     fn = builder.module.globals.get(fname)
     if fn is None:
