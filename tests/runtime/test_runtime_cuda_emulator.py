@@ -1,0 +1,350 @@
+"""runtime/cuda_emulator.py: CUDA kernels' IR run on the host, compared with numpy; each
+kernel here also assembles with ptxas (skipped, with the reason, where it is missing)."""
+import functools
+
+import llvmlite.ir as ir
+import numpy as np
+import pytest
+
+from runtime import cuda_emulator, nvptx
+from runtime import llvm_ir as L
+
+F32 = ir.FloatType()
+EmulationError = cuda_emulator.EmulationError
+FULL = L.i32(-1)  # every lane of the warp
+
+
+def _assembles(module, name):
+    """The kernel's PTX assembles with ptxas -arch=sm_90."""
+    try:
+        report = nvptx.ptxas_report(nvptx.compile_ptx(module))
+    except nvptx.PtxasMissing as missing:
+        print(f"ptxas check skipped: {missing}")
+        return
+    assert name in report
+
+
+def _sreg(b, name, axis="x"):
+    return L.Target.of(b.module).special_register(b, name, axis)
+
+
+def _lane(b):
+    return b.zext(L.intrinsic(b, "nvvm.read.ptx.sreg.laneid", [], L.I32), L.I64)
+
+
+def _barrier(b):
+    L.intrinsic(b, "nvvm.barrier.cta.sync.aligned.all", [L.i32(0)])
+
+
+def _shared(module, count, name="partial"):
+    ty = ir.ArrayType(F32, count)
+    variable = ir.GlobalVariable(module, ty, name, addrspace=3)
+    variable.linkage = "internal"
+    variable.initializer = ir.Constant(ty, ir.Undefined)
+    return variable
+
+
+def _global_pointer(ty=F32):
+    return ir.PointerType(ty, 1)
+
+
+# elementwise ----------------------------------------------------------------------------
+@functools.cache
+def _add_kernel():
+    module = nvptx.new_module()
+    p = _global_pointer()
+    fn, b = nvptx.kernel(module, "emu_add", [p, p, p, L.I64], ["out", "x", "y", "n"])
+    out, x, y, n = fn.args
+    start, step = L.Target.of(module).grid_stride(b)
+    with L.for_range(b, start, n, step) as i:
+        b.store(b.fadd(b.load(L.at(b, x, i)), b.load(L.at(b, y, i))), L.at(b, out, i))
+    b.ret_void()
+    _assembles(module, "emu_add")
+    return fn
+
+
+@pytest.mark.parametrize("n, grid, block", [(1001, 3, 128), (0, 1, 32), (5, 2, 64),
+                                            (4097, 4, 256)])
+def test_a_grid_stride_kernel_adds_every_element_once(n, grid, block):
+    rng = np.random.default_rng(n)
+    x, y = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
+    out = np.full(n + 3, 7.0, np.float32)  # the kernel must not touch the tail
+    cuda_emulator.launch(_add_kernel(), grid, block, [out, x, y, n])
+    np.testing.assert_array_equal(out[:n], x + y)
+    np.testing.assert_array_equal(out[n:], 7.0)
+
+
+def test_a_pointer_may_be_given_at_an_element_offset():
+    x, y = np.arange(10, dtype=np.float32), np.ones(4, np.float32)
+    out = np.zeros(10, np.float32)
+    cuda_emulator.launch(_add_kernel(), 1, 32, [(out, 6), (x, 2), y, 4])
+    np.testing.assert_array_equal(out, [0, 0, 0, 0, 0, 0, 3, 4, 5, 6])
+
+
+# reductions -----------------------------------------------------------------------------
+@functools.cache
+def _block_sum_kernel(threads=256):
+    """Each block sums its `threads` elements: a tree in shared memory, a barrier after
+    each level (a barrier inside a loop)."""
+    module = nvptx.new_module()
+    p = _global_pointer()
+    fn, b = nvptx.kernel(module, "emu_block_sum", [p, p, L.I64], ["out", "x", "n"])
+    out, x, n = fn.args
+    partial = _shared(module, threads)
+    tid, block = b.zext(_sreg(b, "tid"), L.I64), b.zext(_sreg(b, "ctaid"), L.I64)
+    index = b.add(b.mul(block, L.i64(threads)), tid)
+    value = L.choose(b, b.icmp_signed("<", index, n), lambda: [b.load(L.at(b, x, index))],
+                     lambda: [ir.Constant(F32, 0.0)])[0]
+    b.store(value, b.gep(partial, [L.i64(0), tid]))
+    _barrier(b)
+    with L.for_range(b, 0, threads.bit_length() - 1) as level:
+        half = b.lshr(L.i64(threads // 2), level)
+        with b.if_then(b.icmp_unsigned("<", tid, half)):
+            mine = b.gep(partial, [L.i64(0), tid])
+            other = b.load(b.gep(partial, [L.i64(0), b.add(tid, half)]))
+            b.store(b.fadd(b.load(mine), other), mine)
+        _barrier(b)
+    with b.if_then(b.icmp_unsigned("==", tid, L.i64(0))):
+        b.store(b.load(b.gep(partial, [L.i64(0), L.i64(0)])), L.at(b, out, block))
+    b.ret_void()
+    _assembles(module, "emu_block_sum")
+    return fn
+
+
+def test_a_block_tree_reduction_in_shared_memory_sums_each_block():
+    n = 700
+    x = np.random.default_rng(1).standard_normal(n).astype(np.float32)
+    out = np.zeros(3, np.float32)
+    cuda_emulator.launch(_block_sum_kernel(), 3, 256, [out, x, n])
+    expected = [x[i * 256:(i + 1) * 256].astype(np.float64).sum() for i in range(3)]
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def _shuffle(b, mode, value, offset):
+    return L.intrinsic(b, f"nvvm.shfl.sync.{mode}.f32", [FULL, value, L.i32(offset),
+                                                         L.i32(31 if mode != "up" else 0)], F32)
+
+
+@functools.cache
+def _warp_sum_kernel(mode):
+    """Each warp sums its 32 elements with shuffles; lane 0 (down) or every lane (bfly)
+    writes the warp's sum."""
+    module = nvptx.new_module()
+    p = _global_pointer()
+    fn, b = nvptx.kernel(module, f"emu_warp_sum_{mode}", [p, p], ["out", "x"])
+    out, x = fn.args
+    start, _ = L.Target.of(module).grid_stride(b)
+    value = b.load(L.at(b, x, start))
+    for offset in (16, 8, 4, 2, 1):
+        value = b.fadd(value, _shuffle(b, mode, value, offset))
+    lane = _lane(b) if mode == "bfly" else L.i64(0)
+    warp = b.lshr(start, L.i64(5))
+    destination = L.at(b, out, b.add(b.mul(warp, L.i64(32)), lane))
+    if mode == "bfly":
+        b.store(value, destination)
+    else:
+        with b.if_then(b.icmp_unsigned("==", b.and_(start, L.i64(31)), L.i64(0))):
+            b.store(value, destination)
+    b.ret_void()
+    _assembles(module, f"emu_warp_sum_{mode}")
+    return fn
+
+
+@pytest.mark.parametrize("mode", ["down", "bfly"])
+def test_a_warp_shuffle_reduction_sums_each_warp(mode):
+    x = np.random.default_rng(2).standard_normal(128).astype(np.float32)
+    out = np.zeros(128, np.float32)
+    cuda_emulator.launch(_warp_sum_kernel(mode), 2, 64, [out, x])
+    sums = x.astype(np.float64).reshape(4, 32).sum(axis=1)
+    written = out.reshape(4, 32)
+    if mode == "bfly":  # every lane holds the sum
+        np.testing.assert_allclose(written, np.repeat(sums[:, None], 32, 1), rtol=1e-5,
+                                   atol=1e-5)
+    else:
+        np.testing.assert_allclose(written[:, 0], sums, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(written[:, 1:], 0)
+
+
+def test_shuffle_up_and_idx_follow_the_ptx_rules():
+    module = nvptx.new_module()
+    p = _global_pointer()
+    fn, b = nvptx.kernel(module, "emu_shuffles", [p, p], ["out", "x"])
+    out, x = fn.args
+    lane = _lane(b)
+    value = b.load(L.at(b, x, lane))
+    up = _shuffle(b, "up", value, 3)  # lanes 0-2 keep their own value
+    broadcast = L.intrinsic(b, "nvvm.shfl.sync.idx.f32",
+                            [FULL, value, L.i32(5), L.i32(31)], F32)
+    b.store(up, L.at(b, out, lane))
+    b.store(broadcast, L.at(b, out, b.add(lane, L.i64(32))))
+    b.ret_void()
+    _assembles(module, "emu_shuffles")
+    x, out = np.arange(32, dtype=np.float32) * 10, np.zeros(64, np.float32)
+    cuda_emulator.launch(fn, 1, 32, [out, x])
+    np.testing.assert_array_equal(out[:32], np.concatenate([x[:3], x[:29]]))
+    np.testing.assert_array_equal(out[32:], 50.0)
+
+
+# indexing, rounding, wrap-around --------------------------------------------------------
+def test_a_two_dimensional_kernel_reads_block_and_thread_y():
+    module = nvptx.new_module()
+    p = _global_pointer()
+    fn, b = nvptx.kernel(module, "emu_rows", [p, p, L.I64, L.I64],
+                         ["out", "x", "rows", "cols"])
+    out, x, rows, cols = fn.args
+
+    def index(axis):
+        block, threads, thread = (b.zext(_sreg(b, name, axis), L.I64)
+                                  for name in ("ctaid", "ntid", "tid"))
+        return b.add(b.mul(block, threads), thread)
+    row, col = index("y"), index("x")
+    inside = b.and_(b.icmp_signed("<", row, rows), b.icmp_signed("<", col, cols))
+    with b.if_then(inside):
+        at = b.add(b.mul(row, cols), col)
+        value = b.fadd(b.fmul(b.load(L.at(b, x, at)), ir.Constant(F32, 2.0)),
+                       b.sitofp(row, F32))
+        b.store(value, L.at(b, out, at))
+    b.ret_void()
+    _assembles(module, "emu_rows")
+    x = np.random.default_rng(3).standard_normal((13, 21)).astype(np.float32)
+    out = np.zeros_like(x)
+    cuda_emulator.launch(fn, (3, 4), (8, 4), [out, x, 13, 21])
+    np.testing.assert_allclose(out, x * 2 + np.arange(13)[:, None], rtol=1e-6)
+
+
+def test_float32_arithmetic_rounds_every_operation():
+    module = nvptx.new_module()
+    p = _global_pointer()
+    fn, b = nvptx.kernel(module, "emu_serial_sum", [p, p, L.I64], ["out", "x", "n"])
+    out, x, n = fn.args
+    total = L.fold_range(b, 0, n, 1, [ir.Constant(F32, 0.0)],
+                         lambda i, acc: [b.fadd(acc[0], b.load(L.at(b, x, i)))])[0]
+    b.store(total, L.at(b, out, 0))
+    b.ret_void()
+    _assembles(module, "emu_serial_sum")
+    x = np.array([1.0] + [1e-8] * 1000, np.float32)
+    out = np.zeros(1, np.float32)
+    cuda_emulator.launch(fn, 1, 1, [out, x, x.size])
+    float32_sum = functools.reduce(lambda acc, v: np.float32(acc + v), x, np.float32(0))
+    assert out[0] == float32_sum == 1.0
+    assert x.astype(np.float64).sum() != 1.0
+
+
+def test_fma_rounds_once():
+    module = nvptx.new_module()
+    p = _global_pointer()
+    fn, b = nvptx.kernel(module, "emu_fma", [p, p], ["out", "x"])
+    out, x = fn.args
+    a, c, d = (b.load(L.at(b, x, k)) for k in range(3))
+    b.store(L.intrinsic(b, "fma", [a, c, d], F32, [F32]), L.at(b, out, 0))
+    b.ret_void()
+    _assembles(module, "emu_fma")
+    # a*b + c lies just below the midpoint 2**30 + 192 of two float32s, which float64
+    # cannot tell apart from it: rounding twice would give 2**30 + 256
+    x = np.array([8 + 2.0**-20, 8 - 2.0**-20, 2.0**30 + 128], np.float32)
+    out = np.zeros(1, np.float32)
+    cuda_emulator.launch(fn, 1, 1, [out, x])
+    assert out[0] == 2.0**30 + 128
+
+
+def test_integers_wrap_at_their_width():
+    module = nvptx.new_module()
+    p = _global_pointer(L.I32)
+    fn, b = nvptx.kernel(module, "emu_hash", [p, p, p], ["hashed", "shifted", "x"])
+    hashed, shifted, x = fn.args
+    i = b.zext(_sreg(b, "tid"), L.I64)
+    value = b.load(L.at(b, x, i))
+    b.store(b.add(b.mul(value, L.i32(1664525)), L.i32(1013904223)), L.at(b, hashed, i))
+    b.store(b.ashr(value, L.i32(3)), L.at(b, shifted, i))
+    b.ret_void()
+    _assembles(module, "emu_hash")
+    x = np.array([0, 1, -1, 2**31 - 1, -2**31, 123456789, -77, 5], np.int32)
+    hashed, shifted = np.zeros_like(x), np.zeros_like(x)
+    cuda_emulator.launch(fn, 1, 8, [hashed, shifted, x])
+    expected = (x.astype(np.uint32) * np.uint32(1664525) + np.uint32(1013904223))
+    np.testing.assert_array_equal(hashed, expected.astype(np.int32))
+    np.testing.assert_array_equal(shifted, x >> 3)
+
+
+# errors ---------------------------------------------------------------------------------
+def test_an_out_of_bounds_read_names_the_parameter_and_offset():
+    x, y, out = np.zeros(100, np.float32), np.zeros(120, np.float32), np.zeros(120, np.float32)
+    with pytest.raises(EmulationError, match=r"emu_add.*load.*reads 4 bytes at byte "
+                       r"offset 400 \(element 100\) of parameter 'x' \(an array of 100 "
+                       r"float32, 400 bytes\)"):
+        cuda_emulator.launch(_add_kernel(), 1, 128, [out, x, y, 120])
+
+
+def test_an_out_of_bounds_write_names_the_parameter_and_offset():
+    x, out = np.zeros(40, np.float32), np.zeros(33, np.float32)
+    with pytest.raises(EmulationError, match=r"thread \(33, 0, 0\).*store.*writes 4 bytes at "
+                       r"byte offset 132 \(element 33\) of parameter 'out'"):
+        cuda_emulator.launch(_add_kernel(), 1, 64, [out, x, x, 40])
+
+
+def test_a_read_before_the_array_is_caught():
+    module = nvptx.new_module()
+    p = _global_pointer()
+    fn, b = nvptx.kernel(module, "emu_previous", [p, p], ["out", "x"])
+    out, x = fn.args
+    i = b.zext(_sreg(b, "tid"), L.I64)
+    b.store(b.load(L.at(b, x, b.sub(i, L.i64(1)))), L.at(b, out, i))
+    b.ret_void()
+    _assembles(module, "emu_previous")
+    with pytest.raises(EmulationError, match=r"byte offset -4 \(element -1\) of parameter 'x'"):
+        cuda_emulator.launch(fn, 1, 4, [np.zeros(4, np.float32), np.zeros(4, np.float32)])
+
+
+def _divergent_kernel(two_barriers):
+    module = nvptx.new_module()
+    fn, b = nvptx.kernel(module, f"emu_divergent_{int(two_barriers)}", [L.I64], ["n"])
+    tid = b.zext(_sreg(b, "tid"), L.I64)
+    with b.if_else(b.icmp_unsigned("<", tid, L.i64(16))) as (then, otherwise):
+        with then:
+            _barrier(b)
+        with otherwise:
+            if two_barriers:
+                _barrier(b)
+    b.ret_void()
+    _assembles(module, fn.name)
+    return fn
+
+
+def test_a_barrier_that_only_some_threads_reach_is_an_error_not_a_hang():
+    with pytest.raises(EmulationError, match=r"barrier divergence: threads 0-15 wait at "
+                       r"`call void @\"llvm.nvvm.barrier.cta.sync.aligned.all\"\(i32 0\)` in block "
+                       r"entry.if; "
+                       r"threads 16-31 have finished"):
+        cuda_emulator.launch(_divergent_kernel(False), 1, 32, [0])
+
+
+def test_threads_waiting_at_two_different_barriers_are_divergence():
+    with pytest.raises(EmulationError, match="barrier divergence: threads 0-15 wait at .* "
+                       "in block entry.if; threads 16-47 wait at .* in block entry.else"):
+        cuda_emulator.launch(_divergent_kernel(True), 1, 48, [0])
+
+
+def test_an_unknown_intrinsic_is_named():
+    module = nvptx.new_module()
+    p = _global_pointer(L.I32)
+    fn, b = nvptx.kernel(module, "emu_reverse", [p], ["x"])
+    x, = fn.args
+    b.store(L.intrinsic(b, "bitreverse.i32", [b.load(x)], L.I32), x)
+    b.ret_void()
+    _assembles(module, "emu_reverse")
+    with pytest.raises(EmulationError, match=r"emu_reverse.*unknown intrinsic "
+                       r"llvm.bitreverse.i32"):
+        cuda_emulator.launch(fn, 1, 1, [np.zeros(1, np.int32)])
+
+
+def test_bad_arguments_are_refused_by_name():
+    kernel, x = _add_kernel(), np.zeros(4, np.float32)
+    with pytest.raises(EmulationError, match="takes 4 arguments"):
+        cuda_emulator.launch(kernel, 1, 1, [x, x, x])
+    with pytest.raises(EmulationError, match="parameter 'y' points to float but the "
+                       "array holds float64"):
+        cuda_emulator.launch(kernel, 1, 1, [x, x, np.zeros(4), 4])
+    with pytest.raises(EmulationError, match="parameter 'n' is an i64 and needs an int"):
+        cuda_emulator.launch(kernel, 1, 1, [x, x, x, 4.0])
+    with pytest.raises(EmulationError, match="block must be a positive int"):
+        cuda_emulator.launch(kernel, 1, (0, 2), [x, x, x, 4])
