@@ -348,3 +348,160 @@ def test_bad_arguments_are_refused_by_name():
         cuda_emulator.launch(kernel, 1, 1, [x, x, x, 4.0])
     with pytest.raises(EmulationError, match="block must be a positive int"):
         cuda_emulator.launch(kernel, 1, (0, 2), [x, x, x, 4])
+
+
+# memory: atomics, vectors, shared and constant globals --------------------------------
+def test_atomics_from_every_thread_all_land():
+    module = nvptx.new_module()
+    fn, b = nvptx.kernel(module, "emu_atomics", [_global_pointer(L.I32), _global_pointer()],
+                         ["counts", "total"])
+    counts, total = fn.args
+    old = b.atomic_rmw("add", counts, L.i32(1), "monotonic")
+    b.atomic_rmw("max", L.at(b, counts, 1), old, "monotonic")
+    b.atomic_rmw("fadd", total, ir.Constant(F32, 0.5), "monotonic")
+    swapped = b.cmpxchg(L.at(b, counts, 2), L.i32(0), b.add(old, L.i32(100)),
+                        "monotonic", "monotonic")
+    with b.if_then(b.extract_value(swapped, 1)):
+        b.atomic_rmw("add", L.at(b, counts, 3), L.i32(1), "monotonic")
+    b.ret_void()
+    _assembles(module, "emu_atomics")
+    counts, total = np.zeros(4, np.int32), np.zeros(1, np.float32)
+    cuda_emulator.launch(fn, 3, 40, [counts, total])
+    # 120 increments; the largest old value 119; one thread wins the exchange
+    assert counts.tolist() == [120, 119, 100, 1]
+    assert total[0] == 60.0
+
+
+def test_vector_loads_read_four_lanes_and_must_be_aligned():
+    module = nvptx.new_module()
+    p = _global_pointer()
+    fn, b = nvptx.kernel(module, "emu_vectors", [p, p, L.I64], ["out", "x", "first"])
+    out, x, first = fn.args
+    i = b.add(b.mul(b.zext(_sreg(b, "tid"), L.I64), L.i64(4)), first)
+    lanes = L.load_vector(b, L.at(b, x, i), 4, 16)
+    doubled = b.fadd(lanes, lanes)
+    reversed_ = b.shuffle_vector(doubled, ir.Constant(doubled.type, ir.Undefined),
+                                 ir.Constant(ir.VectorType(L.I32, 4), [3, 2, 1, 0]))
+    L.store_vector(b, b.insert_element(reversed_, ir.Constant(F32, -1.0), L.i32(0)),
+                   L.at(b, out, i), 16)
+    b.ret_void()
+    _assembles(module, "emu_vectors")
+    x, out = np.arange(16, dtype=np.float32), np.zeros(16, np.float32)
+    cuda_emulator.launch(fn, 1, 4, [out, x, 0])
+    expected = (2 * x).reshape(4, 4)[:, ::-1].copy()
+    expected[:, 0] = -1
+    np.testing.assert_array_equal(out, expected.reshape(-1))
+    with pytest.raises(EmulationError, match=r"reads 16 bytes at byte offset 4 \(element 1\) "
+                       r"of parameter 'x'.*misaligned"):
+        cuda_emulator.launch(fn, 1, 1, [out, x, 1])
+
+
+def test_each_block_has_its_own_shared_memory_undefined_until_written():
+    module = nvptx.new_module()
+    fn, b = nvptx.kernel(module, "emu_shared", [_global_pointer()], ["out"])
+    out, = fn.args
+    scratch = _shared(module, 2, "scratch")
+    block = b.zext(_sreg(b, "ctaid"), L.I64)
+    first = b.gep(scratch, [L.i64(0), L.i64(0)])
+    b.store(b.load(first), L.at(b, out, b.mul(block, L.i64(2))))  # before any write
+    b.store(b.uitofp(block, F32), first)
+    b.store(b.load(first), L.at(b, out, b.add(b.mul(block, L.i64(2)), L.i64(1))))
+    b.ret_void()
+    _assembles(module, "emu_shared")
+    out = np.zeros(6, np.float32)
+    cuda_emulator.launch(fn, 3, 1, [out])
+    assert np.isnan(out[::2]).all()
+    np.testing.assert_array_equal(out[1::2], [0, 1, 2])
+
+
+def test_dynamic_shared_memory_is_sized_by_the_launch():
+    module = nvptx.new_module()
+    fn, b = nvptx.kernel(module, "emu_dynamic", [_global_pointer()], ["out"])
+    out, = fn.args
+    dynamic = ir.GlobalVariable(module, ir.ArrayType(F32, 0), "dynamic", addrspace=3)
+    dynamic.linkage = "external"
+    tid = b.zext(_sreg(b, "tid"), L.I64)
+    b.store(b.uitofp(tid, F32), b.gep(dynamic, [L.i64(0), tid]))
+    _barrier(b)
+    last = b.sub(b.zext(_sreg(b, "ntid"), L.I64), L.i64(1))
+    b.store(b.load(b.gep(dynamic, [L.i64(0), b.sub(last, tid)])), L.at(b, out, tid))
+    b.ret_void()
+    _assembles(module, "emu_dynamic")
+    out = np.zeros(8, np.float32)
+    cuda_emulator.launch(fn, 1, 8, [out], dynamic_shared_bytes=32)
+    np.testing.assert_array_equal(out, np.arange(8)[::-1])
+    with pytest.raises(EmulationError, match=r"writes 4 bytes at byte offset 28 of dynamic "
+                       r"shared memory \(28 bytes\)"):
+        cuda_emulator.launch(fn, 1, 8, [out], dynamic_shared_bytes=28)
+
+
+def test_constant_globals_hold_their_initialiser_and_are_read_only():
+    module = nvptx.new_module()
+    ty = ir.ArrayType(F32, 3)
+    table = ir.GlobalVariable(module, ty, "table", addrspace=4)
+    table.global_constant, table.linkage = True, "internal"
+    table.initializer = ir.Constant(ty, [0.5, 1.5, 2.5])
+    fn, b = nvptx.kernel(module, "emu_table", [_global_pointer()], ["out"])
+    out, = fn.args
+    tid = b.zext(_sreg(b, "tid"), L.I64)
+    b.store(b.load(b.gep(table, [L.i64(0), tid])), L.at(b, out, tid))
+    b.ret_void()
+    _assembles(module, "emu_table")
+    out = np.zeros(3, np.float32)
+    cuda_emulator.launch(fn, 1, 3, [out])
+    np.testing.assert_array_equal(out, [0.5, 1.5, 2.5])
+
+
+# values: compares with NaN, conversions ------------------------------------------------
+def test_ordered_and_unordered_compares_treat_nan_as_llvm_does():
+    predicates = {"oeq": "==", "one": "!=", "olt": "<", "ord": "ord",
+                  "ueq": "==", "une": "!=", "ult": "<", "uno": "uno"}
+    module = nvptx.new_module()
+    p = _global_pointer()
+    fn, b = nvptx.kernel(module, "emu_compares", [_global_pointer(L.I8), p, p],
+                         ["out", "x", "y"])
+    out, x, y = fn.args
+    i = b.zext(_sreg(b, "tid"), L.I64)
+    a, c = b.load(L.at(b, x, i)), b.load(L.at(b, y, i))
+    for k, (predicate, symbol) in enumerate(predicates.items()):
+        compare = b.fcmp_unordered if predicate[0] == "u" else b.fcmp_ordered
+        flag = compare(symbol, a, c)
+        assert flag.op == predicate
+        b.store(b.zext(flag, L.I8), L.at(b, out, b.add(b.mul(i, L.i64(len(predicates))),
+                                                      L.i64(k))))
+    b.ret_void()
+    _assembles(module, "emu_compares")
+    x = np.array([1, 1, 2, np.nan, np.nan], np.float32)
+    y = np.array([1, 2, 1, 1, np.nan], np.float32)
+    out = np.zeros(5 * len(predicates), np.int8)
+    cuda_emulator.launch(fn, 1, 5, [out, x, y])
+    with np.errstate(invalid="ignore"):
+        nan = np.isnan(x) | np.isnan(y)
+        expected = {"oeq": x == y, "one": (x != y) & ~nan, "olt": x < y, "ord": ~nan,
+                    "ueq": (x == y) | nan, "une": x != y, "ult": (x < y) | nan, "uno": nan}
+    np.testing.assert_array_equal(out.reshape(5, -1),
+                                  np.stack([expected[p] for p in predicates], 1))
+
+
+def test_conversions_truncate_saturate_nothing_and_bitcast_exactly():
+    module = nvptx.new_module()
+    fn, b = nvptx.kernel(module, "emu_casts", [_global_pointer(L.I32), _global_pointer()],
+                         ["ints", "floats"])
+    ints, floats = fn.args
+    i = b.zext(_sreg(b, "tid"), L.I64)
+    value = b.load(L.at(b, floats, i))
+    b.store(b.fptosi(value, L.I32), L.at(b, ints, i))
+    b.store(b.bitcast(value, L.I32), L.at(b, ints, b.add(i, L.i64(4))))
+    b.store(b.sitofp(b.sext(b.trunc(b.fptosi(value, L.I32), L.I8), L.I32), F32),
+            L.at(b, floats, i))
+    b.ret_void()
+    _assembles(module, "emu_casts")
+    floats = np.array([2.7, -2.7, 300.5, -1e9], np.float32)
+    ints = np.zeros(8, np.int32)
+    source = floats.copy()
+    cuda_emulator.launch(fn, 1, 4, [ints, floats])
+    np.testing.assert_array_equal(ints[:4], source.astype(np.int32))
+    np.testing.assert_array_equal(ints[4:], source.view(np.int32))
+    np.testing.assert_array_equal(floats, source.astype(np.int32).astype(np.int8))
+    with pytest.raises(EmulationError, match=r"fptosi.*the float inf does not fit in i32"):
+        cuda_emulator.launch(fn, 1, 1, [ints, np.array([np.inf], np.float32)])
