@@ -16,7 +16,6 @@ import struct
 from fractions import Fraction
 
 import llvmlite.ir as ir
-import numpy as np
 
 from .values import EmulationError, float_rounding, is_float, round_f32, signed
 
@@ -201,12 +200,13 @@ def _to_integer(width: int, is_signed: bool):
 
 def _to_float(ty: ir.Type, width: int, is_signed: bool):
     rounding = float_rounding(ty)
-    dtype = {ir.HalfType: np.float16, ir.FloatType: np.float32}.get(type(ty))
 
     def convert(x):
         value = signed(x, width) if is_signed else x
-        if dtype is not None and abs(value) > 1 << 53:  # one rounding, not two
-            return float(np.array(value, dtype=object).astype(dtype))
+        if rounding is not None and abs(value) > 1 << 53:  # one rounding, not two:
+            drop = abs(value).bit_length() - 53            # round to odd at 53 bits
+            kept = abs(value) >> drop | int(abs(value) & ((1 << drop) - 1) != 0)
+            value = math.copysign(math.ldexp(kept, drop), value)
         return rounding(float(value)) if rounding else float(value)
     return convert
 
