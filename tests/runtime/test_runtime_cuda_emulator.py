@@ -505,3 +505,73 @@ def test_conversions_truncate_saturate_nothing_and_bitcast_exactly():
     np.testing.assert_array_equal(floats, source.astype(np.int32).astype(np.int8))
     with pytest.raises(EmulationError, match=r"fptosi.*the float inf does not fit in i32"):
         cuda_emulator.launch(fn, 1, 1, [ints, np.array([np.inf], np.float32)])
+
+
+# warp votes and math intrinsics -------------------------------------------------------
+def _vote_kernel(guarded):
+    module = nvptx.new_module()
+    fn, b = nvptx.kernel(module, f"emu_ballot_{int(guarded)}", [_global_pointer(L.I32)],
+                         ["out"])
+    out, = fn.args
+    lane = _lane(b)
+    odd = b.trunc(lane, L.I1)
+
+    def ballot():
+        votes = L.intrinsic(b, "nvvm.vote.ballot.sync", [FULL, odd], L.I32)
+        b.store(votes, L.at(b, out, lane))
+    if guarded:  # lanes 16-31 never vote: a GPU would hang or give garbage
+        with b.if_then(b.icmp_unsigned("<", lane, L.i64(16))):
+            ballot()
+    else:
+        ballot()
+    b.ret_void()
+    _assembles(module, fn.name)
+    return fn
+
+
+def test_a_ballot_gathers_every_lanes_vote():
+    out = np.zeros(32, np.uint32)
+    cuda_emulator.launch(_vote_kernel(False), 1, 32, [out.view(np.int32)])
+    assert (out == 0xAAAAAAAA).all()
+
+
+def test_a_warp_collective_that_lanes_skip_is_an_error_not_a_hang():
+    with pytest.raises(EmulationError, match=r"warp collective whose lanes never all arrive: "
+                       r"threads 0-15 wait at .*vote.ballot.sync.*threads 16-31 have finished"):
+        cuda_emulator.launch(_vote_kernel(True), 1, 32, [np.zeros(32, np.int32)])
+
+
+MATH = [("exp2", np.exp2, [-3.5, 0.0, 10.25, 200.0]),
+        ("sqrt", np.sqrt, [2.0, 0.0, 1e-3, -1.0]),
+        ("floor", np.floor, [-0.5, 2.5, -7.0, 3.99]),
+        ("fabs", np.abs, [-0.5, 2.5, -0.0, np.inf])]
+
+
+@pytest.mark.parametrize("name, reference, values", MATH, ids=[m[0] for m in MATH])
+def test_math_intrinsics_match_numpy_in_float32(name, reference, values):
+    module = nvptx.new_module()
+    fn, b = nvptx.kernel(module, f"emu_{name}", [_global_pointer()], ["x"])
+    x, = fn.args
+    at = L.at(b, x, b.zext(_sreg(b, "tid"), L.I64))
+    b.store(L.intrinsic(b, name, [b.load(at)], F32, [F32]), at)
+    b.ret_void()
+    _assembles(module, fn.name)
+    x = np.array(values, np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        expected = reference(x.astype(np.float64)).astype(np.float32)
+    cuda_emulator.launch(fn, 1, 4, [x])
+    np.testing.assert_array_equal(x, expected)
+
+
+def test_maxnum_ignores_nan_where_maximum_propagates_it():
+    module = nvptx.new_module()
+    fn, b = nvptx.kernel(module, "emu_maxima", [_global_pointer()], ["x"])
+    x, = fn.args
+    a, c = b.load(L.at(b, x, 0)), b.load(L.at(b, x, 1))
+    b.store(L.intrinsic(b, "maxnum", [a, c], F32, [F32]), L.at(b, x, 2))
+    b.store(L.intrinsic(b, "maximum", [a, c], F32, [F32]), L.at(b, x, 3))
+    b.ret_void()
+    _assembles(module, "emu_maxima")
+    x = np.array([np.nan, 1.0, 0, 0], np.float32)
+    cuda_emulator.launch(fn, 1, 1, [x])
+    assert x[2] == 1.0 and np.isnan(x[3])
