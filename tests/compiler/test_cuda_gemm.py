@@ -276,7 +276,6 @@ def test_the_float32_default_tiles_match_numpy_on_two_blocks(aligned):
         131, 97, 19, alpha=0.5, beta=1.0)
 
 
-@pytest.mark.slow
 def test_the_float64_default_tiles_match_numpy_on_two_blocks():
     run(CudaGemmRequest("float64", True, False, EpilogueSpec("row", "silu", False), True),
         70, 61, 11, beta=-1.0)
