@@ -1,0 +1,186 @@
+"""Checks for a machine with an NVIDIA GPU, as one prepared run (issue 15): kiln's CUDA
+kernels against numpy there, and timed against PyTorch. Each check is a function of the
+driver (runtime.cuda.driver()) that returns a dict of figures for the JSON report.
+
+    check_sgemm     kiln's SGEMM (compiler/codegen/cuda/gemm.py, default tiles) checked
+                    against numpy float64 and timed at 4096^3 against cuBLAS fp32
+                    (PyTorch's torch.mm with TF32 off); target: at least 0.7x
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from compiler.codegen.cuda.gemm import CudaGemmRequest, gemm_kernel
+from compiler.gemm.api import ACTIVATION_REFERENCE
+from compiler.gemm.ir.kernel import EpilogueSpec
+from runtime import nvptx
+
+SGEMM_TARGET = 0.7  # of cuBLAS fp32
+_POINTERS = frozenset({"a", "b", "c", "out", "bias", "residual"})
+
+
+def device_arch(driver, ordinal: int = 0) -> str:
+    """The PTX architecture for the device: its own where kiln knows it, else the newest
+    kiln targets (the driver's JIT runs older PTX on newer GPUs)."""
+    major, minor = driver.compute_capability(ordinal)
+    arch = f"sm_{major}{minor}"
+    try:
+        nvptx.arch_feature(arch)
+        return arch
+    except ValueError:
+        if (major, minor) < (9, 0):
+            raise
+        return nvptx.DEFAULT_ARCH
+
+
+class _Launcher:
+    """One kiln GEMM kernel loaded on the device, with device copies of numpy arrays."""
+
+    def __init__(self, driver, request: CudaGemmRequest, arch: str):
+        self.driver, self.request = driver, request
+        kernel = gemm_kernel(request)
+        self.module = driver.load_module(kernel.ptx(arch))
+        self.function = driver.function(self.module, kernel.name)
+        self.buffers: list[int] = []
+
+    def device(self, array: np.ndarray) -> int:
+        array = np.ascontiguousarray(array)
+        pointer = self.driver.alloc(max(array.nbytes, 16))
+        self.buffers.append(pointer)
+        if array.nbytes:
+            self.driver.copy_to_device(pointer, array.ctypes.data, array.nbytes)
+        return pointer
+
+    def to_host(self, pointer: int, like: np.ndarray) -> np.ndarray:
+        result = np.empty_like(like)
+        self.driver.copy_to_host(result.ctypes.data, pointer, result.nbytes)
+        return result
+
+    def arguments(self, values: dict) -> list:
+        scalar = ctypes.c_float if self.request.dtype == "float32" else ctypes.c_double
+        kinds = {"alpha": scalar, "beta": scalar, "scale": scalar}
+        return [(ctypes.c_uint64 if name in _POINTERS else kinds.get(name, ctypes.c_int64))(
+            values[name]) for name in self.request.arguments()]
+
+    def launch(self, m: int, n: int, args: list) -> None:
+        self.driver.launch(self.function, self.request.tiles.grid_for(m, n),
+                           (self.request.tiles.threads, 1, 1), args)
+
+    def close(self) -> None:
+        for pointer in self.buffers:
+            self.driver.free(pointer)
+        self.driver.unload_module(self.module)
+
+
+def _error_ratio(out, exact, magnitude, k: int, dtype) -> float:
+    """The largest |out - exact| as a fraction of the bound (k + 8) eps magnitude."""
+    bound = (k + 8) * np.finfo(dtype).eps * magnitude + np.finfo(dtype).tiny
+    return float(np.max(np.abs(out - exact) / bound, initial=0.0))
+
+
+def _check_epilogue_edges(driver, arch: str, m: int, n: int, k: int) -> float:
+    """An odd-sized product with every epilogue part (unaligned loads, C in place):
+    its error as a fraction of the bound."""
+    rng = np.random.default_rng(0)
+    request = CudaGemmRequest("float32", False, True, EpilogueSpec("col", "gelu", True))
+    a, b = (rng.standard_normal(shape, np.float32) for shape in ((m, k), (n, k)))
+    c, residual = (rng.standard_normal((m, n), np.float32) for _ in range(2))
+    bias = rng.standard_normal(n, np.float32)
+    kernel = _Launcher(driver, request, arch)
+    try:
+        pointers = {name: kernel.device(x) for name, x in
+                    (("a", a), ("b", b), ("c", c), ("bias", bias), ("residual", residual))}
+        values = dict(pointers, m=m, n=n, k=k, alpha=0.5, lda=k, ldb=k, beta=-1.0, ldc=n,
+                      out=pointers["c"], ldo=n, scale=2.0, bias_stride=1, ldr=n)
+        kernel.launch(m, n, kernel.arguments(values))
+        out = kernel.to_host(pointers["c"], c)
+    finally:
+        kernel.close()
+    x = 0.5 * (a.astype(np.float64) @ b.T.astype(np.float64)) - c + bias
+    magnitude = 0.5 * np.abs(a) @ np.abs(b.T) + np.abs(c) + np.abs(bias)
+    exact = 2.0 * ACTIVATION_REFERENCE["gelu"](x) + residual
+    return _error_ratio(out, exact, 2.4 * magnitude + np.abs(exact) + np.abs(residual), k,
+                        np.float32)
+
+
+def _time_ms(driver, run, repeats: int) -> float:
+    """Milliseconds per call of run(), timed with CUDA events after two warm-up calls."""
+    run()
+    run()
+    start, end = driver.event_create(), driver.event_create()
+    try:
+        driver.event_record(start)
+        for _ in range(repeats):
+            run()
+        driver.event_record(end)
+        driver.event_synchronize(end)
+        return driver.event_elapsed_ms(start, end) / repeats
+    finally:
+        driver.event_destroy(start)
+        driver.event_destroy(end)
+
+
+def _cublas_ms(a: np.ndarray, b: np.ndarray, repeats: int):
+    """(ms per torch.mm in fp32 with TF32 off, None) or (None, why not)."""
+    try:
+        import torch
+    except ImportError:
+        return None, "PyTorch is not installed"
+    if not torch.cuda.is_available():
+        return None, "PyTorch sees no GPU"
+    torch.backends.cuda.matmul.allow_tf32 = False
+    x, y = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+    out = torch.empty((a.shape[0], b.shape[1]), device="cuda")
+    for _ in range(2):
+        torch.mm(x, y, out=out)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(repeats):
+        torch.mm(x, y, out=out)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / repeats, None
+
+
+def check_sgemm(driver, size: int = 4096, repeats: int = 20, ordinal: int = 0,
+                edge_sizes: tuple = (1000, 999, 997)) -> dict:
+    """kiln's SGEMM at size^3 (default tiles, 16-byte loads): its result on 64 rows
+    against numpy float64, an odd-sized product with the whole epilogue, its speed in
+    GFLOP/s and the ratio to cuBLAS fp32."""
+    driver.activate(ordinal)
+    arch = device_arch(driver, ordinal)
+    request = CudaGemmRequest("float32", aligned=True)
+    rng = np.random.default_rng(1)
+    a, b = (rng.standard_normal((size, size), np.float32) for _ in range(2))
+    out = np.empty_like(a)
+    kernel = _Launcher(driver, request, arch)
+    try:
+        pointers = {name: kernel.device(x) for name, x in (("a", a), ("b", b), ("out", out))}
+        args = kernel.arguments(dict(pointers, m=size, n=size, k=size, alpha=1.0, lda=size,
+                                     ldb=size, beta=0.0, c=pointers["out"], ldc=size,
+                                     ldo=size, scale=1.0))
+        seconds = _time_ms(driver, lambda: kernel.launch(size, size, args), repeats) / 1e3
+        out = kernel.to_host(pointers["out"], out)
+        registers = driver.function_attribute(kernel.function, "registers")
+    finally:
+        kernel.close()
+    rows = rng.choice(size, min(size, 64), replace=False)
+    exact = a[rows].astype(np.float64) @ b.astype(np.float64)
+    error = _error_ratio(out[rows], exact, np.abs(a[rows]) @ np.abs(b) + np.abs(exact),
+                         size, np.float32)
+    flops = 2.0 * size ** 3
+    cublas_ms, why_not = _cublas_ms(a, b, repeats)
+    result = {"size": size, "arch": arch, "kernel": request.name, "registers": registers,
+              "error_of_bound": error, "epilogue_error_of_bound":
+              _check_epilogue_edges(driver, arch, *edge_sizes), "kiln_ms": seconds * 1e3,
+              "kiln_gflops": flops / seconds / 1e9, "target_of_cublas": SGEMM_TARGET}
+    if cublas_ms is None:
+        result["cublas"] = why_not
+    else:
+        result.update(cublas_ms=cublas_ms, cublas_gflops=flops / cublas_ms / 1e6,
+                      of_cublas=cublas_ms / (seconds * 1e3))
+    result["passed"] = (error <= 1 and result["epilogue_error_of_bound"] <= 1
+                        and result.get("of_cublas", SGEMM_TARGET) >= SGEMM_TARGET)
+    return result
