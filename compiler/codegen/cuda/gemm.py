@@ -99,8 +99,8 @@ class CudaGemmTiles:
 
 # ptxas 13.0 -arch=sm_90 over the kernels tests/compiler/test_cuda_gemm.py assembles
 # (every layout and epilogue; the tests hold these limits): float32 128x128x8 / 8x8,
-# 256 threads, 121-128 registers (minnctapersm 2 caps them at 128; 148-255 without it,
-# spilling with gelu), 16 KiB shared; float64 64x64x8 / 4x4, 256 threads, 76-98
+# 256 threads, 121-128 registers (minnctapersm 2 holds them at 128 for any epilogue;
+# earlier versions of this kernel took 148-255 without it), 16 KiB shared; float64 64x64x8 / 4x4, 256 threads, 76-98
 # registers, 16 KiB shared; no spills. SMALL_TILES: 63 (float32), 120 (float64).
 DEFAULT_TILES = {"float32": CudaGemmTiles(128, 128, 8, 8, 8, min_blocks=2),
                  "float64": CudaGemmTiles(64, 64, 8, 4, 4)}
