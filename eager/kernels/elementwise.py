@@ -58,7 +58,11 @@ def _shape_and_dtype(record: OpRecord):
         elif to_bool:
             dt = dtypes.bool_
         else:
-            dt = tensors[0].dtype if len(tensors) == 1 else promote(*tensors)
+            first = tensors[0]
+            if len(tensors) == 1 or (len(tensors) == 2 and first.dtype is tensors[1].dtype):
+                dt = first.dtype
+            else:
+                dt = promote(*tensors)
             if to_float:
                 dt = float_of(dt)
         if check is not None:
@@ -88,8 +92,9 @@ def _pointwise_kernel(record: OpRecord, split, shape_and_dtype):
     def kernel(*args, **attrs):
         if attrs or len(args) != count:
             args, attrs = split(args, attrs)
-        shape, dt = shape_and_dtype(args, attrs)
-        ct = compute_np(_promoted(args) if compare else dt)
+        dt = shape_and_dtype(args, attrs)[1]
+        ct = (compute_np(_promoted(args)) if compare else
+              np.float32 if dt is dtypes.float16 else dt.np)
         if count == 2:  # spelled out for the common cases: a call costs ~3 us in all
             arrays = operand(args[0], ct), operand(args[1], ct)
         elif count == 1:
