@@ -64,7 +64,9 @@ class Pointwise:
     emitter computes in floats only (pow of integers is not generated). `dtype` replaces
     the rule's result type and `check(dtype, *tensors, **attrs)` raises for bad input.
     `quiet`: numpy gives no warning computing it (add does not: overflow only wraps or
-    gives inf), so the kernel saves the cost of silencing them."""
+    gives inf), so the kernel saves the cost of silencing them. `scaled` names an
+    attribute (add's and sub's alpha) that multiplies the last tensor before `numpy` and
+    `emit` see the values: they take the tensors only, and numpy can be a ufunc."""
     rule: str
     numpy: Callable
     emit: Callable | None = None
@@ -74,6 +76,7 @@ class Pointwise:
     dtype: Callable | None = None
     check: Callable | None = None
     quiet: bool = False  # numpy never warns on it: run without silencing warnings (~1 us)
+    scaled: str = ""
 
     def __post_init__(self):
         if self.rule not in POINTWISE_RULES:

@@ -172,11 +172,17 @@ def compute(L: Lanes, op: Op, args: list, in_dts: list, out_dt: DType, attrs: di
     record's emitter over the values cast to `compute_dt` (the promoted type)."""
     if op in COPIES:
         return L.cast(args[0], in_dts[0], out_dt)
-    emit = RECORDS[op].pointwise.emit if op in NATIVE_OPS else None
-    if emit is None:
+    pointwise = RECORDS[op].pointwise if op in NATIVE_OPS else None
+    if pointwise is None or pointwise.emit is None:
         raise NotImplementedError(f"no native code for {op.qualified_name}")
+    E = Elements(L, compute_dt)
     xs = [L.cast(a, d, compute_dt) for a, d in zip(args, in_dts)]
-    return emit(Elements(L, compute_dt), *xs, **attrs)
+    if pointwise.scaled:
+        attrs = dict(attrs)
+        scale = attrs.pop(pointwise.scaled, 1)
+        if scale != 1:
+            xs[-1] = E.mul(xs[-1], E.const(scale))
+    return pointwise.emit(E, *xs, **attrs)
 
 
 ACTIVATIONS = tuple(activations())

@@ -34,14 +34,9 @@ def _check_sub(dt, self, other, alpha=1):
     _check_alpha(dt, self, other, alpha, "sub")
 
 
-def _scaled(E, y, alpha):
-    return y if alpha == 1 else E.mul(y, E.const(alpha))
-
-
 ADD = declare(Op.ADD, function=True, method=True, pointwise=Pointwise(
-    "promote", lambda a, b, alpha=1: a + (b if alpha == 1 else b * alpha),
-    emit=lambda E, a, b, alpha=1: E.add(a, _scaled(E, b, alpha)), check=_check_alpha,
-    quiet=True))
+    "promote", np.add, emit=lambda E, a, b: E.add(a, b), check=_check_alpha, quiet=True,
+    scaled="alpha"))
 
 
 @ADD.derivative("AddBackward0", "self other", save="self_sizes other_sizes alpha")
@@ -51,9 +46,8 @@ def _(ctx, g):
 
 
 SUB = declare(Op.SUB, function=True, method=True, pointwise=Pointwise(
-    "promote", lambda a, b, alpha=1: a - (b if alpha == 1 else b * alpha),
-    emit=lambda E, a, b, alpha=1: E.sub(a, _scaled(E, b, alpha)), check=_check_sub,
-    quiet=True))
+    "promote", np.subtract, emit=lambda E, a, b: E.sub(a, b), check=_check_sub, quiet=True,
+    scaled="alpha"))
 
 
 @SUB.derivative("SubBackward0", "self other", save="self_sizes other_sizes alpha")

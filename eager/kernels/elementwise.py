@@ -86,7 +86,7 @@ def _pointwise_rule(record: OpRecord, split, shape_and_dtype):
 
 def _pointwise_kernel(record: OpRecord, split, shape_and_dtype):
     numpy, compare = record.pointwise.numpy, record.pointwise.rule == "compare"
-    quiet = record.pointwise.quiet
+    quiet, scaled = record.pointwise.quiet, record.pointwise.scaled
     count = _tensor_count(record)
 
     def kernel(*args, **attrs):
@@ -103,6 +103,10 @@ def _pointwise_kernel(record: OpRecord, split, shape_and_dtype):
             arrays = [operand(t, ct) for t in args]
         if attrs:
             attrs = {k: scalar_value(v) for k, v in attrs.items()}
+            if scaled and attrs.get(scaled, 1) != 1:
+                arrays = *arrays[:-1], arrays[-1] * attrs.pop(scaled)
+            else:
+                attrs.pop(scaled, None)
         if quiet:
             return result(numpy(*arrays, **attrs), dt)
         with np.errstate(all="ignore"):  # inf, nan and overflow are results, not warnings
