@@ -97,6 +97,9 @@ def intrinsic(b: ir.IRBuilder, name: str, args: list, ret: ir.Type = VOID,
     return b.call(fn, args)
 
 
+_UNAXED_REGISTERS = frozenset({"laneid", "warpsize"})
+
+
 @dataclass(frozen=True)
 class Target:
     """What the IR differs in between kiln's targets, read from an LLVM triple: a CPU's
@@ -132,13 +135,15 @@ class Target:
             intrinsic(b, "x86.sse2.pause", [])
 
     def special_register(self, b: ir.IRBuilder, name: str, axis: str = "x") -> ir.Value:
-        """NVPTX's special register `name` along `axis`, an i32: tid (the thread's index
+        """NVPTX's special register `name`, an i32: along `axis`, tid (the thread's index
         in its block), ntid (threads per block), ctaid (the block's index in the grid),
-        nctaid (blocks in the grid)."""
+        nctaid (blocks in the grid); with no axis, laneid (the thread's lane in its warp)
+        and warpsize."""
         if not self.is_nvptx:
             raise ValueError(f"{self.triple} has no thread or block indices: its kernels "
                              "run counted loops")
-        return intrinsic(b, f"nvvm.read.ptx.sreg.{name}.{axis}", [], I32)
+        suffix = "" if name in _UNAXED_REGISTERS else f".{axis}"
+        return intrinsic(b, f"nvvm.read.ptx.sreg.{name}{suffix}", [], I32)
 
     def grid_stride(self, b: ir.IRBuilder, axis: str = "x") -> tuple:
         """(start, step), i64: this thread's index in the grid and the grid's thread

@@ -1,9 +1,10 @@
 """runtime/nvptx.py: LLVM IR to PTX through llvmlite, and ptxas's report on it."""
 import llvmlite.ir as ir
+import numpy as np
 import pytest
 
 from runtime import llvm_ir as L
-from runtime import nvptx
+from runtime import cuda_emulator, nvptx
 
 F32 = ir.FloatType()
 
@@ -74,3 +75,21 @@ ptxas info    : Used 8 registers
     reports = nvptx._parse_report(text)
     assert reports["a"] == nvptx.KernelReport("a", 40, 4, 12, 4096, 8)
     assert reports["b"] == nvptx.KernelReport("b", 8, 0, 0, 0, 0)
+
+
+def test_lane_and_warp_size_registers_have_no_axis():
+    module = nvptx.new_module()
+    pointer = ir.PointerType(L.I32, 1)
+    fn, b = nvptx.kernel(module, "kiln_lanes", [pointer], ["out"])
+    target = L.Target.of(module)
+    lane, size = target.special_register(b, "laneid"), target.special_register(b, "warpsize")
+    tid = b.zext(target.special_register(b, "tid"), L.I64)
+    b.store(b.add(b.mul(lane, L.i32(100)), size), L.at(b, fn.args[0], tid))
+    b.ret_void()
+    assert '@"llvm.nvvm.read.ptx.sreg.laneid"()' in str(module)
+    ptx = nvptx.compile_ptx(module)
+    assert "%laneid" in ptx
+    _report(ptx)
+    out = np.zeros(40, np.int32)
+    cuda_emulator.launch(fn, 1, 40, [out])
+    np.testing.assert_array_equal(out, np.arange(40) % 32 * 100 + 32)
