@@ -25,7 +25,7 @@ def start(b: ir.IRBuilder, w: int, node: Node) -> tuple:
     """The accumulator slots of a reduction: its W partial values (and for argmax /
     argmin the W lanes' best indices)."""
     kind = REDUCE_OPS[node.op]
-    dt = node.inputs[0].type.dtype if kind.startswith("arg") else node.outputs[0].type.dtype
+    dt = _dtype_of(node)
     L = V.Lanes(b, w)
     with b.goto_entry_block():
         slot = b.alloca(L.type(dt))
@@ -69,24 +69,38 @@ def _beats(L: V.Lanes, x, best, kind: str):
     return b.or_(better, first_nan)
 
 
+def combine(b: ir.IRBuilder, node: Node, first, second):
+    """Two partial results of a reduction as one, scalars: values, or for argmax and
+    argmin (value, index) pairs, where the lowest index wins among equal values (and
+    among NaNs). `first` holds the lower positions where order matters."""
+    kind = REDUCE_OPS[node.op]
+    S = V.Lanes(b, None)
+    if kind.startswith("arg"):
+        (va, ia), (vb, ib) = first, second
+        tie = b.and_(b.fcmp_ordered("==", va, vb), b.icmp_signed("<", ib, ia))
+        both_nan = b.and_(V._isnan(S, va), V._isnan(S, vb))
+        take = b.or_(b.or_(_beats(S, vb, va, kind), tie),
+                     b.and_(both_nan, b.icmp_signed("<", ib, ia)))
+        return b.select(take, vb, va), b.select(take, ib, ia)
+    if kind == "sum":
+        return b.fadd(first, second)
+    return V._max_min(S, first, second, _dtype_of(node), kind == "max")
+
+
+def _dtype_of(node: Node):
+    """The dtype a reduction accumulates in (argmax / argmin: their input's)."""
+    kind = REDUCE_OPS[node.op]
+    return node.inputs[0].type.dtype if kind.startswith("arg") else \
+        node.outputs[0].type.dtype
+
+
 def finish(b: ir.IRBuilder, w: int, node: Node, acc):
     """Fold the W partial results of a row into one (pairwise, so the sum's error grows
     with log2(W) on top of the per-lane sums); argmax and argmin keep the lowest index
     among equal values."""
-    slot, index, dt = acc
-    S = V.Lanes(b, None)
-    kind = REDUCE_OPS[node.op]
+    slot, index, _ = acc
     values = llvm_ir.lanes_of(b, b.load(slot))
-    if kind.startswith("arg"):
-        def merge(first, second):
-            (va, ia), (vb, ib) = first, second
-            tie = b.and_(b.fcmp_ordered("==", va, vb), b.icmp_signed("<", ib, ia))
-            both_nan = b.and_(V._isnan(S, va), V._isnan(S, vb))
-            take = b.or_(b.or_(_beats(S, vb, va, kind), tie),
-                         b.and_(both_nan, b.icmp_signed("<", ib, ia)))
-            return b.select(take, vb, va), b.select(take, ib, ia)
-
+    if index is not None:
         pairs = list(zip(values, llvm_ir.lanes_of(b, b.load(index))))
-        return llvm_ir.pairwise(pairs, merge)[1]
-    return llvm_ir.pairwise(values, lambda x, y: b.fadd(x, y) if kind == "sum" else
-                            V._max_min(S, x, y, dt, kind == "max"))
+        return llvm_ir.pairwise(pairs, lambda x, y: combine(b, node, x, y))[1]
+    return llvm_ir.pairwise(values, lambda x, y: combine(b, node, x, y))

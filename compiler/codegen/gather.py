@@ -56,7 +56,7 @@ def status_word(b: ir.IRBuilder, ptrs, operands: int):
     return b.bitcast(b.load(llvm_ir.at(b, ptrs, operands)), I64.as_pointer())
 
 
-def _checked(k, g: Gather, index, active=None):
+def checked(k, g: Gather, index, active=None):
     """`index` (i64, scalar or lanes) wrapped where negative indices count from the end,
     with each index out of [0, size) flagged in the status word and replaced by 0."""
     b = k.b
@@ -89,7 +89,7 @@ def move_row_base(k, g: Gather, bases: list) -> None:
     b = k.b
     dt = k.operands[g.index].type.dtype
     index = _as_i64(V.Lanes(b, None), b.load(bases[g.index]), dt)
-    safe = _checked(k, g, index)
+    safe = checked(k, g, index)
     bases[g.source] = llvm_ir.at(b, bases[g.source], b.mul(safe, i64(g.stride)))
 
 
@@ -100,7 +100,7 @@ def load_lanes(k, g: Gather, bases: list, index_lanes, i, count=None):
     dt = k.operands[g.source].type.dtype
     L = V.Lanes(b, w)
     index = _as_i64(L, index_lanes, k.operands[g.index].type.dtype)
-    safe = _checked(k, g, index, llvm_ir.lane_mask(b, count, w) if count is not None else None)
+    safe = checked(k, g, index, llvm_ir.lane_mask(b, count, w) if count is not None else None)
     raw = ir.Constant(L.memory_type(dt), ir.Undefined)
     last = b.sub(b.add(i, count), i64(1)) if count is not None else None
     for lane in range(w):

@@ -180,22 +180,29 @@ class _Builder:
 
     # values -----------------------------------------------------------------------------
     def compute(self, node: Node, env: dict, L: V.Lanes):
-        out_dt = node.outputs[0].type.dtype
-        cdt = compute_dtype(node, set(self.scalars))
-        args, in_dts = [], []
-        for x in node.input_values():
-            if x in self.scalars:  # a Python number: made in the type it is used in, at
-                at = out_dt if node.op is Op.WHERE else cdt  # full precision, as eager does
-                args.append(L.const(self.scalars[x], at))
-                in_dts.append(at)
-            else:
-                args.append(env[x])
-                in_dts.append(x.type.dtype)
-        env[node.outputs[0]] = V.compute(L, node.op, args, in_dts, out_dt, node.attr, cdt)
+        emit_node(node, env, L, self.scalars)
 
     def constants(self, env: dict, L: V.Lanes) -> None:
         for v, value in self.scalars.items():
             env[v] = L.const(value, v.type.dtype)
+
+
+def emit_node(node: Node, env: dict, L: V.Lanes, scalars: dict) -> None:
+    """env[node's result] = its value from env's values of its inputs, in lanes of L
+    (scalars at width None, as CUDA kernels compute); `scalars` are the kernel's Python
+    numbers (value -> number), made constants in the type they are used in."""
+    out_dt = node.outputs[0].type.dtype
+    cdt = compute_dtype(node, set(scalars))
+    args, in_dts = [], []
+    for x in node.input_values():
+        if x in scalars:  # a Python number: made in the type it is used in, at full
+            at = out_dt if node.op is Op.WHERE else cdt  # precision, as eager does
+            args.append(L.const(scalars[x], at))
+            in_dts.append(at)
+        else:
+            args.append(env[x])
+            in_dts.append(x.type.dtype)
+    env[node.outputs[0]] = V.compute(L, node.op, args, in_dts, out_dt, node.attr, cdt)
 
 
 def build_kernel(module: ir.Module, spec: KernelSpec, host_lanes: int) -> ir.Function:
@@ -263,7 +270,7 @@ def _levels(spec: KernelSpec):
     return level, acc_pass
 
 
-class _Passes:
+class RowPasses:
     """The plan of a row kernel's passes over its rows: pass p accumulates the reductions
     whose inputs it can compute and stores the full-row outputs available by then."""
 
@@ -300,7 +307,7 @@ class _Passes:
 def _rows(k: _Builder) -> None:
     spec, b = k.spec, k.b
     n_in = len(spec.inputs)
-    plan = _Passes(spec)
+    plan = RowPasses(spec)
 
     def row(r):
         bases = [k.row_base(j, r) for j in range(len(k.operands))]
@@ -346,7 +353,7 @@ def _columns(k: _Builder) -> None:
     element per step, so every load is a plain vector and no lanes need folding."""
     spec, b = k.spec, k.b
     n_in = len(spec.inputs)
-    plan = _Passes(spec)
+    plan = RowPasses(spec)
 
     def block(r, count):
         L = V.Lanes(b, k.w)

@@ -199,7 +199,7 @@ class PointwiseNode:
 
     # running ------------------------------------------------------------------------
     def __call__(self, inputs) -> list:
-        operands = inputs if self._in_order else self._operands(inputs)
+        operands = inputs if self._in_order else self.operands_of(inputs)
         launch = self._layouts.get(tuple([t._stride for t in operands]))
         if launch is None:  # a layout not seen yet
             return self._plan_and_run(inputs, operands)
@@ -215,7 +215,7 @@ class PointwiseNode:
         """The kernel's body through the reference interpreter, prepared once."""
         return interpreter.prepare(self.body)
 
-    def _operands(self, inputs) -> list:
+    def operands_of(self, inputs) -> list:
         """The tensors the kernel reads: some of its inputs, or views of them (the
         kernel's leading views, applied eagerly)."""
         if self._positions is not None:
@@ -248,15 +248,8 @@ class PointwiseNode:
     def _plan_launch(self, arrays):
         """How to call the kernel for operands laid out like `arrays`."""
         full, reduced = self.space
-        shapes = [tuple(v.type.shape) for v in self.operands + tuple(self.body.outputs)]
-        placed, gathers = {}, []
-        for n, source, index, dim, wraps in self.gathers:
-            placed.update(zip((source, index), G.strides_over_result(
-                n.op, arrays[source], arrays[index], dim)))
-            a = arrays[source]
-            gathers.append(G.Gather(n.outputs[0], source, index, a.strides[dim] // a.itemsize,
-                                  a.shape[dim], wraps))
-        rows, inner, offsets, strides, outer = _layout(arrays, shapes, full, reduced,
+        gathers, placed = self.gathers_over(arrays)
+        rows, inner, offsets, strides, outer = _layout(arrays, self.shapes, full, reduced,
                                                        self.squeezed, placed)
         classes = tuple(_stride_class(s) for s in strides)
         columns = ()
@@ -266,6 +259,23 @@ class PointwiseNode:
         address = self._function(classes, columns, tuple(gathers))
         return Launch(address, offsets, strides, rows, inner, self.kind == "elementwise",
                       self._outputs, checked=bool(gathers))
+
+    @property
+    def shapes(self) -> list:
+        """The shapes of the kernel's operands, inputs then outputs."""
+        return [tuple(v.type.shape) for v in self.operands + tuple(self.body.outputs)]
+
+    def gathers_over(self, arrays) -> tuple:
+        """(gathers, placed) for operands laid out like `arrays`: each gathering node as a
+        codegen Gather, and its source's and index's strides over the iteration space."""
+        placed, gathers = {}, []
+        for n, source, index, dim, wraps in self.gathers:
+            placed.update(zip((source, index), G.strides_over_result(
+                n.op, arrays[source], arrays[index], dim)))
+            a = arrays[source]
+            gathers.append(G.Gather(n.outputs[0], source, index, a.strides[dim] // a.itemsize,
+                                    a.shape[dim], wraps))
+        return tuple(gathers), placed
 
     def _function(self, classes, columns=(), gathers=()):
         key = (str(self.body), classes, columns, tuple(g.stride for g in gathers))
@@ -327,9 +337,12 @@ def _broadcast_strides(a: np.ndarray, shape, full, reduced, squeezed: bool) -> l
     return out
 
 
-def _layout(arrays, shapes, full, reduced, squeezed, placed=None):
-    """Rows, inner length, per-operand row offsets and inner strides; `placed` gives some
-    operands' strides over the iteration space (gathers' sources and indices)."""
+def row_dims(arrays, shapes, full, reduced, squeezed, placed=None):
+    """The iteration space as (outer, inner): the outer dims, each (size, its element
+    stride per operand), and the inner dim likewise (the reduced one in a row kernel), with
+    neighbouring dims merged where every operand walks them as one (within the kept and
+    within the reduced dims) and dims of size 1 dropped. `placed` gives some operands'
+    strides over the iteration space (gathers' sources and indices)."""
     placed = placed or {}
     strides = [placed[j] if j in placed else _broadcast_strides(a, s, full, reduced, q)
                for j, (a, s, q) in enumerate(zip(arrays, shapes, squeezed))]
@@ -337,8 +350,6 @@ def _layout(arrays, shapes, full, reduced, squeezed, placed=None):
     dims = [d for d in range(len(full)) if d not in reduced and full[d] != 1] + \
         [d for d in sorted(reduced) if full[d] != 1]
     n_reduced = sum(1 for d in reduced if full[d] != 1)
-    # merge neighbouring dims (within the kept and within the reduced dims) when every
-    # operand walks them as one
     merged = []  # (size, [stride per operand], is_reduced)
     for d in dims:
         size, red = full[d], d in reduced
@@ -357,13 +368,21 @@ def _layout(arrays, shapes, full, reduced, squeezed, placed=None):
         inner, outer = (1, [1] * len(arrays), True), merged
     else:
         inner, outer = merged[-1], merged[:-1]
+    return [(size, col) for size, col, _ in outer], (inner[0], inner[1])
+
+
+def _layout(arrays, shapes, full, reduced, squeezed, placed=None):
+    """Rows, inner length, per-operand row offsets and inner strides, and the outer dims'
+    strides per operand (row_dims)."""
+    outer, (inner, inner_strides) = row_dims(arrays, shapes, full, reduced, squeezed,
+                                             placed)
     rows = 1
-    for size, _, _ in outer:
+    for size, _ in outer:
         rows *= size
     offsets = []
     for j in range(len(arrays)):
         off = np.zeros(1, np.int64)
-        for size, col, _ in outer:
+        for size, col in outer:
             off = (off[:, None] + np.arange(size, dtype=np.int64)[None, :] * col[j]).ravel()
         offsets.append(np.ascontiguousarray(off))
-    return rows, inner[0], offsets, [c for c in inner[1]], [m[1] for m in outer]
+    return rows, inner, offsets, list(inner_strides), [col for _, col in outer]
