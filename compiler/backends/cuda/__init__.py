@@ -1,0 +1,205 @@
+"""The CUDA backend's kernels: the fused nodes of a graph after the passes as CUDA kernels
+(compiler/codegen/cuda) with their launch configuration. Making them needs no GPU: a
+kernel is LLVM IR for NVPTX, its PTX comes from llvmlite, and where ptxas is installed
+its report (registers, spills, shared memory).
+
+    prepare(graph)   -> CudaPlan: a CudaLaunch per fused node the generators take, and
+                        the others with the reason (as the native backend's
+                        `native_reasons`)
+    kernel_for(node) -> CudaLaunch of one fused node, for its operands' layout
+    device_arch()    the architecture to generate for: the GPU's, else sm_90
+
+A fused node is read as the native backend reads it (backends/native/pointwise.py's
+PointwiseNode: operands, iteration space, per-row values, gathers, merged dims), so
+both backends agree on what a node computes. Kernels are made for given operand layouts,
+by default contiguous inputs (the layouts of the node's leading views follow from them).
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from compiler import interpreter
+from compiler.backends.native.launch import output_spec
+from compiler.backends.native.pointwise import NotNative, PointwiseNode, row_dims
+from compiler.codegen import pointwise as K
+from compiler.codegen.cuda import CudaKernel
+from compiler.codegen.cuda.pointwise import MAX_BLOCKS, CudaSpec, blocks_for, \
+    build_elementwise
+from compiler.codegen.cuda.rows import build_rows
+from eager.tensor import empty_cpu
+from ir.graph import Graph, Node
+from ir.ops import Op
+from runtime import nvptx
+
+_names = itertools.count(1)
+
+
+class NotCuda(Exception):
+    """A fused node the CUDA code generators do not take; the message says why."""
+
+
+@dataclass
+class CudaLaunch:
+    """A fused node's kernel and how to launch it: `grid` blocks of the kernel's block
+    (0 blocks: the node has no elements, nothing to launch); `checked`: the kernel takes
+    a status word after its operands (an i64 the host zeroes and reads after the launch:
+    1 when a gather met an index out of range)."""
+    node: str
+    kind: str
+    kernel: CudaKernel
+    grid: tuple
+    checked: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.kernel.name
+
+    @property
+    def block(self) -> tuple:
+        return self.kernel.block
+
+    @property
+    def llvm_ir(self) -> str:
+        return self.kernel.llvm_ir
+
+    def ptx(self, arch: str = nvptx.DEFAULT_ARCH) -> str:
+        return self.kernel.ptx(arch)
+
+    def report(self, arch: str = nvptx.DEFAULT_ARCH) -> nvptx.KernelReport:
+        """ptxas's figures for the kernel (PtxasMissing where ptxas is not installed)."""
+        return nvptx.ptxas_report(self.ptx(arch), arch)[self.name]
+
+
+@dataclass
+class CudaPlan:
+    launches: dict = field(default_factory=dict)  # node index -> CudaLaunch
+    refused: dict = field(default_factory=dict)   # fused node -> why no CUDA kernel
+
+
+def device_arch() -> str:
+    """The GPU's architecture (sm_80, sm_90, ...) as the newest kiln generates code for
+    that the device runs; sm_90 where there is no GPU or it cannot be asked."""
+    try:
+        from runtime import cuda
+        if cuda.device_count() == 0:
+            return nvptx.DEFAULT_ARCH
+        major, minor = cuda.driver().compute_capability(0)
+    except Exception:  # no driver, or runtime/cuda without this query (being rewritten)
+        return nvptx.DEFAULT_ARCH
+    known = sorted((int(arch[3:]), arch) for arch in nvptx._PTX_FEATURE)
+    fitting = [arch for number, arch in known if number <= major * 10 + minor]
+    return fitting[-1] if fitting else nvptx.DEFAULT_ARCH
+
+
+def prepare(graph: Graph) -> CudaPlan:
+    """CUDA kernels for the fused nodes of `graph` (after the passes)."""
+    plan = CudaPlan()
+    for i, node in enumerate(graph.nodes):
+        if node.op is Op.FUSED:
+            try:
+                plan.launches[i] = kernel_for(node)
+            except NotCuda as e:
+                plan.refused[str(node).split(" = ")[0]] = str(e)
+    return plan
+
+
+def kernel_for(node: Node, arrays: list | None = None, threads: int | None = None
+               ) -> CudaLaunch:
+    """The CUDA kernel of fused `node` for operands laid out like `arrays` (numpy arrays
+    of the operands, inputs then outputs; contiguous inputs when None), with `threads`
+    per block (the generator's choice when None)."""
+    if node.attr["kind"] == "gemm":
+        raise NotCuda("GEMM nodes get their CUDA kernel from codegen/cuda/gemm.py, "
+                      "which this backend does not call yet")
+    try:
+        reader = PointwiseNode(node)
+    except NotNative as e:
+        raise NotCuda(str(e)) from None
+    full, reduced = reader.space
+    if reader.kind == "reduction" and 0 in full:
+        raise NotCuda("a reduction over no elements (the interpreter gives eager's "
+                      "answer or error)")
+    arrays = arrays if arrays is not None else _contiguous(node)
+    try:
+        gathers, placed = reader.gathers_over(arrays)
+        outer, inner = row_dims(arrays, reader.shapes, full, reduced, reader.squeezed,
+                                placed)
+    except NotNative as e:
+        raise NotCuda(str(e)) from None
+    name = f"kiln_cuda_{reader.kind}_{next(_names)}"
+    classes = tuple(s if s in (0, 1) else K.STRIDED for s in inner[1])
+    kernel_spec = K.KernelSpec(name, reader.kind, reader.operands, reader.nodes,
+                               tuple(reader.body.outputs), reader.scalars,
+                               reader.row_values, classes, gathers=gathers)
+    spec = CudaSpec(kernel_spec, tuple((size, tuple(col)) for size, col in outer),
+                    (inner[0], tuple(inner[1])))
+    if reader.kind == "elementwise":
+        kernel = build_elementwise(spec, threads)
+        blocks = blocks_for(spec.elements, kernel.block[0])
+    else:
+        kernel = build_rows(spec, threads)
+        blocks = min(spec.rows, MAX_BLOCKS)
+    return CudaLaunch(str(node).split(" = ")[0], reader.kind, kernel, (blocks, 1, 1),
+                      bool(gathers))
+
+
+def _contiguous(node: Node) -> list | None:
+    """The operands' arrays when the node's inputs are contiguous (the layouts of its
+    leading views follow)."""
+    return _arrays_of(node, [empty_cpu(*output_spec(v.type))
+                             for v in node.attr["body"].inputs])
+
+
+class _Lowered:
+    """A fused node in the interpreter's place while lowering: its CUDA kernel made for
+    its operands' layout at the first call (into `plan`), its values computed by the
+    interpreter (lower captures on CPU tensors)."""
+
+    def __init__(self, node: Node, index: int, plan: CudaPlan):
+        self.node, self.index, self.plan = node, index, plan
+        self.interpreted = interpreter.prepare(node.attr["body"])
+
+    def __call__(self, inputs: list) -> list:
+        name = str(self.node).split(" = ")[0]
+        if self.index not in self.plan.launches and name not in self.plan.refused:
+            try:
+                self.plan.launches[self.index] = kernel_for(self.node, _arrays_of(self.node,
+                                                                                  inputs))
+            except NotCuda as e:
+                self.plan.refused[name] = str(e)
+        return self.interpreted(inputs)
+
+
+def _arrays_of(node: Node, inputs: list) -> list | None:
+    """The arrays of a fused node's operands (inputs then fresh outputs) over the input
+    tensors `inputs`; None where the node is no pointwise one (kernel_for says why)."""
+    try:
+        reader = PointwiseNode(node)
+    except NotNative:
+        return None
+    operands = [t._np() for t in reader.operands_of(inputs)]
+    return operands + [np.empty(shape, dtype.np) for shape, _, _, dtype in
+                       map(output_spec, (v.type for v in reader.body.outputs))]
+
+
+class LoweringBackend:
+    """compiler.lower's backend for target="cuda": the passes, then each fused node's
+    CUDA kernel made, to be read, for the layouts its operands have when the graph runs
+    (`run.cuda`, a CudaPlan); the graph itself runs through the interpreter, since lower
+    captures on CPU tensors."""
+    name = "cuda-lowering"
+    note = "makes CUDA kernels to read; runs the graph through the reference interpreter"
+
+    def compile(self, graph: Graph):
+        from compiler.backends import native
+        from compiler.passes import optimize
+        optimized = optimize(graph, emits=native.emits)
+        plan = CudaPlan()
+        run = interpreter.prepare(optimized, replace={
+            i: _Lowered(node, i, plan) for i, node in enumerate(optimized.nodes)
+            if node.op is Op.FUSED})
+        run.graph, run.source, run.cuda = optimized, graph, plan
+        return run
