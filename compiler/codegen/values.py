@@ -78,9 +78,10 @@ def _isnan(L: Lanes, x):
 def _max_min(L: Lanes, a, b, dt: DType, is_max: bool):
     """NaN-propagating maximum/minimum (PyTorch's, not LLVM's maxnum)."""
     bld = L.b
-    if not dt.is_floating_point:
+    if not dt.is_floating_point:  # bools compare unsigned: True is 1, not -1
         op = ">" if is_max else "<"
-        return bld.select(bld.icmp_signed(op, a, b), a, b)
+        compare = bld.icmp_unsigned if dt is dtypes.bool_ else bld.icmp_signed
+        return bld.select(compare(op, a, b), a, b)
     r = bld.select(bld.fcmp_ordered(">" if is_max else "<", a, b), a, b)
     r = bld.select(_isnan(L, a), a, r)
     return bld.select(_isnan(L, b), b, r)
@@ -100,6 +101,8 @@ class Elements:
         return self.b.fneg(x) if self.fl else self.b.neg(x)
 
     def add(self, x, y):
+        if self.dt is dtypes.bool_:  # True + True is True (an i1 add would wrap to 0)
+            return self.b.or_(x, y)
         return self.b.fadd(x, y, flags=("contract",)) if self.fl else self.b.add(x, y)
 
     def sub(self, x, y):

@@ -453,3 +453,15 @@ def test_comparing_bools_natively_orders_false_before_true(compare):
     compiled = compiler.compile(fn, backend="native")
     assert compiled(a, b).tolist() == fn(a, b).tolist()
     _assert_ran_natively(compiled)
+
+
+@pytest.mark.parametrize("op", ["maximum", "minimum", "add"])
+def test_bool_maximum_minimum_and_add_natively_are_eager_s(op):
+    """max(True, False) is True (an i1 compared signed is -1) and True + True is True
+    (an i1 add wraps to False): the CUDA emulator tests found both."""
+    a = eager.tensor([True, False, True, False] * 5)
+    b = eager.tensor([False, True, True, False] * 5)
+    fn = lambda x, y: getattr(eager, op)(x, y)  # noqa: E731
+    compiled = compiler.compile(fn, backend="native")
+    assert compiled(a, b).tolist() == fn(a, b).tolist()
+    _assert_ran_natively(compiled)
