@@ -48,11 +48,11 @@ class CompileCheckError(AssertionError):
 
 
 class CompiledFunction:
-    def __init__(self, fn, *, backend: str = "native", fullgraph: bool = False,
+    def __init__(self, fn, *, backend="native", fullgraph: bool = False,
                  dynamic: bool = False, check: bool = False, module=None):
         self.fn = fn
         self.module = module
-        self.backend = get_backend(backend)
+        self.backend = get_backend(backend) if isinstance(backend, str) else backend
         self.fullgraph = fullgraph
         self.dynamic = dynamic
         self.check_calls = 3 if check else 0
