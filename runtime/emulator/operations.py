@@ -265,7 +265,11 @@ def _fma_f32(a, b, c):
 def _fma_f64(a, b, c):
     if not all(map(math.isfinite, (a, b, c))):
         return a * b + c
-    return float(Fraction(a) * Fraction(b) + Fraction(c))
+    exact = Fraction(a) * Fraction(b) + Fraction(c)
+    try:
+        return float(exact)
+    except OverflowError:  # beyond double's range: IEEE fma rounds to infinity
+        return INF if exact > 0 else -INF
 
 
 def _safe(fn, on_overflow=INF):

@@ -99,20 +99,12 @@ def _same(got, want, dtype):
 
 
 # every pointwise op of the records ------------------------------------------------------
-EMULATOR_FMA_OVERFLOW = pytest.mark.xfail(
-    strict=True, raises=Exception,
-    reason="runtime/emulator's float64 fma raises OverflowError where the exact result "
-           "is beyond double's range (IEEE fma gives inf): erf's tail polynomial at 1e-30")
-
-
-def _pointwise_cases(emulated=False):
+def _pointwise_cases():
     params = []
     for case in op_table.ELEMENTWISE:
         if all(op in V.NATIVE_OPS for op in case.ops):
-            params += [pytest.param(case, dtype, id=f"{case.name}-{dtype}", marks=[
-                EMULATOR_FMA_OVERFLOW] if emulated and dtype == "float64" and
-                case.name in ("erf", "gelu") else [])
-                for dtype in case.dtypes if dtype in V.SUPPORTED]
+            params += [pytest.param(case, dtype, id=f"{case.name}-{dtype}")
+                       for dtype in case.dtypes if dtype in V.SUPPORTED]
     return params
 
 
@@ -157,7 +149,7 @@ def test_every_pointwise_op_makes_a_kernel_that_ptxas_assembles(case, dtype):
 
 
 @needs_emulator
-@pytest.mark.parametrize("case, dtype", _pointwise_cases(emulated=True))
+@pytest.mark.parametrize("case, dtype", _pointwise_cases())
 def test_every_pointwise_op_emulated_matches_eager(case, dtype):
     for tensors, fn in _small_samples(case, dtype):
         try:
@@ -392,8 +384,7 @@ MATH_REFERENCES = {
 
 @needs_emulator
 @pytest.mark.parametrize("name, dtype", [
-    pytest.param(name, dtype, id=f"{name}-{dtype}", marks=[EMULATOR_FMA_OVERFLOW] if
-                 (name, dtype) == ("erf", "float64") else [])
+    pytest.param(name, dtype, id=f"{name}-{dtype}")
     for name in vmath.NAMES for dtype in ("float32", "float64")])
 def test_vmath_emulated_on_nvptx_ir_matches_numpy(name, dtype):
     """The CPU's polynomials at scalar width, special values included, within the

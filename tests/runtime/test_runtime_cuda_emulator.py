@@ -575,3 +575,15 @@ def test_maxnum_ignores_nan_where_maximum_propagates_it():
     x = np.array([np.nan, 1.0, 0, 0], np.float32)
     cuda_emulator.launch(fn, 1, 1, [x])
     assert x[2] == 1.0 and np.isnan(x[3])
+
+
+def test_float64_fma_beyond_double_range_is_infinite():
+    """IEEE fma rounds an exact result beyond double's range to +-inf (it raised)."""
+    from runtime.emulator.operations import _fma_f64
+    assert _fma_f64(1e300, 1e300, 1.0) == float("inf")
+    assert _fma_f64(-1e300, 1e300, 1.0) == float("-inf")
+    assert _fma_f64(1e300, 1e10, -1e308) == float("inf")
+    from fractions import Fraction
+    exact = Fraction(0.1) * Fraction(0.1) - Fraction(0.01)
+    assert _fma_f64(0.1, 0.1, -0.01) == float(exact)  # one rounding, not two
+    assert _fma_f64(0.1, 0.1, -0.01) != 0.1 * 0.1 - 0.01
