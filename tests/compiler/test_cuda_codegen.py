@@ -427,9 +427,9 @@ def test_lower_for_cuda_gives_each_kernel_its_ir_ptx_report_and_launch():
 def test_lower_for_cuda_names_the_nodes_without_a_kernel_and_why():
     a = eager.tensor(np.ones((4, 8), np.float32))
     b = eager.tensor(np.ones((8, 3), np.float32))
-    lowered = compiler.lower(lambda x, y: (x @ y).relu(), a, b, target="cuda")
+    lowered = compiler.lower(lambda x, y: (x.exp() @ y).relu(), a, b, target="cuda")
     assert lowered.cuda_kernels == []
-    assert ["GEMM" in why for why in lowered.not_cuda.values()] == [True]
+    assert ["prologue" in why for why in lowered.not_cuda.values()] == [True]
 
 
 def test_lower_for_cuda_makes_kernels_for_the_layouts_the_arguments_have():

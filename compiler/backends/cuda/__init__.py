@@ -7,25 +7,28 @@ its report (registers, spills, shared memory).
                         the others with the reason (as the native backend's
                         `native_reasons`)
     kernel_for(node) -> CudaLaunch of one fused node, for its operands' layout
+    emits(node)      whether fusion may put `node` in a CUDA kernel
     device_arch()    the architecture to generate for: the GPU's, else sm_90
 
 A fused node is read as the native backend reads it (backends/native/pointwise.py's
-PointwiseNode: operands, iteration space, per-row values, gathers, merged dims), so
-both backends agree on what a node computes. Kernels are made for given operand layouts,
+PointwiseNode: operands, iteration space, per-row values, gathers, merged dims; a gemm
+node through gemm_node_plan.py, see gemm_node.py), so both backends agree on what a
+node computes. Kernels are made for given operand layouts,
 by default contiguous inputs (the layouts of the node's leading views follow from them).
 """
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from compiler import interpreter
+from compiler.backends.cuda.gemm_node import gemm_call
+from compiler.backends.cuda.plan import CudaLaunch, CudaPlan, NotCuda
 from compiler.backends.native.launch import output_spec
 from compiler.backends.native.pointwise import NotNative, PointwiseNode, row_dims
 from compiler.codegen import pointwise as K
-from compiler.codegen.cuda import CudaKernel
+from compiler.codegen.cuda.gemm import gemm_kernel
 from compiler.codegen.cuda.pointwise import MAX_BLOCKS, CudaSpec, blocks_for, \
     build_elementwise
 from compiler.codegen.cuda.rows import build_rows
@@ -35,48 +38,6 @@ from ir.ops import Op
 from runtime import nvptx
 
 _names = itertools.count(1)
-
-
-class NotCuda(Exception):
-    """A fused node the CUDA code generators do not take; the message says why."""
-
-
-@dataclass
-class CudaLaunch:
-    """A fused node's kernel and how to launch it: `grid` blocks of the kernel's block
-    (0 blocks: the node has no elements, nothing to launch); `checked`: the kernel takes
-    a status word after its operands (an i64 the host zeroes and reads after the launch:
-    1 when a gather met an index out of range)."""
-    node: str
-    kind: str
-    kernel: CudaKernel
-    grid: tuple
-    checked: bool = False
-
-    @property
-    def name(self) -> str:
-        return self.kernel.name
-
-    @property
-    def block(self) -> tuple:
-        return self.kernel.block
-
-    @property
-    def llvm_ir(self) -> str:
-        return self.kernel.llvm_ir
-
-    def ptx(self, arch: str = nvptx.DEFAULT_ARCH) -> str:
-        return self.kernel.ptx(arch)
-
-    def report(self, arch: str = nvptx.DEFAULT_ARCH) -> nvptx.KernelReport:
-        """ptxas's figures for the kernel (PtxasMissing where ptxas is not installed)."""
-        return nvptx.ptxas_report(self.ptx(arch), arch)[self.name]
-
-
-@dataclass
-class CudaPlan:
-    launches: dict = field(default_factory=dict)  # node index -> CudaLaunch
-    refused: dict = field(default_factory=dict)   # fused node -> why no CUDA kernel
 
 
 def device_arch() -> str:
@@ -92,6 +53,14 @@ def device_arch() -> str:
     known = sorted((int(arch[3:]), arch) for arch in nvptx._PTX_FEATURE)
     fitting = [arch for number, arch in known if number <= major * 10 + minor]
     return fitting[-1] if fitting else nvptx.DEFAULT_ARCH
+
+
+def emits(node: Node) -> bool:
+    """Whether a CUDA kernel can hold `node`: what the native kernels hold, but a batched
+    product, which the CUDA GEMM does not compute (it runs interpreted, and the ops
+    around it still fuse)."""
+    from compiler.backends import native
+    return node.op is not Op.BMM and native.emits(node)
 
 
 def prepare(graph: Graph) -> CudaPlan:
@@ -112,8 +81,7 @@ def kernel_for(node: Node, arrays: list | None = None, threads: int | None = Non
     of the operands, inputs then outputs; contiguous inputs when None), with `threads`
     per block (the generator's choice when None)."""
     if node.attr["kind"] == "gemm":
-        raise NotCuda("GEMM nodes get their CUDA kernel from codegen/cuda/gemm.py, "
-                      "which this backend does not call yet")
+        return _gemm_launch(node, arrays)
     try:
         reader = PointwiseNode(node)
     except NotNative as e:
@@ -146,6 +114,16 @@ def kernel_for(node: Node, arrays: list | None = None, threads: int | None = Non
                       bool(gathers))
 
 
+def _gemm_launch(node: Node, arrays: list | None) -> CudaLaunch:
+    """A gemm node's launch for inputs laid out like `arrays` (contiguous when None)."""
+    inputs = node.attr["body"].inputs
+    if arrays is None:
+        arrays = [np.empty(v.type.shape, v.type.dtype.np) for v in inputs]
+    call = gemm_call(node, arrays[:len(inputs)])
+    return CudaLaunch(str(node).split(" = ")[0], "gemm", gemm_kernel(call.request),
+                      call.grid, gemm=call)
+
+
 def _contiguous(node: Node) -> list | None:
     """The operands' arrays when the node's inputs are contiguous (the layouts of its
     leading views follow)."""
@@ -175,7 +153,10 @@ class _Lowered:
 
 def _arrays_of(node: Node, inputs: list) -> list | None:
     """The arrays of a fused node's operands (inputs then fresh outputs) over the input
-    tensors `inputs`; None where the node is no pointwise one (kernel_for says why)."""
+    tensors `inputs` (a gemm node's operands are its inputs); None where the node is no
+    pointwise one (kernel_for says why)."""
+    if node.attr["kind"] == "gemm":
+        return [t._np() for t in inputs]
     try:
         reader = PointwiseNode(node)
     except NotNative:
@@ -194,9 +175,8 @@ class LoweringBackend:
     note = "makes CUDA kernels to read; runs the graph through the reference interpreter"
 
     def compile(self, graph: Graph):
-        from compiler.backends import native
         from compiler.passes import optimize
-        optimized = optimize(graph, emits=native.emits)
+        optimized = optimize(graph, emits=emits)
         plan = CudaPlan()
         run = interpreter.prepare(optimized, replace={
             i: _Lowered(node, i, plan) for i, node in enumerate(optimized.nodes)
