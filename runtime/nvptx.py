@@ -6,9 +6,16 @@
     compile_ptx     module (ir.Module or IR text) -> PTX text, after LLVM's O3 for `arch`
     ptxas_report    what `ptxas -arch=<arch> -v` says of the PTX (registers, spills,
                     shared memory), or PtxasMissing naming why it cannot be asked
+    record_sources  from now on, compile_ptx remembers the ir.Module behind each PTX
+    source_of       the ir.Module a PTX text was compiled from, or None
 
 No CUDA toolkit is needed at run time: llvmlite emits PTX and the driver assembles it
 (runtime/cuda.py). ptxas is used only to check and report, where it is installed.
+PTX cannot run on the host, so the emulated device (runtime/cuda_emulated.py) runs the
+IR a PTX text came from: compile_ptx remembers it (the newest 1024 ir.Modules; a module
+given as IR text is not remembered) once an emulated driver was made, or whenever
+KILN_CUDA=emulate is set; otherwise nothing is kept, so a process with a GPU holds no
+modules alive.
 Facts this module follows (shared/NOTES-codegen.md): llvm.exp/log on f32 abort NVPTX
 ("no libcall available"), so kernels use kiln's own polynomials; FMA needs `contract`.
 """
@@ -21,6 +28,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
@@ -34,6 +42,9 @@ DEFAULT_ARCH = "sm_90"
 _PTX_FEATURE = {"sm_70": "+ptx60", "sm_75": "+ptx63", "sm_80": "+ptx70", "sm_86": "+ptx71",
                 "sm_89": "+ptx78", "sm_90": "+ptx80"}
 _lock = threading.Lock()
+_SOURCES_KEPT = 1024
+_sources: OrderedDict = OrderedDict()  # PTX text -> ir.Module, least recently used first
+_recording = False
 
 
 class PtxasMissing(RuntimeError):
@@ -100,7 +111,31 @@ def compile_ptx(module, arch: str = DEFAULT_ARCH) -> str:
         parsed.triple = TRIPLE
         parsed.data_layout = str(machine.target_data)
         run_pipeline(parsed, machine, 3)
-        return machine.emit_assembly(parsed)
+        ptx = machine.emit_assembly(parsed)
+        if isinstance(module, ir.Module) and (
+                _recording or os.environ.get("KILN_CUDA") == "emulate"):
+            _sources[ptx] = module
+            _sources.move_to_end(ptx)
+            if len(_sources) > _SOURCES_KEPT:
+                _sources.popitem(last=False)
+        return ptx
+
+
+def record_sources() -> None:
+    """Remember the ir.Module behind each PTX compile_ptx makes from now on (the
+    emulated driver calls this when it is made)."""
+    global _recording
+    _recording = True
+
+
+def source_of(ptx) -> ir.Module | None:
+    """The ir.Module that `ptx` (text or bytes) was compiled from, if remembered."""
+    text = ptx.decode(errors="replace") if isinstance(ptx, (bytes, bytearray)) else ptx
+    with _lock:
+        module = _sources.get(text.rstrip("\0"))
+        if module is not None:
+            _sources.move_to_end(text.rstrip("\0"))
+        return module
 
 
 @dataclass(frozen=True)
