@@ -1,6 +1,9 @@
 """The CUDA driver API (libcuda) through ctypes.
 
-    driver()        the process's Driver, or CudaUnavailable saying why there is none
+    driver()        the process's Driver, or CudaUnavailable saying why there is none;
+                    with KILN_CUDA=emulate, kiln's emulated device instead
+                    (runtime/cuda_emulated.py's EmulatedDriver, same methods, no GPU)
+    use_driver(d)   a context manager: driver() returns `d` inside it (tests)
     device_count()  GPUs the driver sees (0 where there is no driver or GPU)
     Driver(lib)     the calls kiln makes, over a ctypes library or any object with the
                     same functions (tests pass a fake): devices, primary contexts,
@@ -17,8 +20,10 @@ calling thread. The caching allocator on top of this is runtime/cuda_allocator.p
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
+import os
 import threading
 from ctypes import POINTER, byref, c_char_p, c_float, c_int, c_size_t, c_ubyte, c_uint
 from ctypes import c_uint64, c_void_p
@@ -411,21 +416,54 @@ class Driver:
 _lock = threading.Lock()
 _driver: Driver | None = None
 _failure: str | None = None
+_chosen: list = []  # use_driver's, innermost last
+KILN_CUDA = {"": "the CUDA driver (libcuda), as when KILN_CUDA is unset",
+             "emulate": "kiln's emulated CUDA device (runtime/cuda_emulated.py), no GPU"}
 
 
 def driver() -> Driver:
     """The process's Driver (libcuda initialised, one GPU or more), or CudaUnavailable
-    saying why there is none. Looked for once."""
+    saying why there is none; the emulated device's driver where KILN_CUDA=emulate.
+    Looked for once. Inside use_driver(d), `d`."""
     global _driver, _failure
     with _lock:
+        if _chosen:
+            return _chosen[-1]
         if _driver is None and _failure is None:
             try:
-                _driver = Driver.open(load_library())
+                _driver = _open(os.environ.get("KILN_CUDA", ""))
             except CudaUnavailable as missing:
                 _failure = str(missing)
     if _driver is None:
         raise CudaUnavailable(_failure)
     return _driver
+
+
+def _open(choice: str):
+    if choice not in KILN_CUDA:
+        allowed = "; ".join(f"{value!r}: {what}" for value, what in KILN_CUDA.items())
+        raise ValueError(f"KILN_CUDA={choice!r} is not understood; it may be {allowed}")
+    if choice == "emulate":
+        from .cuda_emulated import EmulatedDriver
+        return EmulatedDriver()
+    return Driver.open(load_library())
+
+
+@contextlib.contextmanager
+def use_driver(chosen):
+    """driver() returns `chosen` (an EmulatedDriver, a Driver over a test's fake) inside
+    the block, and what it returned before after it. The device allocators made inside
+    (runtime/cuda_allocator.py) hold `chosen`'s memory, so they are the block's own."""
+    from . import cuda_allocator
+    with _lock:
+        _chosen.append(chosen)
+        saved, cuda_allocator._allocators = cuda_allocator._allocators, {}
+    try:
+        yield chosen
+    finally:
+        with _lock:
+            del _chosen[len(_chosen) - 1 - _chosen[::-1].index(chosen)]
+            cuda_allocator._allocators = saved
 
 
 def device_count() -> int:
