@@ -1,5 +1,7 @@
 """The kernel cache: compiled object code kept in memory for this process and on disk for
-the next one.
+the next one; CUDA kernels' PTX is kept the same way (runtime/nvptx.py's ptx_cache, its
+entries checked as PTX text rather than as ELF objects), in the same directory and under
+the same size cap.
 
 A kernel is keyed by a hash of its LLVM IR text, the target (triple, CPU name and
 features), the LLVM version and kiln's version, so a change to any of them compiles
@@ -12,7 +14,8 @@ addresses); the disk tier holds one file per key under `$KILN_CACHE_DIR` (defaul
     object  the bytes of `TargetMachine.emit_object`
 
 A file that is short, has a bad header, a hash mismatch, another key's meta or object code
-that is not structurally an ELF object for this machine is never handed to LLVM (which
+that is not structurally an ELF object for this machine (for PTX: not the PTX text
+kiln emits) is never handed to LLVM (or the CUDA driver) (which
 could crash the process on garbage); it is rebuilt and rewritten. What the cache trusts,
 and why, is in runtime/cache_trust.py: entries are read only from a directory and files
 that this user owns and nobody else can write, and only from regular files of a bounded
@@ -45,6 +48,8 @@ from typing import Callable, Generic, TypeVar
 
 from runtime.cache_trust import (UntrustedEntry, directory_problem, make_private_directories,
                                  object_problem, read_entry_file)
+
+PayloadCheck = Callable[[bytes], str | None]  # why object code must not be loaded, or None
 
 FORMAT = "kiln-cpu-object-1"
 MAGIC = b"KILNOBJ1"
@@ -126,9 +131,10 @@ def kiln_version() -> str:
 
 
 def kernel_key(ir_text: str, *, triple: str, cpu: str, features: str, version: str,
-               llvm_version: str = "") -> str:
-    """Hex SHA-256 naming the object code that `ir_text` compiles to on this target."""
-    parts = [FORMAT, triple, cpu, features, version, llvm_version, ir_text]
+               llvm_version: str = "", kind: str = FORMAT) -> str:
+    """Hex SHA-256 naming the object code that `ir_text` compiles to on this target;
+    `kind` names what an entry holds (CPU object code, PTX), so kinds never share a key."""
+    parts = [kind, triple, cpu, features, version, llvm_version, ir_text]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
@@ -139,9 +145,10 @@ def encode(key: str, entry: Entry) -> bytes:
         + entry.object_code
 
 
-def decode(key: str, data: bytes) -> Entry:
+def decode(key: str, data: bytes, check: PayloadCheck = object_problem) -> Entry:
     """The entry in `data`, or CorruptEntry if it is not exactly a valid entry for `key`
-    holding an ELF object for this machine (cache_trust.object_problem)."""
+    whose object code passes `check` (by default cache_trust.object_problem: an ELF
+    object for this machine)."""
     if len(data) < HEADER.size:
         raise CorruptEntry(f"{len(data)} bytes is shorter than the header")
     magic, meta_length, object_length, digest = HEADER.unpack_from(data)
@@ -161,7 +168,7 @@ def decode(key: str, data: bytes) -> Entry:
         raise CorruptEntry(f"unreadable meta: {error}")
     if stored_key != key:
         raise CorruptEntry(f"holds key {stored_key!r}")
-    problem = object_problem(body[meta_length:])
+    problem = check(body[meta_length:])
     if problem is not None:
         raise CorruptEntry(problem)
     return Entry(functions, body[meta_length:])
@@ -169,15 +176,18 @@ def decode(key: str, data: bytes) -> Entry:
 
 class KernelCache(Generic[Value]):
     """Memory and disk tiers around a build step. One per engine: the memory tier holds
-    values (addresses) that only mean something in that engine.
+    values (addresses) that only mean something in that engine. `check` says why an
+    entry's object code must not be loaded, or None (decode's default: ELF objects).
 
     Lookups are serialised by one lock, so concurrent requests for a key build it once.
     The size cap is read here, so a bad `$KILN_CACHE_MAX_BYTES` fails before anything is
     compiled; each directory is checked (runtime/cache_trust.py) when first used.
     """
 
-    def __init__(self, directory: Path | str | None = None):
+    def __init__(self, directory: Path | str | None = None,
+                 check: PayloadCheck = object_problem):
         self._directory = Path(directory) if directory is not None else None
+        self._check = check
         self._memory: dict[str, Value] = {}
         self._lock = threading.RLock()
         self._trusted: dict[Path, bool] = {}
@@ -233,7 +243,7 @@ class KernelCache(Generic[Value]):
         except OSError:
             return None
         try:
-            entry = decode(key, data)
+            entry = decode(key, data, self._check)
         except CorruptEntry:
             self.stats.rebuilt_corrupt += 1
             return None

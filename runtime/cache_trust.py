@@ -20,12 +20,17 @@ could have:
   first: a relocatable 64-bit little-endian ELF object for this machine whose section
   header table and sections lie inside its bytes. An object that passes is still native
   code run as it is; it is loaded because only this user could have put it there.
+- PTX entries (runtime/nvptx.py) are text that the CUDA driver's JIT parses and checks
+  itself; `ptx_problem` still refuses anything but the PTX that LLVM's NVPTX backend
+  writes: ASCII without NUL bytes, opening with its .version, .target and
+  .address_size 64 directives, and defining at least one kernel (.entry).
 """
 from __future__ import annotations
 
 import errno
 import os
 import platform
+import re
 import stat
 import struct
 from pathlib import Path
@@ -39,6 +44,8 @@ SECTION_HEADER = struct.Struct("<IIQQQQIIQQ")
 ELF_MAGIC = b"\x7fELF"
 ELFCLASS64, ELFDATA2LSB, ET_REL, SHT_NOBITS = 2, 1, 1, 8
 ELF_MACHINES = {"x86_64": 62, "aarch64": 183}  # EM_X86_64, EM_AARCH64
+PTX_HEAD = re.compile(r"\.version \d+\.\d+\n\.target sm_\d+[a-z]?\n\.address_size 64\n")
+PTX_ENTRY = re.compile(r"^\.visible \.entry (\w+)\(", re.MULTILINE)  # a kernel, its name
 
 
 class UntrustedEntry(Exception):
@@ -143,4 +150,24 @@ def object_problem(code: bytes) -> str | None:
             return f"section {index} ends past the object code's {len(code)} bytes"
         if link >= sections:
             return f"section {index} links to section {link} of {sections}"
+    return None
+
+
+def ptx_problem(code: bytes) -> str | None:
+    """Why `code` is not PTX as LLVM's NVPTX backend writes it, or None: ASCII text
+    without NUL bytes whose first directives, after its comment lines, are .version,
+    .target sm_NN and .address_size 64, defining at least one kernel. Checks the form
+    only: the driver's JIT checks the rest when it loads the module."""
+    try:
+        text = code.decode("ascii")
+    except UnicodeDecodeError as error:
+        return f"PTX with a byte that is not ASCII at {error.start}"
+    if "\0" in text:
+        return "PTX with a NUL byte"
+    body = "".join(line + "\n" for line in text.splitlines()
+                   if line.strip() and not line.startswith("//"))
+    if not PTX_HEAD.match(body):
+        return "PTX that does not open with .version, .target sm_NN and .address_size 64"
+    if not PTX_ENTRY.search(body):
+        return "PTX that defines no kernel (.entry)"
     return None

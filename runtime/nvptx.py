@@ -4,6 +4,10 @@
     new_module      an ir.Module for NVPTX (triple and data layout set)
     kernel          define a kernel: ptx_kernel calling convention, optional launch bound
     compile_ptx     module (ir.Module or IR text) -> PTX text, after LLVM's O3 for `arch`
+    cached_ptx      the same through the kernel cache (runtime/cache.py): from memory, from
+                    disk (keyed by the IR text, the architecture, kiln's, llvmlite's and
+                    LLVM's versions), else compiled and written there
+    ptx_cache       the process's PTX cache (its stats count compiles as misses)
     ptxas_report    what `ptxas -arch=<arch> -v` says of the PTX (registers, spills,
                     shared memory), or PtxasMissing naming why it cannot be asked
     record_sources  from now on, compile_ptx remembers the ir.Module behind each PTX
@@ -31,14 +35,18 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
+import llvmlite
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
+from .cache import Entry, KernelCache, kernel_key, kiln_version
+from .cache_trust import PTX_ENTRY, ptx_problem
 from .llvm_passes import run_pipeline
 
 TRIPLE = "nvptx64-nvidia-cuda"
 DATA_LAYOUT = "e-i64:64-i128:128-v16:16-v32:32-n16:32:64"
 DEFAULT_ARCH = "sm_90"
+PTX_FORMAT = "kiln-ptx-1"  # the kernel cache's name for what a PTX entry holds
 _PTX_FEATURE = {"sm_70": "+ptx60", "sm_75": "+ptx63", "sm_80": "+ptx70", "sm_86": "+ptx71",
                 "sm_89": "+ptx78", "sm_90": "+ptx80"}
 _lock = threading.Lock()
@@ -136,6 +144,36 @@ def source_of(ptx) -> ir.Module | None:
         if module is not None:
             _sources.move_to_end(text.rstrip("\0"))
         return module
+
+
+@functools.cache
+def ptx_cache() -> KernelCache:
+    """The process's PTX cache: under $KILN_CACHE_DIR with the CPU kernels, each entry
+    checked as PTX (cache_trust.ptx_problem) before it is used."""
+    return KernelCache(check=ptx_problem)
+
+
+def ptx_key(module, arch: str = DEFAULT_ARCH) -> str:
+    """The kernel cache's key for the PTX of `module` (an ir.Module or its text)."""
+    return kernel_key(str(module), triple=TRIPLE, cpu=arch, features=arch_feature(arch),
+                      version=kiln_version(), kind=PTX_FORMAT,
+                      llvm_version=f"llvmlite {llvmlite.__version__}, LLVM "
+                                   + ".".join(map(str, llvm.llvm_version_info)))
+
+
+def cached_ptx(module, arch: str = DEFAULT_ARCH, cache: KernelCache | None = None) -> str:
+    """compile_ptx(module, arch) through `cache` (the process's when None): a module
+    seen before, in this process or in one that wrote the same cache directory, is not
+    compiled again."""
+    cache = cache if cache is not None else ptx_cache()
+    text = str(module)
+
+    def build() -> Entry:
+        ptx = compile_ptx(text, arch)
+        return Entry(tuple(PTX_ENTRY.findall(ptx)), ptx.encode("ascii"))
+
+    return cache.get_or_build(ptx_key(text, arch), build,
+                              lambda entry: entry.object_code.decode("ascii"))
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,10 @@ class CudaKernel:
         return str(self.module)
 
     def ptx(self, arch: str = nvptx.DEFAULT_ARCH) -> str:
-        """The PTX for `arch`, made once."""
+        """The PTX for `arch`, made once: through the kernel cache, so from disk where
+        another process made it before."""
         if arch not in self._ptx:
-            self._ptx[arch] = nvptx.compile_ptx(self.module, arch)
+            self._ptx[arch] = nvptx.cached_ptx(self.module, arch)
         return self._ptx[arch]
 
     def emulate(self, grid, args: list) -> None:
