@@ -120,13 +120,19 @@ def compile_ptx(module, arch: str = DEFAULT_ARCH) -> str:
         parsed.data_layout = str(machine.target_data)
         run_pipeline(parsed, machine, 3)
         ptx = machine.emit_assembly(parsed)
-        if isinstance(module, ir.Module) and (
-                _recording or os.environ.get("KILN_CUDA") == "emulate"):
-            _sources[ptx] = module
-            _sources.move_to_end(ptx)
-            if len(_sources) > _SOURCES_KEPT:
-                _sources.popitem(last=False)
+        _remember(ptx, module)
         return ptx
+
+
+def _remember(ptx: str, module) -> None:
+    """Keep `module` as the source of `ptx` where sources are recorded (call under
+    _lock); a module given as IR text is not kept."""
+    if isinstance(module, ir.Module) and (
+            _recording or os.environ.get("KILN_CUDA") == "emulate"):
+        _sources[ptx] = module
+        _sources.move_to_end(ptx)
+        if len(_sources) > _SOURCES_KEPT:
+            _sources.popitem(last=False)
 
 
 def record_sources() -> None:
@@ -164,16 +170,19 @@ def ptx_key(module, arch: str = DEFAULT_ARCH) -> str:
 def cached_ptx(module, arch: str = DEFAULT_ARCH, cache: KernelCache | None = None) -> str:
     """compile_ptx(module, arch) through `cache` (the process's when None): a module
     seen before, in this process or in one that wrote the same cache directory, is not
-    compiled again."""
+    compiled again. An ir.Module is remembered as its PTX's source (source_of) on a
+    hit as on a compile."""
     cache = cache if cache is not None else ptx_cache()
-    text = str(module)
 
     def build() -> Entry:
-        ptx = compile_ptx(text, arch)
+        ptx = compile_ptx(module, arch)
         return Entry(tuple(PTX_ENTRY.findall(ptx)), ptx.encode("ascii"))
 
-    return cache.get_or_build(ptx_key(text, arch), build,
-                              lambda entry: entry.object_code.decode("ascii"))
+    ptx = cache.get_or_build(ptx_key(module, arch), build,
+                             lambda entry: entry.object_code.decode("ascii"))
+    with _lock:
+        _remember(ptx, module)
+    return ptx
 
 
 @dataclass(frozen=True)

@@ -169,3 +169,13 @@ def test_ptx_and_cpu_entries_refuse_each_other():
     assert "defines no kernel" in ptx_problem(ptx.replace(b".entry", b".func"))
     assert "NUL" in ptx_problem(ptx + b"\0")
     assert "not ASCII" in ptx_problem("// é\n".encode() + ptx)
+
+
+def test_ptx_read_from_disk_still_names_its_module_for_the_emulated_device(
+        cache_dir, compiles, monkeypatch):
+    monkeypatch.setattr(nvptx, "_recording", True)
+    monkeypatch.setattr(nvptx, "_sources", type(nvptx._sources)())
+    nvptx.cached_ptx(_module(), "sm_90", _ptx_cache(cache_dir))
+    module = _module()
+    ptx = nvptx.cached_ptx(module, "sm_90", _ptx_cache(cache_dir))
+    assert compiles[0] == 1 and nvptx.source_of(ptx) is module
