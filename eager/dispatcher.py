@@ -139,6 +139,7 @@ class OpHandle:
                                if a.type.is_tensor_list and not a.kwarg_only)
         self._tensor_kw = tuple(a.name for a in schema.arguments if a.type.base == "Tensor")
         self._mutated = tuple(i for i, a in enumerate(schema.arguments) if a.type.mutable)
+        self.devices_may_differ = False  # copy_: its source may be on another device
 
     def __repr__(self) -> str:
         return f"<OpHandle {self.qualified_name}>"
@@ -226,8 +227,8 @@ class OpHandle:
             if not _holds_tensor(*given) and not self._empty_list(args):
                 raise TypeError(f"{self.schema.name}(): expected at least one Tensor argument")
             mask |= 1 << DispatchKey.CPU  # only wrapped numbers, which live on the CPU
-        if mask & BACKEND_MASK & (mask & BACKEND_MASK) - 1:
-            raise RuntimeError(_device_mismatch(self, args, kwargs))
+        if mask & BACKEND_MASK & (mask & BACKEND_MASK) - 1 and not self.devices_may_differ:
+            mask = _cpu_scalars_join(self, mask, args, kwargs)
         return (mask | tls.include) & ~tls.exclude, args, kwargs
 
     def _empty_list(self, args: tuple) -> bool:
@@ -323,6 +324,21 @@ def _wrap_scalar(handle: OpHandle, where, value):
     name = handle.schema.arguments[where].name if isinstance(where, int) else where
     raise TypeError(f"{handle.schema.name}(): argument '{name}' must be Tensor, "
                     f"not {type(value).__name__}")
+
+
+_CPU_BITS = (1 << DispatchKey.CPU) | (1 << DispatchKey.AutogradCPU)
+
+
+def _cpu_scalars_join(handle, mask: int, args, kwargs) -> int:
+    """As in PyTorch, zero-dim CPU tensors may join a CUDA op (its kernel reads them as
+    numbers): the mask without the CPU keys. Any other mix of devices raises."""
+    if mask & (1 << DispatchKey.CUDA) and not mask & (1 << DispatchKey.Meta) and all(
+            t.dim() == 0 for v in (*args, *kwargs.values())
+            for t in (v if isinstance(v, (list, tuple)) else [v])
+            if hasattr(t, "_keys") and getattr(t, "device", None) is not None
+            and t.device.type == "cpu"):
+        return mask & ~_CPU_BITS
+    raise RuntimeError(_device_mismatch(handle, args, kwargs))
 
 
 def _device_mismatch(handle, args, kwargs) -> str:

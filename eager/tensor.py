@@ -58,6 +58,18 @@ class Storage:
         return self._address
 
 
+class DeviceStorage(Storage):
+    """Memory on a device: `memory` is the device backend's allocation (a CUDA tensor's
+    holds a runtime/cuda_allocator.DeviceMemory, freed when the last view goes) and
+    `data` is None: the host reads it only through a copy (`t.cpu()`)."""
+    __slots__ = ("memory",)
+
+    def __init__(self, memory, device_: device, nbytes: int):
+        super().__init__(None, device_, nbytes)
+        self.memory = memory
+        self._address = memory.pointer
+
+
 # bound once: every new tensor passed to native code asks for its address
 _addressof, _char_at = ctypes.addressof, ctypes.c_char.from_buffer
 
@@ -166,9 +178,10 @@ class Tensor:
         return True
 
     def data_ptr(self) -> int:
-        if self._storage.data is None:
-            return 0
-        return self._storage.address + self._offset * self.dtype.itemsize
+        """The address of the first element: host memory on the CPU, device memory on a
+        device (0 on meta, which has none)."""
+        address = self._storage.address
+        return address + self._offset * self.dtype.itemsize if address else 0
 
     @property
     def _version(self) -> int:
@@ -245,7 +258,7 @@ class Tensor:
 
     def numpy(self, *, force: bool = False) -> np.ndarray:
         if self.device.type != "cpu":
-            raise TypeError(f"can't convert {self.device.type} device type tensor to numpy. "
+            raise TypeError(f"can't convert {self.device} device type tensor to numpy. "
                             "Use Tensor.cpu() to copy the tensor to host memory first.")
         if self._requires_grad and not force:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from eager.dispatcher import ATEN
 from eager.factories import zeros_like
 from eager.kernels._common import promote, register, scalar_value, type_word
 from eager.kernels.elementwise import check_no_internal_overlap
@@ -224,6 +225,7 @@ def _(ctx, g):
 
 COPY_ = declare(Op.COPY_, method=True)
 register(Op.COPY_, _copy, _copy_meta)
+ATEN[Op.COPY_].devices_may_differ = True  # as PyTorch's: the device's kernel runs (CUDA's)
 
 
 @COPY_.derivative("CopyBackwards", "self src", save="src_sizes src_dtype src_device")
