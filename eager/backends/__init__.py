@@ -1,9 +1,11 @@
 """Device backends beyond the CPU, plugged in lazily through the public registration API.
 
 A backend turns host data into a tensor on its device (`from_host`). Meta is the
-trivial one: it keeps the shape and dtype and drops the data. The CUDA backend would
-register itself the first time a CUDA tensor is asked for; until it exists and a driver
-and GPU are present, asking raises a clear error: nothing silently runs on the CPU.
+trivial one: it keeps the shape and dtype and drops the data. The CUDA backend
+(compiler/eager_cuda) is loaded the first time a CUDA tensor is asked for, once the
+driver finds a GPU: it registers its kernels under DispatchKey.CUDA then. Without a
+driver or GPU, asking raises "CUDA backend is not available: <reason>": nothing
+silently runs on the CPU.
 """
 from __future__ import annotations
 
@@ -26,16 +28,24 @@ def backend_for(dev: device):
     if dev.type == "meta":
         return _MetaBackend
     if dev.type == "cuda":
-        from runtime.cuda import CudaUnavailable, driver
-        try:
-            driver()
-        except CudaUnavailable as e:
-            raise RuntimeError(f"CUDA backend is not available: {e}") from None
-        raise RuntimeError("CUDA backend is not available: a CUDA driver and GPU were found, but "
-                           "kiln's CUDA kernels are not built yet (see the compiler's PTX backend)")
+        return _cuda_backend()
     raise RuntimeError(f"no backend for device {dev}")
 
 
+def _cuda_backend():
+    from runtime.cuda import CudaUnavailable, driver
+    try:
+        driver()
+    except CudaUnavailable as e:
+        raise RuntimeError(f"CUDA backend is not available: {e}") from None
+    from compiler.eager_cuda import load
+    return load()
+
+
 def cuda_is_available() -> bool:
-    """False until kiln registers CUDA kernels: no CUDA tensor can be made before then."""
-    return False
+    """Whether CUDA tensors can be made: a driver sees a GPU and the backend loads."""
+    try:
+        _cuda_backend()
+    except RuntimeError:
+        return False
+    return True

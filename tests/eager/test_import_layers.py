@@ -43,6 +43,8 @@ ALLOWED = {
                            "must not load llvmlite or networkx",
     ("eager.backends", "runtime.cuda"): "the CUDA driver is looked for only when a CUDA tensor "
                                         "is asked for",
+    ("eager.backends", "compiler.eager_cuda"): "the CUDA backend registers its kernels the first "
+                                               "time a CUDA tensor is asked for",
     ("eager.cuda", "runtime.cuda"): "the CUDA driver is looked for only when asked",
     ("eager.cuda", "runtime.cuda_allocator"): "device memory is looked at only when asked",
 }

@@ -1,0 +1,120 @@
+"""Device memory and launches for eager's CUDA backend: CUDA tensors over the caching
+allocator, copies between host and device, and kernels launched once loaded.
+
+    empty(shape, dtype, dev)     a new contiguous CUDA tensor, its memory uninitialised
+    from_host(array, dev)        a CUDA tensor holding a copy of a host array
+    to_host(t)                   a host array of a CUDA tensor's elements (any strides)
+    launch(kernel, grid, args)   run a CudaKernel; its module is loaded once per device
+
+The driver is runtime.cuda's, looked up at each call (tests put an emulated one in its
+place). A launch's arguments are Python values matched to the kernel's parameters: a
+tensor for a pointer (its first element's address), an int or float for a scalar.
+"""
+from __future__ import annotations
+
+import ctypes
+import weakref
+
+import llvmlite.ir as ir
+import numpy as np
+
+from compiler.codegen.cuda import CudaKernel
+from eager import profiler
+from eager.device import device
+from eager.shapes import contiguous_strides
+from eager.tensor import DeviceStorage, Size, Tensor
+from ir import dtypes
+from ir.dtypes import DType
+from runtime import cuda, cuda_allocator, nvptx
+
+_loaded = weakref.WeakKeyDictionary()  # driver -> {(ordinal, kernel name): function handle}
+_SCALARS = {"i64": ctypes.c_int64, "i32": ctypes.c_int32, "i8": ctypes.c_int8,
+            "i1": ctypes.c_bool, "float": ctypes.c_float, "double": ctypes.c_double}
+
+
+def driver() -> cuda.Driver:
+    return cuda.driver()
+
+
+def empty(shape, dtype: DType, dev: device) -> Tensor:
+    shape = Size(shape)
+    nbytes = shape.numel() * dtype.itemsize
+    memory = cuda_allocator.allocator(dev.index).malloc(nbytes)
+    return Tensor._make(DeviceStorage(memory, dev, nbytes), shape,
+                        contiguous_strides(shape), 0, dtype, dev)
+
+
+def from_host(a: np.ndarray, dev: device) -> Tensor:
+    if not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a)  # (which would also make a 0-d array 1-d)
+    t = empty(a.shape, dtypes.from_numpy(a.dtype), dev)
+    if a.nbytes:
+        drv = driver()
+        drv.activate(dev.index)
+        drv.copy_to_device(t.data_ptr(), a.ctypes.data, a.nbytes)
+    return t
+
+
+def to_host(t: Tensor) -> np.ndarray:
+    """The elements of CUDA tensor `t` as a new host array: the span of its storage that
+    the view covers is copied, then read with the view's strides."""
+    if t.numel() == 0:
+        return np.empty(t.shape, t.dtype.np)
+    size = t.dtype.itemsize
+    lowest = sum((n - 1) * s for n, s in zip(t.shape, t._stride) if s < 0)
+    span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t._stride) if s > 0) - lowest
+    host = np.empty(span, t.dtype.np)
+    drv = driver()
+    drv.activate(t.device.index)
+    drv.copy_to_host(host.ctypes.data, t.data_ptr() + lowest * size, span * size)
+    view = np.lib.stride_tricks.as_strided(host[-lowest:], t.shape,
+                                           [s * size for s in t._stride])
+    return view.copy()
+
+
+def copy_bytes(destination: Tensor, source: Tensor) -> None:
+    """Device to device, both contiguous, of one dtype and size."""
+    if destination.nbytes:
+        drv = driver()
+        drv.activate(destination.device.index)
+        drv.copy_device(destination.data_ptr(), source.data_ptr(), destination.nbytes)
+
+
+def launch(kernel: CudaKernel, grid, args: list, dev: device) -> None:
+    """Run `kernel` on `dev` over `grid` blocks; `args` as the module's docstring says.
+    While the profiler records, the launch is an event named after the kernel."""
+    if profiler.profile._active is not None:
+        with profiler.record_function(f"cuda::launch {kernel.name}"):
+            _launch(kernel, grid, args, dev)
+    else:
+        _launch(kernel, grid, args, dev)
+
+
+def _launch(kernel: CudaKernel, grid, args: list, dev: device) -> None:
+    drv = driver()
+    drv.activate(dev.index)
+    functions = _loaded.setdefault(drv, {})
+    function = functions.get((dev.index, kernel.name))
+    if function is None:
+        registered[kernel.name] = kernel
+        module = drv.load_module(kernel.ptx(_arch(drv, dev.index)))
+        function = functions[dev.index, kernel.name] = drv.function(module, kernel.name)
+    values = [_value(param.type, arg) for param, arg in zip(kernel.function.args, args)]
+    drv.launch(function, grid, kernel.block, values)
+
+
+registered: dict[str, CudaKernel] = {}
+"""Every kernel launched so far, by name (an emulated driver finds a kernel's IR here)."""
+
+
+def _arch(drv: cuda.Driver, ordinal: int) -> str:
+    major, minor = drv.compute_capability(ordinal)
+    known = sorted((int(arch[3:]), arch) for arch in nvptx._PTX_FEATURE)
+    fitting = [arch for number, arch in known if number <= major * 10 + minor]
+    return fitting[-1] if fitting else nvptx.DEFAULT_ARCH
+
+
+def _value(ty: ir.Type, arg):
+    if isinstance(ty, ir.PointerType):
+        return ctypes.c_uint64(arg.data_ptr() if isinstance(arg, Tensor) else int(arg))
+    return _SCALARS[str(ty)](arg)
