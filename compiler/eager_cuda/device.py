@@ -6,8 +6,8 @@ allocator, copies between host and device, and kernels launched once loaded.
     to_host(t)                   a host array of a CUDA tensor's elements (any strides)
     launch(kernel, grid, args)   run a CudaKernel; its module is loaded once per device
 
-The driver is runtime.cuda's, looked up at each call (tests put an emulated one in its
-place). A launch's arguments are Python values matched to the kernel's parameters: a
+The driver is runtime.cuda's, looked up at each call (runtime/cuda_emulated.py's where
+KILN_CUDA=emulate or inside runtime.cuda.use_driver). A launch's arguments are Python values matched to the kernel's parameters: a
 tensor for a pointer (its first element's address), an int or float for a scalar.
 """
 from __future__ import annotations
@@ -18,6 +18,7 @@ import weakref
 import llvmlite.ir as ir
 import numpy as np
 
+from compiler.backends.cuda import device_arch
 from compiler.codegen.cuda import CudaKernel
 from eager import profiler
 from eager.device import device
@@ -25,7 +26,7 @@ from eager.shapes import contiguous_strides
 from eager.tensor import DeviceStorage, Size, Tensor
 from ir import dtypes
 from ir.dtypes import DType
-from runtime import cuda, cuda_allocator, nvptx
+from runtime import cuda, cuda_allocator
 
 _loaded = weakref.WeakKeyDictionary()  # driver -> {(ordinal, kernel name): function handle}
 _SCALARS = {"i64": ctypes.c_int64, "i32": ctypes.c_int32, "i8": ctypes.c_int8,
@@ -96,22 +97,10 @@ def _launch(kernel: CudaKernel, grid, args: list, dev: device) -> None:
     functions = _loaded.setdefault(drv, {})
     function = functions.get((dev.index, kernel.name))
     if function is None:
-        registered[kernel.name] = kernel
-        module = drv.load_module(kernel.ptx(_arch(drv, dev.index)))
+        module = drv.load_module(kernel.ptx(device_arch()))
         function = functions[dev.index, kernel.name] = drv.function(module, kernel.name)
     values = [_value(param.type, arg) for param, arg in zip(kernel.function.args, args)]
     drv.launch(function, grid, kernel.block, values)
-
-
-registered: dict[str, CudaKernel] = {}
-"""Every kernel launched so far, by name (an emulated driver finds a kernel's IR here)."""
-
-
-def _arch(drv: cuda.Driver, ordinal: int) -> str:
-    major, minor = drv.compute_capability(ordinal)
-    known = sorted((int(arch[3:]), arch) for arch in nvptx._PTX_FEATURE)
-    fitting = [arch for number, arch in known if number <= major * 10 + minor]
-    return fitting[-1] if fitting else nvptx.DEFAULT_ARCH
 
 
 def _value(ty: ir.Type, arg):

@@ -1,6 +1,6 @@
 """Eager CUDA tensors through the dispatcher: on a GPU where the driver finds one, else
-on the emulated device of tests/eager/emulated_gpu.py (every kernel's IR run on the
-host), so every check runs on every machine. Each op family is compared with the same
+on runtime/cuda_emulated.py's emulated device (every kernel's IR run on the host), so
+every check runs on every machine. Each op family is compared with the same
 op on the CPU; sizes stay small (the emulator runs Python per GPU thread)."""
 import numpy as np
 import pytest
@@ -10,8 +10,7 @@ from eager import nn
 from eager.dispatcher import ATEN, DispatchKey
 from ir.ops import Op
 from runtime import cuda as runtime_cuda
-from runtime import cuda_allocator
-from tests.eager import emulated_gpu
+from runtime.cuda_emulated import EmulatedDriver
 
 
 def _gpu_present() -> bool:
@@ -23,15 +22,13 @@ def _gpu_present() -> bool:
 
 
 @pytest.fixture(autouse=True)
-def gpu(monkeypatch):
-    """The real driver where a GPU is usable, else the emulated one."""
+def gpu():
+    """The real driver where a GPU is usable, else an emulated device (None on a GPU)."""
     if _gpu_present():
         yield None
         return
-    drv = emulated_gpu.driver()
-    monkeypatch.setattr(runtime_cuda, "driver", lambda: drv)
-    monkeypatch.setattr(cuda_allocator, "_allocators", {})
-    yield drv._lib
+    with runtime_cuda.use_driver(EmulatedDriver(memory=256 << 20)) as emulated:
+        yield emulated
 
 
 def same(cuda_result, cpu_result, **tolerance):
@@ -133,9 +130,12 @@ UNARY = ["neg", "exp", "log", "sqrt", "abs", "tanh", "sigmoid", "relu", "silu", 
 def test_unary_ops_match_the_cpu(name, gpu):
     x = eager.tensor(np.abs(X) + 0.5 if name in ("log", "sqrt") else X)
     fn = getattr(eager, name, None) or getattr(eager.nn.functional, name)
-    same(fn(x.cuda()), fn(x), rtol=2e-6, atol=1e-6)
-    if gpu is not None:  # emulated: the op's own kernel ran on the device
-        assert gpu.kernel_launches[-1].startswith(f"kiln_eager_{name}_float32")
+    c = x.cuda()
+    launched = gpu.launches if gpu is not None else 0
+    out = fn(c)
+    if gpu is not None:  # emulated: one kernel ran on the device for the op
+        assert gpu.launches == launched + 1
+    same(out, fn(x), rtol=2e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("name, other", [
