@@ -19,6 +19,8 @@ import pytest
 import eager
 from runtime import cuda, cuda_allocator, nvptx
 from runtime import llvm_ir as L
+from runtime.cache import KernelCache
+from runtime.cache_trust import ptx_problem
 from runtime.cuda import CudaError, CudaUnavailable, Driver
 from runtime.cuda_allocator import CachingAllocator, CudaOutOfMemory
 from runtime.cuda_emulated import EmulatedDriver
@@ -389,6 +391,15 @@ def test_kernels_are_found_by_name_and_gone_with_their_module(emulated):
     with pytest.raises(CudaError, match="cuLaunchKernel failed with CUDA_ERROR_INVALID_HANDLE"):
         emulated.launch(kernel, 1, 1, [])
     assert emulated.resources()["modules"] == 0
+
+
+def test_a_module_whose_ptx_the_kernel_cache_gives_loads_and_runs(emulated, tmp_path):
+    nvptx.cached_ptx(_add_module("cached_add"), cache=KernelCache(tmp_path, ptx_problem))
+    again, fresh = _add_module("cached_add"), KernelCache(tmp_path, ptx_problem)
+    ptx = nvptx.cached_ptx(again, cache=fresh)
+    assert fresh.stats.disk_hits == 1 and fresh.stats.misses == 0  # not compiled here
+    assert nvptx.source_of(ptx) is again
+    emulated.function(emulated.load_module(ptx), "cached_add")
 
 
 def test_nvptx_remembers_modules_only_when_asked_and_only_the_newest(monkeypatch):
