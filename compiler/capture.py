@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from compiler import debugging as debug
 from eager import dispatcher
 from eager.device import CPU, META
+from eager.device import device as Device
 from eager.dispatcher import DispatchKey
 from eager.profiler import profile, record_function
 from eager.tensor import Storage, Tensor, set_data_watch
@@ -187,8 +188,9 @@ class Region:
         v = Value(f"in{len(self.inputs)}", type_)
         self.inputs.append(v)
         self.input_tensors.append(None)
-        t = Tensor._make(Storage(None, CPU, 0), type_.shape, contiguous_strides(type_.shape),
-                         0, type_.dtype, CPU)
+        dev = CPU if type_.device == "cpu" else Device(type_.device)  # the value's own
+        t = Tensor._make(Storage(None, dev, 0), type_.shape, contiguous_strides(type_.shape),
+                         0, type_.dtype, dev)
         t._keys |= TRACER_BIT
         t._lazy = LazyRef(self, v)
         return t
@@ -272,9 +274,7 @@ class Trace:
         tensors = [t for a in handle.schema.arguments if a.type.base == "Tensor"
                    for t in _as_list(bound[a.name])]
         if reason is None:
-            bad = next((t for t in tensors if t.device.type != "cpu"), None)
-            if bad is not None:
-                reason = f"{handle.qualified_name} on {bad.device}: capture supports cpu tensors"
+            reason = _device_problem(handle, tensors, bound)
         if reason is None:
             scalar_tensor = next((a.name for a in handle.schema.arguments
                                   if a.type.base != "Tensor" and isinstance(bound[a.name], Tensor)),
@@ -365,6 +365,22 @@ def _become(t: Tensor, r: Tensor) -> None:
     t._np_cache = r._np_cache
     t._keys &= ~TRACER_BIT
     t._lazy = None
+
+
+def _device_problem(handle, tensors: list, bound: dict) -> str | None:
+    """Why an op cannot be captured for its devices, or None: a graph is on one device
+    (the dispatcher already refused other mixes), so an op that joins a zero-dim CPU
+    tensor to tensors on another device, or moves data to another device, runs
+    eagerly."""
+    devices = {str(t.device) for t in tensors if not t._wrapped}
+    target = bound.get("device")
+    if target is not None and devices and not any(  # "cuda" names the tensors' cuda:0
+            str(target) in (d, d.split(":")[0]) for d in devices):
+        return f"{handle.qualified_name} to {target}: copies between devices run eagerly"
+    if len(devices) > 1:
+        return (f"{handle.qualified_name} on {' and '.join(sorted(devices))}: a graph is "
+                f"on one device")
+    return None
 
 
 def _as_list(v) -> list:

@@ -22,7 +22,7 @@ def _lowering(run) -> list[str]:
         return []
     fused = [n for n in graph.nodes if n.op.name == "FUSED"]
     lines = [f"    after the passes: {len(fused)} fused kernel(s), "
-             f"{len(run.kernels)} as native code"]
+             f"{len(run.kernels)} as {getattr(run, 'kernels_are', 'native code')}"]
     for node, why in run.native_reasons.items():
         lines.append(f"      {node} runs interpreted: {why}")
     for kernel in run.kernels.values():

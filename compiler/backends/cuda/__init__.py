@@ -10,6 +10,9 @@ its report (registers, spills, shared memory).
     emits(node)      whether fusion may put `node` in a CUDA kernel
     device_arch()    the architecture to generate for: the GPU's, else sm_90
 
+run.py runs graphs over CUDA tensors with these kernels (eager.compile on CUDA
+inputs); LoweringBackend below makes them to be read (compiler.lower, target="cuda").
+
 A fused node is read as the native backend reads it (backends/native/pointwise.py's
 PointwiseNode: operands, iteration space, per-row values, gathers, merged dims; a gemm
 node through gemm_node_plan.py, see gemm_node.py), so both backends agree on what a
