@@ -170,3 +170,16 @@ def test_cpu_inputs_still_run_natively():
     np.testing.assert_allclose(got.numpy(), _chain(x, y).numpy(), rtol=1e-5, atol=1e-6)
     (run,) = f.region_cache.values()
     assert [type(k) for k in run.kernels.values()] == [PointwiseNode]
+
+
+def test_aligned_operands_take_the_gemms_vector_loads_on_the_device(emulated):
+    x, w, b = _tensor((4, 8)), _tensor((8, 4), seed=1), _tensor((4,), seed=2)
+
+    def fn(x, w, b):
+        return F.gelu(x @ w + b)
+
+    f = eager.compile(fn)
+    _same(f(x.cuda(), w.cuda(), b.cuda()), fn(x, w, b))
+    (node,) = _nodes(f)
+    (launch,) = node.launches.values()
+    assert launch.gemm.request.aligned and "_v_" in launch.name
