@@ -51,17 +51,8 @@ _POINTERS = frozenset({"a", "b", "c", "out", "bias", "residual"})
 
 
 def device_arch(driver, ordinal: int = 0) -> str:
-    """The PTX architecture for the device: its own where kiln knows it, else the newest
-    kiln targets (the driver's JIT runs older PTX on newer GPUs)."""
-    major, minor = driver.compute_capability(ordinal)
-    arch = f"sm_{major}{minor}"
-    try:
-        nvptx.arch_feature(arch)
-        return arch
-    except ValueError:
-        if (major, minor) < (9, 0):
-            raise
-        return nvptx.DEFAULT_ARCH
+    """The PTX architecture for the device (runtime.nvptx.arch_for)."""
+    return nvptx.arch_for(driver.compute_capability(ordinal))
 
 
 class _Launcher:

@@ -95,6 +95,19 @@ def arch_feature(arch: str) -> str:
                          f"it knows {', '.join(sorted(_PTX_FEATURE))}") from None
 
 
+def arch_for(capability: tuple) -> str:
+    """The architecture to generate for a GPU of compute `capability` (major, minor): the
+    newest kiln targets that the GPU runs (the driver's JIT runs older PTX on newer
+    GPUs: sm_90 code on sm_100). ValueError for a GPU older than every target."""
+    major, minor = capability
+    number = major * 10 + minor
+    fitting = sorted((int(arch[3:]), arch) for arch in _PTX_FEATURE if int(arch[3:]) <= number)
+    if not fitting:
+        raise ValueError(f"kiln generates CUDA code for {min(_PTX_FEATURE)} and newer; this "
+                         f"GPU has compute capability {major}.{minor}")
+    return fitting[-1][1]
+
+
 @functools.cache
 def _machine(arch: str) -> llvm.TargetMachine:
     llvm.initialize_all_targets()

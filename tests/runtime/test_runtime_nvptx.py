@@ -93,3 +93,13 @@ def test_lane_and_warp_size_registers_have_no_axis():
     out = np.zeros(40, np.int32)
     cuda_emulator.launch(fn, 1, 40, [out])
     np.testing.assert_array_equal(out, np.arange(40) % 32 * 100 + 32)
+
+
+def test_arch_for_a_gpu_is_the_newest_target_it_runs():
+    assert nvptx.arch_for((9, 0)) == "sm_90"
+    assert nvptx.arch_for((8, 6)) == "sm_86"
+    assert nvptx.arch_for((8, 7)) == "sm_86"   # Orin runs sm_86 code
+    assert nvptx.arch_for((10, 0)) == "sm_90"  # newer GPUs JIT sm_90 PTX
+    assert nvptx.arch_for((7, 0)) == "sm_70"
+    with pytest.raises(ValueError, match="compute capability 6.1"):
+        nvptx.arch_for((6, 1))

@@ -44,18 +44,14 @@ _names = itertools.count(1)
 
 
 def device_arch() -> str:
-    """The GPU's architecture (sm_80, sm_90, ...) as the newest kiln generates code for
-    that the device runs; sm_90 where there is no GPU or it cannot be asked."""
+    """The architecture to generate for: the GPU's (nvptx.arch_for), sm_90 where the
+    driver finds none."""
+    from runtime import cuda
     try:
-        from runtime import cuda
-        if cuda.device_count() == 0:
-            return nvptx.DEFAULT_ARCH
-        major, minor = cuda.driver().compute_capability(0)
-    except Exception:  # no driver, or runtime/cuda without this query (being rewritten)
+        capability = cuda.driver().compute_capability(0)
+    except cuda.CudaUnavailable:
         return nvptx.DEFAULT_ARCH
-    known = sorted((int(arch[3:]), arch) for arch in nvptx._PTX_FEATURE)
-    fitting = [arch for number, arch in known if number <= major * 10 + minor]
-    return fitting[-1] if fitting else nvptx.DEFAULT_ARCH
+    return nvptx.arch_for(capability)
 
 
 def emits(node: Node) -> bool:
