@@ -15,8 +15,9 @@ from typing import NamedTuple
 import numpy as np
 
 from compiler import debugging
+from compiler.codegen.values import emit_activation
 from compiler.gemm import config
-from compiler.gemm.ir.kernel import EpilogueSpec, Tile, build_module, emit_activation
+from compiler.gemm.ir.kernel import EpilogueSpec, Tile, build_module
 
 
 class SecondSight:

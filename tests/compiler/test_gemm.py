@@ -460,7 +460,8 @@ def test_kernels_call_no_library_functions():
     """No memset/memcpy/libm calls: a call through the GOT in one module has shifted the
     constant-pool addresses of modules the host JIT loaded after it."""
     from runtime.jit import host_jit
-    from compiler.gemm.ir.kernel import build_module, emit_activation
+    from compiler.codegen.values import emit_activation
+    from compiler.gemm.ir.kernel import build_module
     jit = host_jit()
     for dtype in ("float32", "float64"):
         for lanes in (16, 4):
@@ -476,7 +477,8 @@ def test_the_packed_kernel_prefetches_each_tile_of_c_for_writing():
     """One prefetch per cache line of a tile row (64-byte lines), for writing into L1."""
     import llvmlite.ir as ir
 
-    from compiler.gemm.ir.kernel import build_module, emit_activation
+    from compiler.codegen.values import emit_activation
+    from compiler.gemm.ir.kernel import build_module
     tile = gemm_native.default_tile("float32", 16)
     module = ir.Module("gemm_prefetch")
     build_module(module, "prefetch_f32", tile, EpilogueSpec(), emit_activation)

@@ -30,7 +30,7 @@ from typing import Callable
 
 import llvmlite.ir as ir
 
-from compiler.codegen.values import ACTIVATIONS, emit_activation  # noqa: F401
+from compiler.codegen.values import ACTIVATIONS
 from compiler.gemm.ir.tools import PACK_ALIGN, Emitter
 from compiler.gemm.ir.pack import Packing
 from compiler.gemm.ir.store import TileStore

@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING
 
 import llvmlite.ir as ir
 
+from compiler.codegen.values import emit_activation
 from compiler.gemm.ir.tools import PACK_ALIGN
-from compiler.gemm.ir.kernel import KERNEL_ARGS, Tile, emit_activation, export_item
+from compiler.gemm.ir.kernel import KERNEL_ARGS, Tile, export_item
 from compiler.gemm.ir.store import TileStore, Update
 from runtime import fastcall
 from runtime.llvm_ir import (I1, I8P, I32, I64, VOID, at, claim_loop, define, fold_range,
