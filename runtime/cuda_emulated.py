@@ -9,11 +9,9 @@ switches to one inside a block.
     resources()  what is live now (allocations, bytes, modules, streams, events, host
                  memory): a leak check for tests; `launches` counts kernels run
 
-Device memory is one numpy uint8 array per allocation, at a made-up address: 256-byte
-aligned, never 0, never reused, with a gap after each block, so a pointer anywhere in a
-block (or one past its end) names that block and offset, and a freed pointer names none.
-New memory holds 0xFF bytes (NaN floats, -1 integers), so a read before any write shows.
-Host memory (host_alloc) is real host memory, pinned in name only.
+Device memory is runtime/emulator/device_memory.py's table: numpy blocks at made-up
+addresses, never reused, new memory 0xFF bytes, so reads before writes, stray and freed
+pointers show. Host memory (host_alloc) is real host memory, pinned in name only.
 
 Modules: PTX cannot run on the host, so load_module finds the ir.Module the PTX was
 compiled from (runtime/nvptx.py's source_of; it remembers them from the first
@@ -32,19 +30,17 @@ allocation (or be null) even if the kernel never reads it; the registers attribu
 """
 from __future__ import annotations
 
-import bisect
 import ctypes
 import re
-import struct
 import threading
 import time
-from collections import OrderedDict
 
 import llvmlite.ir as ir
 import numpy as np
 
 from . import cuda_emulator, nvptx
 from .cuda import _ATTRIBUTE, _FUNCTION_ATTRIBUTE, CudaError, _address, _dims
+from .emulator.device_memory import DeviceMemory, Fault
 from .emulator.values import size_of
 
 NAME = "kiln CUDA emulator"
@@ -69,11 +65,6 @@ _DEVICE_ATTRIBUTES = {"multiprocessor_count": 132, "compute_capability_major": C
                       "max_shared_memory_per_block_optin": 227 << 10}
 _SHARED_DEFAULT = 48 << 10  # a launch's shared memory without the opt-in attribute
 _GRID_LIMITS, _BLOCK_LIMITS = ((1 << 31) - 1, 65535, 65535), (1024, 1024, 64)
-_ALIGN, _GAP, _FIRST_ADDRESS = 256, 256, 0x7F0000000000
-_FREED_KEPT = 4096  # freed blocks remembered, to say "freed" in an error
-_ELEMENT = {ir.HalfType: np.float16, ir.FloatType: np.float32, ir.DoubleType: np.float64}
-_INTEGER = {8: np.uint8, 16: np.int16, 32: np.int32, 64: np.int64}
-_SCALAR = {ir.HalfType: "<e", ir.FloatType: "<f", ir.DoubleType: "<d"}
 _MEMORY_FAULT = re.compile(r"\b(reads|writes) \d+ bytes (at|through)\b")
 
 
@@ -85,11 +76,7 @@ class EmulatedDriver:
         self._memory, self._devices = memory, devices
         self._lock = threading.RLock()
         self._thread = threading.local()
-        self._blocks: dict[int, tuple] = {}  # address -> (uint8 array, device)
-        self._starts: list[int] = []         # the blocks' addresses, in order
-        self._freed: OrderedDict = OrderedDict()  # address -> bytes, of freed blocks
-        self._used = [0] * devices
-        self._next_address = _FIRST_ADDRESS
+        self._device_memory = DeviceMemory(devices)
         self._host: dict[int, np.ndarray] = {}
         self._modules: dict[int, ir.Module] = {}
         self._functions: dict[int, tuple] = {}  # handle -> (module handle, ir.Function)
@@ -111,7 +98,8 @@ class EmulatedDriver:
     def resources(self) -> dict[str, int]:
         """What is live now: a test's leak check."""
         with self._lock:
-            return {"allocations": len(self._blocks), "bytes": sum(self._used),
+            return {"allocations": len(self._device_memory),
+                    "bytes": sum(self._device_memory.used),
                     "host_allocations": len(self._host), "modules": len(self._modules),
                     "streams": len(self._streams), "events": len(self._events)}
 
@@ -164,7 +152,7 @@ class EmulatedDriver:
 
     def memory_info(self) -> tuple[int, int]:
         ordinal = self._current("cuMemGetInfo_v2")
-        return self._memory - self._used[ordinal], self._memory
+        return self._memory - self._device_memory.used[ordinal], self._memory
 
     # modules and launches
 
@@ -268,30 +256,14 @@ class EmulatedDriver:
         if ctypes.sizeof(arg) != size:
             raise self._error(call, INVALID_VALUE, f"{name} takes {size} bytes, given a "
                               f"{type(arg).__name__} of {ctypes.sizeof(arg)}")
-        raw = ctypes.string_at(ctypes.addressof(arg), size)
-        ty = param.type
-        if isinstance(ty, ir.PointerType):
-            return self._pointer_argument(call, name, ty.pointee, int.from_bytes(raw, "little"))
-        if isinstance(ty, ir.IntType):
-            return int.from_bytes(raw, "little") & ((1 << ty.width) - 1)
-        if type(ty) in _SCALAR:
-            return struct.unpack(_SCALAR[type(ty)], raw)[0]
-        raise self._error(call, INVALID_VALUE, f"{name}: the emulator cannot pass a {ty}")
-
-    def _pointer_argument(self, call: str, name: str, pointee: ir.Type, address: int):
-        dtype = np.dtype(_element_type(pointee))
-        if address == 0:  # null: any access through it is an error
-            return np.empty(0, dtype), 0
-        found = self._block_at(address, 0)
-        if found is None:
-            raise self._error(call, ILLEGAL_ADDRESS, f"{name} is {address:#x}, "
-                              f"{self._whereabouts(address, 0)}")
-        data, offset = found
-        if offset % dtype.itemsize:
-            raise self._error(call, MISALIGNED, f"{name} is {address:#x}, byte {offset} of "
-                              f"its block: not a multiple of {dtype.itemsize}, the size of "
-                              f"its {pointee}")
-        return data[:data.size - data.size % dtype.itemsize].view(dtype), offset // dtype.itemsize
+        try:
+            return self._device_memory.kernel_value(
+                param.type, ctypes.string_at(ctypes.addressof(arg), size))
+        except Fault as fault:
+            raise self._error(call, MISALIGNED if fault.misaligned else ILLEGAL_ADDRESS,
+                              f"{name} is {fault}") from None
+        except TypeError as why:
+            raise self._error(call, INVALID_VALUE, f"{name}: {why}") from None
 
     # memory
 
@@ -301,29 +273,18 @@ class EmulatedDriver:
             ordinal = self._current(call)
             if nbytes <= 0:
                 raise self._error(call, INVALID_VALUE, f"{nbytes} bytes")
-            if self._used[ordinal] + nbytes > self._memory:
-                raise self._error(call, OUT_OF_MEMORY, f"{nbytes} bytes asked, "
-                                  f"{self._memory - self._used[ordinal]} of "
+            free = self._memory - self._device_memory.used[ordinal]
+            if nbytes > free:
+                raise self._error(call, OUT_OF_MEMORY, f"{nbytes} bytes asked, {free} of "
                                   f"{self._memory} free")
-            address = self._next_address
-            self._next_address = _round_up(address + nbytes, _ALIGN) + _GAP
-            self._blocks[address] = (np.full(nbytes, 0xFF, np.uint8), ordinal)
-            self._starts.append(address)
-            self._used[ordinal] += nbytes
-            return address
+            return self._device_memory.allocate(ordinal, nbytes)
 
     def free(self, pointer: int) -> None:
         with self._lock:
-            block = self._blocks.pop(pointer, None)
-            if block is None:
+            if not self._device_memory.release(pointer):
                 raise self._error("cuMemFree_v2", INVALID_VALUE, f"{pointer:#x} "
-                                  f"{self._whereabouts(pointer, 0)}; free takes a pointer "
-                                  "alloc returned")
-            del self._starts[bisect.bisect_left(self._starts, pointer)]
-            self._used[block[1]] -= block[0].size
-            self._freed[pointer] = block[0].size
-            if len(self._freed) > _FREED_KEPT:
-                self._freed.popitem(last=False)
+                                  f"{self._device_memory.whereabouts(pointer, 0)}; free "
+                                  "takes a pointer alloc returned")
 
     def host_alloc(self, nbytes: int, flags: int = 0) -> int:
         self._current("cuMemHostAlloc")
@@ -381,42 +342,16 @@ class EmulatedDriver:
             self._stream(call, stream)
         if nbytes < 0:
             raise self._error(call, INVALID_VALUE, f"{nbytes} bytes")
-        found = self._block_at(pointer, nbytes)
+        found = self._device_memory.span(pointer, nbytes)
         if found is None:
             raise self._error(call, INVALID_VALUE, f"{what} {pointer:#x} + {nbytes} bytes: "
-                              f"{self._whereabouts(pointer, nbytes)}")
-        data, offset = found
-        return data[offset:offset + nbytes]
+                              f"{self._device_memory.whereabouts(pointer, nbytes)}")
+        return found
 
     def _host_pointer(self, call: str, host: int) -> int:
         if not host:
             raise self._error(call, INVALID_VALUE, "the host pointer is null")
         return host
-
-    def _block_at(self, pointer: int, nbytes: int):
-        """(block, byte offset) when pointer .. pointer + nbytes lies in a live block
-        (one past its end for no bytes), else None."""
-        index = bisect.bisect_right(self._starts, pointer) - 1
-        if index < 0:
-            return None
-        start = self._starts[index]
-        data = self._blocks[start][0]
-        offset = pointer - start
-        return (data, offset) if offset + nbytes <= data.size else None
-
-    def _whereabouts(self, pointer: int, nbytes: int) -> str:
-        """Why `pointer` names no memory: past a block's end, freed, or never allocated."""
-        index = bisect.bisect_right(self._starts, pointer) - 1
-        if index >= 0:
-            start = self._starts[index]
-            size = self._blocks[start][0].size
-            if pointer - start <= size:
-                return (f"which runs past the end of the block of {size} bytes at "
-                        f"{start:#x} (from byte {pointer - start})")
-        for start, size in self._freed.items():
-            if start <= pointer <= start + size:
-                return f"which points into the block of {size} bytes at {start:#x}, freed"
-        return "which points into no allocation of this device"
 
     # streams and events
 
@@ -491,21 +426,6 @@ class EmulatedDriver:
             if table is not None:
                 table[handle] = value
         return handle
-
-
-def _round_up(value: int, step: int) -> int:
-    return -(-value // step) * step
-
-
-def _element_type(pointee: ir.Type):
-    """The numpy type a pointer parameter's memory is viewed as (bytes for aggregates)."""
-    if isinstance(pointee, ir.VectorType):
-        pointee = pointee.element
-    if type(pointee) in _ELEMENT:
-        return _ELEMENT[type(pointee)]
-    if isinstance(pointee, ir.IntType):
-        return _INTEGER.get(size_of(pointee) * 8, np.uint8)
-    return np.uint8
 
 
 def _max_threads(fn: ir.Function) -> int:
