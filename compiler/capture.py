@@ -26,7 +26,7 @@ from eager.device import CPU, META
 from eager.device import device as Device
 from eager.dispatcher import DispatchKey
 from eager.profiler import profile, record_function
-from eager.tensor import Storage, Tensor, set_data_watch
+from eager.tensor import Storage, Tensor, reading_why, set_data_watch
 from ir.graph import Graph, GraphBuilder, Node, TensorType, Value
 from ir.ops import DATA_DEPENDENT_SHAPE, INPLACE, Op
 
@@ -52,24 +52,39 @@ def user_location() -> str:
     return "<unknown>"
 
 
+_PLUMBING = ("_np", "_host_np", "materialize", "_watch_data", "note_data_access")
+# where an eager function lives -> how a user calls it
+_CALLED_AS = {"nn/functional.py": "F.", "functional.py": "eager.", "indexing.py": "Tensor.",
+              "_tensor_methods.py": "Tensor.", "tensor.py": "Tensor."}
+
+
 def _data_access_name(skip: int) -> str:
-    """Which Tensor method asked for data (item, tolist, __bool__, ...), from the frame
-    `skip` levels above this one."""
+    """The user-level call that asked for data (`F.one_hot()`, `Tensor.item()`,
+    `Tensor.__bool__()`): the outermost of kiln's eager frames from `skip` levels above
+    this one, named as the user wrote it."""
     frame = sys._getframe(skip + 1)
-    name = "data access"
+    eager_root = os.path.join(_KILN_ROOT, "eager")
+    name, where = "data access", "tensor.py"
     while frame is not None:
-        if os.path.abspath(frame.f_code.co_filename).startswith(
-                os.path.join(_KILN_ROOT, "eager")):
-            if frame.f_code.co_name not in ("_np", "_host_np", "materialize"):
-                name = frame.f_code.co_name
-        else:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if not path.startswith(eager_root):
             break
+        if frame.f_code.co_name not in _PLUMBING:
+            name, where = frame.f_code.co_name, os.path.relpath(path, eager_root)
         frame = frame.f_back
-    return f"Tensor.{name}()"
+    called_as = _CALLED_AS.get(where.replace(os.sep, "/"))
+    if called_as is None:  # a module's forward, an optimiser's step: module.function
+        called_as = os.path.splitext(where)[0].replace(os.sep, ".") + "."
+    return f"{called_as}{name}()"
 
 
-def _data_access_reason() -> str:
-    return f"{_data_access_name(2)} needs a concrete value"
+def _data_access_reason(skip: int, t: Tensor, what: str) -> str:
+    """Why a graph broke for a host read of `t`: the user-level call, the value that had
+    to be concrete (`what`: "reads the values of a captured"), and why, where the eager
+    code said (eager.tensor.reading_values)."""
+    why = reading_why()
+    return (f"{_data_access_name(skip + 1)} needs a concrete value: it {what} "
+            f"{tuple(t.shape)} {t.dtype.name} tensor" + (f" ({why})" if why else ""))
 
 
 @dataclass
@@ -78,7 +93,8 @@ class LazyRef:
     value: Value
 
     def materialize(self, tensor: Tensor) -> None:
-        self.region.trace.flush(_data_access_reason(), user_location())
+        reason = _data_access_reason(2, tensor, "reads the values of a captured")
+        self.region.trace.flush(reason, user_location())
 
 
 @dataclass
@@ -256,9 +272,8 @@ class Trace:
         own = t._wrapped or id(t) in self.created or id(t) in self.produced
         pending = id(t) in self.region._input_of
         if pending or not (own or self.breaks):
-            what = "reads the values of" if not own else "touches the elements of"
-            self.flush(f"{_data_access_name(3)} {what} a {tuple(t.shape)} {t.dtype.name} "
-                       "tensor", user_location())
+            what = "reads the values of a" if not own else "touches the elements of a"
+            self.flush(_data_access_reason(3, t, what), user_location())
 
     # capture ------------------------------------------------------------------------
     def record(self, handle, args: tuple, kwargs: dict):

@@ -78,6 +78,12 @@ def include_keys(*keys: DispatchKey):
     return _keys_in("include", keys)
 
 
+def key_active(key: DispatchKey) -> bool:
+    """Whether `key` joins every call's key set on this thread now (during graph capture,
+    Tracer does: code that would read a tensor's values can then choose not to)."""
+    return bool((tls.include & ~tls.exclude) & (1 << DispatchKey(key)))
+
+
 def exclude_keys(*keys: DispatchKey):
     """Remove `keys` from every call's key set on this thread."""
     return _keys_in("exclude", keys)

@@ -9,7 +9,9 @@ attached to Tensor by eager/_tensor_methods.py, which sits above the kernels and
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import threading
 
 import numpy as np
 
@@ -92,6 +94,25 @@ of a tensor the call did not make)."""
 def set_data_watch(watch) -> None:
     global _data_watch
     _data_watch = watch
+
+
+_reading = threading.local()
+
+
+@contextlib.contextmanager
+def reading_values(why: str):
+    """Says why the code inside reads tensors' values on the host (`one_hot` finding its
+    number of classes); a graph break there gives this reason (reading_why)."""
+    prev = getattr(_reading, "why", None)
+    _reading.why = why
+    try:
+        yield
+    finally:
+        _reading.why = prev
+
+
+def reading_why() -> str | None:
+    return getattr(_reading, "why", None)
 
 
 class Tensor:

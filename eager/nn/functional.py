@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 
 from eager import factories
-from eager.dispatcher import ATEN
+from eager import dispatcher
+from eager.dispatcher import ATEN, DispatchKey
 from eager.records import named
-from eager.tensor import Tensor, ops
+from eager.tensor import Tensor, ops, reading_values
 from ir import dtypes
 
 
@@ -93,10 +94,20 @@ def _reduce(loss: Tensor, reduction: str, count=None) -> Tensor:
 
 
 def _pick(log_probs: Tensor, target: Tensor) -> Tensor:
-    """log_probs[i, target[i]] for a (N, C) input, differentiable through index_select."""
-    n, c = log_probs.shape
-    flat = ops.add(ops.mul(factories.arange(n, device=target.device), c), target)
-    return ops.index_select(ops.reshape(log_probs, [-1]), 0, flat)
+    """log_probs[i, target[i]] for a (N, C) input: a gather, which checks each index
+    against C where it runs (in eager, and in a compiled kernel's status word)."""
+    return ops.squeeze(ops.gather(log_probs, 1, ops.unsqueeze(target, 1)), [1])
+
+
+def _check_targets(target: Tensor, classes: int) -> None:
+    """PyTorch's IndexError for a class index outside [0, classes). Skipped while a graph
+    is captured: reading the values there would break the graph, and the gather in
+    `_pick` checks them when the graph runs."""
+    if dispatcher.key_active(DispatchKey.Tracer):
+        return
+    bad = target.detach()._host_np()
+    if bad.size and (bad.min() < 0 or bad.max() >= classes):
+        raise IndexError(f"Target {int(bad[(bad < 0) | (bad >= classes)][0])} is out of bounds.")
 
 
 def _as_rows(input: Tensor, target: Tensor):
@@ -122,9 +133,7 @@ def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None,
     c = rows.shape[1]
     valid = ops.ne(tgt, ignore_index)
     safe = ops.where(valid, tgt, 0)
-    bad = safe.detach()._host_np()
-    if bad.size and (bad.min() < 0 or bad.max() >= c):
-        raise IndexError(f"Target {int(bad[(bad < 0) | (bad >= c)][0])} is out of bounds.")
+    _check_targets(safe, c)
     w = valid if weight is None else ops.index_select(weight, 0, safe) * valid
     loss = ops.neg(_pick(rows, safe)) * w
     if reduction == "none":
@@ -175,6 +184,10 @@ def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     return _reduce(diff * diff, reduction)
 
 
+def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    return _reduce(ops.abs(input - target), reduction)
+
+
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
                                  attn_mask: Tensor | None = None, dropout_p: float = 0.0,
                                  is_causal: bool = False, scale: float | None = None) -> Tensor:
@@ -204,7 +217,10 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
 
 
 def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
-    values = tensor.detach()._host_np()
+    why = "to check the class values" if num_classes >= 0 else \
+        "its output size, num_classes, is the largest class value + 1"
+    with reading_values(why):
+        values = tensor.detach()._host_np()
     if values.size == 0 and num_classes <= 0:
         raise RuntimeError("Can not infer total number of classes from empty tensor.")
     if values.size and values.min() < 0:

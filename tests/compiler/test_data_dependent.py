@@ -128,7 +128,8 @@ def test_the_break_says_which_read_and_where():
     cf = compiler.compile(lambda x, n: x * n.tolist()[0], backend="eager")
     cf(eager.ones(2), eager.tensor([2.0]))
     (brk,) = _entry(cf).breaks
-    assert brk.reason == "Tensor.tolist() reads the values of a (1,) float32 tensor"
+    assert brk.reason == ("Tensor.tolist() needs a concrete value: it reads the values of a "
+                          "(1,) float32 tensor")
     line = test_the_break_says_which_read_and_where.__code__.co_firstlineno + 1
     assert brk.where == f"{__file__}:{line}"
 

@@ -129,6 +129,8 @@ CASES = [
          lambda rng: [_x(rng, 2, C, 3), _probs(rng, 2, C, 3)]),
     *[Case(f"mse-{r}", lambda F, x, y, r=r: F.mse_loss(x, y, reduction=r),
            lambda rng: [_x(rng, 3, 4), _x(rng, 3, 4)]) for r in ("none", "sum", "mean")],
+    *[Case(f"l1-{r}", lambda F, x, y, r=r: F.l1_loss(x, y, reduction=r),
+           lambda rng: [_x(rng, 3, 4), _x(rng, 3, 4)]) for r in ("none", "sum", "mean")],
     Case("sdpa", lambda F, q, k, v: F.scaled_dot_product_attention(q, k, v),
          lambda rng: [_x(rng, 2, 3, 4, 8), _x(rng, 2, 3, 5, 8), _x(rng, 2, 3, 5, 6)]),
     Case("sdpa-3d-scale", lambda F, q, k, v: F.scaled_dot_product_attention(q, k, v, scale=0.3),

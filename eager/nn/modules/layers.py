@@ -214,3 +214,8 @@ class MSELoss(Module):
 
     def forward(self, input, target):
         return F.mse_loss(input, target, self.reduction)
+
+
+class L1Loss(MSELoss):
+    def forward(self, input, target):
+        return F.l1_loss(input, target, self.reduction)
