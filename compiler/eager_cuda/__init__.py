@@ -14,12 +14,19 @@ the host in its place.
                     copy_, in-place arithmetic
     reductions.py   sum, mean, amax, amin over dims; softmax, log_softmax
     matmul.py       mm, bmm, addmm, mv, dot through codegen/cuda/gemm.py
+    composed.py     gelu_backward in other CUDA ops (its record has no emitter)
+    argreduce.py    argmax, argmin, max.dim, min.dim; var
+    joins.py        cat; select_backward, slice_backward
+    indexing.py     index, index_put(_), index_select, index_add, embedding, gather,
+                    scatter, scatter_add (indexed.py's kernel, indices checked on the
+                    device); nonzero (through the host)
     views           the CPU's view kernels (eager/kernels/shape.py): they compute
                     strides over the same storage, whatever the device
 """
 from __future__ import annotations
 
-from compiler.eager_cuda import device, matmul, pointwise, reductions
+from compiler.eager_cuda import (argreduce, composed, device, indexing, joins, matmul,
+                                  pointwise, reductions)
 from eager.dispatcher import ATEN, DispatchKey
 from eager.records import RECORDS
 from ir.ops import VIEW, Op
@@ -60,5 +67,7 @@ def _register() -> None:
     for op, kernel in ((Op.CLONE, pointwise.clone), (Op.TO_COPY, pointwise.to_copy),
                        (Op.COPY_, pointwise.copy_), (Op.FILL_, pointwise.fill_),
                        (Op.ZERO_, pointwise.zero_), *reductions.KERNELS.items(),
-                       *matmul.KERNELS.items()):
+                       *matmul.KERNELS.items(), *argreduce.KERNELS.items(),
+                       *joins.KERNELS.items(), *indexing.KERNELS.items(),
+                       *composed.KERNELS.items()):
         register(op, kernel)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from eager.dispatcher import ATEN
 from eager.factories import zeros
 from eager.kernels._common import meta_from_rule, register, result, type_word
 from eager.kernels.elementwise import check_no_internal_overlap
@@ -123,6 +124,8 @@ def index_put_inplace_cpu(self, dim, indices, values, accumulate=False):
 register(Op.INDEX, index_cpu, meta_from_rule(index_rule))
 register(Op.INDEX_PUT, index_put_cpu, meta_from_rule(index_put_rule))
 register(Op.INDEX_PUT_, index_put_inplace_cpu, index_put_inplace_meta)
+for _op in (Op.INDEX, Op.INDEX_PUT, Op.INDEX_PUT_):  # as PyTorch's: CPU indices index any
+    ATEN[_op].devices_may_differ = True              # device (its kernel checks the rest)
 
 
 # gather / scatter: one index per element, along one dim ----------------------------------
