@@ -1,0 +1,100 @@
+"""Every op of the vocabulary that has a CPU kernel has a CUDA kernel, or is on NOT_ON_CUDA
+with the reason. Driven by the eager op tables (each case's first non-empty sample, in
+float32 where the case takes it), run on CUDA tensors and compared with the CPU, so an op
+added to the vocabulary is covered here too, and an op that gains a CUDA kernel must leave
+the list. On a GPU where the driver finds one, else on the emulated device.
+
+Dtypes: kiln's CUDA kernels compute in bool, int32, int64, float32 and float64. float16
+(PyTorch has CUDA half) raises NotImplementedError naming float16 and the CUDA backend
+wherever a kernel would compute in it; views and copies between devices move its bytes.
+"""
+import numpy as np
+import pytest
+
+import eager
+import op_table
+import op_table_shape
+import test_cuda_tensors
+from eager.dispatcher import ATEN, DispatchKey
+from ir.ops import Op
+from op_cases import Maker, convert, flat_outputs
+
+gpu = test_cuda_tensors.gpu  # the autouse fixture: a GPU, else an emulated device
+
+NOT_ON_CUDA: dict = {}
+"""Ops with a CPU kernel and no CUDA kernel, with the reason (none today: nonzero's CUDA
+kernel finds its indices on the host, see compiler/eager_cuda/indexing.py)."""
+NOT_ON_CUDA_DTYPES = {"float16": "kiln's CUDA code generators have no half arithmetic "
+                                 "(loads, stores and math in float16 are not written)"}
+
+CASES = op_table.CASES + op_table_shape.CASES
+
+
+def _first_sample(case, dtype=None):
+    dtype = dtype or ("float32" if "float32" in case.dtypes else case.dtypes[0])
+    for sample in case.samples(Maker(dtype)):
+        arrays = []
+        convert((sample.args, tuple(sample.kwargs.values())), lambda a: arrays.append(a) or a)
+        if arrays and all(a.size for a in arrays):
+            return sample
+    return None
+
+
+def _call(case, sample, device):
+    def to(a):
+        return eager.tensor(np.array(a), device=device)
+    kwargs = {k: convert(v, to) for k, v in sample.kwargs.items()}
+    if isinstance(kwargs.get("dtype"), str):  # samples name dtypes
+        kwargs["dtype"] = getattr(eager, kwargs["dtype"])
+    return case.fn(eager, *convert(sample.args, to), **kwargs)
+
+
+def _ops_with_cpu_kernels() -> set:
+    eager.ones(1, device="cuda")  # loads the CUDA backend, which registers its kernels
+    return {op for op in Op if DispatchKey.CPU in ATEN[op].kernels}
+
+
+def test_every_op_with_a_cpu_kernel_has_a_cuda_kernel_or_is_listed():
+    for op in _ops_with_cpu_kernels():
+        registered = DispatchKey.CUDA in ATEN[op].kernels
+        assert registered != (op in NOT_ON_CUDA), \
+            f"{op.name}: {'take it off NOT_ON_CUDA' if registered else 'no CUDA kernel'}"
+
+
+def test_the_tables_cover_every_op_with_a_cpu_kernel():
+    covered = {op for case in CASES if _first_sample(case) is not None for op in case.ops}
+    assert _ops_with_cpu_kernels() - covered == set()
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if _first_sample(c) is not None],
+                         ids=lambda c: c.name)
+def test_each_case_runs_on_cuda_as_on_the_cpu(case):
+    sample = _first_sample(case)
+    if any(op in NOT_ON_CUDA for op in case.ops):
+        with pytest.raises(NotImplementedError, match="'CUDA' backend"):
+            _call(case, sample, "cuda")
+        return
+    expected = flat_outputs(_call(case, sample, "cpu"))
+    got = flat_outputs(_call(case, sample, "cuda"))
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        assert g.is_cuda and g.dtype is e.dtype and g.shape == e.shape, case.name
+        np.testing.assert_allclose(g.detach().cpu().numpy(), e.detach().numpy(), rtol=1e-5,
+                                   atol=1e-6, equal_nan=True, err_msg=case.name)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if "float16" in c.dtypes and
+                                  _first_sample(c, "float16") is not None],
+                         ids=lambda c: c.name)
+def test_float16_on_cuda_equals_the_cpu_or_raises_naming_it(case):
+    """Never a silent computation in another dtype or on the host."""
+    sample = _first_sample(case, "float16")
+    expected = flat_outputs(_call(case, sample, "cpu"))
+    try:
+        got = flat_outputs(_call(case, sample, "cuda"))
+    except NotImplementedError as e:
+        assert "'CUDA' backend: kiln's CUDA kernels have no float16" in str(e)
+        return
+    for g, e in zip(got, expected):
+        assert g.is_cuda and g.dtype is e.dtype
+        np.testing.assert_array_equal(g.detach().cpu().numpy(), e.detach().numpy())
