@@ -6,6 +6,13 @@ it and nests it under the op that called it (mm under matmul). When none is acti
 dispatcher pays one global lookup per call. The autograd engine marks each backward
 node it runs as a region, `autograd::engine::evaluate_function: MmBackward0`, as
 PyTorch's does, so the backward pass shows its ops under the node that called them.
+
+CUDA kernel launches are events too (`cuda::launch <kernel>`, compiler/eager_cuda's
+device.py). Asked for CUDA activity (`activities=[..., ProfilerActivity.CUDA]` or
+`use_cuda=True`), each launch is timed on the device between two CUDA events, waited
+for: `device_time` of the launch's event, `cuda_time_total` of the ops above it, the CUDA
+columns of the table. That synchronises every launch, as timing must. Without CUDA
+tensors nothing is timed and the CUDA times are 0.
 """
 from __future__ import annotations
 
@@ -26,7 +33,7 @@ class ProfilerActivity(enum.Enum):
 
 class FunctionEvent:
     __slots__ = ("name", "input_shapes", "start_ns", "end_ns", "thread", "cpu_parent",
-                 "cpu_children", "id", "category")
+                 "cpu_children", "id", "category", "device_time")
 
     def __init__(self, name, input_shapes, start_ns, thread, parent, id_, category="cpu_op"):
         self.name = name
@@ -38,6 +45,7 @@ class FunctionEvent:
         self.cpu_parent = parent
         self.cpu_children = []
         self.id = id_
+        self.device_time = 0.0  # microseconds on the device: a timed kernel launch's
 
     @property
     def key(self) -> str:
@@ -51,6 +59,15 @@ class FunctionEvent:
     @property
     def self_cpu_time_total(self) -> float:
         return self.cpu_time_total - sum(c.cpu_time_total for c in self.cpu_children)
+
+    @property
+    def cuda_time_total(self) -> float:
+        """Microseconds on the device of this event's launches and its children's."""
+        return self.device_time + sum(c.cuda_time_total for c in self.cpu_children)
+
+    @property
+    def self_cuda_time_total(self) -> float:
+        return self.device_time
 
     def __repr__(self) -> str:
         return (f"<FunctionEvent name={self.name} input_shapes={self.input_shapes} "
@@ -69,11 +86,9 @@ class profile:  # noqa: N801 - PyTorch's name
     _active: profile | None = None
 
     def __init__(self, activities=None, record_shapes: bool = False, with_stack: bool = False,
-                 profile_memory: bool = False):
+                 profile_memory: bool = False, use_cuda: bool = False):
         activities = activities or [ProfilerActivity.CPU]
-        if ProfilerActivity.CUDA in activities:
-            raise RuntimeError("CUDA activity profiling is not available: kiln has no CUDA "
-                               "backend yet")
+        self.use_cuda = use_cuda or ProfilerActivity.CUDA in activities
         self.record_shapes = record_shapes
         self._events: list[FunctionEvent] = []
         self._local = threading.local()
@@ -130,7 +145,8 @@ class profile:  # noqa: N801 - PyTorch's name
         for ev in self._events:
             key = (ev.name, str(ev.input_shapes)) if group_by_input_shape else (ev.name,)
             groups.setdefault(key, []).append(ev)
-        return EventList([_Average(evs, group_by_input_shape) for evs in groups.values()])
+        return EventList([_Average(evs, group_by_input_shape) for evs in groups.values()],
+                         use_cuda=self.use_cuda)
 
     def export_chrome_trace(self, path: str) -> None:
         trace = []
@@ -139,7 +155,9 @@ class profile:  # noqa: N801 - PyTorch's name
             trace.append({"name": ev.name, "ph": "X", "cat": ev.category, "pid": pid,
                           "tid": ev.thread, "ts": (ev.start_ns - self._t0) / 1e3,
                           "dur": (ev.end_ns - ev.start_ns) / 1e3,
-                          "args": {"Input Dims": ev.input_shapes}})
+                          "args": {"Input Dims": ev.input_shapes,
+                                   **({"device time (us)": ev.device_time}
+                                      if ev.device_time else {})}})
         with open(path, "w") as f:
             json.dump({"traceEvents": trace, "displayTimeUnit": "ms"}, f)
 
@@ -164,6 +182,8 @@ class _Average:
         self.input_shapes = events[0].input_shapes if with_shapes else None
         self.cpu_time_total = sum(e.cpu_time_total for e in events)
         self.self_cpu_time_total = sum(e.self_cpu_time_total for e in events)
+        self.cuda_time_total = sum(e.cuda_time_total for e in events)
+        self.self_cuda_time_total = sum(e.self_cuda_time_total for e in events)
 
     @property
     def cpu_time(self) -> float:
@@ -179,7 +199,12 @@ def _us(x: float) -> str:
 
 
 class EventList(list):
-    _SORT_KEYS = ("cpu_time", "cpu_time_total", "self_cpu_time_total", "count")
+    _SORT_KEYS = ("cpu_time", "cpu_time_total", "self_cpu_time_total", "count",
+                  "cuda_time_total", "self_cuda_time_total")
+
+    def __init__(self, averages=(), use_cuda: bool = False):
+        super().__init__(averages)
+        self.use_cuda = use_cuda  # the table shows the CUDA columns
 
     def table(self, sort_by: str | None = None, row_limit: int = 100) -> str:
         """PyTorch's summary table: one row per key, times in us/ms/s, two spaces apart."""
@@ -196,6 +221,13 @@ class EventList(list):
         body = [[a.key, f"{100 * a.self_cpu_time_total / total:.2f}%",
                  _us(a.self_cpu_time_total), f"{100 * a.cpu_time_total / total:.2f}%",
                  _us(a.cpu_time_total), _us(a.cpu_time), str(a.count)] for a in rows]
+        cuda_total = sum(a.self_cuda_time_total for a in self) or 1.0
+        if self.use_cuda:
+            titles[-1:-1] = ["Self CUDA", "Self CUDA %", "CUDA total", "CUDA time avg"]
+            for cells, a in zip(body, rows):
+                cells[-1:-1] = [_us(a.self_cuda_time_total),
+                                f"{100 * a.self_cuda_time_total / cuda_total:.2f}%",
+                                _us(a.cuda_time_total), _us(a.cuda_time_total / a.count)]
         if any(a.input_shapes is not None for a in rows):
             titles.append("Input Shapes")
             for cells, a in zip(body, rows):
@@ -210,4 +242,6 @@ class EventList(list):
         line = "-" * (sum(widths) + 2 * (len(widths) - 1))
         out = [line, fmt(titles), line] + [fmt(cells) for cells in body]
         out += [line, f"Self CPU time total: {_us(total)}"]
+        if self.use_cuda:
+            out.append(f"Self CUDA time total: {_us(sum(a.self_cuda_time_total for a in self))}")
         return "\n".join(out) + "\n"

@@ -83,12 +83,33 @@ def copy_bytes(destination: Tensor, source: Tensor) -> None:
 
 def launch(kernel: CudaKernel, grid, args: list, dev: device) -> None:
     """Run `kernel` on `dev` over `grid` blocks; `args` as the module's docstring says.
-    While the profiler records, the launch is an event named after the kernel."""
-    if profiler.profile._active is not None:
-        with profiler.record_function(f"cuda::launch {kernel.name}"):
-            _launch(kernel, grid, args, dev)
-    else:
+    While the profiler records, the launch is an event named after the kernel, timed on
+    the device when the profiler was asked for CUDA activity."""
+    prof = profiler.profile._active
+    if prof is None:
         _launch(kernel, grid, args, dev)
+        return
+    with profiler.record_function(f"cuda::launch {kernel.name}") as event:
+        if prof.use_cuda:
+            event.device_time = _timed(kernel, grid, args, dev)
+        else:
+            _launch(kernel, grid, args, dev)
+
+
+def _timed(kernel: CudaKernel, grid, args: list, dev: device) -> float:
+    """Launch, and the microseconds the device took, between two CUDA events."""
+    drv = driver()
+    drv.activate(dev.index)
+    start, end = drv.event_create(), drv.event_create()
+    try:
+        drv.event_record(start)
+        _launch(kernel, grid, args, dev)
+        drv.event_record(end)
+        drv.event_synchronize(end)
+        return drv.event_elapsed_ms(start, end) * 1e3
+    finally:
+        drv.event_destroy(start)
+        drv.event_destroy(end)
 
 
 def _launch(kernel: CudaKernel, grid, args: list, dev: device) -> None:

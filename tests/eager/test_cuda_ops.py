@@ -179,6 +179,31 @@ def test_float16_and_atomic_adds_without_code_raise_naming_the_dtype():
         eager.scatter_add(flags, 0, I([0, 0]).cuda(), eager.ones(2, dtype=eager.bool).cuda())
 
 
+# the profiler -----------------------------------------------------------------------------
+CUDA_ACTIVITY = [eager.profiler.ProfilerActivity.CPU, eager.profiler.ProfilerActivity.CUDA]
+
+
+@pytest.mark.parametrize("how", [dict(use_cuda=True), dict(activities=CUDA_ACTIVITY)],
+                         ids=["use_cuda", "activities"])
+def test_the_profiler_times_cuda_launches_on_the_device_when_asked(how):
+    """On the emulated device the events time the host clock around the launch."""
+    c = eager.ones(4, 3, device="cuda")
+    eager.exp(c).sum(0)  # kernels made and loaded before
+    with eager.profiler.profile(**how) as prof:
+        eager.exp(c).sum(0)
+    launches = [e for e in prof.events() if e.name.startswith("cuda::launch")]
+    assert len(launches) >= 2
+    assert all(0 < e.device_time <= e.cpu_time_total for e in launches)
+    (exp,) = [e for e in prof.events() if e.name == "aten::exp"]
+    assert exp.cuda_time_total == sum(e.device_time for e in launches if e.cpu_parent is exp) > 0
+    table = prof.key_averages().table(sort_by="cuda_time_total")
+    assert "Self CUDA" in table and "CUDA total" in table and "Self CUDA time total" in table
+    with eager.profiler.profile() as plain:
+        eager.exp(c)
+    assert all(e.device_time == 0 for e in plain.events())
+    assert "CUDA" not in plain.key_averages().table()
+
+
 # autograd and optimisers -----------------------------------------------------------------
 def _grads(case, device, monkeypatch):
     """The case's leaves' gradients under a seeded weighting of its outputs; index tensors
