@@ -265,3 +265,23 @@ def test_adam_steps_on_cuda_parameters_equal_the_cpu(make):
     for p, q in zip(train("cuda"), train("cpu")):
         assert p.is_cuda
         same(p.detach(), q.detach(), rtol=1e-5, atol=1e-6)
+
+
+# PTX -------------------------------------------------------------------------------------
+def test_the_new_kernels_assemble_with_ptxas_for_sm_90():
+    """The emulator runs the IR; ptxas checks the PTX a GPU would load: the index kernel
+    with its compare-and-swap and atomic adds (float32, float64, int64), the arg-reduction
+    with values."""
+    from compiler.eager_cuda.argreduce import ArgSpec, arg_kernel
+    from compiler.eager_cuda.indexed import IndexedSpec, indexed_kernel
+    from ir import dtypes
+    from runtime import nvptx
+    if nvptx.ptxas_path() is None:
+        pytest.skip("ptxas is not installed")
+    kernels = [indexed_kernel(IndexedSpec(dt, (dtypes.int64, dtypes.int32), 2, scatter,
+                                          scatter, not scatter))
+               for dt in (dtypes.float32, dtypes.float64, dtypes.int64) for scatter in (0, 1)]
+    kernels.append(arg_kernel(ArgSpec(True, dtypes.float32, True, 1, 2)))
+    for kernel in kernels:
+        report = nvptx.ptxas_report(kernel.ptx("sm_90"), "sm_90")
+        assert report[kernel.name].spill_stores == 0, kernel.name
