@@ -17,7 +17,8 @@ class Adam(Optimizer):
     _decoupled = False
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.0, amsgrad: bool = False, *, maximize: bool = False):
+                 weight_decay: float = 0.0, amsgrad: bool = False, *, maximize: bool = False,
+                 foreach: bool | None = None):
         if not 0.0 <= lr:
             raise ValueError(f"Invalid learning rate: {lr}")
         if not 0.0 <= eps:
@@ -29,15 +30,34 @@ class Adam(Optimizer):
             raise ValueError(f"Invalid weight_decay value: {weight_decay}")
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
                                       weight_decay=weight_decay, amsgrad=amsgrad,
-                                      maximize=maximize))
+                                      maximize=maximize, foreach=foreach))
+
+    def _fused_step(self, group, params):
+        beta1, beta2 = group["betas"]
+
+        def spec(dtype):
+            return dict(algorithm="adam", dtype=dtype, maximize=group["maximize"],
+                              weight_decay=group["weight_decay"] != 0,
+                              decoupled=self._decoupled, amsgrad=group["amsgrad"])
+
+        def prepare(p, state):
+            state["step"] += 1
+            step = state["step"]
+            names = ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if group["amsgrad"] else ())
+            return (tuple(state[n] for n in names),
+                    (-(group["lr"] / (1 - beta1 ** step)), math.sqrt(1 - beta2 ** step)))
+
+        for p in params:  # made now, so that the fused step checks their layouts too
+            _init_state(p, group, self.state[p])
+        return self._run_fused(spec, group, params, prepare)
+
+    def _group_scalars(self, group):
+        beta1, beta2 = group["betas"]
+        wd = group["weight_decay"]
+        return (wd, 1 - group["lr"] * wd, beta1, 1 - beta1, beta2, 1 - beta2, group["eps"])
 
     def _update(self, p, grad, group, state):
-        if not state:
-            state["step"] = 0
-            state["exp_avg"] = factories.zeros_like(p)
-            state["exp_avg_sq"] = factories.zeros_like(p)
-            if group["amsgrad"]:
-                state["max_exp_avg_sq"] = factories.zeros_like(p)
+        _init_state(p, group, state)
         if self._numpy_update(p, grad, group, state):
             return
         beta1, beta2 = group["betas"]
@@ -95,9 +115,20 @@ class Adam(Optimizer):
         return True
 
 
+def _init_state(p, group: dict, state: dict) -> None:
+    if not state:
+        state["step"] = 0
+        state["exp_avg"] = factories.zeros_like(p)
+        state["exp_avg_sq"] = factories.zeros_like(p)
+        if group["amsgrad"]:
+            state["max_exp_avg_sq"] = factories.zeros_like(p)
+
+
 class AdamW(Adam):
     _decoupled = True
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 1e-2, amsgrad: bool = False, *, maximize: bool = False):
-        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize)
+                 weight_decay: float = 1e-2, amsgrad: bool = False, *, maximize: bool = False,
+                 foreach: bool | None = None):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize,
+                         foreach=foreach)

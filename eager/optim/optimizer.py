@@ -1,5 +1,10 @@
 """The Optimizer base: parameter groups, per-parameter state, zero_grad and state_dict in
-PyTorch's format ({'state': {index: {...}}, 'param_groups': [{..., 'params': [index]}]})."""
+PyTorch's format ({'state': {index: {...}}, 'param_groups': [{..., 'params': [index]}]}).
+
+A step updates a group's parameters in one fused native call (compiler/fused_optim.py,
+loaded on the first step) unless the group says foreach=False; the parameters the
+fused kernel cannot take (see `fusable`), and every one where the compiler cannot load,
+take the per-tensor `_update`."""
 from __future__ import annotations
 
 import copy
@@ -52,15 +57,51 @@ class Optimizer:
                 loss = closure()
         with no_grad():
             for group in self.param_groups:
-                for p in group["params"]:
-                    if p.grad is not None:
-                        state = self.state.get(p, {})
-                        self._update(p, p.grad, group, state)
-                        if state:  # plain SGD keeps none, and lists none, as PyTorch
-                            self.state[p] = state
+                params = [p for p in group["params"] if p.grad is not None]
+                if group.get("foreach") is not False and _fused_kernels() is not None:
+                    params = self._fused_step(group, params)
+                for p in params:
+                    state = self.state.get(p, {})
+                    self._update(p, p.grad, group, state)
+                    if state:  # plain SGD keeps none, and lists none, as PyTorch
+                        self.state[p] = state
         return loss
 
+    def _fused_step(self, group: dict, params: list) -> list:
+        """Update what one fused kernel per dtype can of `params`; returns the rest."""
+        return params
+
+    def _run_fused(self, spec_of, group: dict, params: list, prepare) -> list:
+        """The fused step of `params`, one kernel call per dtype: `spec_of(dtype name)`
+        gives the kernel's UpdateSpec fields, `prepare(p, state)` the state tensors (made on the
+        first step) and the parameter's own scalars. Returns the parameters left over."""
+        left, by_dtype = [], {}
+        for p in params:
+            if fusable(p, p.grad) and all(fusable(t, p) for t in self.state.get(p, {}).values()
+                                          if isinstance(t, Tensor)):
+                by_dtype.setdefault(p.dtype.name, []).append(p)
+            else:
+                left.append(p)
+        kernels = _fused_kernels()
+        for dtype, members in by_dtype.items():
+            spec = kernels.UpdateSpec(**spec_of(dtype))
+            tensors, own = [], []
+            for p in members:
+                state = self.state[p]
+                stateful, scalars = prepare(p, state)
+                if not state:  # plain SGD keeps none, and lists none, as PyTorch
+                    del self.state[p]
+                tensors.append([t._np() for t in (p, p.grad, *stateful)])
+                own.append(scalars)
+                for t in (p, *stateful):
+                    t._bump()
+            kernels.step(spec, self._group_scalars(group), tensors, own)
+        return left
+
     def _update(self, p: Tensor, grad: Tensor, group: dict, state: dict) -> None:
+        raise NotImplementedError
+
+    def _group_scalars(self, group: dict) -> tuple:
         raise NotImplementedError
 
     # state ------------------------------------------------------------------------
@@ -105,3 +146,27 @@ class Optimizer:
             for k in sorted(k for k in group if k != "params"):
                 lines.append(f"    {k}: {group[k]}")
         return "\n".join(lines) + "\n)"
+
+
+def fusable(t: Tensor, like: Tensor) -> bool:
+    """Whether a fused kernel can update `t` beside parameter `like`: float32 or float64
+    memory of the CPU, contiguous, of like's shape and dtype."""
+    return (t.device.type == "cpu" and t.dtype.name in ("float32", "float64")
+            and t.dtype is like.dtype and t.shape == like.shape and t.is_contiguous()
+            and t._storage.data is not None)
+
+
+_kernels = []
+
+
+def _fused_kernels():
+    """compiler.fused_optim, loaded on first use; None where it cannot load (no
+    llvmlite): steps then take the per-tensor path."""
+    if not _kernels:
+        try:
+            from compiler import fused_optim
+        except ImportError:
+            fused_optim = None
+        _kernels.append(fused_optim)
+    return _kernels[0]
+

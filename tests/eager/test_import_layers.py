@@ -45,6 +45,9 @@ ALLOWED = {
                                         "is asked for",
     ("eager.backends", "compiler.eager_cuda"): "the CUDA backend registers its kernels the first "
                                                "time a CUDA tensor is asked for",
+    ("eager.optim.optimizer", "compiler.fused_optim"): "the fused optimiser kernels load on "
+                                                       "the first step: `import eager` must not "
+                                                       "load llvmlite",
     ("eager.cuda", "runtime.cuda"): "the CUDA driver is looked for only when asked",
     ("eager.cuda", "runtime.cuda_allocator"): "device memory is looked at only when asked",
 }
