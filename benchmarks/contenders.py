@@ -90,6 +90,7 @@ def gpu_missing() -> str | None:
 
 CONTENDERS: dict[str, Check] = {
     "kiln eager": kiln_missing,
+    "kiln eager, per-tensor step": kiln_missing,
     "kiln compiled": kiln_compiled_missing,
     "kiln GEMM": kiln_compiled_missing,
     "numpy": numpy_missing,

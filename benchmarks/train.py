@@ -1,5 +1,7 @@
 """Training steps per second, kiln eager against PyTorch eager, from the same initial
-weights on the same batches in the same run. Two suites live here:
+weights on the same batches in the same run. kiln eager steps its optimiser with the
+fused kernels (compiler/fused_optim.py, the default); "kiln eager, per-tensor step"
+with foreach=False, for comparison. Two suites live here:
 
 mlp_cases          examples.mlp_classifier's MLP at 784-256-256-10 (MNIST-shaped
                    random inputs), batch 128, float32, Adam (lr 1e-3), cross_entropy.
@@ -28,6 +30,7 @@ from benchmarks.impls import KILN, TORCH, kiln_tensors, torch_tensors
 BATCHES = 8  # distinct batches, cycled
 MLP_INPUTS, MLP_HIDDEN, MLP_CLASSES, MLP_BATCH = 784, 256, 10, 128
 D_MODEL, HEADS, LAYERS, CONTEXT, TEXT_BATCH = 64, 4, 2, 32, 16
+KILN_PER_TENSOR = "kiln eager, per-tensor step"
 
 
 def mlp_cases(quick: bool) -> list[Case]:
@@ -40,8 +43,8 @@ def mlp_cases(quick: bool) -> list[Case]:
         from examples.mlp_classifier import make_model
         return make_model(MLP_HIDDEN, MLP_CLASSES, MLP_INPUTS, torch=lib)
 
-    def adam(lib, parameters):
-        return lib.optim.Adam(parameters, lr=1e-3)
+    def adam(lib, parameters, **options):
+        return lib.optim.Adam(parameters, lr=1e-3, **options)
 
     initial = _initial_state(model)
     name = (f"MLP {MLP_INPUTS}-{MLP_HIDDEN}-{MLP_HIDDEN}-{MLP_CLASSES}, "
@@ -61,8 +64,8 @@ def transformer_cases(quick: bool) -> list[Case]:
         from examples.char_transformer import define
         return define(lib)(len(chars), D_MODEL, HEADS, LAYERS, CONTEXT)
 
-    def adamw(lib, parameters):
-        return lib.optim.AdamW(parameters, lr=3e-3, weight_decay=0.01)
+    def adamw(lib, parameters, **options):
+        return lib.optim.AdamW(parameters, lr=3e-3, weight_decay=0.01, **options)
 
     def next_characters(lib, model, x, y):
         logits = model(x)
@@ -89,15 +92,18 @@ def _text_batch(text: np.ndarray, rng) -> tuple[np.ndarray, np.ndarray]:
 
 def _training_case(name: str, model: Callable, optimizer: Callable, loss: Callable,
                    initial: Callable[[], dict], data: list, expected: Callable) -> Case:
-    def in_kiln():
+    def in_kiln(**options):
         import eager
-        return _trainer(eager, kiln_tensors, model, optimizer, loss, initial(), data)
+        return _trainer(eager, kiln_tensors, model, functools.partial(optimizer, **options),
+                        loss, initial(), data)
 
     def in_torch():
         import torch
         return _trainer(torch, torch_tensors, model, optimizer, loss, initial(), data)
 
-    return Case(name, [Impl(KILN, in_kiln), Impl(TORCH, in_torch)], expected=expected,
+    return Case(name, [Impl(KILN, in_kiln),
+                       Impl(KILN_PER_TENSOR, functools.partial(in_kiln, foreach=False)),
+                       Impl(TORCH, in_torch)], expected=expected,
                 unit="steps/s", reference=(TORCH,))
 
 
