@@ -1,8 +1,7 @@
 """Fusion: nodes that can run as one kernel become one `fused` node holding the small
 graph they compute.
 
-Groups, merged greedily and never into a cycle (checked with networkx on the graph of
-groups):
+Groups, merged greedily and never into a cycle (checked on the graph of groups, ir/dag.py):
 - elementwise chains of one shape (vertical), and elementwise groups of one shape that
   read the same input (horizontal);
 - reductions (sum, amax, amin) with the elementwise ops around them that run over the
@@ -22,9 +21,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-import networkx as nx
-
 from compiler.passes.rewrite import Rewriter
+from ir.dag import merging_closes_cycle, topological_order
 from ir.graph import Graph, GraphBuilder, Node, Value
 from eager.records import pointwise_ops
 from ir.ops import VIEW, Op
@@ -95,24 +93,24 @@ class _Groups:
                 out.add(p)
         return out
 
-    def dag(self) -> nx.DiGraph:
-        g = nx.DiGraph()
+    def dag(self) -> dict[int, set[int]]:
+        """The groups (by root) and the groups each one's results flow into."""
+        g: dict[int, set[int]] = {}
         for i in range(len(self.nodes)):
             if self.kind[i] != "free":
-                g.add_node(self.find(i))
+                b = self.find(i)
+                g.setdefault(b, set())
                 for p in self.sources(i):
-                    a, b = self.find(p), self.find(i)
+                    a = self.find(p)
                     if a != b:
-                        g.add_edge(a, b)
+                        g.setdefault(a, set()).add(b)
         return g
 
     def try_merge(self, a: int, b: int, kind: str) -> bool:
         ra, rb = self.find(a), self.find(b)
         if ra == rb:
             return True
-        dag = self.dag()
-        merged = nx.contracted_nodes(dag, ra, rb, self_loops=False)
-        if not nx.is_directed_acyclic_graph(merged):
+        if merging_closes_cycle(self.dag(), ra, rb):
             return False
         self.parent[rb] = ra
         self.group_kind[ra] = kind
@@ -233,9 +231,7 @@ def fuse(graph: Graph, emits: Callable[[Node], bool] | None = None) -> Graph:
 
 def _emit(graph: Graph, g: _Groups) -> Graph:
     members = g.members()
-    rank = {r: k for k, r in enumerate(nx.lexicographical_topological_sort(
-        g.dag(), key=lambda r: max(members[r])))}
-    order = sorted(members, key=lambda r: rank[r])
+    order = topological_order(g.dag(), key=lambda r: max(members[r]))
     rw = Rewriter(graph)
     emitted_free: set[int] = set()
     outputs_needed = set(graph.outputs)
