@@ -15,7 +15,7 @@ import numpy as np
 
 from compiler.gemm import config
 from compiler.gemm.ir.tools import PACK_ALIGN
-from compiler.gemm.ir.kernel import KERNEL_ARGS, Tile
+from compiler.gemm.ir.kernel import KERNEL_ARGS, ROWS_FIRST_DEPTH, Tile, packed_entry
 from compiler.gemm.kernels import Batch, Blocking, Call, CompiledGemm
 
 
@@ -252,8 +252,20 @@ def _job(kernel: CompiledGemm, first: np.ndarray | None, pieces: Batch | list[Ca
     if specialised is not None:
         function = specialised
     else:
-        function = kernel.items["direct" if blocking is None else "packed"]
-    return Job(first, kernel.items["pack_b"], words, function, threads, tables)
+        function = kernel.items["direct" if blocking is None else
+                                _packed_entry(calls, blocking.kc)]
+    pack_b = 0 if first is None else kernel.items["pack_b"]
+    return Job(first, pack_b, words, function, threads, tables)
+
+
+def _packed_entry(calls: list[Call], kc: int) -> str:
+    """The packed kernel's variant for these calls: the ways they read A (in place
+    where asked and rows are contiguous, as the kernel decides) and the depths of their
+    K blocks (kc, and the last block's k % kc)."""
+    in_place = {bool(c.a_in_place) and c.a_cs == 1 for c in calls}
+    depths = {kc if c.k >= kc else 0 for c in calls} | {c.k % kc for c in calls}
+    shallow = {depth < ROWS_FIRST_DEPTH for depth in depths - {0}}
+    return packed_entry(in_place, shallow)
 
 
 def _round_up(x: int, to: int) -> int:

@@ -1,8 +1,8 @@
 """Compiled GEMM kernels and what a call of them is made of.
 
-`kernel(dtype, spec)` compiles (once per process, through runtime's disk cache across
-processes) the module of ir/kernel.py for this CPU's tile and returns a `CompiledGemm`,
-the addresses of its entry points. A `Call` is one product for them (sizes, pointers,
+`kernel(dtype, spec)` returns the `CompiledGemm` of ir/kernel.py for this CPU's tile: the
+addresses of its entry points, each compiled (once per process, through runtime's disk
+cache across processes) when first used. A `Call` is one product for them (sizes, pointers,
 element strides, scalars); a `Batch` is products that differ only in where their
 operands are. gemm_jobs.py cuts a batch into pieces and runs them.
 """
@@ -17,7 +17,7 @@ import numpy as np
 from compiler import debugging
 from compiler.codegen.values import emit_activation
 from compiler.gemm import config
-from compiler.gemm.ir.kernel import EpilogueSpec, Tile, build_module
+from compiler.gemm.ir.kernel import ENTRIES, EpilogueSpec, Tile, build_module
 
 
 class SecondSight:
@@ -112,14 +112,21 @@ class Batch(NamedTuple):
 
 
 class CompiledGemm:
-    """One compiled (dtype, tile, epilogue): the addresses of its entry points as
-    runtime.pool items (record, worker): packed, direct, and the packing of B that
-    threads share."""
+    """One (dtype, tile, epilogue): the addresses of its entry points as runtime.pool
+    items (record, worker): packed, direct, and the packing of B that threads share.
+    `items[entry]` compiles an entry the first time it is asked for (through the kernel
+    cache), so a process that only multiplies small matrices never builds the packed
+    kernel; `compiled` lists the entries built so far."""
 
-    def __init__(self, tile: Tile, spec: EpilogueSpec, addresses: dict[str, int]):
+    def __init__(self, tile: Tile, spec: EpilogueSpec, jit):
         self.tile, self.spec = tile, spec
         self.dtype = np.dtype(tile.dtype)
-        self.items = addresses
+        self.name = f"kiln_gemm_{tile.dtype}_{tile.mr}x{tile.nr}u{tile.unroll}_{spec.tag}"
+        self.items = _Entries(self, jit)
+
+    @property
+    def compiled(self) -> tuple[str, ...]:
+        return tuple(self.items)
 
     def pack_b_record(self, call: Call, start: int, stop: int, packed_b: int) -> tuple:
         """The PACK_B_ARGS that put columns start:stop (start a multiple of NR) of the
@@ -155,22 +162,39 @@ def kernel(dtype: np.dtype, spec: EpilogueSpec, tile: Tile | None = None) -> Com
     with _kernels_lock:
         if key not in _kernels:
             chosen = tile or default_tile(key[0].name, vector_width())
-            made = _kernels.get((key[0], spec, chosen)) or _compile(host_jit(), chosen, spec)
+            made = _kernels.get((key[0], spec, chosen)) or CompiledGemm(chosen, spec, host_jit())
             _kernels[key] = _kernels[(key[0], spec, chosen)] = made
         return _kernels[key]
 
 
-def _compile(jit, tile: Tile, spec: EpilogueSpec) -> CompiledGemm:
-    name = (f"kiln_gemm_{tile.dtype}_{tile.mr}x{tile.nr}u{tile.unroll}_{spec.tag}")
-    module = jit.new_module(name)
-    build_module(module, name, tile, spec, emit_activation)
+class _Entries(dict):
+    """A CompiledGemm's entry addresses by name, each compiled on first lookup."""
+
+    def __init__(self, kernel: CompiledGemm, jit):
+        super().__init__()
+        self.kernel, self.jit = kernel, jit
+
+    def __missing__(self, entry: str) -> int:
+        if entry not in ENTRIES:
+            raise KeyError(f"a GEMM kernel has no entry {entry!r}; it has {ENTRIES}")
+        with _kernels_lock:
+            if entry not in self:
+                self[entry] = _compile(self.jit, self.kernel, entry)
+            return dict.__getitem__(self, entry)
+
+
+def _compile(jit, kernel: CompiledGemm, entry: str) -> int:
+    name = kernel.name
+    from runtime.jit import timing
+    module = jit.new_module(f"{name}_{entry}")
+    with timing("ir"):
+        build_module(module, name, kernel.tile, kernel.spec, emit_activation, (entry,))
     if debugging.level() >= 3:
-        debugging.banner(f"LLVM IR {name}", str(module), at_level=3)
-    entries = ("packed", "direct", "pack_b")
-    addresses = jit.load(module, [f"{name}_{entry}" for entry in entries])
+        debugging.banner(f"LLVM IR {name}_{entry}", str(module), at_level=3)
+    address = jit.load(module, [f"{name}_{entry}"])[f"{name}_{entry}"]
     if debugging.level() >= 4:
-        debugging.banner(f"assembly {name}", jit.assembly(module), at_level=4)
-    return CompiledGemm(tile, spec, {entry: addresses[f"{name}_{entry}"] for entry in entries})
+        debugging.banner(f"assembly {name}_{entry}", jit.assembly(module), at_level=4)
+    return address
 
 
 def reads_a_in_place(a_rs: int, a_cs: int, itemsize: int) -> bool:

@@ -3,8 +3,8 @@ around it (Goto/BLIS). The tile store with its fused epilogue is in store.py,
 packing in pack.py, the tile's types in tools.py; loops, vector memory and intrinsics
 come from runtime/llvm_ir.py.
 
-One module per (dtype, tile, epilogue) exports three functions, each taking a record of
-its arguments and a worker index (runtime.pool's items). `<name>_packed` and
+Each (dtype, tile, epilogue) has three exported functions, each taking a record of its
+arguments and a worker index (runtime.pool's items), built in one module each. `<name>_packed` and
 `<name>_direct` take `KERNEL_ARGS`: the first runs the whole blocked
 loop nest for its sub-problem (jc over N by NC -> pc over K by KC, pack B -> ic over M by
 MC, pack A -> jr by NR -> ir by MR -> micro-kernel) in one native call; the second reads
@@ -102,20 +102,52 @@ class EpilogueSpec:
                          "r" if self.residual else "nor"])
 
 
+# The packed entry comes in variants fixed at compile time to how A is read (in place or
+# packed) and to whether K blocks are shallow (< ROWS_FIRST_DEPTH): None leaves the
+# choice to each call (A) or block (depth), as "packed", which holds all four copies of
+# the micro-kernel and its store, does. A caller asks for the variant its calls need.
+PACKED = {f"packed{a_name}{depth_name}": (a_in_place, shallow)
+          for a_in_place, a_name in ((None, ""), (True, "_a_in_place"), (False, "_a_packed"))
+          for shallow, depth_name in ((None, ""), (True, "_shallow"), (False, "_deep"))}
+ENTRIES = (*PACKED, "direct", "pack_b")
+
+
+def packed_entry(a_in_place: set, shallow: set) -> str:
+    """The packed variant for calls that read A in place or not (`a_in_place`, the
+    values met) and run K blocks shallow or not (`shallow`)."""
+    def fixed(values: set):
+        return next(iter(values)) if len(values) == 1 else None
+    wanted = (fixed(a_in_place), fixed(shallow))
+    return next(name for name, variant in PACKED.items() if variant == wanted)
+
+
 def build_module(module: ir.Module, name: str, tile: Tile, spec: EpilogueSpec,
-                 activation: Callable | None = None) -> None:
-    """Add `<name>_packed`, `<name>_direct` and `<name>_pack_b` to `module`, each an
-    item for runtime.pool (see `export_item`). `activation(builder, name, x)` emits an
-    activation on a vector (needed for any activation but relu)."""
-    pack_a = Packing(module, tile).pack_a(f"{name}_pack_a")
-    pack_b = Packing(module, tile).pack_b(f"{name}_pack_b_panels")
-    packed = _Gemm(module, f"{name}_packed_body", tile, spec, activation)
-    packed.packed(pack_a, pack_b)
-    direct = _Gemm(module, f"{name}_direct_body", tile, spec, activation)
-    direct.direct()
-    export_item(module, f"{name}_packed", tile, packed.fn, KERNEL_ARGS, ("pack_a", "pack_b"))
-    export_item(module, f"{name}_direct", tile, direct.fn, KERNEL_ARGS)
-    export_item(module, f"{name}_pack_b", tile, pack_b, PACK_B_ARGS)
+                 activation: Callable | None = None,
+                 entries: tuple = ("packed", "direct", "pack_b")) -> None:
+    """Add the `entries` (`<name>_<entry>` for each of ENTRIES asked for; by default
+    the general packed entry, direct and pack_b) to `module`,
+    each an item for runtime.pool (see `export_item`), with the internal functions they
+    call. `activation(builder, name, x)` emits an activation on a vector (needed for any
+    activation but relu). One entry per module lets each be compiled when first used: a
+    process multiplying small matrices builds only `direct`, one whose A is contiguous
+    and K below ROWS_FIRST_DEPTH only `packed_a_in_place_shallow` (a quarter of
+    `packed`)."""
+    packs = [entry for entry in entries if entry in PACKED]
+    if packs or "pack_b" in entries:
+        pack_b = Packing(module, tile).pack_b(f"{name}_pack_b_panels")
+    if packs:
+        pack_a = Packing(module, tile).pack_a(f"{name}_pack_a")
+    for entry in packs:
+        packed = _Gemm(module, f"{name}_{entry}_body", tile, spec, activation)
+        packed.packed(pack_a, pack_b, *PACKED[entry])
+        export_item(module, f"{name}_{entry}", tile, packed.fn, KERNEL_ARGS,
+                    ("pack_a", "pack_b"))
+    if "direct" in entries:
+        direct = _Gemm(module, f"{name}_direct_body", tile, spec, activation)
+        direct.direct()
+        export_item(module, f"{name}_direct", tile, direct.fn, KERNEL_ARGS)
+    if "pack_b" in entries:
+        export_item(module, f"{name}_pack_b", tile, pack_b, PACK_B_ARGS)
 
 
 def export_item(module: ir.Module, name: str, tile: Tile, target: ir.Function,
@@ -163,11 +195,14 @@ class _Gemm(TileStore):
         self.row_buffer = self.b.alloca(ir.ArrayType(self.T, tile.nr), name="row")
         self.row_buffer.align = PACK_ALIGN
 
-    def packed(self, pack_a: ir.Function, pack_b: ir.Function) -> None:
+    def packed(self, pack_a: ir.Function, pack_b: ir.Function, in_place: bool | None = None,
+               shallow: bool | None = None) -> None:
         """The blocked loop nest. B is always packed; A is packed unless `a_in_place`
         is set and its rows are contiguous (unit column stride): then the micro-kernel
         broadcasts from A in place, as packing would only copy rows that are already
-        streams (the caller decides: rows a multiple of 2 KiB apart crowd L1 sets)."""
+        streams (the caller decides: rows a multiple of 2 KiB apart crowd L1 sets).
+        `in_place` and `shallow` not None: the kernel has only that way of reading A,
+        that order of tiles (see _macro_kernel), for callers whose calls all need it."""
         b, arg = self.b, self.arg
         m, n, k, zero = arg["m"], arg["n"], arg["k"], i64(0)
         a_in_place = b.and_(b.icmp_signed("==", arg["a_cs"], i64(1)),
@@ -194,16 +229,24 @@ class _Gemm(TileStore):
                     m_block = smin(b, b.sub(m, ic), mc)
                     block = (ic, jc, pc, m_block, n_block, k_block, first, last, b_block,
                              panel_stride)
-                    with b.if_else(a_in_place) as (in_place, packed):
-                        with in_place:
-                            self._macro_kernel(block, packed_a=False)
-                        with packed:
-                            b.call(pack_a, [at(b, arg["a"], b.mul(ic, arg["a_rs"]),
-                                               b.mul(pc, arg["a_cs"])),
-                                            arg["a_rs"], arg["a_cs"], m_block, k_block,
-                                            arg["pack_a"]])
-                            self._macro_kernel(block, packed_a=True)
+                    if in_place is None:
+                        with b.if_else(a_in_place) as (reads_in_place, packs):
+                            with reads_in_place:
+                                self._macro_kernel(block, False, shallow)
+                            with packs:
+                                self._pack_a_block(pack_a, block, shallow)
+                    elif in_place:
+                        self._macro_kernel(block, False, shallow)
+                    else:
+                        self._pack_a_block(pack_a, block, shallow)
         b.ret_void()
+
+    def _pack_a_block(self, pack_a: ir.Function, block, shallow: bool | None) -> None:
+        b, arg = self.b, self.arg
+        ic, pc, m_block, k_block = block[0], block[2], block[3], block[5]
+        b.call(pack_a, [at(b, arg["a"], b.mul(ic, arg["a_rs"]), b.mul(pc, arg["a_cs"])),
+                        arg["a_rs"], arg["a_cs"], m_block, k_block, arg["pack_a"]])
+        self._macro_kernel(block, True, shallow)
 
     def _balanced_mc(self, m, mc):
         """MC shrunk so that M splits into equal blocks of whole tiles (300 rows as 156
@@ -213,13 +256,18 @@ class _Gemm(TileStore):
         rows = b.sdiv(b.add(m, b.sub(blocks, i64(1))), blocks)
         return b.mul(b.sdiv(b.add(rows, b.sub(mr, i64(1))), mr), mr)
 
-    def _macro_kernel(self, block, packed_a: bool):
+    def _macro_kernel(self, block, packed_a: bool, shallow: bool | None = None):
         """The tiles of one block, A from its packed buffer or in place (rows past M
         re-read the last row; they are never stored). Column panels outside, row tiles
         inside (each B micro-panel stays in L1 while A's block streams from L2), except
         for shallow blocks (k_block < ROWS_FIRST_DEPTH), where storing the tiles costs
         more than their arithmetic: there row tiles go outside, so that the stores run
-        along rows of C instead of down a column of tiles in as many pages."""
+        along rows of C instead of down a column of tiles in as many pages. `shallow`
+        not None: the blocks are known to be shallow (True) or deep, and only that
+        order is generated."""
+        if shallow is not None:
+            self._tiles(block, packed_a, rows_outside=shallow)
+            return
         k_block = block[5]
         shallow = self.b.icmp_signed("<", k_block, i64(ROWS_FIRST_DEPTH))
         with self.b.if_else(shallow) as (rows_first, columns_first):
