@@ -40,6 +40,7 @@ class Entry:
     breaks: list = field(default_factory=list)
     calls: int = 0
     seconds: dict = field(default_factory=dict)
+    codegen: object = None         # runtime.jit.CompileClock of the first call's kernels
     direct: object = None          # replay as one kernel call on the arguments
 
 
@@ -147,6 +148,7 @@ class CompiledFunction:
             entry.regions = [r.graph for r in trace.records]
             entry.breaks = list(trace.breaks)
             entry.seconds = dict(trace.seconds)
+            entry.codegen = trace.codegen
         return out, trace
 
     # dynamic sizes ------------------------------------------------------------------

@@ -253,6 +253,7 @@ class Trace:
         self.produced: set[int] = set()       # ids of lazy tensors made concrete by flushes
         self.random = False
         self.seconds = {"trace": 0.0, "passes": 0.0, "codegen+JIT": 0.0, "run": 0.0}
+        self.codegen = None  # runtime.jit.CompileClock: what this call's kernels cost
 
     # inputs -------------------------------------------------------------------------
     def note_input(self, t: Tensor) -> None:
@@ -337,6 +338,8 @@ class Trace:
         graph, inputs = region.graph([v for v, _ in live])
         self.records.append(RegionRecord(graph, reason, inputs, [t for _, t in live]))
         debug.banner(f"captured graph (ended by: {reason})", str(graph))
+        from runtime.jit import compile_clock
+        clock = compile_clock()
         start = time.perf_counter()
         run = self.compile_region(graph)
         compiling = time.perf_counter() - start
@@ -352,6 +355,8 @@ class Trace:
         kernels = codegen_seconds() - codegen  # kernels are generated on their first call
         self.seconds["codegen+JIT"] += kernels
         self.seconds["run"] += time.perf_counter() - start - kernels
+        spent = compile_clock() - clock
+        self.codegen = spent if self.codegen is None else self.codegen + spent
         for (_, t), r in zip(live, results):
             _become(t, r)
             self.produced.add(id(t))

@@ -56,6 +56,8 @@ def explain(cf) -> str:
             lines += _lowering(cf.region_cache.get(str(g)))
         if entry.seconds:
             lines.append("  time: " + ", ".join(f"{k} {_ms(v)}" for k, v in entry.seconds.items()))
+        if entry.codegen is not None:
+            lines.append("  kernels: " + entry.codegen.describe())
     if cf.history:
         lines += ["", "recompiles:"] + [f"  - {h}" for h in cf.history]
     return "\n".join(lines) + "\n"

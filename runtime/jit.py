@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import contextmanager
+from dataclasses import dataclass, fields, replace
 from typing import Iterable
 
 import llvmlite.binding as llvm
@@ -33,12 +35,76 @@ from runtime.llvm_passes import run_pipeline
 from runtime.target import CpuTarget, selected
 
 
-_clock = threading.local()  # seconds this thread spent in load(): LLVM and linking
+@dataclass
+class CompileClock:
+    """Where one thread's kernel compiles went: seconds building IR in Python (and
+    printing it as text), in LLVM parsing and verifying it, optimising, emitting machine
+    code, in the kernel cache (lookups, disk reads and writes) and linking into the
+    engine; and how many kernels were compiled, read from the disk cache or found in
+    memory."""
+    ir: float = 0.0
+    parse: float = 0.0
+    optimise: float = 0.0
+    machine_code: float = 0.0
+    cache: float = 0.0
+    link: float = 0.0
+    compiled: int = 0
+    from_disk: int = 0
+    from_memory: int = 0
+
+    @property
+    def seconds(self) -> float:
+        return self.ir + self.parse + self.optimise + self.machine_code + self.cache + \
+            self.link
+
+    def __sub__(self, earlier: "CompileClock") -> "CompileClock":
+        return CompileClock(*(getattr(self, f.name) - getattr(earlier, f.name)
+                              for f in fields(self)))
+
+    def __add__(self, other: "CompileClock") -> "CompileClock":
+        return CompileClock(*(getattr(self, f.name) + getattr(other, f.name)
+                              for f in fields(self)))
+
+    def describe(self) -> str:
+        """One line, e.g. '2 compiled, 1 from disk, 0 in memory: IR 4.1 ms, ...'."""
+        counts = (f"{self.compiled} compiled, {self.from_disk} from the disk cache, "
+                  f"{self.from_memory} in memory")
+        phases = ", ".join(f"{name.replace('_', ' ')} {getattr(self, name) * 1e3:.1f} ms"
+                           for name in ("ir", "parse", "optimise", "machine_code", "cache",
+                                        "link"))
+        return f"{counts}: {phases}"
+
+
+_local = threading.local()
+
+
+def compile_clock() -> CompileClock:
+    """A copy of this thread's CompileClock (subtract two to time a span)."""
+    return replace(_thread_clock())
+
+
+def _thread_clock() -> CompileClock:
+    clock = getattr(_local, "clock", None)
+    if clock is None:
+        clock = _local.clock = CompileClock()
+    return clock
+
+
+@contextmanager
+def timing(phase: str):
+    """Add the time the block takes to this thread's CompileClock under `phase` (the
+    code generators time their IR building with it)."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        clock = _thread_clock()
+        setattr(clock, phase, getattr(clock, phase) + time.perf_counter() - start)
 
 
 def load_seconds() -> float:
-    """Time this thread has spent loading kernels (compiling them on a cache miss)."""
-    return getattr(_clock, "total", 0.0)
+    """Time this thread has spent compiling and loading kernels, IR building included."""
+    return _thread_clock().seconds
 
 
 def vector_width() -> int:
@@ -74,9 +140,11 @@ class HostJit:
     def optimise(self, module: ir.Module | str) -> llvm.ModuleRef:
         """`module` verified and optimised at O3, not added to the engine: str() of the
         result is the IR after optimisation, `assembly` of it the machine code."""
-        parsed = llvm.parse_assembly(str(module))
-        parsed.verify()
-        run_pipeline(parsed, self.target_machine, speed_level=3)
+        with timing("parse"):
+            parsed = llvm.parse_assembly(str(module))
+            parsed.verify()
+        with timing("optimise"):
+            run_pipeline(parsed, self.target_machine, speed_level=3)
         return parsed
 
     def add(self, module: ir.Module | str) -> llvm.ModuleRef:
@@ -97,13 +165,21 @@ class HostJit:
         an error."""
         if isinstance(names, str):
             raise TypeError(f"names is a collection of names; pass [{names!r}]")
-        text = str(module)
-        start = time.perf_counter()
+        clock = _thread_clock()
+        with timing("ir"):
+            text = str(module)
+        start, before = time.perf_counter(), replace(clock)
         try:
             addresses = self.cache.get_or_build(self.cache_key(text),
                                                 lambda: self._build(text), self._link)
         finally:
-            _clock.total = load_seconds() + time.perf_counter() - start
+            spent = clock - before
+            clock.cache += time.perf_counter() - start - spent.seconds
+            if not spent.compiled:
+                if spent.link:
+                    clock.from_disk += 1
+                else:
+                    clock.from_memory += 1
         if names is None:
             return dict(addresses)
         missing = [name for name in names if name not in addresses]
@@ -134,13 +210,15 @@ class HostJit:
     def _build(self, text: str) -> Entry:
         optimised = self.optimise(text)
         try:
-            return Entry(_defined_functions(optimised),
-                         self.target_machine.emit_object(optimised))
+            with timing("machine_code"):
+                return Entry(_defined_functions(optimised),
+                             self.target_machine.emit_object(optimised))
         finally:
             optimised.close()  # now, not whenever the garbage collector gets to it
+            _thread_clock().compiled += 1
 
     def _link(self, entry: Entry) -> dict[str, int]:
-        with self._lock:
+        with self._lock, timing("link"):
             self._refuse_redefinition(entry.functions)
             self.engine.add_object_file(llvm.ObjectFileRef.from_data(entry.object_code))
             self.engine.finalize_object()

@@ -263,13 +263,14 @@ def choose_tile(dtype: str, m: int, n: int, k: int, lanes: int) -> Tile:
 
 
 def _compile(key: SmallKey) -> SmallKernel:
-    from runtime.jit import host_jit, vector_width
+    from runtime.jit import host_jit, timing, vector_width
     lanes = vector_width() // (1 if key.dtype == "float32" else 2)
     tile = choose_tile(key.dtype, key.m, key.n, key.k, lanes)
     jit = host_jit()
     name = key.name(tile)
     module = jit.new_module(name)
-    SmallGemm(module, name, key, tile).build()
+    with timing("ir"):
+        SmallGemm(module, name, key, tile).build()
     if debugging.level() >= 3:
         debugging.banner(f"LLVM IR {name}", str(module), at_level=3)
     names = [name] + ([f"{name}_item"] if key.cut.pieces == 1 else []) + (

@@ -23,3 +23,48 @@ def test_import_compiler_and_a_first_compile_do_not_import_networkx(tmp_path):
                          text=True, env=dict(os.environ, KILN_CACHE_DIR=str(tmp_path)))
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_a_gemm_kernel_compiles_each_entry_when_first_used(monkeypatch):
+    """The packed entry is built only for a product that needs it, and only the variant
+    it needs (A read in place, deep K blocks: one micro-kernel of the full entry's four)."""
+    import numpy as np
+
+    from compiler.gemm import kernels
+    from compiler.gemm.api import gemm
+    from compiler.gemm.ir.kernel import EpilogueSpec
+    monkeypatch.setattr(kernels, "_kernels", {})
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((9, 7)), rng.standard_normal((7, 11))
+    np.testing.assert_allclose(gemm(a, b, threads=1, specialise=False), a @ b)
+    kernel = kernels.kernel(np.float64, EpilogueSpec())
+    assert kernel.compiled == ("direct",)
+    a, b = rng.standard_normal((301, 203)), rng.standard_normal((203, 157))
+    np.testing.assert_allclose(gemm(a, b, threads=1, specialise=False), a @ b)
+    assert kernel.compiled == ("direct", "packed_a_in_place_deep")
+
+
+COUNT_COMPILES = """
+import numpy as np
+import eager
+from runtime.jit import compile_clock
+x = eager.tensor(np.arange(12, dtype=np.float32).reshape(3, 4))
+w = eager.tensor(np.ones((4, 5), dtype=np.float32))
+cf = eager.compile(lambda x, w: ((x @ w).relu() * 2).softmax(-1) + 1)
+cf(x, w)
+entry = next(iter(cf.entries.values()))
+clock = compile_clock()
+assert "kernels: " + entry.codegen.describe() in cf.explain()
+print(clock.compiled, clock.from_disk)
+"""
+
+
+def test_a_second_process_finds_every_kernel_in_the_disk_cache_and_compiles_none(tmp_path):
+    def run() -> list[int]:
+        out = subprocess.run([sys.executable, "-c", COUNT_COMPILES], capture_output=True,
+                             text=True, env=dict(os.environ, KILN_CACHE_DIR=str(tmp_path)))
+        assert out.returncode == 0, out.stderr
+        return [int(n) for n in out.stdout.split()]
+    compiled, from_disk = run()
+    assert compiled > 0 and from_disk == 0
+    assert run() == [0, compiled]

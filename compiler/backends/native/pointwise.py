@@ -288,7 +288,7 @@ class PointwiseNode:
         return hit[0]
 
     def _compile(self, classes, columns=(), gathers=()):
-        from runtime.jit import host_jit, vector_width
+        from runtime.jit import host_jit, timing, vector_width
         jit = host_jit()
         _counter[0] += 1
         name = f"kiln_{'columns' if columns else self.kind}_{_counter[0]}"
@@ -296,7 +296,8 @@ class PointwiseNode:
                             tuple(self.body.outputs), self.scalars, self.row_values, classes,
                             columns, gathers)
         artifact = KernelArtifact(spec, vector_width(), jit)
-        module = artifact.module()
+        with timing("ir"):
+            module = artifact.module()
         debug.banner(f"LLVM IR: {name}", str(module), at_level=3)
         address = jit.load(module, [name])[name]  # through the kernel cache
         if debug.level() >= 4:
