@@ -1,0 +1,81 @@
+"""The first call of a compiled function in a fresh process, as a new user meets it: the
+time from calling it (after `import eager`, or `import torch`, and making the inputs) to
+its result, everything it imports, traces, compiles and runs on the way included.
+
+    python -m benchmarks.first_call kiln six_ops   # prints JSON: {"seconds": ...}
+    python -m benchmarks.first_call kiln gpt_step
+
+six_ops   compile_overhead's six elementwise ops on 8 floats
+gpt_step  examples.char_transformer (2 layers, 4 heads, d_model 64, context 32, batch 16)
+          compiled, forward and loss, then backward through the eager engine (compiled
+          backward graphs are not in yet): the first training step's forward+backward
+
+`fresh_process(...)` runs it with $KILN_CACHE_DIR set: an empty directory times the
+first call with nothing compiled, one a previous run filled the first call served by
+the disk cache.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+D_MODEL, HEADS, LAYERS, CONTEXT, BATCH = 64, 4, 2, 32, 16
+
+
+def six_ops(lib, x, y):
+    return (x * y + 1.0).tanh() * x - y.abs()
+
+
+def _six_ops(lib, compiled) -> float:
+    rng = np.random.default_rng(0)
+    x, y = (lib.tensor(rng.standard_normal(8, dtype=np.float32)) for _ in range(2))
+    fn = compiled(six_ops)
+    start = time.perf_counter()
+    fn(lib, x, y)
+    return time.perf_counter() - start
+
+
+def _gpt_step() -> float:
+    import eager
+    from examples.char_transformer import define, load_text
+    _, chars, text = load_text()
+    eager.manual_seed(0)
+    model = define(eager)(len(chars), D_MODEL, HEADS, LAYERS, CONTEXT)
+    starts = np.random.default_rng(0).integers(0, len(text) - CONTEXT - 1, BATCH)
+    x = eager.tensor(np.stack([text[s:s + CONTEXT] for s in starts]))
+    y = eager.tensor(np.stack([text[s + 1:s + CONTEXT + 1] for s in starts]))
+    compiled = eager.compile(model)
+    start = time.perf_counter()
+    logits = compiled(x)
+    loss = eager.nn.functional.cross_entropy(logits.reshape(-1, len(chars)), y.reshape(-1))
+    loss.backward()
+    return time.perf_counter() - start
+
+
+def measure(library: str, case: str) -> float:
+    if case == "gpt_step":
+        return _gpt_step()
+    if library == "torch":
+        import torch
+        return _six_ops(torch, torch.compile)
+    import eager
+    return _six_ops(eager, eager.compile)
+
+
+def fresh_process(library: str, case: str, cache_dir: str) -> float:
+    """Seconds of the first call in a new process whose kernel cache is `cache_dir`."""
+    env = dict(os.environ, KILN_CACHE_DIR=cache_dir, PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-m", "benchmarks.first_call", library, case],
+                         env=env, capture_output=True, text=True, check=True, cwd=ROOT)
+    return json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
+
+
+if __name__ == "__main__":
+    print(json.dumps({"seconds": measure(sys.argv[1], sys.argv[2])}))
