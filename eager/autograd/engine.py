@@ -102,9 +102,11 @@ def run_backward(roots, retain_graph: bool, create_graph: bool, capture=None,
                 for nr, g in grads.items():
                     if (node, nr) in capture:
                         captured[(node, nr)] = g
-            run = (needed is None or node in needed) and grads.get(0) is not None and not (
+            given = grads if node.takes_all_grads else grads.get(0)
+            has_grad = bool(grads) if node.takes_all_grads else given is not None
+            run = (needed is None or node in needed) and has_grad and not (
                 isinstance(node, AccumulateGrad) and not accumulate)
-            outputs = _evaluate(node, grads[0], create_graph) if run else ()
+            outputs = _evaluate(node, given, create_graph) if run else ()
             if run and not retain_graph:
                 node.release()
             for i, (child, nr) in enumerate(node.next_functions):

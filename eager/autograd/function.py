@@ -20,6 +20,7 @@ _FREED = ("Trying to backward through the graph a second time (or directly acces
 class Node:
     """Base of every backward node; subclasses are named as PyTorch names them."""
     __slots__ = ("next_functions", "_seq", "_pre_hooks", "_input_meta", "__weakref__")
+    takes_all_grads = False  # True: apply gets {output_nr: grad} for a node of several outputs
 
     def __init__(self, next_functions=()):
         self.next_functions = tuple(next_functions)
@@ -100,7 +101,7 @@ class SavedTensor:
             raise RuntimeError(_modified_message(t, node if self.is_output else t.grad_fn,
                                                  t._storage.version, self.version))
         if self.is_output and node is not None:
-            t = detach(t)
+            t = t.detach() if t._lazy is not None else detach(t)  # under capture: an op
             t.grad_fn = node
             t._set_requires_grad(True)
         return t
