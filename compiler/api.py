@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from compiler import capture, dynamic, guards
+from compiler.compiled_backward import TrainingRegion
 from eager import dispatcher
 from eager.profiler import profile
 from compiler.backends import get_backend
@@ -37,6 +38,8 @@ class Entry:
     out_tree: object = None
     out_slots: list = field(default_factory=list)  # ("graph", i) or ("value", v)
     regions: list = field(default_factory=list)
+    runs: list = field(default_factory=list)  # per region, what it was compiled to
+    needs_grad: tuple | None = None  # replay: per graph input, when backward is compiled
     breaks: list = field(default_factory=list)
     calls: int = 0
     seconds: dict = field(default_factory=dict)
@@ -146,6 +149,7 @@ class CompiledFunction:
                                f"{self.__name__}: {b.reason} at {b.where}")
         if not entry.regions:
             entry.regions = [r.graph for r in trace.records]
+            entry.runs = [r.run for r in trace.records]
             entry.breaks = list(trace.breaks)
             entry.seconds = dict(trace.seconds)
             entry.codegen = trace.codegen
@@ -156,8 +160,11 @@ class CompiledFunction:
         """Merge `entry` with an earlier one that differs only in sizes, if their graphs
         agree up to those sizes: the sizes become symbolic from now on."""
         consts = _constants(entry)
+        if entry.needs_grad is not None:
+            return False  # compiled backward graphs are made for one set of sizes
         for other in list(self.entries.values()):
-            if other is entry or other.mode != "replay" or other.graph is None:
+            if other is entry or other.mode != "replay" or other.graph is None or \
+                    other.needs_grad is not None:
                 continue
             diff = guards.size_differences(
                 guards.GuardSet.abstract(other.key, self.dynamic_dims), entry.key)
@@ -174,6 +181,7 @@ class CompiledFunction:
             entry.graph = graph
             entry.regions = [graph]
             entry.run = self._compile_region(graph)
+            entry.runs = [entry.run]
             if entry.direct is not None:  # the same arguments, now the symbolic graph's
                 entry.direct = _direct(entry.run, [index for _, index in entry.sources])
             self.entries[entry.key] = entry
@@ -203,11 +211,16 @@ class CompiledFunction:
             return False
         return False
 
-    def _compile_region(self, graph):
+    def _compile_region(self, graph, needs_grad: tuple | None = None):
+        """The region compiled (found again by its text); with `needs_grad` (per input,
+        whether it needs a gradient) as a compiled forward and backward pair."""
         text = str(graph)
-        run = self.region_cache.get(text)
+        key = text if needs_grad is None else (text, needs_grad)
+        run = self.region_cache.get(key)
         if run is None:
-            run = self.region_cache[text] = self.backend.compile(graph)
+            run = self.backend.compile(graph) if needs_grad is None else \
+                TrainingRegion(graph, needs_grad, self.backend)
+            self.region_cache[key] = run
         return run
 
     # replay -------------------------------------------------------------------------
@@ -236,7 +249,8 @@ class CompiledFunction:
                 slots.append(("value", v))
         entry.mode = "replay"
         entry.graph = record.graph if record is not None else None
-        entry.run = self._compile_region(record.graph) if record is not None else None
+        entry.needs_grad = record.needs_grad if record is not None else None
+        entry.run = record.run if record is not None else None
         entry.sources, entry.out_tree, entry.out_slots = sources, tree, slots
         if tree == 0 and slots == [("graph", 0)] and len(sources) == len(
                 leaves_of_args(entry.key)) and sorted(sources) == [
@@ -316,9 +330,10 @@ def _why_not_replayable(trace: capture.Trace, out_leaves) -> str:
     if len(trace.records) > 1:
         return "it ran more than one region"
     if trace.records:
-        outputs = trace.records[0].outputs
-        if any(t.requires_grad for t in outputs):  # replay runs below autograd
-            return "its results need autograd history (an input requires grad)"
+        record = trace.records[0]
+        if record.needs_grad is None and any(t.requires_grad for t in record.outputs):
+            return "its results need eager autograd history (grad mode changed inside it)"
+        outputs = record.outputs
         returned = {id(v) for _, v in out_leaves if isinstance(v, Tensor)}
         if any(id(t) not in returned for t in outputs):
             return "it keeps tensors besides its outputs (autograd history or side effects)"

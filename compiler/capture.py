@@ -109,6 +109,8 @@ class RegionRecord:
     ended_by: str
     input_tensors: list = field(repr=False)
     outputs: list = field(repr=False)  # the tensors the region's outputs became
+    needs_grad: tuple | None = None    # per input, when the region compiled its backward
+    run: object = field(default=None, repr=False)
 
 
 def _type_of(t: Tensor) -> TensorType:
@@ -145,6 +147,7 @@ class Region:
         self._input_of: dict[int, Value] = {}
         self.alive: dict[Value, weakref.ref] = {}
         self.saved = weakref.WeakSet()  # autograd's SavedTensors of this region's values
+        self.grad_mode_changed = False  # an op ran in another grad mode than the trace began
         self._scalars: dict = {}
         self._count = 0
 
@@ -196,6 +199,14 @@ class Region:
             if t is not None and t._lazy is not None and t._lazy.region is self:
                 out.append((v, t))
         return out
+
+    def drop_autograd_records(self) -> None:
+        """Let go of the values eager autograd's nodes saved while the region was
+        captured: the region's outputs get one compiled node instead, so those nodes
+        (reachable only from the region's own lazy tensors) are never run, and the
+        values they alone kept need not become outputs."""
+        for saved in list(self.saved):
+            saved.tensor = None
 
     def lazy_input(self, type_: TensorType) -> Tensor:
         """A stand-in tensor with no data for a graph input of `type_` (decompositions
@@ -252,6 +263,7 @@ class Trace:
         self.created: set[int] = set()        # ids of tensors made by factories meanwhile
         self.produced: set[int] = set()       # ids of lazy tensors made concrete by flushes
         self.random = False
+        self.grad_enabled = dispatcher.tls.grad_enabled
         self.seconds = {"trace": 0.0, "passes": 0.0, "codegen+JIT": 0.0, "run": 0.0}
         self.codegen = None  # runtime.jit.CompileClock: what this call's kernels cost
 
@@ -300,6 +312,8 @@ class Trace:
         if reason is not None:
             return self.break_and_run(handle, args, kwargs, reason)
         region = self.region
+        if dispatcher.tls.grad_enabled != self.grad_enabled:
+            region.grad_mode_changed = True
         inputs, attrs = [], []
         for a in handle.schema.arguments:
             v = bound[a.name]
@@ -333,15 +347,22 @@ class Trace:
             self.breaks.append(BreakRecord(reason, where))
             debug.banner("graph break", f"{reason} at {where}")
         live = region.live()
+        differentiable = self._differentiable(region, live)
+        if differentiable:  # eager autograd's records of the region give way to one node
+            del live
+            region.drop_autograd_records()
+            live = region.live()
         if not live:
             return
         graph, inputs = region.graph([v for v, _ in live])
-        self.records.append(RegionRecord(graph, reason, inputs, [t for _, t in live]))
+        needs_grad = tuple(t._requires_grad for t in inputs) if differentiable else None
         debug.banner(f"captured graph (ended by: {reason})", str(graph))
         from runtime.jit import compile_clock
         clock = compile_clock()
         start = time.perf_counter()
-        run = self.compile_region(graph)
+        run = self.compile_region(graph, needs_grad)
+        self.records.append(RegionRecord(graph, reason, inputs, [t for _, t in live],
+                                         needs_grad, run))
         compiling = time.perf_counter() - start
         phases = getattr(run, "phase_seconds", None)
         if phases and not getattr(run, "phases_counted", False):
@@ -360,8 +381,18 @@ class Trace:
         for (_, t), r in zip(live, results):
             _become(t, r)
             self.produced.add(id(t))
+            if differentiable:
+                t.grad_fn, t.output_nr = r.grad_fn, r.output_nr
+                t._set_requires_grad(r._requires_grad)
         for saved in region.saved:  # their tensors are concrete now: take today's version
             saved.version = saved.tensor._storage.version
+
+
+    def _differentiable(self, region: Region, live: list) -> bool:
+        """Whether the region compiles its backward: grad mode was on throughout and
+        one of its live values needs a gradient."""
+        return self.compile_region is not None and self.grad_enabled and \
+            not region.grad_mode_changed and any(t._requires_grad for _, t in live)
 
 
 def run_region(run, graph: Graph, inputs: list) -> list:

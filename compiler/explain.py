@@ -32,6 +32,16 @@ def _lowering(run) -> list[str]:
     return lines
 
 
+def _region_lines(run) -> list[str]:
+    """A region's lowering; for one with a compiled backward, both of its graphs'."""
+    describe = getattr(run, "describe", None)
+    if describe is None:
+        return _lowering(run)
+    return describe() + ["    forward lowering:"] + _lowering(run.forward) + \
+        ["    backward lowering:"] + (_lowering(run.backward) if run.backward_calls else
+                                     ["    not compiled yet: backward has not run"])
+
+
 def explain(cf) -> str:
     lines = [f"kiln.compile: {cf.__name__} ({_where(cf.fn)})",
              f"backend: {cf.backend.name} — {cf.backend.note}",
@@ -53,7 +63,8 @@ def explain(cf) -> str:
         for i, g in enumerate(entry.regions, 1):
             lines.append(f"  region {i}:")
             lines += ["    " + ln for ln in str(g).splitlines()]
-            lines += _lowering(cf.region_cache.get(str(g)))
+            run = entry.runs[i - 1] if i <= len(entry.runs) else cf.region_cache.get(str(g))
+            lines += _region_lines(run)
         if entry.seconds:
             lines.append("  time: " + ", ".join(f"{k} {_ms(v)}" for k, v in entry.seconds.items()))
         if entry.codegen is not None:
