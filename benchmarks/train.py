@@ -1,7 +1,9 @@
 """Training steps per second, kiln eager against PyTorch eager, from the same initial
 weights on the same batches in the same run. kiln eager steps its optimiser with the
 fused kernels (compiler/fused_optim.py, the default); "kiln eager, per-tensor step"
-with foreach=False, for comparison. Two suites live here:
+with foreach=False, for comparison; "kiln compiled" runs the model under eager.compile
+(compiled forward and backward graphs; the loss and the optimiser step eager). Two
+suites live here:
 
 mlp_cases          examples.mlp_classifier's MLP at 784-256-256-10 (MNIST-shaped
                    random inputs), batch 128, float32, Adam (lr 1e-3), cross_entropy.
@@ -25,7 +27,7 @@ import numpy as np
 
 from benchmarks import train_reference
 from benchmarks.harness import Case, Impl
-from benchmarks.impls import KILN, TORCH, kiln_tensors, torch_tensors
+from benchmarks.impls import KILN, KILN_COMPILED, TORCH, kiln_tensors, torch_tensors
 
 BATCHES = 8  # distinct batches, cycled
 MLP_INPUTS, MLP_HIDDEN, MLP_CLASSES, MLP_BATCH = 784, 256, 10, 128
@@ -92,10 +94,14 @@ def _text_batch(text: np.ndarray, rng) -> tuple[np.ndarray, np.ndarray]:
 
 def _training_case(name: str, model: Callable, optimizer: Callable, loss: Callable,
                    initial: Callable[[], dict], data: list, expected: Callable) -> Case:
-    def in_kiln(**options):
+    def in_kiln(compile_model=None, **options):
         import eager
         return _trainer(eager, kiln_tensors, model, functools.partial(optimizer, **options),
-                        loss, initial(), data)
+                        loss, initial(), data, compile_model)
+
+    def in_kiln_compiled():  # the model compiled (forward and backward graphs); the
+        import eager         # loss, backward's engine and the optimiser step run eagerly
+        return in_kiln(compile_model=eager.compile)
 
     def in_torch():
         import torch
@@ -103,16 +109,18 @@ def _training_case(name: str, model: Callable, optimizer: Callable, loss: Callab
 
     return Case(name, [Impl(KILN, in_kiln),
                        Impl(KILN_PER_TENSOR, functools.partial(in_kiln, foreach=False)),
+                       Impl(KILN_COMPILED, in_kiln_compiled),
                        Impl(TORCH, in_torch)], expected=expected,
                 unit="steps/s", reference=(TORCH,))
 
 
 def _trainer(lib, tensors: Callable, model: Callable, optimizer: Callable, loss: Callable,
-             initial: dict, data: list) -> Callable[[], object]:
+             initial: dict, data: list, compile_model=None) -> Callable[[], object]:
     """One optimiser step per call, on the next batch; returns the step's loss."""
-    net = model(lib)
-    net.load_state_dict(dict(zip(initial, tensors(list(initial.values())))))
-    opt = optimizer(lib, net.parameters())
+    module = model(lib)
+    module.load_state_dict(dict(zip(initial, tensors(list(initial.values())))))
+    opt = optimizer(lib, module.parameters())
+    net = compile_model(module) if compile_model else module
     batches = itertools.cycle([tuple(tensors([x, y])) for x, y in data])
 
     def step():
