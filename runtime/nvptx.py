@@ -11,6 +11,7 @@
     ptxas_report    what `ptxas -arch=<arch> -v` says of the PTX (registers, spills,
                     shared memory), or PtxasMissing naming why it cannot be asked
     record_sources  from now on, compile_ptx remembers the ir.Module behind each PTX
+    remember_source that `ptx` came from `module` (where sources are recorded)
     source_of       the ir.Module a PTX text was compiled from, or None
 
 No CUDA toolkit is needed at run time: llvmlite emits PTX and the driver assembles it
@@ -193,9 +194,16 @@ def cached_ptx(module, arch: str = DEFAULT_ARCH, cache: KernelCache | None = Non
 
     ptx = cache.get_or_build(ptx_key(module, arch), build,
                              lambda entry: entry.object_code.decode("ascii"))
+    remember_source(ptx, module)
+    return ptx
+
+
+def remember_source(ptx: str, module) -> None:
+    """Keep `module` as the source of `ptx` where sources are recorded: callers that keep
+    a kernel's PTX themselves (CudaKernel) call it at each use, so a kernel whose PTX was
+    made before an emulated driver existed still loads on one."""
     with _lock:
         _remember(ptx, module)
-    return ptx
 
 
 @dataclass(frozen=True)

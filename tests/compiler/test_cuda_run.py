@@ -183,3 +183,32 @@ def test_aligned_operands_take_the_gemms_vector_loads_on_the_device(emulated):
     (node,) = _nodes(f)
     (launch,) = node.launches.values()
     assert launch.gemm.request.aligned and "_v_" in launch.name
+
+
+_PTX_BEFORE_THE_DEVICE = """
+import numpy as np, eager
+from compiler.eager_cuda.elementwise import ElementwiseSpec, elementwise_kernel
+from ir import dtypes
+from ir.ops import Op
+from runtime import cuda
+from runtime.cuda_emulated import EmulatedDriver
+kernel = elementwise_kernel(ElementwiseSpec(Op.NEG, ((dtypes.float32, False),),
+                                            dtypes.float32, dtypes.float32))
+ptx = kernel.ptx()  # made before any emulated device: nothing was recorded then
+with cuda.use_driver(EmulatedDriver()):
+    x = eager.tensor([1.0, -2.0, 3.0], device="cuda")
+    print((-x).cpu().tolist())
+"""
+
+
+def test_a_kernel_whose_ptx_was_made_before_the_emulated_device_still_runs_on_it():
+    """CudaKernel keeps its PTX; the emulated device must still find the module behind
+    it (it failed when a test had asked for the PTX before a device was made)."""
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "KILN_CUDA"}
+    done = subprocess.run([sys.executable, "-c", _PTX_BEFORE_THE_DEVICE], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[-1.0, 2.0, -3.0]"

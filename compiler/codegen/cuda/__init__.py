@@ -31,9 +31,12 @@ class CudaKernel:
     def ptx(self, arch: str = nvptx.DEFAULT_ARCH) -> str:
         """The PTX for `arch`, made once: through the kernel cache, so from disk where
         another process made it before."""
-        if arch not in self._ptx:
-            self._ptx[arch] = nvptx.cached_ptx(self.module, arch)
-        return self._ptx[arch]
+        ptx = self._ptx.get(arch)
+        if ptx is None:
+            ptx = self._ptx[arch] = nvptx.cached_ptx(self.module, arch)
+        else:
+            nvptx.remember_source(ptx, self.module)
+        return ptx
 
     def emulate(self, grid, args: list) -> None:
         """Run this kernel's IR on the host (runtime/cuda_emulator.py) over numpy arrays."""
