@@ -1,6 +1,6 @@
 """Shape arithmetic on tuples of ints, no tensors: contiguous strides, the strides a view
 needs, a shape with its -1 resolved, dims made non-negative, broadcasting, reduced dims,
-each with PyTorch's error text. Tensor, the kernels, composite ops and derivative rules
+each with PyTorch's error text; dims merged for a kernel's addressing (merge_dims). Tensor, the kernels, composite ops and derivative rules
 all use it."""
 from __future__ import annotations
 
@@ -13,6 +13,23 @@ def contiguous_strides(shape) -> tuple[int, ...]:
         strides.append(acc)
         acc *= max(s, 1)
     return tuple(reversed(strides))
+
+
+def merge_dims(dims) -> list:
+    """The fewest dims addressing the elements of `dims` (in order, each (size, element
+    stride per operand)) as they do: dims of size 1 dropped, and a dim merged into the
+    one before it where every operand steps through the two as through one (its stride
+    there is this dim's size times its stride here), as PyTorch's TensorIterator merges
+    them. Each kernel generator (the CPU's, CUDA's, eager CUDA's) addresses through it."""
+    merged: list = []
+    for size, strides in dims:
+        if size == 1:
+            continue
+        if merged and all(prev == cur * size for prev, cur in zip(merged[-1][1], strides)):
+            merged[-1] = (merged[-1][0] * size, tuple(strides))
+        else:
+            merged.append((size, tuple(strides)))
+    return merged
 
 
 def view_strides(old_shape, old_stride, new_shape):

@@ -10,7 +10,8 @@ the CPU (vector types, masked loads and stores, loops with a masked tail) and NV
                 declared on first use; mangle(t): f32, v16f32, p1, ...
     target      Target.of(module): from the module's triple, its address spaces, the
                 spin-wait hint, NVPTX's thread and block indices and grid stride
-    memory      at (GEP), load_vector, store_vector, masked_load, masked_store
+    memory      at (GEP), load_vector, store_vector, masked_load, masked_store;
+                offsets (operands' element offsets at a linear index over dims)
     lanes       splat, lane_mask, any_lane, lanes_of, pairwise (a tree reduction)
     loops       for_range (its index after the loop is where it stopped), fold_range
                 (values carried through phis), vector_loop (whole vectors, unrolled,
@@ -161,6 +162,23 @@ def at(b: ir.IRBuilder, ptr, *offsets) -> ir.Value:
     for offset in offsets[1:]:
         index = b.add(index, _value(offset))
     return b.gep(ptr, [index])
+
+
+def offsets(b: ir.IRBuilder, index, sizes, strides) -> list:
+    """Each operand's element offset (i64) at linear `index` over dims of `sizes`, the last
+    dim fastest: the sum of coordinate x stride, `strides[j][d]` operand j's along dim d.
+    Sizes and strides are ints (compiled in: LLVM folds the divisions by constants, and
+    a stride of 0 adds nothing) or i64 values (launch arguments), in any mix."""
+    result = [i64(0)] * len(strides)
+    rest = index
+    for d in reversed(range(len(sizes))):
+        coordinate = b.urem(rest, _value(sizes[d])) if d else rest
+        if d:
+            rest = b.udiv(rest, _value(sizes[d]))
+        for j, operand in enumerate(strides):
+            if not (isinstance(operand[d], int) and operand[d] == 0):
+                result[j] = b.add(result[j], b.mul(coordinate, _value(operand[d])))
+    return result
 
 
 def _vector_pointer(b: ir.IRBuilder, ptr, width: int):

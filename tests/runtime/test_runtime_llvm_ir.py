@@ -166,3 +166,22 @@ def test_nvptx_ir_compiles_to_ptx_where_llvm_has_the_target():
     module.triple = NVPTX
     ptx = machine.emit_assembly(llvm.parse_assembly(_grid_stride_copy(module)))
     assert "%tid.x" in ptx and "%ctaid.x" in ptx and "ld.global" in ptx
+
+
+def test_offsets_at_a_linear_index_from_sizes_and_strides_constant_or_arguments():
+    """Operand 0 over dims (3, n) with strides (s, 1), s and n arguments; operand 1 with
+    constant strides (0, 5): a broadcast dim adds nothing to its offset."""
+    def build(b, out, index, n, s):
+        offsets = llvm_ir.offsets(b, index, [3, n], [[s, 1], [0, 5]])
+        for j, offset in enumerate(offsets):
+            b.store(offset, llvm_ir.at(b, out, j))
+
+    address, module = _kernel([llvm_ir.I64.as_pointer()] + [llvm_ir.I64] * 3, build)
+    offsets = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_int64), ctypes.c_int64,
+                               ctypes.c_int64, ctypes.c_int64)(address)
+    out = np.zeros(2, np.int64)
+    for index in range(3 * 4):
+        offsets(out.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)), index, 4, 10)
+        row, column = divmod(index, 4)
+        assert out.tolist() == [row * 10 + column, column * 5]
+    assert str(module).count(" mul ") == 3  # row x s, column x 1, column x 5

@@ -23,6 +23,7 @@ from compiler.codegen import gather as G
 from compiler.backends.native.launch import Launch, OutOfRange, output_spec
 from compiler.passes.fusion import row_space
 from eager.dispatcher import ATEN
+from eager.shapes import merge_dims
 from ir.graph import Node
 from ir.ops import VIEW, Op
 
@@ -340,36 +341,26 @@ def _broadcast_strides(a: np.ndarray, shape, full, reduced, squeezed: bool) -> l
 
 def row_dims(arrays, shapes, full, reduced, squeezed, placed=None):
     """The iteration space as (outer, inner): the outer dims, each (size, its element
-    stride per operand), and the inner dim likewise (the reduced one in a row kernel), with
-    neighbouring dims merged where every operand walks them as one (within the kept and
-    within the reduced dims) and dims of size 1 dropped. `placed` gives some operands'
-    strides over the iteration space (gathers' sources and indices)."""
+    stride per operand), and the inner dim likewise (the reduced one in a row kernel), the
+    kept dims and the reduced dims each merged by eager.shapes.merge_dims. `placed`
+    gives some operands' strides over the iteration space (gathers' sources and
+    indices). `arrays` may be any objects with numpy's shape, strides (in bytes) and
+    itemsize."""
     placed = placed or {}
     strides = [placed[j] if j in placed else _broadcast_strides(a, s, full, reduced, q)
                for j, (a, s, q) in enumerate(zip(arrays, shapes, squeezed))]
-    # dims of size 1 take no part in addressing
-    dims = [d for d in range(len(full)) if d not in reduced and full[d] != 1] + \
-        [d for d in sorted(reduced) if full[d] != 1]
-    n_reduced = sum(1 for d in reduced if full[d] != 1)
-    merged = []  # (size, [stride per operand], is_reduced)
-    for d in dims:
-        size, red = full[d], d in reduced
-        col = [st[d] for st in strides]
-        if merged and merged[-1][2] == red and all(
-                prev == cur * size for prev, cur in zip(merged[-1][1], col)):
-            last = merged[-1]
-            merged[-1] = (last[0] * size, col, red)
-        else:
-            merged.append((size, col, red))
-    if n_reduced:
-        if sum(1 for m in merged if m[2]) != 1:
-            raise NotNative("reduced dims that do not merge into one")
-        inner, outer = merged[-1], merged[:-1]
-    elif reduced or not merged:  # an inner dim of one element
-        inner, outer = (1, [1] * len(arrays), True), merged
-    else:
-        inner, outer = merged[-1], merged[:-1]
-    return [(size, col) for size, col, _ in outer], (inner[0], inner[1])
+
+    def dims(ds):
+        return [(full[d], [st[d] for st in strides]) for d in ds]
+    outer = merge_dims(dims(d for d in range(len(full)) if d not in reduced))
+    rows = merge_dims(dims(sorted(reduced)))
+    if len(rows) > 1:
+        raise NotNative("reduced dims that do not merge into one")
+    if rows:
+        return outer, rows[0]
+    if reduced or not outer:  # an inner dim of one element
+        return outer, (1, (1,) * len(arrays))
+    return outer[:-1], outer[-1]
 
 
 def _layout(arrays, shapes, full, reduced, squeezed, placed=None):
