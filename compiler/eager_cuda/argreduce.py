@@ -23,7 +23,8 @@ import llvmlite.ir as ir
 from compiler.codegen import values as V
 from compiler.codegen.cuda import CudaKernel
 from compiler.eager_cuda import device as D
-from compiler.eager_cuda.elementwise import THREADS, blocks_for, layout
+from compiler.codegen.cuda.pointwise import THREADS, blocks_for
+from compiler.eager_cuda.elementwise import layout
 from compiler.eager_cuda.pointwise import check_dtypes
 from eager.dispatcher import ATEN, AUTOGRAD_KEYS, DispatchKey, exclude_keys
 from eager.kernels._common import scalar_value
@@ -33,7 +34,7 @@ from ir import dtypes
 from ir.dtypes import DType
 from ir.ops import Op
 from runtime import nvptx
-from runtime.llvm_ir import I64, Target, fold_range, for_range, i64
+from runtime.llvm_ir import I64, Target, fold_range, for_range, i64, offsets
 
 _names = itertools.count(1)
 
@@ -75,11 +76,11 @@ def arg_kernel(spec: ArgSpec) -> CudaKernel:
         return L.from_memory(b.load(b.gep(arg["in"], [at])), spec.source)
     start, step = target.grid_stride(b)
     with for_range(b, start, arg["outputs"], step, "o") as o:
-        base = _offset(b, o, sizes, strides)
+        (base,) = offsets(b, o, sizes, [strides])
 
         def fold(r, acc):
             best, where = acc
-            x = load(b.add(base, _offset(b, r, rsizes, rstrides)))
+            x = load(b.add(base, offsets(b, r, rsizes, [rstrides])[0]))
             better = E.gt(x, best) if spec.largest else E.lt(x, best)
             if spec.source.is_floating_point:  # the first NaN wins
                 nan = b.fcmp_unordered("uno", x, x)
@@ -93,16 +94,6 @@ def arg_kernel(spec: ArgSpec) -> CudaKernel:
             b.store(L.to_memory(best, spec.source), b.gep(arg["values"], [o]))
     b.ret_void()
     return CudaKernel(module, name, (THREADS, 1, 1))
-
-
-def _offset(b: ir.IRBuilder, i, sizes: list, strides: list):
-    offset, rest = i64(0), i
-    for d in reversed(range(len(sizes))):
-        index = b.urem(rest, sizes[d]) if d else rest
-        if d:
-            rest = b.udiv(rest, sizes[d])
-        offset = b.add(offset, b.mul(index, strides[d]))
-    return offset
 
 
 def _arg_reduce(self, dims: tuple, largest: bool, indices, values=None) -> None:
@@ -120,7 +111,8 @@ def _arg_reduce(self, dims: tuple, largest: bool, indices, values=None) -> None:
     spec = ArgSpec(largest, self.dtype, values is not None, len(sizes), len(rsizes))
     args = [indices.numel(), *sizes, values if values is not None else indices, indices, self,
             *strides, count, *rsizes, *rstrides]
-    D.launch(arg_kernel(spec), (blocks_for(indices.numel()), 1, 1), args, self.device)
+    D.launch(arg_kernel(spec), (blocks_for(indices.numel(), THREADS), 1, 1), args,
+             self.device)
 
 
 def _argmax(op: Op, largest: bool):

@@ -32,10 +32,11 @@ import numpy as np
 from compiler.codegen import values as V
 from compiler.codegen.cuda import CudaKernel
 from compiler.eager_cuda import device as D
-from compiler.eager_cuda.elementwise import THREADS, blocks_for, layout
+from compiler.codegen.cuda.pointwise import THREADS, blocks_for
+from compiler.eager_cuda.elementwise import layout
 from ir import dtypes
 from ir.dtypes import DType
-from runtime import nvptx
+from runtime import llvm_ir, nvptx
 from runtime.llvm_ir import I64, Target, for_range, i64, when
 
 ATOMIC_ADD = {dtypes.float32: "fadd", dtypes.float64: "fadd", dtypes.int32: "add",
@@ -96,8 +97,8 @@ def indexed_kernel(spec: IndexedSpec) -> CudaKernel:
     status = next(args)
     start, step = target.grid_stride(b)
     with for_range(b, start, n, step) as i:
-        offsets = _offsets(b, i, sizes, [dst_strides, src_strides] +
-                           [st for _, st, _, _ in indices])
+        offsets = llvm_ir.offsets(b, i, sizes, [dst_strides, src_strides] +
+                                  [st for _, st, _, _ in indices])
         moved, ok = i64(0), ir.Constant(ir.IntType(1), 1)
         for k, ((ptr, _, size, stride), dt, at) in enumerate(zip(indices, spec.indices,
                                                                  offsets[2:])):
@@ -141,17 +142,6 @@ def _move(b: ir.IRBuilder, spec: IndexedSpec, dst, to, src, frm) -> list:
     return []
 
 
-def _offsets(b: ir.IRBuilder, i, sizes: list, strides: list) -> list:
-    """Each operand's element offset at linear index i (the last dim varies fastest)."""
-    offsets, rest = [i64(0)] * len(strides), i
-    for d in reversed(range(len(sizes))):
-        index = b.urem(rest, sizes[d]) if d else rest
-        if d:
-            rest = b.udiv(rest, sizes[d])
-        offsets = [b.add(o, b.mul(index, st[d])) for o, st in zip(offsets, strides)]
-    return offsets
-
-
 def indexed_copy(shape, dst, dst_strides, src, src_strides, indices: list, *, scatter: bool,
                  accumulate: bool = False, wrap: bool = False, error=None) -> None:
     """For every position of `shape`: dst[...] = src[...] (or += with `accumulate`), the
@@ -173,7 +163,7 @@ def indexed_copy(shape, dst, dst_strides, src, src_strides, indices: list, *, sc
     for ix, st in zip(indices, strides[2:]):
         args += [ix.tensor, *st, ix.size, ix.step]
     args.append(status)
-    D.launch(indexed_kernel(spec), (blocks_for(n), 1, 1), args, dst.device)
+    D.launch(indexed_kernel(spec), (blocks_for(n, THREADS), 1, 1), args, dst.device)
     which, value = (int(v) for v in D.to_host(status))
     if which:
         raise error(which - 1, value)

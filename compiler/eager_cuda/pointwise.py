@@ -4,8 +4,8 @@ check come from the op's Meta kernel, so CUDA raises what the CPU raises."""
 from __future__ import annotations
 
 from compiler.eager_cuda import device as D
-from compiler.eager_cuda.elementwise import (ElementwiseSpec, blocks_for, elementwise_kernel,
-                                             layout)
+from compiler.codegen.cuda.pointwise import blocks_for
+from compiler.eager_cuda.elementwise import ElementwiseSpec, elementwise_kernel, layout
 from eager.dispatcher import ATEN, DispatchKey
 from eager.kernels._common import promote, scalar_value
 from eager.records import OpRecord
@@ -51,25 +51,19 @@ def run(op: Op, out: Tensor, operands: list, attrs: dict, compute: DType,
     n = out.numel()
     if n == 0:
         return out
-    rank = len(out._shape)
     views = [t for t in operands if not by_value(t)]
-    strides = [out._stride] + [_broadcast_strides(t, out._shape) for t in views]
-    sizes, strides = layout(out._shape, strides) if rank else ((), [()] * len(strides))
+    strides = [_broadcast_strides(t, out._shape) for t in views] + [out._stride]
+    sizes, strides = layout(out._shape, strides)
     at = out.dtype if op is Op.WHERE else compute
     inputs = tuple((at, True) if by_value(t) else (t.dtype, False) for t in operands)
     spec = ElementwiseSpec(op, inputs, out.dtype, compute,
                            tuple(sorted(attrs.items())), len(sizes), scale is not None)
-    args = [n, *sizes, out, *strides[0]]
-    at_view = iter(zip(views, strides[1:]))
-    for t in operands:
-        if by_value(t):
-            args.append(_number(t, at))
-        else:
-            view, st = next(at_view)
-            args += [view, *st]
+    args = [_number(t, at) if by_value(t) else t for t in operands] + [out]
     if scale is not None:
         args.append(scale)
-    D.launch(elementwise_kernel(spec), (blocks_for(n), 1, 1), args, out.device)
+    args += [*sizes, *(stride for st in strides for stride in st)]
+    kernel = elementwise_kernel(spec)
+    D.launch(kernel, (blocks_for(n, kernel.block[0]), 1, 1), args, out.device)
     return out
 
 

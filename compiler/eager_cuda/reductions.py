@@ -2,12 +2,12 @@
 and log_softmax.
 
 A reduction kernel gives each output element one thread, which folds the elements it
-reduces in order (grid-stride over the outputs; kept and reduced dims each merged where
-the strides allow, sizes and strides are launch arguments). Simple and exact in its
-order, not fast for a few long rows: the block reductions of codegen/cuda/reduce.py and
-rows.py are made per fused graph node with their sizes compiled in, so an eager call
-would compile a kernel per shape; taking them needs a size-generic entry there.
-softmax and log_softmax are written here in the CUDA ops (amax, sub, exp, sum, div, log)
+reduces in order: codegen/cuda/pointwise.py's elementwise kernel over the outputs, kept
+and reduced dims each merged where the strides allow, sizes and strides launch
+arguments. Simple and exact in its order, not fast for a few long rows: the block
+reductions of codegen/cuda/reduce.py and rows.py are made per fused graph node with
+their sizes compiled in, so an eager call would compile a kernel per shape; taking
+them needs a size-generic entry there. softmax and log_softmax are written here in the CUDA ops (amax, sub, exp, sum, div, log)
 until then. Shapes, dtypes and errors come from each op's Meta kernel.
 """
 from __future__ import annotations
@@ -16,21 +16,21 @@ import functools
 import itertools
 from dataclasses import dataclass
 
-import llvmlite.ir as ir
-
+from compiler.codegen import pointwise as K
 from compiler.codegen import values as V
 from compiler.codegen.cuda import CudaKernel
+from compiler.codegen.cuda.pointwise import (THREADS, CudaSpec, KernelBuilder, blocks_for,
+                                             build_elementwise)
 from compiler.eager_cuda import device as D
-from compiler.eager_cuda.elementwise import THREADS, blocks_for, layout
+from compiler.eager_cuda.elementwise import layout, operand
 from compiler.eager_cuda.pointwise import check_dtypes
 from eager.dispatcher import ATEN, AUTOGRAD_KEYS, DispatchKey, exclude_keys
-from eager.shapes import reduce_dims
+from eager.shapes import contiguous_strides, reduce_dims
 from eager.tensor import ops
 from ir import dtypes
 from ir.dtypes import DType
 from ir.ops import Op
-from runtime import nvptx
-from runtime.llvm_ir import I64, Target, fold_range, for_range, i64
+from runtime.llvm_ir import fold_range, i64, offsets
 
 _names = itertools.count(1)
 
@@ -46,39 +46,30 @@ class ReductionSpec:
 
 @functools.lru_cache(maxsize=256)
 def reduction_kernel(spec: ReductionSpec) -> CudaKernel:
+    """codegen/cuda/pointwise.py's elementwise kernel over the outputs (sizes and strides
+    launch arguments), each folding its elements; the fold's count, sizes and strides
+    are extra arguments."""
     name = f"kiln_eager_{spec.kind}_{spec.source.name}_to_{spec.out.name}_{next(_names)}"
-    module = nvptx.new_module(name)
-    target = Target.of(module)
-    scalar = V.Lanes(None, None)
-    names = (["outputs"] + [f"size{d}" for d in range(spec.kept)] + ["out", "in"]
-             + [f"stride{d}" for d in range(spec.kept)] + ["count"]
-             + [f"rsize{d}" for d in range(spec.reduced)]
-             + [f"rstride{d}" for d in range(spec.reduced)])
-    pointers = {"out": spec.out, "in": spec.source}
-    types = [ir.PointerType(scalar.memory_type(pointers[n]), target.global_space)
-             if n in pointers else I64 for n in names]
-    fn, b = nvptx.kernel(module, name, types, names, max_threads=THREADS)
-    arg = dict(zip(names, fn.args))
-    L = V.Lanes(b, None)
-    E = V.Elements(L, spec.out)
-    sizes = [arg[f"size{d}"] for d in range(spec.kept)]
-    strides = [arg[f"stride{d}"] for d in range(spec.kept)]
-    rsizes = [arg[f"rsize{d}"] for d in range(spec.reduced)]
-    rstrides = [arg[f"rstride{d}"] for d in range(spec.reduced)]
-    start, step = target.grid_stride(b)
-    with for_range(b, start, arg["outputs"], step, "o") as o:
-        base = _offset(b, o, sizes, strides)
+    kernel = K.KernelSpec(name, "elementwise", (operand("x", spec.source),), (),
+                          (operand("out", spec.out),), (), frozenset(), ())
+    extras = tuple((f"{what}{d}", dtypes.int64) for what in ("rsize", "rstride")
+                   for d in range(spec.reduced))
+
+    def body(k: KernelBuilder, at: list) -> None:
+        b, L = k.b, V.Lanes(k.b, None)
+        E = V.Elements(L, spec.out)
+        rsizes, rstrides = ([k.extras[f"{what}{d}"] for d in range(spec.reduced)]
+                            for what in ("rsize", "rstride"))
 
         def fold(r, acc):
-            at = b.add(base, _offset(b, r, rsizes, rstrides))
-            x = L.from_memory(b.load(b.gep(arg["in"], [at])), spec.source)
-            x = L.cast(x, spec.source, spec.out)
+            (offset,) = offsets(b, r, rsizes, [rstrides])
+            x = L.cast(k.load(0, b.add(at[0], offset)), spec.source, spec.out)
             return [E.add(acc[0], x) if spec.kind == "sum" else
                     E.max(acc[0], x) if spec.kind == "amax" else E.min(acc[0], x)]
-        (acc,) = fold_range(b, i64(0), arg["count"], 1, [_identity(L, spec)], fold, "r")
-        b.store(L.to_memory(acc, spec.out), b.gep(arg["out"], [o]))
-    b.ret_void()
-    return CudaKernel(module, name, (THREADS, 1, 1))
+        (acc,) = fold_range(b, i64(0), k.extras["count"], 1, [_identity(L, spec)], fold, "r")
+        k.store(1, at[1], acc)
+    return build_elementwise(CudaSpec(kernel, rank=spec.kept,
+                                      extras=(("count", dtypes.int64),) + extras), body=body)
 
 
 def _identity(L: V.Lanes, spec: ReductionSpec):
@@ -96,31 +87,25 @@ def _identity(L: V.Lanes, spec: ReductionSpec):
     return L.const(lowest if spec.kind == "amax" else highest, dt)
 
 
-def _offset(b: ir.IRBuilder, i, sizes: list, strides: list):
-    offset, rest = i64(0), i
-    for d in reversed(range(len(sizes))):
-        index = b.urem(rest, sizes[d]) if d else rest
-        if d:
-            rest = b.udiv(rest, sizes[d])
-        offset = b.add(offset, b.mul(index, strides[d]))
-    return offset
-
-
 def reduce(kind: str, self, dims: tuple, out):
     """Fold `self` over `dims` into contiguous `out` (its elements: the kept ones, in
-    order) with `kind`, in out's dtype."""
+    order) with `kind`, in out's dtype, a thread per output."""
     check_dtypes(kind, self.dtype, out.dtype)
     if out.numel() == 0:
         return out
     kept = [d for d in range(self.dim()) if d not in dims]
-    sizes, (strides,) = layout([self._shape[d] for d in kept], [[self._stride[d] for d in kept]])
-    rsizes, (rstrides,) = layout([self._shape[d] for d in dims], [[self._stride[d] for d in dims]])
+    kept_sizes = [self._shape[d] for d in kept]
+    sizes, strides = layout(kept_sizes, [[self._stride[d] for d in kept],
+                                         contiguous_strides(kept_sizes)])
+    rsizes, (rstrides,) = layout([self._shape[d] for d in dims],
+                                 [[self._stride[d] for d in dims]])
     count = 1
     for d in dims:
         count *= self._shape[d]
     spec = ReductionSpec(kind, self.dtype, out.dtype, len(sizes), len(rsizes))
-    args = [out.numel(), *sizes, out, self, *strides, count, *rsizes, *rstrides]
-    D.launch(reduction_kernel(spec), (blocks_for(out.numel()), 1, 1), args, self.device)
+    args = [self, out, count, *rsizes, *rstrides, *sizes, *strides[0], *strides[1]]
+    D.launch(reduction_kernel(spec), (blocks_for(out.numel(), THREADS), 1, 1), args,
+             self.device)
     return out
 
 

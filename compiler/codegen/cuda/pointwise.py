@@ -1,18 +1,24 @@
-"""Fused elementwise kernels for CUDA: the CPU's fused-node bodies (codegen/pointwise.py's
-KernelSpec) at scalar width, one element per thread and trip of a grid-stride loop.
+"""Elementwise kernels for CUDA, one element per thread and trip of a grid-stride loop:
+a compiled graph's fused nodes (codegen/pointwise.py's KernelSpec, at scalar width) and
+eager's single ops (compiler/eager_cuda/elementwise.py gives its own body), over one
+frame of parameters and addressing that rows.py's row kernels share.
 
-Every kernel takes one global pointer per operand (inputs, then outputs), each at the
-operand's first element, and after them, where the kernel gathers, the i64 status word
-(codegen/gather.py: set to 1 when an index is out of range). Sizes and element strides
-are the graph's and are compiled in (CudaSpec): an element's coordinates come from its
-linear index by division by constants, and each operand's offset is the sum of
-coordinate x stride (broadcast dims have stride 0, views any strides). What each node
+Every kernel takes one argument per operand (inputs, then outputs): a global pointer at
+the operand's first element, or for an input passed by value its number; after them,
+where the kernel gathers, the i64 status word (codegen/gather.py: set to 1 when an index
+is out of range), then the spec's extra scalars. Sizes and element strides are either
+compiled in (a compiled graph's, CudaSpec.outer/inner: a kernel per layout, whose
+coordinates come from the linear index by division by constants) or launch arguments
+(CudaSpec.rank: the sizes, then each pointer operand's strides; one kernel serves every
+shape and view of that rank). Each operand's offset is the sum of coordinate x stride
+(llvm_ir.offsets; broadcast dims have stride 0, views any strides). What each node
 computes is its op record's emitter through values.compute, as on the CPU; vmath's
 polynomials use only intrinsics NVPTX lowers (fma, fabs, copysign, rint, trunc, sqrt).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import llvmlite.ir as ir
 
@@ -31,13 +37,19 @@ MAX_BLOCKS = 8192  # a grid's blocks at most: the grid-stride loop covers the re
 @dataclass(frozen=True)
 class CudaSpec:
     """A CUDA kernel: what it computes (`kernel`, the CPU's spec; its per-operand stride
-    classes are unused) and its operands' layout: the `outer` dims and the `inner` dim,
-    each (size, element stride per operand), as backends/native/pointwise.row_dims merges
-    them. An elementwise kernel walks all of them; a row kernel takes the outer dims as
-    its rows and reduces along the inner one."""
+    classes are unused) and its operands' layout, compiled in or given at launch. Compiled
+    in: the `outer` dims and the `inner` dim, each (size, element stride per operand), as
+    backends/native/pointwise.row_dims merges them. As launch arguments: `rank` dims (the
+    last the inner one), their sizes and strides read from the kernel's parameters. An
+    elementwise kernel walks all the dims; a row kernel takes the outer ones as its rows
+    and reduces along the inner one. `by_value`: positions of inputs passed as numbers,
+    not pointers; `extras`: (name, dtype) of scalar parameters after the operands."""
     kernel: K.KernelSpec
-    outer: tuple
-    inner: tuple
+    outer: tuple = ()
+    inner: tuple = (1, ())
+    rank: int | None = None       # sizes and strides as launch arguments (None: compiled in)
+    by_value: frozenset = frozenset()
+    extras: tuple = ()
 
     @property
     def rows(self) -> int:
@@ -58,7 +70,9 @@ def blocks_for(items: int, threads: int) -> int:
 
 class KernelBuilder:
     """A CUDA kernel's function and what its emitters share: the operands' global
-    pointers, the status word, offsets from coordinates, loads and stores by offset."""
+    pointers (or by-value numbers), the status word and extra scalars, the dims' sizes
+    and strides (ints compiled in, or the launch's arguments), offsets from coordinates,
+    loads and stores by offset."""
 
     def __init__(self, spec: CudaSpec, threads: int):
         self.spec, self.threads, self.w = spec, threads, None
@@ -66,20 +80,62 @@ class KernelBuilder:
         self.operands = list(k.inputs) + list(k.outputs)
         space = llvm_ir.Target(nvptx.TRIPLE).global_space
         S = V.Lanes(None, None)
-        types = [ir.PointerType(S.memory_type(v.type.dtype), space) for v in self.operands]
+        types = [S.memory_type(v.type.dtype) if j in spec.by_value else
+                 ir.PointerType(S.memory_type(v.type.dtype), space)
+                 for j, v in enumerate(self.operands)]
         names = [f"in{j}" for j in range(len(k.inputs))] + \
             [f"out{j}" for j in range(len(k.outputs))]
         if k.gathers:
             types.append(ir.PointerType(I64, space))
             names.append("status")
+        types += [S.type(dt) for _, dt in spec.extras]
+        names += [name for name, _ in spec.extras]
+        pointers = [j for j in range(len(self.operands)) if j not in spec.by_value]
+        if spec.rank is not None:
+            types += [I64] * (spec.rank * (1 + len(pointers)))
+            names += [f"size{d}" for d in range(spec.rank)] + \
+                [f"{names[j]}_stride{d}" for j in pointers for d in range(spec.rank)]
         self.module = nvptx.new_module(k.name)
         self.fn, self.b = nvptx.kernel(self.module, k.name, types, names, max_threads=threads)
         for arg in self.fn.args:
-            arg.add_attribute("noalias")
-        self.ptr = list(self.fn.args[:len(self.operands)])
-        self.status = self.fn.args[-1] if k.gathers else None
+            if isinstance(arg.type, ir.PointerType):
+                arg.add_attribute("noalias")
+        args = iter(self.fn.args)
+        self.ptr = [next(args) for _ in self.operands]
+        self.status = next(args) if k.gathers else None
+        self.extras = {name: next(args) for name, _ in spec.extras}
         self.target = llvm_ir.Target.of(self.module)
         self.scalars = dict(k.scalars)
+        self._dims(args, pointers)
+
+    def _dims(self, args, pointers: list) -> None:
+        """self.sizes and self.strides (per operand, along each dim; an operand passed by
+        value has zeros) from the spec or from the remaining arguments `args`."""
+        spec = self.spec
+        if spec.rank is None:
+            dims = tuple(spec.outer) + (spec.inner,)
+            self.sizes = [size for size, _ in dims]
+            self.strides = [[strides[j] for _, strides in dims]
+                            for j in range(len(self.operands))]
+            self.elements = spec.elements
+            return
+        self.sizes = [next(args) for _ in range(spec.rank)]
+        self.strides = [[0] * spec.rank for _ in self.operands]
+        for j in pointers:
+            self.strides[j] = [next(args) for _ in range(spec.rank)]
+        self.elements = self.product(self.sizes)
+
+    def product(self, sizes: list):
+        """The product of `sizes` (ints or i64 values); 1 for none."""
+        if all(isinstance(size, int) for size in sizes):
+            count = 1
+            for size in sizes:
+                count *= size
+            return count
+        count = i64(1)
+        for size in sizes:
+            count = self.b.mul(count, i64(size) if isinstance(size, int) else size)
+        return count
 
     def finish(self) -> CudaKernel:
         self.b.ret_void()
@@ -93,24 +149,17 @@ class KernelBuilder:
         for v, value in self.scalars.items():
             env[v] = S.const(value, v.type.dtype)
 
-    def offsets(self, index, dims) -> list:
-        """Each operand's element offset (i64) at linear `index` over `dims` (size,
-        strides), the last dim fastest."""
-        b = self.b
-        offsets = [i64(0)] * len(self.operands)
-        rest = index
-        for position, (size, strides) in enumerate(reversed(dims)):
-            last = position == len(dims) - 1
-            coordinate = rest if last else b.urem(rest, i64(size))
-            if not last:
-                rest = b.udiv(rest, i64(size))
-            for j, stride in enumerate(strides):
-                if stride:
-                    offsets[j] = b.add(offsets[j], b.mul(coordinate, i64(stride)))
-        return offsets
+    def offsets(self, index, dims: slice = slice(None)) -> list:
+        """Each operand's element offset (i64) at linear `index` over the dims `dims`
+        (all by default), the last dim fastest."""
+        return llvm_ir.offsets(self.b, index, self.sizes[dims],
+                               [strides[dims] for strides in self.strides])
 
     def load(self, j: int, offset):
+        """Operand j's element at `offset` (an input passed by value: its number)."""
         dt = self.operands[j].type.dtype
+        if j in self.spec.by_value:
+            return V.Lanes(self.b, None).from_memory(self.ptr[j], dt)
         raw = self.b.load(llvm_ir.at(self.b, self.ptr[j], offset))
         return V.Lanes(self.b, None).from_memory(raw, dt)
 
@@ -130,29 +179,35 @@ class KernelBuilder:
         return self.load(g.source, b.add(offsets[g.source], b.mul(safe, i64(g.stride))))
 
 
-def build_elementwise(spec: CudaSpec, threads: int | None = None) -> CudaKernel:
+def build_elementwise(spec: CudaSpec, threads: int | None = None,
+                      body: Callable | None = None) -> CudaKernel:
     """The elementwise kernel of `spec`: a grid-stride loop over every element, THREADS
-    per block unless `threads` says."""
+    per block unless `threads` says; body(k, offsets) emits one element (the operands'
+    offsets at it), by default the spec's fused nodes."""
     k = KernelBuilder(spec, threads or THREADS)
-    b, kernel = k.b, spec.kernel
-    dims = tuple(spec.outer) + (spec.inner,)
+    start, step = k.target.grid_stride(k.b)
+    with llvm_ir.for_range(k.b, start, k.elements, step, "element") as i:
+        (body or _fused_nodes)(k, k.offsets(i))
+    return k.finish()
+
+
+def _fused_nodes(k: KernelBuilder, offsets: list) -> None:
+    """One element of a compiled graph's fused node: its inputs loaded (a gather's
+    source at the gathered index), its nodes computed, its outputs stored."""
+    kernel = k.spec.kernel
     sources = {g.source for g in kernel.gathers}  # read only through their gathers
     gathered = {g.value for g in kernel.gathers}
-    start, step = k.target.grid_stride(b)
-    with llvm_ir.for_range(b, start, spec.elements, step, "element") as i:
-        offsets = k.offsets(i, dims)
-        env = {}
-        k.constants(env)
-        for j, v in enumerate(kernel.inputs):
-            if j not in sources:
-                env[v] = k.load(j, offsets[j])
-        for g in kernel.gathers:
-            env[g.value] = k.gathered(g, env, offsets)
-        S = V.Lanes(b, None)
-        for node in kernel.nodes:
-            if node.outputs[0] not in gathered:
-                k.compute(node, env, S)
-        n_in = len(kernel.inputs)
-        for j, v in enumerate(kernel.outputs):
-            k.store(n_in + j, offsets[n_in + j], env[v])
-    return k.finish()
+    env = {}
+    k.constants(env)
+    for j, v in enumerate(kernel.inputs):
+        if j not in sources:
+            env[v] = k.load(j, offsets[j])
+    for g in kernel.gathers:
+        env[g.value] = k.gathered(g, env, offsets)
+    S = V.Lanes(k.b, None)
+    for node in kernel.nodes:
+        if node.outputs[0] not in gathered:
+            k.compute(node, env, S)
+    n_in = len(kernel.inputs)
+    for j, v in enumerate(kernel.outputs):
+        k.store(n_in + j, offsets[n_in + j], env[v])

@@ -8,6 +8,11 @@ tid + ntid, ..., computing the values the pass needs, accumulating its reduction
 (accumulators.py, one scalar each) and storing the full-row outputs ready by then;
 reduce.block_reduce then gives every thread the row's reduced values, and the per-row
 ops between passes run in every thread. Thread 0 stores the per-row outputs.
+
+The row length, the rows (the outer dims) and their strides are compiled in (a compiled
+graph's node: a kernel per layout) or, with CudaSpec.rank, launch arguments (eager's
+reductions, softmax and the like: one kernel per op, dtypes and rank serving every
+shape); the block size is then the caller's, fixed when the kernel is made.
 """
 from __future__ import annotations
 
@@ -34,29 +39,32 @@ def threads_for(inner: int) -> int:
 
 
 def build_rows(spec: CudaSpec, threads: int | None = None) -> CudaKernel:
-    """The row kernel of `spec` (a reduction KernelSpec): one block per row."""
-    threads = threads or threads_for(spec.inner[0])
+    """The row kernel of `spec` (a reduction KernelSpec): one block per row, of
+    `threads` (threads_for the compiled row length, or MAX_THREADS, when None)."""
+    threads = threads or (threads_for(spec.inner[0]) if spec.rank is None else MAX_THREADS)
     if threads % WARP or not WARP <= threads <= WARP * WARP:
         raise ValueError(f"a row kernel's block is whole warps, up to 1024 threads; "
                          f"got {threads}")
     k = KernelBuilder(spec, threads)
     b, target, kernel = k.b, k.target, spec.kernel
     n_in = len(kernel.inputs)
-    inner, inner_strides = spec.inner
+    inner = k.sizes[-1]
+    inner_strides = [strides[-1] for strides in k.strides]
     plan = K.RowPasses(kernel)
     S = V.Lanes(b, None)
     block, blocks = (b.zext(target.special_register(b, name), I64)
                      for name in ("ctaid", "nctaid"))
     tid, ntid = (b.zext(target.special_register(b, name), I64) for name in ("tid", "ntid"))
 
-    with llvm_ir.for_range(b, block, spec.rows, blocks, "row") as r:
-        bases = k.offsets(r, spec.outer)
+    with llvm_ir.for_range(b, block, k.product(k.sizes[:-1]), blocks, "row") as r:
+        bases = k.offsets(r, slice(None, -1))
         known = {v: k.load(j, bases[j]) for j, v in enumerate(kernel.inputs)
                  if v in kernel.per_row}
         k.constants(known)
 
         def at(j, i):
-            return b.add(bases[j], b.mul(i, i64(inner_strides[j])))
+            stride = inner_strides[j]
+            return b.add(bases[j], b.mul(i, i64(stride) if isinstance(stride, int) else stride))
 
         def one_pass(needed, accs, stores):
             with llvm_ir.for_range(b, tid, inner, ntid, "element") as i:
