@@ -12,10 +12,13 @@ the host in its place.
 
     pointwise.py    pointwise ops from their records, copies and casts, fill_/zero_/
                     copy_, in-place arithmetic
-    reductions.py   sum, mean, amax, amin over dims; softmax, log_softmax
+    reductions.py   sum, mean, amax, amin over dims; softmax, log_softmax; argmax,
+                    argmin and var of floats: one launch of the row kernels where the
+                    reduced dims merge into one
     matmul.py       mm, bmm, addmm, mv, dot through codegen/cuda/gemm.py
     composed.py     gelu_backward in other CUDA ops (its record has no emitter)
-    argreduce.py    argmax, argmin, max.dim, min.dim; var
+    argreduce.py    argmax, argmin, max.dim, min.dim; var (where reductions.py's
+                    rows do not take them)
     joins.py        cat; select_backward, slice_backward
     indexing.py     index, index_put(_), index_select, index_add, embedding, gather,
                     scatter, scatter_add (indexed.py's kernel, indices checked on the
@@ -70,4 +73,6 @@ def _register() -> None:
                        *matmul.KERNELS.items(), *argreduce.KERNELS.items(),
                        *joins.KERNELS.items(), *indexing.KERNELS.items(),
                        *composed.KERNELS.items()):
+        register(op, kernel)
+    for op, kernel in reductions.ROW_KERNELS.items():  # argmax, argmin, var as rows
         register(op, kernel)

@@ -1,14 +1,23 @@
-"""CUDA kernels of eager's reductions over dims (sum, mean, amax, amin) and of softmax
-and log_softmax.
+"""CUDA kernels of eager's reductions over dims (sum, mean, amax, amin, argmax, argmin,
+var) and of softmax and log_softmax.
 
-A reduction kernel gives each output element one thread, which folds the elements it
-reduces in order: codegen/cuda/pointwise.py's elementwise kernel over the outputs, kept
-and reduced dims each merged where the strides allow, sizes and strides launch
-arguments. Simple and exact in its order, not fast for a few long rows: the block
-reductions of codegen/cuda/reduce.py and rows.py are made per fused graph node with
-their sizes compiled in, so an eager call would compile a kernel per shape; taking
-them needs a size-generic entry there. softmax and log_softmax are written here in the CUDA ops (amax, sub, exp, sum, div, log)
-until then. Shapes, dtypes and errors come from each op's Meta kernel.
+Each runs as one launch of codegen/cuda/rows.py's row kernel where its reduced dims merge
+into one inner dim (eager.shapes.merge_dims, through the native backend's row_dims):
+one block per row, the threads' partial results combined with warp shuffles and shared
+memory. The row length, the rows and their strides are launch arguments, so one kernel
+per op, dtypes, rank and block size (a warp for rows up to 32 elements, else
+rows.MAX_THREADS) serves every shape. The rows' bodies are written below as small
+graphs, the decompositions the compiler's passes make (compiler/passes/decompose.py),
+a mean's and a var's divisors passed by value.
+
+sum, mean, amax and amin take the rows only over contiguous rows of floats: over a
+leading dim (a strided inner dim, where one block per row would read memory a column at
+a time) and over integers, a reduction kernel gives each output element one thread,
+which folds the elements it reduces in order (grid-stride over the outputs; kept and
+reduced dims each merged, sizes and strides launch arguments), and a mean divides after
+it. argmax, argmin and var of floats over dims that merge take the rows; the others run
+argreduce.py's kernels (a thread per output; var in CUDA ops). Shapes, dtypes and errors
+come from each op's Meta kernel.
 """
 from __future__ import annotations
 
@@ -16,25 +25,123 @@ import functools
 import itertools
 from dataclasses import dataclass
 
+from compiler.backends.cuda.run import Layout
+from compiler.backends.native.pointwise import NotNative, row_dims
 from compiler.codegen import pointwise as K
 from compiler.codegen import values as V
 from compiler.codegen.cuda import CudaKernel
-from compiler.codegen.cuda.pointwise import (THREADS, CudaSpec, KernelBuilder, blocks_for,
-                                             build_elementwise)
+from compiler.codegen.cuda.pointwise import (MAX_BLOCKS, THREADS, CudaSpec, KernelBuilder,
+                                             blocks_for, build_elementwise)
+from compiler.codegen.cuda.reduce import WARP
+from compiler.codegen.cuda.rows import MAX_THREADS, build_rows
+from compiler.eager_cuda import argreduce
 from compiler.eager_cuda import device as D
 from compiler.eager_cuda.elementwise import layout, operand
 from compiler.eager_cuda.pointwise import check_dtypes
 from eager.dispatcher import ATEN, AUTOGRAD_KEYS, DispatchKey, exclude_keys
+from eager.kernels._common import scalar_value
 from eager.shapes import contiguous_strides, reduce_dims
 from eager.tensor import ops
 from ir import dtypes
 from ir.dtypes import DType
+from ir.graph import GraphBuilder, TensorType
 from ir.ops import Op
 from runtime.llvm_ir import fold_range, i64, offsets
 
 _names = itertools.count(1)
+ROWS = {Op.SUM: "sum", Op.MEAN: "mean", Op.AMAX: "amax", Op.AMIN: "amin",
+        Op.ARGMAX: "argmax", Op.ARGMIN: "argmin", Op.VAR: "var", Op.SOFTMAX: "softmax",
+        Op.LOG_SOFTMAX: "log_softmax"}
+"""The ops a row kernel computes, and their kernels' names."""
 
 
+# row kernels --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RowSpec:
+    op: Op          # one of ROWS
+    source: DType
+    out: DType
+    rank: int       # merged dims: the rows' dims, then the reduced one
+    threads: int
+
+
+@functools.lru_cache(maxsize=256)
+def row_kernel(spec: RowSpec) -> CudaKernel:
+    """rows.py's kernel of `spec`: the op's row body, sizes and strides launch
+    arguments; a mean's and a var's divisors are inputs passed by value."""
+    kernel = _row_body(spec, f"kiln_eager_rows_{ROWS[spec.op]}_{spec.source.name}_to_"
+                             f"{spec.out.name}_r{spec.rank}_{next(_names)}")
+    by_value = frozenset(range(1, len(kernel.inputs)))
+    return build_rows(CudaSpec(kernel, rank=spec.rank, by_value=by_value), spec.threads)
+
+
+def _row_body(spec: RowSpec, name: str) -> K.KernelSpec:
+    """The op over rows of x as a KernelSpec: softmax and log_softmax as decompose.py
+    writes them, mean as a sum over the count, var as the sum of squares about the
+    mean over its divisor."""
+    g, op = GraphBuilder(), spec.op
+    full, row = ("rows", "n"), ("rows", 1)
+    x = g.input(TensorType(full, spec.source), "x")
+    per_row = []
+
+    def node(node_op, *inputs, dt=spec.out, shape=full):
+        (v,) = g.add(node_op, inputs, {}, TensorType(shape, dt))
+        if shape == row:
+            per_row.append(v)
+        return v
+
+    def divisor(name):
+        v = g.input(TensorType((), spec.out), name)
+        per_row.append(v)
+        return v
+
+    if op in (Op.SUM, Op.AMAX, Op.AMIN, Op.ARGMAX, Op.ARGMIN):
+        out = node(op, x, shape=row)
+    elif op is Op.MEAN:
+        count = divisor("count")
+        out = node(Op.DIV, node(Op.SUM, x, shape=row), count, shape=row)
+    elif op is Op.VAR:
+        count, correction = divisor("count"), divisor("corrected_count")
+        centred = node(Op.SUB, x, node(Op.DIV, node(Op.SUM, x, shape=row), count, shape=row))
+        squares = node(Op.SUM, node(Op.MUL, centred, centred), shape=row)
+        out = node(Op.DIV, squares, correction, shape=row)
+    else:
+        shifted = node(Op.SUB, x, node(Op.AMAX, x, shape=row))
+        exp = node(Op.EXP, shifted)
+        total = node(Op.SUM, exp, shape=row)
+        out = node(Op.DIV, exp, total) if op is Op.SOFTMAX else \
+            node(Op.SUB, shifted, node(Op.LOG, total, shape=row))
+    graph = g.build([out])
+    return K.KernelSpec(name, "reduction", graph.inputs, graph.nodes, graph.outputs, (),
+                        frozenset(per_row), ())
+
+
+def rows(op: Op, self, dims: tuple, out, numbers=()) -> bool:
+    """out = op over `dims` of `self` as one row-kernel launch, if the dims merge into
+    one (else False, nothing launched); `numbers`: a mean's and a var's divisors."""
+    try:
+        outer, inner = row_dims([Layout.of(self), Layout.of(out)],
+                                [tuple(self._shape), tuple(out._shape)], tuple(self._shape),
+                                frozenset(dims), [False, out.dim() < self.dim()])
+    except NotNative:
+        return False
+    if op in (Op.SUM, Op.MEAN, Op.AMAX, Op.AMIN) and inner[1][0] != 1 and inner[0] > 1:
+        return False  # a column per block: the per-output kernel reads rows together
+    if out.numel() == 0:
+        return True
+    dims = list(outer) + [inner]
+    threads = WARP if inner[0] <= WARP else MAX_THREADS
+    kernel = row_kernel(RowSpec(op, self.dtype, out.dtype, len(dims), threads))
+    count = 1
+    for size, _ in outer:
+        count *= size
+    args = [self, *numbers, out, *(size for size, _ in dims),
+            *(strides[j] for j in range(2) for _, strides in dims)]
+    D.launch(kernel, (min(count, MAX_BLOCKS), 1, 1), args, self.device)
+    return True
+
+
+# a thread per output ------------------------------------------------------------------
 @dataclass(frozen=True)
 class ReductionSpec:
     kind: str       # "sum", "amax" or "amin"
@@ -109,17 +216,31 @@ def reduce(kind: str, self, dims: tuple, out):
     return out
 
 
+# the ops ------------------------------------------------------------------------------
+def _meta(op: Op):
+    return ATEN[op].kernels[DispatchKey.Meta][0]
+
+
+def _floats(*dts: DType) -> bool:
+    return all(dt in (dtypes.float32, dtypes.float64) for dt in dts)
+
+
 def _reduction(op: Op, kind: str):
-    meta = ATEN[op].kernels[DispatchKey.Meta][0]
+    meta = _meta(op)
 
     def kernel(self, dim=None, keepdim=False, **kwargs):
         shaped = meta(self, dim, keepdim, **kwargs)
         dims = tuple(reduce_dims(dim, self.dim()))
-        out = reduce(kind, self, dims, D.empty(shaped.shape, shaped.dtype, self.device))
+        out = D.empty(shaped.shape, shaped.dtype, self.device)
+        count = 1
+        for d in dims:
+            count *= self._shape[d]
+        check_dtypes(kind, self.dtype, out.dtype)
+        numbers = (float(count),) if op is Op.MEAN else ()
+        if _floats(self.dtype, out.dtype) and rows(op, self, dims, out, numbers):
+            return out
+        out = reduce(kind, self, dims, out)
         if op is Op.MEAN:
-            count = 1
-            for d in dims:
-                count *= self._shape[d]
             with exclude_keys(*AUTOGRAD_KEYS):  # 0 / 0 is NaN, as on the CPU
                 out = ops.div(out, count)
         return out
@@ -127,24 +248,61 @@ def _reduction(op: Op, kind: str):
     return kernel
 
 
-def _softmax(op: Op, log: bool):
-    meta = ATEN[op].kernels[DispatchKey.Meta][0]
+def _rows_kernel(op: Op, dims_of, numbers_of=lambda self, dims, kwargs: ()):
+    """The CUDA kernel of an op that argreduce.py also runs: as rows over the dims that
+    dims_of(self, *args, **kwargs) names, for floats where they merge into one; else
+    argreduce.py's kernel."""
+    meta, elsewhere = _meta(op), argreduce.KERNELS[op]
+
+    def kernel(self, *args, **kwargs):
+        shaped = meta(self, *args, **kwargs)
+        if not _floats(self.dtype):
+            return elsewhere(self, *args, **kwargs)
+        dims = dims_of(self, *args, **kwargs)
+        out = D.empty(shaped.shape, shaped.dtype, self.device)
+        if rows(op, self, dims, out, numbers_of(self, dims, kwargs)):
+            return out
+        return elsewhere(self, *args, **kwargs)
+    kernel.__name__ = f"{op.schema.name}_cuda"
+    return kernel
+
+
+def _dims(self, dim=None, *args, **kwargs) -> tuple:
+    """The dims an op reduces, from its `dim` argument (None: all)."""
+    return tuple(reduce_dims(dim, self.dim()))
+
+
+def _var_numbers(self, dims, kwargs):
+    count = 1
+    for d in dims:
+        count *= self._shape[d]
+    correction = kwargs.get("correction")
+    correction = 1 if correction is None else scalar_value(correction)
+    return float(count), float(max(count - correction, 0))
+
+
+def _softmax(op: Op):
+    """softmax over one dim: always one row kernel (a cast first where `dtype` asks)."""
+    meta = _meta(op)
 
     def kernel(self, dim, dtype=None):
         shaped = meta(self, dim, dtype)
+        check_dtypes(op.schema.name, self.dtype, shaped.dtype)
         x = self if self.dtype is shaped.dtype else ops._to_copy(self, dtype=shaped.dtype)
-        if x.numel() == 0:
-            return ops.clone(x)
-        with exclude_keys(*AUTOGRAD_KEYS):  # the op's own Autograd kernel records it
-            shifted = ops.sub(x, ops.amax(x, [dim], True))
-            e = ops.exp(shifted)
-            total = ops.sum(e, [dim], True)
-            return ops.sub(shifted, ops.log(total)) if log else ops.div(e, total)
+        if not _floats(x.dtype):
+            raise NotImplementedError(f"Could not run 'aten::{op.schema.name}' with "
+                                      f"arguments from the 'CUDA' backend: kiln's CUDA "
+                                      f"kernels have no {x.dtype.name} code")
+        out = D.empty(shaped.shape, shaped.dtype, self.device)
+        rows(op, x, _dims(x, dim), out)
+        return out
     kernel.__name__ = f"{op.schema.name}_cuda"
     return kernel
 
 
 KERNELS = {Op.SUM: _reduction(Op.SUM, "sum"), Op.MEAN: _reduction(Op.MEAN, "sum"),
            Op.AMAX: _reduction(Op.AMAX, "amax"), Op.AMIN: _reduction(Op.AMIN, "amin"),
-           Op.SOFTMAX: _softmax(Op.SOFTMAX, False),
-           Op.LOG_SOFTMAX: _softmax(Op.LOG_SOFTMAX, True)}
+           Op.SOFTMAX: _softmax(Op.SOFTMAX), Op.LOG_SOFTMAX: _softmax(Op.LOG_SOFTMAX)}
+ROW_KERNELS = {Op.ARGMAX: _rows_kernel(Op.ARGMAX, _dims), Op.ARGMIN: _rows_kernel(Op.ARGMIN, _dims),
+               Op.VAR: _rows_kernel(Op.VAR, _dims, _var_numbers)}
+"""Kernels in place of argreduce.py's (registered after them in __init__)."""
