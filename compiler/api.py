@@ -20,6 +20,7 @@ import numpy as np
 from compiler import capture, dynamic, guards
 from compiler.compiled_backward import TrainingRegion
 from eager import dispatcher
+from eager.autograd.grad_mode import no_grad
 from eager.profiler import profile
 from compiler.backends import get_backend
 from eager.tensor import Tensor
@@ -45,6 +46,10 @@ class Entry:
     seconds: dict = field(default_factory=dict)
     codegen: object = None         # runtime.jit.CompileClock of the first call's kernels
     direct: object = None          # replay as one kernel call on the arguments
+    steps: list = field(default_factory=list)  # capture.EagerStep: whole steps, replayed
+    region_at: int = 0             # replay: how many of the steps run before the region
+    grad_slots: tuple = ()         # replay: (input, output): output becomes input's .grad
+    used_history: tuple = ()       # replay: (output, its grad_fn, freed by a backward)
 
 
 class CompileCheckError(AssertionError):
@@ -121,8 +126,8 @@ class CompiledFunction:
         entry.calls = 1
         self.entries[key] = entry
         if entry.mode == "replay":
-            probed = self.dynamic and not self.dynamic_dims and self._probe(entry, args,
-                                                                             kwargs)
+            probed = self.dynamic and not self.dynamic_dims and not entry.steps and \
+                self._probe(entry, args, kwargs)  # probing would run its steps again
             if not probed:  # as without dynamic=True: sizes that two calls differ in
                 self._generalize(entry, trace)
         if self.check_calls:
@@ -151,6 +156,7 @@ class CompiledFunction:
             entry.regions = [r.graph for r in trace.records]
             entry.runs = [r.run for r in trace.records]
             entry.breaks = list(trace.breaks)
+            entry.steps = list(trace.steps)
             entry.seconds = dict(trace.seconds)
             entry.codegen = trace.codegen
         return out, trace
@@ -160,8 +166,9 @@ class CompiledFunction:
         """Merge `entry` with an earlier one that differs only in sizes, if their graphs
         agree up to those sizes: the sizes become symbolic from now on."""
         consts = _constants(entry)
-        if entry.needs_grad is not None:
-            return False  # compiled backward graphs are made for one set of sizes
+        if entry.needs_grad is not None or entry.steps:
+            return False  # compiled backward graphs are made for one set of sizes; a
+            # training step's grads and optimiser state are, too
         for other in list(self.entries.values()):
             if other is entry or other.mode != "replay" or other.graph is None or \
                     other.needs_grad is not None:
@@ -252,17 +259,37 @@ class CompiledFunction:
         entry.needs_grad = record.needs_grad if record is not None else None
         entry.run = record.run if record is not None else None
         entry.sources, entry.out_tree, entry.out_slots = sources, tree, slots
+        entry.region_at = record.after_steps if record is not None else len(entry.steps)
+        if record is not None:
+            entry.grad_slots = record.grads
+            entry.used_history = tuple((i, t.grad_fn) for i, t in enumerate(record.outputs)
+                                       if record.needs_grad is None and t.requires_grad)
+        if entry.steps or entry.grad_slots or entry.used_history:
+            return  # more than the graph's results
         if tree == 0 and slots == [("graph", 0)] and len(sources) == len(
-                leaves_of_args(entry.key)) and sorted(sources) == [
-                ("arg", i) for i in range(len(sources))]:  # every argument, once each
+                leaves_of_args(entry.key)) and all(s[0] == "arg" for s in sources) and \
+                sorted(sources) == [("arg", i) for i in range(len(sources))]:  # each once
             entry.direct = _direct(entry.run, [index for _, index in sources])
 
     def _replay(self, entry: Entry, leaves: list):
         results = []
+        for step in entry.steps[:entry.region_at]:
+            step.call()
         if entry.run is not None:
             inputs = [leaves[s[1]] if s[0] == "arg" else guards.resolve(s, leaves)
                       for s in entry.sources]
-            results = capture.run_region(entry.run, entry.graph, inputs)
+            if entry.needs_grad is None:  # no result needs history: the interpreter
+                with no_grad():           # records none (a .grad stays without one)
+                    results = capture.run_region(entry.run, entry.graph, inputs)
+            else:
+                results = capture.run_region(entry.run, entry.graph, inputs)
+            for i, o in entry.grad_slots:  # as the engine left them: zero_grad set None
+                inputs[i].grad = results[o]
+            for o, node in entry.used_history:
+                results[o].grad_fn = node  # freed: a second backward raises as eagerly
+                results[o]._set_requires_grad(True)
+        for step in entry.steps[entry.region_at:]:
+            step.call()
         if entry.out_tree == 0:  # a single result
             return self._slot(entry.out_slots[0], results, leaves)
         out = [self._slot(slot, results, leaves) for slot in entry.out_slots]
@@ -329,14 +356,41 @@ def _why_not_replayable(trace: capture.Trace, out_leaves) -> str:
         return f"it reads a tensor kiln cannot find again ({trace.untracked_inputs[0]})"
     if len(trace.records) > 1:
         return "it ran more than one region"
+    returned_value = next((s.what for s in trace.steps if not s.returned_none), None)
+    if returned_value:
+        return f"{returned_value} returned a value"
     if trace.records:
         record = trace.records[0]
-        if record.needs_grad is None and any(t.requires_grad for t in record.outputs):
+        if record.needs_grad is None and any(t.requires_grad and not _used_up(t)
+                                             for t in record.outputs):
             return "its results need eager autograd history (grad mode changed inside it)"
         outputs = record.outputs
         returned = {id(v) for _, v in out_leaves if isinstance(v, Tensor)}
+        returned.update(id(outputs[o]) for _, o in record.grads)
         if any(id(t) not in returned for t in outputs):
             return "it keeps tensors besides its outputs (autograd history or side effects)"
+        return _why_grads_not_replayable(trace, record)
+    return ""
+
+
+def _used_up(t: Tensor) -> bool:
+    """Whether t's autograd history was freed by a backward that ran inside the call."""
+    return getattr(t.grad_fn, "_released", False)
+
+
+def _why_grads_not_replayable(trace: capture.Trace, record) -> str:
+    """A replay sets the .grad the region's backward computed: that is eager's result
+    only where a whole step of the same call (zero_grad) set that .grad to None before
+    the region, and nothing replaced it after."""
+    nulled = set().union(*(s.nulls for s in trace.steps[:record.after_steps]))
+    for i, o in record.grads:
+        p = record.input_tensors[i]
+        if id(p) not in nulled:
+            return (f"the gradient of a {tuple(p.shape)} {p.dtype.name} tensor would "
+                    f"accumulate into what it held before the call (no "
+                    f"zero_grad(set_to_none=True) before backward)")
+        if p.grad is not record.outputs[o]:
+            return f"Python replaced the .grad of a {tuple(p.shape)} tensor after backward"
     return ""
 
 

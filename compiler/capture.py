@@ -10,6 +10,10 @@ When Python needs a value (`bool(t)`, `t.item()`, printing) or an op cannot be c
 live tensors need) is compiled, found again by its text if it was seen before, and run;
 each live lazy tensor then becomes an ordinary tensor holding its value, and capture
 continues in a new region.
+
+A library's whole step (an optimiser's step or zero_grad: eager.tensor.whole_step) is
+not a break: the region before it is flushed, the step runs eagerly as it is, and the
+trace keeps it (EagerStep) so that a training step can replay it after its graph.
 """
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ from eager.device import CPU, META
 from eager.device import device as Device
 from eager.dispatcher import DispatchKey
 from eager.profiler import profile, record_function
-from eager.tensor import Storage, Tensor, reading_why, set_data_watch
+from eager.tensor import Storage, Tensor, reading_why, set_data_watch, set_whole_step_hook
 from ir.graph import Graph, GraphBuilder, Node, TensorType, Value
 from ir.ops import DATA_DEPENDENT_SHAPE, INPLACE, Op
 
@@ -111,6 +115,19 @@ class RegionRecord:
     outputs: list = field(repr=False)  # the tensors the region's outputs became
     needs_grad: tuple | None = None    # per input, when the region compiled its backward
     run: object = field(default=None, repr=False)
+    grads: tuple = ()                  # (input, output): the output became input's .grad
+    after_steps: int = 0               # how many whole steps ran before it
+
+
+@dataclass
+class EagerStep:
+    """A library's whole step that ran eagerly during capture (see whole_step)."""
+    call: object = field(repr=False)   # runs the step again (a zero-argument callable)
+    what: str                          # `Adam.step()`
+    where: str
+    after_regions: int                 # how many regions were flushed before it
+    nulls: frozenset = frozenset()     # ids of the tensors whose .grad it set to None
+    returned_none: bool = True
 
 
 def _type_of(t: Tensor) -> TensorType:
@@ -258,6 +275,7 @@ class Trace:
         self.known_sources = known_sources    # id(tensor) -> source, for replay
         self.region = Region(self)
         self.records: list[RegionRecord] = []
+        self.steps: list[EagerStep] = []
         self.breaks: list[BreakRecord] = []
         self.untracked_inputs: list[str] = []
         self.created: set[int] = set()        # ids of tensors made by factories meanwhile
@@ -280,9 +298,12 @@ class Trace:
         """Python is about to see or change the elements of concrete tensor `t`. A value
         read from a tensor this call did not make itself (an argument, a parameter, a
         global) would be baked into the graph, so the first such read is a graph break:
-        the entry then re-runs its Python at every call and reads again. A tensor the
-        pending region reads is flushed first, so the region sees it as it was."""
-        own = t._wrapped or id(t) in self.created or id(t) in self.produced
+        the entry then re-runs its Python at every call and reads again. So is a read of
+        a region's result flushed by a whole step (a training step's loss read after
+        `opt.step()`). A tensor the pending region reads is flushed first, so the region
+        sees it as it was."""
+        own = t._wrapped or id(t) in self.created or (  # made by a flush that was a
+            id(t) in self.produced and not self.steps)  # break, or the last one
         pending = id(t) in self.region._input_of
         if pending or not (own or self.breaks):
             what = "reads the values of a" if not own else "touches the elements of a"
@@ -334,6 +355,20 @@ class Trace:
         return tuple(lazies) if isinstance(out, tuple) else (
             list(lazies) if isinstance(out, list) else lazies[0])
 
+    def whole_step(self, call, what: str, nulls_grads_of) -> object:
+        """Run a library's whole step eagerly after the pending region (see EagerStep)."""
+        self.flush(f"{what} runs eagerly")
+        tls = dispatcher.tls
+        previous = tls.exclude
+        tls.exclude = previous | TRACER_BIT
+        try:
+            result = call()
+        finally:
+            tls.exclude = previous
+        self.steps.append(EagerStep(call, what, user_location(), len(self.records),
+                                    frozenset(map(id, nulls_grads_of)), result is None))
+        return result
+
     def break_and_run(self, handle, args, kwargs, reason: str):
         self.flush(reason, user_location())
         return handle.redispatch(DispatchKey.Tracer, *args, **kwargs)
@@ -361,8 +396,11 @@ class Trace:
         clock = compile_clock()
         start = time.perf_counter()
         run = self.compile_region(graph, needs_grad)
+        grad_of = {id(t.grad): j for j, t in enumerate(inputs)
+                   if t is not None and t.grad is not None}
+        grads = tuple((grad_of[id(t)], i) for i, (_, t) in enumerate(live) if id(t) in grad_of)
         self.records.append(RegionRecord(graph, reason, inputs, [t for _, t in live],
-                                         needs_grad, run))
+                                         needs_grad, run, grads, len(self.steps)))
         compiling = time.perf_counter() - start
         phases = getattr(run, "phase_seconds", None)
         if phases and not getattr(run, "phases_counted", False):
@@ -510,7 +548,15 @@ def _watch_data(t: Tensor) -> None:
     trace.note_data_access(t)
 
 
-_capturing = [0]  # threads capturing now: the watch is set while there is one
+def _whole_step(call, what: str, nulls_grads_of):
+    """The whole-step hook (eager.tensor.set_whole_step_hook) while any thread captures."""
+    trace = getattr(_local, "trace", None)
+    if trace is None or dispatcher.tls.exclude & TRACER_BIT:
+        return call()
+    return trace.whole_step(call, what, nulls_grads_of)
+
+
+_capturing = [0]  # threads capturing now: the hooks are set while there is one
 _capturing_lock = threading.Lock()
 
 
@@ -518,6 +564,7 @@ def _count_capture(step: int) -> None:
     with _capturing_lock:
         _capturing[0] += step
         set_data_watch(_watch_data if _capturing[0] else None)
+        set_whole_step_hook(_whole_step if _capturing[0] else None)
 
 
 def start(trace: Trace):

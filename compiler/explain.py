@@ -42,6 +42,20 @@ def _region_lines(run) -> list[str]:
                                      ["    not compiled yet: backward has not run"])
 
 
+def _whole_step_lines(entry) -> list[str]:
+    """Where a training step's graph ends: the whole steps (an optimiser's zero_grad
+    and step) that ran eagerly between its regions, and the gradients its graph sets."""
+    if not entry.steps:
+        return []
+    lines = ["  whole steps, run eagerly between graphs (not captured op by op):"]
+    for step in entry.steps:
+        lines.append(f"    - {step.what} after {step.after_regions} region(s), at {step.where}")
+    if entry.grad_slots:
+        lines.append(f"  region 1 sets the .grad of {len(entry.grad_slots)} input(s) "
+                     f"(its outputs {', '.join(str(o) for _, o in entry.grad_slots)})")
+    return lines
+
+
 def explain(cf) -> str:
     lines = [f"kiln.compile: {cf.__name__} ({_where(cf.fn)})",
              f"backend: {cf.backend.name} — {cf.backend.note}",
@@ -49,7 +63,8 @@ def explain(cf) -> str:
     if cf.gave_up:
         lines.append("gave up after the recompile limit: the function now runs eagerly")
     for n, entry in enumerate(cf.entries.values(), 1):
-        mode = "replays its graph without running Python" if entry.mode == "replay" else \
+        mode = ("replays its graph and whole steps without running Python" if entry.steps
+                else "replays its graph without running Python") if entry.mode == "replay" else \
             f"re-runs its Python under capture at each call ({entry.why_python})"
         lines += ["", f"entry {n}: ran {entry.calls} time(s); {mode}", "  guards:"]
         paths = [f"arg {i}" for i in range(len(entry.key[1]))]
@@ -59,6 +74,7 @@ def explain(cf) -> str:
             lines += [f"    - {b.reason} at {b.where}" for b in entry.breaks]
         else:
             lines.append("  graph breaks: none")
+        lines += _whole_step_lines(entry)
         lines.append(f"  graphs captured: {len(entry.regions)}")
         for i, g in enumerate(entry.regions, 1):
             lines.append(f"  region {i}:")

@@ -3,15 +3,19 @@
 The key covers the arguments (tensor shape, dtype, device, requires_grad; Python
 values; container structure; which arguments are the same tensor), grad mode, and the
 Python values the function reads from its globals and closures (found from its code
-objects) or, for a module, the modules' plain attributes and training flags. Tensors
-read from globals, closures and modules are *sources*: re-read at every call, so an
-optimiser's in-place update or a rebound attribute is seen.
+objects) or, for a module, the modules' plain attributes and training flags. A module
+held by a global or closure variable (a training step's `model`) is guarded the same way:
+its identity, its submodules' plain attributes and its parameters' and buffers'
+metadata. Tensors read from globals, closures and modules (those modules' too) are
+*sources*: re-read at every call, so an optimiser's in-place update or a rebound
+attribute is seen.
 """
 from __future__ import annotations
 
 import types
 
 from eager.autograd.grad_mode import is_grad_enabled
+from eager.nn.modules.module import Module
 from eager.tensor import Tensor
 
 _PLAIN = (bool, int, float, str, type(None), complex)
@@ -78,7 +82,8 @@ def _describe_leaf(path: str, key) -> str:
     if len(key) == 4 and isinstance(key[0], tuple):
         return f"{path}: {describe_meta(key)}"
     if key[0] == "object":
-        return f"{path}: the same {key[1]} object"
+        state = ", its attributes and tensors' metadata as at capture" if len(key) == 4 else ""
+        return f"{path}: the same {key[1]} object{state}"
     return f"{path} == {key[1]!r}"
 
 
@@ -131,6 +136,30 @@ def _cell_value(cell):
         return None
 
 
+def _variable_key(v):
+    """The key of a global's or closure variable's value: a module's includes its state."""
+    if isinstance(v, Module):
+        return ("object", type(v).__qualname__, id(v), _module_state(v))
+    return _leaf_key(v)
+
+
+def _module_state(module) -> tuple:
+    """A module's submodules' plain attributes (training flags) and its tensors' metadata."""
+    attrs = tuple((name, value) for _, m in module.named_modules()
+                  for name, value in vars(m).items()
+                  if not name.startswith("_") and (isinstance(value, _PLAIN) or name == "training"))
+    return attrs, tuple((n, tensor_meta(t)) for n, t in _module_tensors(module))
+
+
+def _module_difference(old: tuple, new: tuple) -> str:
+    """The first attribute or tensor that differs between two _module_state results."""
+    for (name, a), (_, b) in zip(old[0] + old[1], new[0] + new[1]):
+        if a != b:
+            a, b = (describe_meta(v) if isinstance(v, tuple) else repr(v) for v in (a, b))
+            return f"{name}: {a}  ->  {b}"
+    return "its submodules or tensors changed"
+
+
 def module_attributes(module) -> list[tuple[str, object, str]]:
     """(label, module, attribute) of every plain attribute of every submodule."""
     out = []
@@ -175,9 +204,9 @@ class GuardSet:
         if dynamic:
             metas = abstract_sizes(metas, dynamic)
         key = (tree, metas, aliases, is_grad_enabled(),
-               tuple([_leaf_key(ns.get(name)) for _, ns, name in self.globals]) if
+               tuple([_variable_key(ns.get(name)) for _, ns, name in self.globals]) if
                self.globals else (),
-               tuple([_leaf_key(_cell_value(c)) for _, c in self.closures]) if
+               tuple([_variable_key(_cell_value(c)) for _, c in self.closures]) if
                self.closures else (),
                tuple([_leaf_key(getattr(m, a, None)) for _, m, a in self.attributes]) if
                self.attributes else ())
@@ -213,6 +242,10 @@ class GuardSet:
                 return f"{a}  ->  {b}"
         if old[0] != new[0]:
             return "the arguments' structure changed (number or nesting of arguments)"
+        labels = [label for label, _, _ in self.globals] + [label for label, _ in self.closures]
+        for label, a, b in zip(labels, old[4] + old[5], new[4] + new[5]):
+            if a != b and a[0] == "object" and len(a) == 4:
+                return f"{label}: {_module_difference(a[3], b[3])}"
         return "guards differ"
 
     # sources ------------------------------------------------------------------------
@@ -227,9 +260,16 @@ class GuardSet:
         for label, ns, name in self.globals:
             if isinstance(ns.get(name), Tensor):
                 sources.setdefault(id(ns[name]), ("global", ns, name))
+            elif isinstance(ns.get(name), Module):
+                for path, t in _module_tensors(ns[name]):
+                    sources.setdefault(id(t), ("module", ("global", ns, name), path))
         for label, cell in self.closures:
-            if isinstance(_cell_value(cell), Tensor):
-                sources.setdefault(id(cell.cell_contents), ("closure", cell))
+            value = _cell_value(cell)
+            if isinstance(value, Tensor):
+                sources.setdefault(id(value), ("closure", cell))
+            elif isinstance(value, Module):
+                for path, t in _module_tensors(value):
+                    sources.setdefault(id(t), ("module", ("closure", cell), path))
         if self.module is not None:
             for name, t in _module_tensors(self.module):
                 sources.setdefault(id(t), ("module", self.module, name))
@@ -306,8 +346,8 @@ def resolve(source, leaves) -> Tensor:
         return source[1][source[2]]
     if kind == "closure":
         return source[1].cell_contents
-    if kind == "module":
-        obj = source[1]
+    if kind == "module":  # source[1]: the module, or the source of a variable holding it
+        obj = source[1] if isinstance(source[1], Module) else resolve(source[1], leaves)
         for part in source[2].split("."):
             obj = getattr(obj, part)
         return obj

@@ -96,6 +96,24 @@ def set_data_watch(watch) -> None:
     _data_watch = watch
 
 
+_whole_step_hook = None  # while graph capture runs: see whole_step
+
+
+def set_whole_step_hook(hook) -> None:
+    global _whole_step_hook
+    _whole_step_hook = hook
+
+
+def whole_step(call, what: str, nulls_grads_of=()):
+    """Run `call()`, a step of a library's own (an optimiser's step, zero_grad) that
+    capture takes whole: while a capture runs, compiler/capture.py's hook runs it eagerly
+    after the graph before it and keeps it in the captured program, to run again when
+    the program replays. `what` names it (`Adam.step()`); `nulls_grads_of`: the tensors
+    whose `.grad` it sets to None."""
+    hook = _whole_step_hook
+    return call() if hook is None else hook(call, what, nulls_grads_of)
+
+
 _reading = threading.local()
 
 

@@ -4,7 +4,10 @@ PyTorch's format ({'state': {index: {...}}, 'param_groups': [{..., 'params': [in
 A step updates a group's parameters in one fused native call (compiler/fused_optim.py,
 loaded on the first step) unless the group says foreach=False; the parameters the
 fused kernel cannot take (see `fusable`), and every one where the compiler cannot load,
-take the per-tensor `_update`."""
+take the per-tensor `_update`.
+
+zero_grad and step are whole steps (eager.tensor.whole_step): under compile() they run
+eagerly, as they are, and a compiled training step replays them around its graph."""
 from __future__ import annotations
 
 import copy
@@ -12,7 +15,7 @@ from collections import defaultdict
 
 from eager.autograd.grad_mode import enable_grad, no_grad
 from eager.nn.modules.module import zero_grads
-from eager.tensor import Tensor
+from eager.tensor import Tensor, whole_step
 
 
 class Optimizer:
@@ -48,9 +51,17 @@ class Optimizer:
         self.param_groups.append(group)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        zero_grads((p for group in self.param_groups for p in group["params"]), set_to_none)
+        params = [p for group in self.param_groups for p in group["params"]]
+        whole_step(lambda: zero_grads(params, set_to_none),
+                   f"{type(self).__name__}.zero_grad(set_to_none={set_to_none})",
+                   params if set_to_none else ())
 
     def step(self, closure=None):
+        if closure is not None:  # it runs the model: not a step to replay as it is
+            return self._step(closure)
+        return whole_step(self._step, f"{type(self).__name__}.step()")
+
+    def _step(self, closure=None):
         loss = None
         if closure is not None:
             with enable_grad():

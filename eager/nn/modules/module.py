@@ -6,7 +6,7 @@ from collections import OrderedDict
 
 from eager.autograd.grad_mode import no_grad
 from eager.nn.parameter import Parameter
-from eager.tensor import Tensor
+from eager.tensor import Tensor, whole_step
 from ir import dtypes
 from ir.dtypes import DType
 
@@ -205,7 +205,10 @@ class Module:
         return self
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        zero_grads(self.parameters(), set_to_none)
+        params = list(self.parameters())
+        whole_step(lambda: zero_grads(params, set_to_none),
+                   f"{type(self).__name__}.zero_grad(set_to_none={set_to_none})",
+                   params if set_to_none else ())
 
     # calling ----------------------------------------------------------------------
     def forward(self, *args, **kwargs):
