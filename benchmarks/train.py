@@ -2,8 +2,9 @@
 weights on the same batches in the same run. kiln eager steps its optimiser with the
 fused kernels (compiler/fused_optim.py, the default); "kiln eager, per-tensor step"
 with foreach=False, for comparison; "kiln compiled" runs the model under eager.compile
-(compiled forward and backward graphs; the loss and the optimiser step eager). Two
-suites live here:
+(compiled forward and backward graphs; the loss and the optimiser step eager); "kiln
+compiled (whole step)" compiles the step itself (zero_grad, forward, loss, backward,
+optimiser step) as a user would write it. Two suites live here:
 
 mlp_cases          examples.mlp_classifier's MLP at 784-256-256-10 (MNIST-shaped
                    random inputs), batch 128, float32, Adam (lr 1e-3), cross_entropy.
@@ -33,6 +34,7 @@ BATCHES = 8  # distinct batches, cycled
 MLP_INPUTS, MLP_HIDDEN, MLP_CLASSES, MLP_BATCH = 784, 256, 10, 128
 D_MODEL, HEADS, LAYERS, CONTEXT, TEXT_BATCH = 64, 4, 2, 32, 16
 KILN_PER_TENSOR = "kiln eager, per-tensor step"
+KILN_WHOLE_STEP = "kiln compiled (whole step)"
 
 
 def mlp_cases(quick: bool) -> list[Case]:
@@ -94,14 +96,18 @@ def _text_batch(text: np.ndarray, rng) -> tuple[np.ndarray, np.ndarray]:
 
 def _training_case(name: str, model: Callable, optimizer: Callable, loss: Callable,
                    initial: Callable[[], dict], data: list, expected: Callable) -> Case:
-    def in_kiln(compile_model=None, **options):
+    def in_kiln(compile_model=None, compile_step=None, **options):
         import eager
         return _trainer(eager, kiln_tensors, model, functools.partial(optimizer, **options),
-                        loss, initial(), data, compile_model)
+                        loss, initial(), data, compile_model, compile_step)
 
     def in_kiln_compiled():  # the model compiled (forward and backward graphs); the
         import eager         # loss, backward's engine and the optimiser step run eagerly
         return in_kiln(compile_model=eager.compile)
+
+    def in_kiln_whole_step():
+        import eager
+        return in_kiln(compile_step=eager.compile)
 
     def in_torch():
         import torch
@@ -110,26 +116,32 @@ def _training_case(name: str, model: Callable, optimizer: Callable, loss: Callab
     return Case(name, [Impl(KILN, in_kiln),
                        Impl(KILN_PER_TENSOR, functools.partial(in_kiln, foreach=False)),
                        Impl(KILN_COMPILED, in_kiln_compiled),
+                       Impl(KILN_COMPILED, in_kiln_whole_step, label=KILN_WHOLE_STEP),
                        Impl(TORCH, in_torch)], expected=expected,
                 unit="steps/s", reference=(TORCH,))
 
 
 def _trainer(lib, tensors: Callable, model: Callable, optimizer: Callable, loss: Callable,
-             initial: dict, data: list, compile_model=None) -> Callable[[], object]:
-    """One optimiser step per call, on the next batch; returns the step's loss."""
+             initial: dict, data: list, compile_model=None,
+             compile_step=None) -> Callable[[], object]:
+    """One optimiser step per call, on the next batch; returns the step's loss.
+    `compile_model` compiles the model alone, `compile_step` the whole step."""
     module = model(lib)
     module.load_state_dict(dict(zip(initial, tensors(list(initial.values())))))
     opt = optimizer(lib, module.parameters())
     net = compile_model(module) if compile_model else module
     batches = itertools.cycle([tuple(tensors([x, y])) for x, y in data])
 
-    def step():
-        x, y = next(batches)
-        value = loss(lib, net, x, y)
+    def train_step(x, y):
         opt.zero_grad()
+        value = loss(lib, net, x, y)
         value.backward()
         opt.step()
         return value
+    train_step = compile_step(train_step) if compile_step else train_step
+
+    def step():
+        return train_step(*next(batches))
     return step
 
 

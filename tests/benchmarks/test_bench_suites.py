@@ -67,9 +67,11 @@ def test_training_starts_both_libraries_from_the_same_loss(tiny_sizes):
     """The first step's loss agrees across libraries (each is checked against float64)."""
     pytest.importorskip("torch")
     for case in train.mlp_cases(quick=True) + train.transformer_cases(quick=True):
-        kiln, per_tensor, compiled, torch = (impl.build()().item() for impl in case.impls)
+        kiln, per_tensor, compiled, whole_step, torch = (impl.build()().item()
+                                                         for impl in case.impls)
         assert kiln == per_tensor  # the first loss comes before any step
         assert compiled == pytest.approx(kiln, rel=1e-5)
+        assert whole_step == pytest.approx(kiln, rel=1e-5)
         assert kiln == pytest.approx(torch, rel=1e-4)
         assert kiln == pytest.approx(case.expected(), rel=1e-4)
 
