@@ -19,6 +19,12 @@ CPU's native kernels. Kernel parameters, in order: per operand its pointer, or i
 last operand when the op's record names a scaled attribute (add's alpha: a launch
 argument, so an optimiser's changing step size reuses the kernel), the sizes (rank
 i64s), and each operand's strides then the output's (rank i64s each; none for a number).
+
+The vector variant (ElementwiseSpec.vector: each operand's and the output's stride, 1 or
+0, compiled in; rank 1) reads and writes 16-byte vectors (codegen/cuda/pointwise.py's
+vector kernel) and takes the element count as its only size, no strides; pointwise.py
+chooses it per call, where the dims merge into one that every tensor walks contiguously
+(or holds one element for all) and every tensor's first element is 16-byte aligned.
 """
 from __future__ import annotations
 
@@ -47,12 +53,14 @@ class ElementwiseSpec:
     attrs: tuple = ()        # (name, value) compiled into the kernel
     rank: int = 1
     scaled: bool = False     # the last operand is multiplied by a launch argument
+    vector: tuple | None = None  # the vector kernel: per operand and the output, 1 or 0
 
     def name(self) -> str:
         """A name for this spec's kernel, new at each call (kernels are found by name)."""
         operands = "_".join(d.name + ("s" if by_value else "") for d, by_value in self.inputs)
+        shape = f"_r{self.rank}" if self.vector is None else "_vector"
         return (f"kiln_eager_{self.op.schema.name}_{operands}_to_{self.out.name}"
-                f"_r{self.rank}_{next(_numbers)}")
+                f"{shape}_{next(_numbers)}")
 
 
 _numbers = itertools.count(1)
@@ -84,7 +92,7 @@ def elementwise_kernel(spec: ElementwiseSpec) -> CudaKernel:
         result = _compute(V.Lanes(k.b, None), spec, values, k.extras.get("scale"))
         k.store(len(inputs), offsets[len(inputs)], result)
     return build_elementwise(CudaSpec(kernel, rank=spec.rank, by_value=by_value,
-                                      extras=extras), body=body)
+                                      extras=extras, vector=spec.vector), body=body)
 
 
 def _compute(L: V.Lanes, spec: ElementwiseSpec, values: list, scale):

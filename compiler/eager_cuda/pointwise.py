@@ -4,7 +4,7 @@ check come from the op's Meta kernel, so CUDA raises what the CPU raises."""
 from __future__ import annotations
 
 from compiler.eager_cuda import device as D
-from compiler.codegen.cuda.pointwise import blocks_for
+from compiler.codegen.cuda.pointwise import VECTOR_BYTES, blocks_for, vector_lanes
 from compiler.eager_cuda.elementwise import ElementwiseSpec, elementwise_kernel, layout
 from eager.dispatcher import ATEN, DispatchKey
 from eager.kernels._common import promote, scalar_value
@@ -56,15 +56,32 @@ def run(op: Op, out: Tensor, operands: list, attrs: dict, compute: DType,
     sizes, strides = layout(out._shape, strides)
     at = out.dtype if op is Op.WHERE else compute
     inputs = tuple((at, True) if by_value(t) else (t.dtype, False) for t in operands)
+    vector = _vector(operands, views + [out], sizes, strides)
     spec = ElementwiseSpec(op, inputs, out.dtype, compute,
-                           tuple(sorted(attrs.items())), len(sizes), scale is not None)
+                           tuple(sorted(attrs.items())), len(sizes), scale is not None,
+                           vector)
     args = [_number(t, at) if by_value(t) else t for t in operands] + [out]
     if scale is not None:
         args.append(scale)
-    args += [*sizes, *(stride for st in strides for stride in st)]
+    args += [*sizes]
+    if vector is None:
+        args += [stride for st in strides for stride in st]
     kernel = elementwise_kernel(spec)
-    D.launch(kernel, (blocks_for(n, kernel.block[0]), 1, 1), args, out.device)
+    lanes = 1 if vector is None else vector_lanes(t.dtype for t in views + [out])
+    D.launch(kernel, (blocks_for(n, kernel.block[0], lanes), 1, 1), args, out.device)
     return out
+
+
+def _vector(operands: list, tensors: list, sizes: tuple, strides: list) -> tuple | None:
+    """The vector kernel's strides (per operand and the output: 1, or 0 for a number or
+    one element read by all) where the elements are one dim that every tensor walks
+    contiguously or not at all, and each tensor's first element is 16-byte aligned;
+    else None (the strided kernel)."""
+    if len(sizes) != 1 or any(t.data_ptr() % VECTOR_BYTES for t in tensors) \
+            or strides[-1] != (1,) or any(st not in ((0,), (1,)) for st in strides):
+        return None
+    walked = iter(st[0] for st in strides)
+    return tuple(0 if by_value(t) else next(walked) for t in operands) + (next(walked),)
 
 
 def _number(t: Tensor, dt: DType):

@@ -220,7 +220,10 @@ def test_no_elements_launch_nothing_and_the_kernel_writes_nothing():
 def test_the_grid_covers_the_elements_up_to_a_cap():
     x = eager.tensor(np.zeros(1000, np.float32))
     (launch,) = _lowered(_chain, x, x).cuda_kernels
-    assert launch.block == (256, 1, 1) and launch.grid == (4, 1, 1)
+    assert "_vector_" in launch.name  # 4 elements a thread: 250 threads
+    assert launch.block == (256, 1, 1) and launch.grid == (1, 1, 1)
+    (strided,) = _lowered(_chain, x[::2], x[::2]).cuda_kernels
+    assert "_vector_" not in strided.name and strided.grid == (2, 1, 1)
     assert cuda_backend.blocks_for(10 ** 9, 256) == cuda_backend.MAX_BLOCKS
     assert cuda_backend.blocks_for(0, 256) == 0
 

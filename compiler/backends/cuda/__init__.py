@@ -26,14 +26,14 @@ import itertools
 import numpy as np
 
 from compiler import interpreter
-from compiler.backends.cuda.gemm_node import gemm_call
+from compiler.backends.cuda.gemm_node import address_of, gemm_call
 from compiler.backends.cuda.plan import CudaLaunch, CudaPlan, NotCuda
 from compiler.backends.native.launch import output_spec
 from compiler.backends.native.pointwise import NotNative, PointwiseNode, row_dims
 from compiler.codegen import pointwise as K
 from compiler.codegen.cuda.gemm import gemm_kernel
-from compiler.codegen.cuda.pointwise import MAX_BLOCKS, CudaSpec, blocks_for, \
-    build_elementwise
+from compiler.codegen.cuda.pointwise import MAX_BLOCKS, VECTOR_BYTES, CudaSpec, \
+    blocks_for, build_elementwise
 from compiler.codegen.cuda.rows import build_rows
 from eager.tensor import empty_cpu
 from ir.graph import Graph, Node
@@ -77,8 +77,11 @@ def prepare(graph: Graph) -> CudaPlan:
 def kernel_for(node: Node, arrays: list | None = None, threads: int | None = None
                ) -> CudaLaunch:
     """The CUDA kernel of fused `node` for operands laid out like `arrays` (numpy arrays
-    of the operands, inputs then outputs; contiguous inputs when None), with `threads`
-    per block (the generator's choice when None)."""
+    of the operands, inputs then outputs, or anything with their shape, strides,
+    itemsize and `address`; contiguous inputs when None), with `threads` per block (the
+    generator's choice when None). An elementwise node whose operands all walk its
+    elements contiguously (or are one element read by all) and whose addresses are all
+    16-byte aligned gets the vector kernel (codegen/cuda/pointwise.py)."""
     if node.attr["kind"] == "gemm":
         return _gemm_launch(node, arrays)
     try:
@@ -96,16 +99,19 @@ def kernel_for(node: Node, arrays: list | None = None, threads: int | None = Non
                                 placed)
     except NotNative as e:
         raise NotCuda(str(e)) from None
-    name = f"kiln_cuda_{reader.kind}_{next(_names)}"
+    vector = reader.kind == "elementwise" and not gathers and not outer and \
+        set(inner[1]) <= {0, 1} and inner[1][-len(reader.body.outputs):].count(0) == 0 \
+        and all(address_of(a) % VECTOR_BYTES == 0 for a in arrays)
+    name = f"kiln_cuda_{reader.kind}{'_vector' if vector else ''}_{next(_names)}"
     classes = tuple(s if s in (0, 1) else K.STRIDED for s in inner[1])
     kernel_spec = K.KernelSpec(name, reader.kind, reader.operands, reader.nodes,
                                tuple(reader.body.outputs), reader.scalars,
                                reader.row_values, classes, gathers=gathers)
     spec = CudaSpec(kernel_spec, tuple((size, tuple(col)) for size, col in outer),
-                    (inner[0], tuple(inner[1])))
+                    (inner[0], tuple(inner[1])), vector=tuple(inner[1]) if vector else None)
     if reader.kind == "elementwise":
         kernel = build_elementwise(spec, threads)
-        blocks = blocks_for(spec.elements, kernel.block[0])
+        blocks = blocks_for(spec.elements, kernel.block[0], spec.lanes)
     else:
         kernel = build_rows(spec, threads)
         blocks = min(spec.rows, MAX_BLOCKS)

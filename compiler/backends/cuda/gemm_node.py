@@ -120,14 +120,14 @@ def gemm_call(node: Node, layouts: list) -> GemmCall:
     request = CudaGemmRequest(dtype, trans_a, trans_b, epilogue, tiles=tiles)
     itemsize = layouts[a_input].itemsize
     matrices = [(layouts[a_input], lda), (layouts[b_input], ldb)]
-    if all(_address(x) % _VECTOR_BYTES == 0 and (ld * itemsize) % _VECTOR_BYTES == 0
+    if all(address_of(x) % _VECTOR_BYTES == 0 and (ld * itemsize) % _VECTOR_BYTES == 0
            for x, ld in matrices) and (n * itemsize) % _VECTOR_BYTES == 0:
         request = replace(request, aligned=True)
     return GemmCall(request, m, n, k, (a_input, lda), (b_input, ldb), store.scale, bias,
                     residual)
 
 
-def _address(layout) -> int:
+def address_of(layout) -> int:
     return layout.ctypes.data if isinstance(layout, np.ndarray) else layout.address
 
 

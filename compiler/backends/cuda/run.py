@@ -7,7 +7,8 @@ backend: compiler/eager_cuda).
                                    CudaNode per fused node)
 
 A CudaNode makes its kernel for the layout of the operands it is called with (their
-strides, and for a GEMM whether A and B are 16-byte aligned), keeps it per layout, and
+strides, and whether each is 16-byte aligned: a GEMM's and an elementwise node's vector
+loads need it), keeps it per layout, and
 launches it through compiler/eager_cuda/device.py: the module loaded once per kernel
 and device, the operands' device addresses as pointers, outputs fresh CUDA tensors, the
 grid from the sizes. What has no kernel runs the node's body through the interpreter:
@@ -27,6 +28,7 @@ from compiler.backends.cuda import emits, kernel_for
 from compiler.backends.cuda.gemm_node import check_plan
 from compiler.backends.cuda.plan import NotCuda
 from compiler.backends.native.pointwise import NotNative, PointwiseNode
+from compiler.codegen.cuda.pointwise import VECTOR_BYTES
 from ir.graph import Graph
 from ir.ops import Op
 
@@ -71,8 +73,7 @@ class CudaNode:
 
     def __call__(self, inputs: list) -> list:
         operands = inputs if self._reader is None else self._reader.operands_of(inputs)
-        key = tuple((t._stride, t.data_ptr() % 16 == 0 if self._reader is None else None)
-                    for t in operands)
+        key = tuple((t._stride, t.data_ptr() % VECTOR_BYTES == 0) for t in operands)
         launch = self.launches.get(key)
         if launch is None:
             launch = self.launches[key] = self._launch_for(operands)

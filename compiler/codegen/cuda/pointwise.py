@@ -14,6 +14,15 @@ shape and view of that rank). Each operand's offset is the sum of coordinate x s
 (llvm_ir.offsets; broadcast dims have stride 0, views any strides). What each node
 computes is its op record's emitter through values.compute, as on the CPU; vmath's
 polynomials use only intrinsics NVPTX lowers (fma, fabs, copysign, rint, trunc, sqrt).
+
+The vector kernel (CudaSpec.vector: every pointer operand contiguous over the elements,
+or one element read by all; the launcher promises each pointer 16-byte aligned) walks
+whole vectors of `lanes` elements, one per grid-stride trip: each contiguous operand
+one ld.global.v4.f32 / v2.f64 (16 bytes of the widest dtype, at most four lanes, PTX's
+widest vector) and one vector store per output, the body emitted once per lane on the
+vector's scalars; then the elements past the last whole vector (fewer than `lanes`)
+one per thread, as the scalar kernel does them. Its sizes are compiled in or, with rank
+1, the launch's `size0`; its strides are always compiled in (no stride arguments).
 """
 from __future__ import annotations
 
@@ -32,6 +41,8 @@ from runtime.llvm_ir import I64, i64
 
 THREADS = 256      # threads per block of an elementwise kernel
 MAX_BLOCKS = 8192  # a grid's blocks at most: the grid-stride loop covers the rest
+VECTOR_BYTES = 16  # the widest global load and store: ld.global.v4.f32, v2.f64
+MAX_LANES = 4      # PTX's widest vector
 
 
 @dataclass(frozen=True)
@@ -43,13 +54,36 @@ class CudaSpec:
     last the inner one), their sizes and strides read from the kernel's parameters. An
     elementwise kernel walks all the dims; a row kernel takes the outer ones as its rows
     and reduces along the inner one. `by_value`: positions of inputs passed as numbers,
-    not pointers; `extras`: (name, dtype) of scalar parameters after the operands."""
+    not pointers; `extras`: (name, dtype) of scalar parameters after the operands.
+    `vector`: the vector kernel (see the module docstring), each operand's element stride
+    over the one dim of elements, 1 or 0 (0 for an input passed by value too); compiled
+    in: the inner dim's strides, no outer dims; as launch arguments: rank 1."""
     kernel: K.KernelSpec
     outer: tuple = ()
     inner: tuple = (1, ())
     rank: int | None = None       # sizes and strides as launch arguments (None: compiled in)
     by_value: frozenset = frozenset()
     extras: tuple = ()
+    vector: tuple | None = None   # per operand 1 (contiguous) or 0 (one element for all)
+
+    def __post_init__(self):
+        if self.vector is None:
+            return
+        single = self.rank == 1 if self.rank is not None else \
+            not self.outer and tuple(self.inner[1]) == tuple(self.vector)
+        outputs = self.vector[len(self.kernel.inputs):]
+        if not single or set(self.vector) - {0, 1} or 0 in outputs or self.kernel.gathers:
+            raise ValueError(f"a vector kernel walks one dim of contiguous operands, its "
+                             f"outputs contiguous, and gathers nothing: {self}")
+
+    @property
+    def lanes(self) -> int:
+        """Elements per step of a thread: 1, or the vector kernel's lanes."""
+        if self.vector is None:
+            return 1
+        operands = list(self.kernel.inputs) + list(self.kernel.outputs)
+        return vector_lanes(v.type.dtype for j, v in enumerate(operands)
+                            if j not in self.by_value)
 
     @property
     def rows(self) -> int:
@@ -63,9 +97,16 @@ class CudaSpec:
         return self.rows * self.inner[0]
 
 
-def blocks_for(items: int, threads: int) -> int:
-    """Blocks of `threads` for `items` work items (0: nothing to launch)."""
-    return min(-(-items // threads), MAX_BLOCKS)
+def vector_lanes(dts) -> int:
+    """Lanes of a vector kernel whose pointer operands have dtypes `dts`: a 16-byte
+    vector of the widest, at most MAX_LANES."""
+    return min(MAX_LANES, VECTOR_BYTES // max(dt.itemsize for dt in dts))
+
+
+def blocks_for(items: int, threads: int, lanes: int = 1) -> int:
+    """Blocks of `threads` for `items` work items, `lanes` of them a thread's step (0:
+    nothing to launch)."""
+    return min(-(-items // (threads * lanes)), MAX_BLOCKS)
 
 
 class KernelBuilder:
@@ -76,6 +117,7 @@ class KernelBuilder:
 
     def __init__(self, spec: CudaSpec, threads: int):
         self.spec, self.threads, self.w = spec, threads, None
+        self.step = None  # the vector step being emitted: _VectorStep
         k = spec.kernel
         self.operands = list(k.inputs) + list(k.outputs)
         space = llvm_ir.Target(nvptx.TRIPLE).global_space
@@ -91,6 +133,8 @@ class KernelBuilder:
         types += [S.type(dt) for _, dt in spec.extras]
         names += [name for name, _ in spec.extras]
         pointers = [j for j in range(len(self.operands)) if j not in spec.by_value]
+        if spec.vector is not None:
+            pointers = []  # strides compiled in
         if spec.rank is not None:
             types += [I64] * (spec.rank * (1 + len(pointers)))
             names += [f"size{d}" for d in range(spec.rank)] + \
@@ -121,6 +165,8 @@ class KernelBuilder:
             return
         self.sizes = [next(args) for _ in range(spec.rank)]
         self.strides = [[0] * spec.rank for _ in self.operands]
+        if spec.vector is not None:
+            self.strides = [[stride] for stride in spec.vector]
         for j in pointers:
             self.strides[j] = [next(args) for _ in range(spec.rank)]
         self.elements = self.product(self.sizes)
@@ -160,13 +206,19 @@ class KernelBuilder:
         dt = self.operands[j].type.dtype
         if j in self.spec.by_value:
             return V.Lanes(self.b, None).from_memory(self.ptr[j], dt)
-        raw = self.b.load(llvm_ir.at(self.b, self.ptr[j], offset))
+        if self.step is not None:
+            raw = self.step.loaded[j][self.step.lane]
+        else:
+            raw = self.b.load(llvm_ir.at(self.b, self.ptr[j], offset))
         return V.Lanes(self.b, None).from_memory(raw, dt)
 
     def store(self, j: int, offset, value) -> None:
         dt = self.operands[j].type.dtype
-        self.b.store(V.Lanes(self.b, None).to_memory(value, dt),
-                     llvm_ir.at(self.b, self.ptr[j], offset))
+        raw = V.Lanes(self.b, None).to_memory(value, dt)
+        if self.step is not None:
+            self.step.stored.setdefault(j, []).append(raw)
+            return
+        self.b.store(raw, llvm_ir.at(self.b, self.ptr[j], offset))
 
     def gathered(self, g: G.Gather, env: dict, offsets: list):
         """A gather's element: its index (already in env) checked, wrapped and moved
@@ -186,9 +238,55 @@ def build_elementwise(spec: CudaSpec, threads: int | None = None,
     offsets at it), by default the spec's fused nodes."""
     k = KernelBuilder(spec, threads or THREADS)
     start, step = k.target.grid_stride(k.b)
+    body = body or _fused_nodes
+    if spec.vector is not None:
+        start = k.b.add(_vector_steps(k, start, step, body), start)
     with llvm_ir.for_range(k.b, start, k.elements, step, "element") as i:
-        (body or _fused_nodes)(k, k.offsets(i))
+        body(k, k.offsets(i))
     return k.finish()
+
+
+@dataclass
+class _VectorStep:
+    """One vector of elements being emitted: the lane whose body is emitted, each
+    input's raw lanes (a broadcast one's element in each), each output's stored ones."""
+    lane: int
+    loaded: dict
+    stored: dict
+
+
+def _vector_steps(k: KernelBuilder, start, step, body: Callable):
+    """The whole vectors of k.spec.lanes elements, one a grid-stride trip, body emitted
+    per lane; the index of the first element after them (an i64)."""
+    b, lanes = k.b, k.spec.lanes
+    elements = k.elements if isinstance(k.elements, ir.Value) else i64(k.elements)
+    vectors = b.udiv(elements, i64(lanes))
+    n_in = len(k.spec.kernel.inputs)
+    with llvm_ir.for_range(b, start, vectors, step, "vector") as v:
+        first = b.mul(v, i64(lanes))
+        offsets = k.offsets(first)
+        loaded = {}
+        for j in range(n_in):
+            if j in k.spec.by_value:
+                continue
+            pointer = llvm_ir.at(b, k.ptr[j], offsets[j])
+            if k.spec.vector[j]:
+                loaded[j] = llvm_ir.lanes_of(b, llvm_ir.load_vector(
+                    b, pointer, lanes, lanes * k.operands[j].type.dtype.itemsize))
+            else:
+                loaded[j] = [b.load(pointer)] * lanes
+        k.step = _VectorStep(0, loaded, {})
+        for lane in range(lanes):
+            k.step.lane = lane
+            body(k, offsets)
+        stored, k.step = k.step.stored, None
+        for j, values in stored.items():
+            vector = ir.Constant(ir.VectorType(values[0].type, lanes), ir.Undefined)
+            for lane, value in enumerate(values):
+                vector = b.insert_element(vector, value, llvm_ir.i32(lane))
+            llvm_ir.store_vector(b, vector, llvm_ir.at(b, k.ptr[j], offsets[j]),
+                                 lanes * k.operands[j].type.dtype.itemsize)
+    return b.mul(vectors, i64(lanes))
 
 
 def _fused_nodes(k: KernelBuilder, offsets: list) -> None:
