@@ -117,7 +117,7 @@ class KernelBuilder:
 
     def __init__(self, spec: CudaSpec, threads: int):
         self.spec, self.threads, self.w = spec, threads, None
-        self.step = None  # the vector step being emitted: _VectorStep
+        self.vector_step = None  # the vector step being emitted: _VectorStep
         k = spec.kernel
         self.operands = list(k.inputs) + list(k.outputs)
         space = llvm_ir.Target(nvptx.TRIPLE).global_space
@@ -206,8 +206,8 @@ class KernelBuilder:
         dt = self.operands[j].type.dtype
         if j in self.spec.by_value:
             return V.Lanes(self.b, None).from_memory(self.ptr[j], dt)
-        if self.step is not None:
-            raw = self.step.loaded[j][self.step.lane]
+        if self.vector_step is not None:
+            raw = self.vector_step.loaded[j][self.vector_step.lane]
         else:
             raw = self.b.load(llvm_ir.at(self.b, self.ptr[j], offset))
         return V.Lanes(self.b, None).from_memory(raw, dt)
@@ -215,8 +215,8 @@ class KernelBuilder:
     def store(self, j: int, offset, value) -> None:
         dt = self.operands[j].type.dtype
         raw = V.Lanes(self.b, None).to_memory(value, dt)
-        if self.step is not None:
-            self.step.stored.setdefault(j, []).append(raw)
+        if self.vector_step is not None:
+            self.vector_step.stored.setdefault(j, []).append(raw)
             return
         self.b.store(raw, llvm_ir.at(self.b, self.ptr[j], offset))
 
@@ -233,9 +233,10 @@ class KernelBuilder:
 
 def build_elementwise(spec: CudaSpec, threads: int | None = None,
                       body: Callable | None = None) -> CudaKernel:
-    """The elementwise kernel of `spec`: a grid-stride loop over every element, THREADS
-    per block unless `threads` says; body(k, offsets) emits one element (the operands'
-    offsets at it), by default the spec's fused nodes."""
+    """The elementwise kernel of `spec`: a grid-stride loop over every element (a vector
+    kernel's over its whole vectors first), THREADS per block unless `threads` says;
+    body(k, offsets) emits one element (the operands' offsets at it; in a vector, k.load
+    and k.store take the element's lane), by default the spec's fused nodes."""
     k = KernelBuilder(spec, threads or THREADS)
     start, step = k.target.grid_stride(k.b)
     body = body or _fused_nodes
@@ -275,11 +276,11 @@ def _vector_steps(k: KernelBuilder, start, step, body: Callable):
                     b, pointer, lanes, lanes * k.operands[j].type.dtype.itemsize))
             else:
                 loaded[j] = [b.load(pointer)] * lanes
-        k.step = _VectorStep(0, loaded, {})
+        k.vector_step = _VectorStep(0, loaded, {})
         for lane in range(lanes):
-            k.step.lane = lane
+            k.vector_step.lane = lane
             body(k, offsets)
-        stored, k.step = k.step.stored, None
+        stored, k.vector_step = k.vector_step.stored, None
         for j, values in stored.items():
             vector = ir.Constant(ir.VectorType(values[0].type, lanes), ir.Undefined)
             for lane, value in enumerate(values):
