@@ -3,9 +3,10 @@ the next one; CUDA kernels' PTX is kept the same way (runtime/nvptx.py's ptx_cac
 entries checked as PTX text rather than as ELF objects), in the same directory and under
 the same size cap.
 
-A kernel is keyed by a hash of its LLVM IR text, the target (triple, CPU name and
-features), the LLVM version and kiln's version, so a change to any of them compiles
-afresh. The memory tier maps a key to whatever the engine made of the entry (function
+A kernel is keyed by a hash of its LLVM IR text (or of a spec naming what its IR holds,
+runtime/jit.py's load_spec), the target (triple, CPU name and features), the LLVM
+version and a version of the code (kiln's, or a hash of the code generators' source),
+so a change to any of them compiles afresh. The memory tier maps a key to whatever the engine made of the entry (function
 addresses); the disk tier holds one file per key under `$KILN_CACHE_DIR` (default
 `~/.cache/kiln`):
 
@@ -31,10 +32,8 @@ relatime mounts).
 """
 from __future__ import annotations
 
-import argparse
 import functools
 import hashlib
-import importlib.metadata
 import json
 import os
 import struct
@@ -117,7 +116,9 @@ def max_bytes() -> int:
 @functools.cache
 def kiln_version() -> str:
     """kiln's version from its installed metadata, else from the checkout's
-    pyproject.toml, else 'unknown'."""
+    pyproject.toml, else 'unknown'. (importlib.metadata costs ~15 ms to import, so only
+    its users pay it: CPU kernels' keys carry jit.generator_version instead.)"""
+    import importlib.metadata
     try:
         return importlib.metadata.version("kiln")
     except importlib.metadata.PackageNotFoundError:
@@ -179,7 +180,9 @@ class KernelCache(Generic[Value]):
     values (addresses) that only mean something in that engine. `check` says why an
     entry's object code must not be loaded, or None (decode's default: ELF objects).
 
-    Lookups are serialised by one lock, so concurrent requests for a key build it once.
+    Each key has its own lock while it is read or built, so concurrent requests for a key
+    build it once and different keys build at once in different threads (`load` must be
+    safe to call from several threads: the JIT serialises its linking).
     The size cap is read here, so a bad `$KILN_CACHE_MAX_BYTES` fails before anything is
     compiled; each directory is checked (runtime/cache_trust.py) when first used.
     """
@@ -189,7 +192,8 @@ class KernelCache(Generic[Value]):
         self._directory = Path(directory) if directory is not None else None
         self._check = check
         self._memory: dict[str, Value] = {}
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # guards _building, stats and _trusted
+        self._building: dict[str, threading.RLock] = {}  # a lock per key being looked up
         self._trusted: dict[Path, bool] = {}
         self.max_bytes = max_bytes()
         self.stats = CacheStats()
@@ -206,22 +210,32 @@ class KernelCache(Generic[Value]):
         """The value for `key`: from memory; else `load` of the disk entry; else `load`
         of `build()`, which is then written to disk."""
         if key in self._memory:
-            self.stats.memory_hits += 1
+            self._count("memory_hits")
             return self._memory[key]
         with self._lock:
-            if key in self._memory:
-                self.stats.memory_hits += 1
-                return self._memory[key]
-            entry = self.read(key)
-            if entry is None:
-                self.stats.misses += 1
-                entry = build()
-                self.write(key, entry)
-            else:
-                self.stats.disk_hits += 1
-            value = load(entry)
-            self._memory[key] = value
-            return value
+            key_lock = self._building.setdefault(key, threading.RLock())
+        try:
+            with key_lock:
+                if key in self._memory:
+                    self._count("memory_hits")
+                    return self._memory[key]
+                entry = self.read(key)
+                if entry is None:
+                    self._count("misses")
+                    entry = build()
+                    self.write(key, entry)
+                else:
+                    self._count("disk_hits")
+                value = load(entry)
+                self._memory[key] = value
+                return value
+        finally:
+            with self._lock:
+                self._building.pop(key, None)
+
+    def _count(self, statistic: str, n: int = 1) -> None:
+        with self._lock:
+            setattr(self.stats, statistic, getattr(self.stats, statistic) + n)
 
     def read(self, key: str) -> Entry | None:
         """The disk entry for `key`, or None if there is none, it is refused (counted in
@@ -232,11 +246,11 @@ class KernelCache(Generic[Value]):
         try:
             if not self._trusts(path.parent):
                 if os.path.lexists(path):
-                    self.stats.refused += 1
+                    self._count("refused")
                 return None
             data = read_entry_file(path)
         except UntrustedEntry as refusal:
-            self.stats.refused += 1
+            self._count("refused")
             warnings.warn(f"kiln's kernel cache entry {path} {refusal}: it is rebuilt, not "
                           f"loaded", RuntimeWarning)
             return None
@@ -245,7 +259,7 @@ class KernelCache(Generic[Value]):
         try:
             entry = decode(key, data, self._check)
         except CorruptEntry:
-            self.stats.rebuilt_corrupt += 1
+            self._count("rebuilt_corrupt")
             return None
         _touch(path)
         return entry
@@ -260,22 +274,23 @@ class KernelCache(Generic[Value]):
                 return
             _write_atomically(path, encode(key, entry))
         except OSError:
-            self.stats.write_failures += 1
+            self._count("write_failures")
             return
-        self.stats.evictions += evict(path.parent, self.max_bytes, keep=path)
+        self._count("evictions", evict(path.parent, self.max_bytes, keep=path))
 
     def _trusts(self, directory: Path) -> bool:
         """Whether entries in `directory` may be read and written, decided on its first use
         (creating it 0700 if missing); the first refusal warns. OSError if it cannot be
         created or is not a directory, and then it is asked again next time."""
-        if directory not in self._trusted:
-            problem = directory_problem(directory)
-            if problem is not None:
-                warnings.warn(f"kiln's kernel cache directory {directory} is {problem}: its "
-                              f"entries are not loaded and this process keeps the kernels "
-                              f"it compiles in memory only", RuntimeWarning)
-            self._trusted[directory] = problem is None
-        return self._trusted[directory]
+        with self._lock:  # a directory is checked, and warned about, once
+            if directory not in self._trusted:
+                problem = directory_problem(directory)
+                if problem is not None:
+                    warnings.warn(f"kiln's kernel cache directory {directory} is {problem}: its "
+                                  f"entries are not loaded and this process keeps the kernels "
+                                  f"it compiles in memory only", RuntimeWarning)
+                self._trusted[directory] = problem is None
+            return self._trusted[directory]
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
@@ -368,6 +383,7 @@ def clear(directory: Path | str | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import argparse  # here: the command line only, not the kernel cache's users
     parser = argparse.ArgumentParser(prog="python -m runtime.cache",
                                      description="Inspect or empty kiln's kernel cache.")
     parser.add_argument("command", choices=["info", "clear"])

@@ -5,8 +5,10 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 import tomllib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -307,3 +309,32 @@ def test_a_module_calling_a_library_function_does_not_shift_later_constants(tmp_
     data = np.arange(16, dtype=np.int32)
     ctypes.CFUNCTYPE(None, ctypes.c_void_p)(address)(data.ctypes.data)
     np.testing.assert_array_equal(data, np.arange(16) + np.arange(100, 116))
+
+
+def test_threads_asking_for_one_key_at_once_build_it_once(cached_object):
+    kernels, started, builds = cache.KernelCache(), threading.Event(), []
+
+    def build() -> cache.Entry:
+        builds.append(threading.get_ident())
+        started.set()
+        time.sleep(0.05)  # the others arrive while this one builds
+        return cache.Entry(("f",), cached_object)
+
+    with ThreadPoolExecutor(6) as pool:
+        values = list(pool.map(lambda _: kernels.get_or_build("k" * 64, build, id), range(6)))
+    assert len(builds) == 1 and len(set(values)) == 1
+    assert kernels.stats.misses == 1 and kernels.stats.memory_hits == 5
+
+
+def test_different_keys_build_at_once_in_different_threads(cached_object):
+    """Both builds wait for each other: one lock for the whole cache would deadlock them
+    (the barrier's timeout then fails the test)."""
+    kernels, both = cache.KernelCache(), threading.Barrier(2, timeout=60)
+
+    def build() -> cache.Entry:
+        both.wait()
+        return cache.Entry(("f",), cached_object)
+
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(lambda key: kernels.get_or_build(key, build, id), ["a" * 64, "b" * 64]))
+    assert kernels.stats.misses == 2
