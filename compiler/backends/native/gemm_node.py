@@ -9,7 +9,6 @@ from __future__ import annotations
 from compiler import interpreter
 from compiler.backends.native.gemm_node_plan import plan_gemm_node
 from compiler.backends.native.pointwise import PointwiseNode
-from compiler.gemm.api import Epilogue, bmm, gemm
 from eager.tensor import from_array
 from ir.graph import Graph, Node
 from ir.ops import Op
@@ -26,8 +25,12 @@ class GemmNode:
         self.kind = "gemm"
         self._prologue = interpreter.prepare(plan.prologue) if plan.prologue else None
         self._rest = _elementwise_node(plan.rest) if plan.rest else None
+        # the GEMM stack loads with the first gemm node, not with the backend (a graph
+        # without products never imports it: ~25 ms)
+        from compiler.gemm import api
         # what a call reads, kept on the instance for the per-call path
-        self._product = bmm if plan.batched else gemm
+        self._product = api.bmm if plan.batched else api.gemm
+        self._epilogue = api.Epilogue
         self._operands, self._transposes = plan.operands, plan.transposes
         self._specialise = plan.specialise
         store = plan.store
@@ -62,9 +65,9 @@ class GemmNode:
         tensors or None), as a new tensor."""
         epilogue = None
         if self._fused:
-            epilogue = Epilogue(bias=None if bias is None else bias._np(),
-                                activation=self._activation, scale=self._scale,
-                                residual=None if residual is None else residual._np())
+            epilogue = self._epilogue(bias=None if bias is None else bias._np(),
+                                      activation=self._activation, scale=self._scale,
+                                      residual=None if residual is None else residual._np())
         trans_a, trans_b = self._transposes
         return from_array(self._product(a._np(), b._np(), trans_a=trans_a, trans_b=trans_b,
                                         epilogue=epilogue, specialise=self._specialise))
