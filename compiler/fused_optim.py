@@ -36,10 +36,10 @@ runs = {"steps": 0}  # fused steps taken in this process (tests read it)
 @functools.cache
 def kernel(spec: UpdateSpec) -> int:
     """The address of spec's kernel, compiled once (and cached on disk by the JIT)."""
-    jit = host_jit()
-    module = jit.new_module(spec.name)
-    emit_update(module, spec, vector_width())
-    return jit.load(module, [spec.name])[spec.name]
+    width = vector_width()
+    return host_jit().load_spec(spec.name, repr((spec, width)),
+                                lambda module: emit_update(module, spec, width),
+                                [spec.name])[spec.name]
 
 
 class _Plan:

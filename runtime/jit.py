@@ -13,6 +13,13 @@ compile leaves behind is close to its machine code. No IR or assembly text is ke
 
 `load` goes through the kernel cache (runtime/cache.py): a kernel compiled once, in this
 process or an earlier one, is not optimised again, only its object code is linked in.
+`load_spec` keys a kernel by its spec (text naming everything its IR depends on) and
+`generator_version()` (a hash of the code generators' source) instead of by IR text, so
+a cache hit builds no IR at all; a change to any generator's source misses.
+
+Compiles may run in several threads at once (llvmlite releases the GIL inside LLVM): each
+compile parses into an LLVM context of its own and optimises and emits with its thread's
+TargetMachine; only linking into the engine is serialised.
 The optimised IR and assembly of a cached kernel are not stored; `optimise` and
 `assembly` recompute them from the IR on demand (LLVM is deterministic for one target),
 which costs only when someone is debugging.
@@ -21,16 +28,19 @@ Importing this module imports llvmlite; the eager runtime never does.
 """
 from __future__ import annotations
 
+import functools
+import hashlib
+import os
 import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
-from typing import Iterable
+from typing import Callable, Iterable
 
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
-from runtime.cache import Entry, KernelCache, kernel_key, kiln_version
+from runtime.cache import FORMAT, Entry, KernelCache, kernel_key
 from runtime.llvm_passes import run_pipeline
 from runtime.target import CpuTarget, selected
 
@@ -76,6 +86,37 @@ class CompileClock:
 
 
 _local = threading.local()
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GENERATORS = ("compiler/codegen", "compiler/gemm", "compiler/backends/native",
+              "compiler/fused_optim.py", "eager/kernels", "ir/dtypes.py", "runtime/jit.py",
+              "runtime/llvm_ir.py", "runtime/llvm_passes.py", "runtime/pool.py",
+              "runtime/target.py")
+"""The source that decides what IR a kernel spec becomes and how it is compiled: the CPU
+code generators and what they call (eager's op records carry the pointwise emitters),
+the IR toolkit, the pass pipeline. CUDA's generators are left out: PTX is keyed by its
+IR text."""
+
+
+@functools.cache
+def generator_version() -> str:
+    """Hex SHA-256 of every .py file under GENERATORS (paths and contents), read once per
+    process (~2 ms): the version that spec-keyed cache entries carry."""
+    digest = hashlib.sha256()
+    for relative in GENERATORS:
+        path = os.path.join(ROOT, relative)
+        if os.path.isdir(path):
+            found = sorted(os.path.join(folder, name)
+                           for folder, folders, names in os.walk(path)
+                           if "cuda" not in os.path.relpath(folder, path).split(os.sep)
+                           for name in names if name.endswith(".py"))
+        else:
+            found = [path]
+        for source in found:
+            digest.update(os.path.relpath(source, ROOT).encode() + b"\0")
+            with open(source, "rb") as f:
+                digest.update(f.read() + b"\0")
+    return digest.hexdigest()
 
 
 def compile_clock() -> CompileClock:
@@ -129,6 +170,7 @@ class HostJit:
         self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self.target_machine)
         self.cache: KernelCache[dict[str, int]] = cache if cache is not None else KernelCache()
         self._lock = threading.RLock()
+        self._machines = threading.local()
 
     def new_module(self, name: str) -> ir.Module:
         """An empty IR module with this host's triple and data layout."""
@@ -163,15 +205,31 @@ class HostJit:
         `names` (default: every function it defines). Loading the same IR again returns
         the same addresses; a different module defining a name already in the engine is
         an error."""
+        with timing("ir"):
+            text = str(module)
+        return self._through_cache(self.cache_key(text), lambda: text, names)
+
+    def load_spec(self, name: str, spec: str, build: Callable[[ir.Module], None],
+                  names: Iterable[str] | None = None) -> dict[str, int]:
+        """As `load` for the module that `build` fills (a new module called `name`), but
+        keyed by `spec` instead of the IR: `spec` must name everything the IR depends on
+        besides the code generators' source (generator_version) and the target. A hit,
+        in memory or on disk, calls no `build`."""
+        def text() -> str:
+            module = self.new_module(name)
+            with timing("ir"):
+                build(module)
+                return str(module)
+        return self._through_cache(self.cache_key(spec, kind="kiln-cpu-spec-1"), text, names)
+
+    def _through_cache(self, key: str, text: Callable[[], str],
+                       names: Iterable[str] | None) -> dict[str, int]:
         if isinstance(names, str):
             raise TypeError(f"names is a collection of names; pass [{names!r}]")
         clock = _thread_clock()
-        with timing("ir"):
-            text = str(module)
         start, before = time.perf_counter(), replace(clock)
         try:
-            addresses = self.cache.get_or_build(self.cache_key(text),
-                                                lambda: self._build(text), self._link)
+            addresses = self.cache.get_or_build(key, lambda: self._build(text()), self._link)
         finally:
             spent = clock - before
             clock.cache += time.perf_counter() - start - spent.seconds
@@ -187,11 +245,12 @@ class HostJit:
             raise KeyError(f"the module defines no function named {missing[0]!r}")
         return {name: addresses[name] for name in names}
 
-    def cache_key(self, module: ir.Module | str) -> str:
-        """The kernel cache's key for `module` compiled by this engine."""
+    def cache_key(self, module: ir.Module | str, kind: str = FORMAT) -> str:
+        """The kernel cache's key for `module` (or a spec's text, with its `kind`)
+        compiled by this engine."""
         return kernel_key(str(module), triple=self.triple, cpu=self.cpu_name,
-                          features=self.features, version=kiln_version(),
-                          llvm_version=".".join(map(str, llvm.llvm_version_info)))
+                          features=self.features, version=generator_version(),
+                          llvm_version=".".join(map(str, llvm.llvm_version_info)), kind=kind)
 
     def address(self, name: str) -> int:
         """Address of a compiled function; raises KeyError if no added module defines it."""
@@ -208,14 +267,32 @@ class HostJit:
         return self.target_machine.emit_assembly(module)
 
     def _build(self, text: str) -> Entry:
-        optimised = self.optimise(text)
+        """Object code for `text`, parsed into an LLVM context of its own and compiled
+        with this thread's TargetMachine, so that other threads can compile at once."""
+        context = llvm.create_context()
         try:
-            with timing("machine_code"):
-                return Entry(_defined_functions(optimised),
-                             self.target_machine.emit_object(optimised))
+            with timing("parse"):
+                parsed = llvm.parse_assembly(text, context=context)
+                parsed.verify()
+            try:
+                machine = self._thread_machine()
+                with timing("optimise"):
+                    run_pipeline(parsed, machine, speed_level=3)
+                with timing("machine_code"):
+                    return Entry(_defined_functions(parsed), machine.emit_object(parsed))
+            finally:
+                parsed.close()  # now, not whenever the garbage collector gets to it
         finally:
-            optimised.close()  # now, not whenever the garbage collector gets to it
+            context.close()
             _thread_clock().compiled += 1
+
+    def _thread_machine(self) -> llvm.TargetMachine:
+        """This thread's TargetMachine for optimising and emitting (the engine keeps its
+        own, and a TargetMachine is not for two threads at once)."""
+        machine = getattr(self._machines, "machine", None)
+        if machine is None:
+            machine = self._machines.machine = self.target.machine()
+        return machine
 
     def _link(self, entry: Entry) -> dict[str, int]:
         with self._lock, timing("link"):

@@ -221,14 +221,15 @@ def _functions() -> dict[str, int]:
     """Addresses of the pool's native functions: kiln_pool_items everywhere, the worker
     and kiln_pool_run where the pool is available."""
     from runtime.jit import host_jit
-    jit = host_jit()
-    module = jit.new_module("kiln_pool")
-    emitter = _Emitter(module)
-    emitter.items()
-    if available():
-        emitter.worker()
-        emitter.run()
-    return jit.load(module)
+    with_pool = available()
+
+    def build(module) -> None:
+        emitter = _Emitter(module)
+        emitter.items()
+        if with_pool:
+            emitter.worker()
+            emitter.run()
+    return host_jit().load_spec("kiln_pool", repr(("kiln_pool", with_pool)), build)
 
 
 def run_address() -> int:

@@ -185,14 +185,17 @@ class _Entries(dict):
 
 def _compile(jit, kernel: CompiledGemm, entry: str) -> int:
     name = kernel.name
-    from runtime.jit import timing
-    module = jit.new_module(f"{name}_{entry}")
-    with timing("ir"):
+    spec = repr((name, kernel.tile, kernel.spec, entry))  # what build_module reads
+
+    def build(module) -> None:
         build_module(module, name, kernel.tile, kernel.spec, emit_activation, (entry,))
-    if debugging.level() >= 3:
-        debugging.banner(f"LLVM IR {name}_{entry}", str(module), at_level=3)
-    address = jit.load(module, [f"{name}_{entry}"])[f"{name}_{entry}"]
+        if debugging.level() >= 3:
+            debugging.banner(f"LLVM IR {name}_{entry}", str(module), at_level=3)
+    address = jit.load_spec(f"{name}_{entry}", spec, build,
+                            [f"{name}_{entry}"])[f"{name}_{entry}"]
     if debugging.level() >= 4:
+        module = jit.new_module(f"{name}_{entry}")
+        build(module)
         debugging.banner(f"assembly {name}_{entry}", jit.assembly(module), at_level=4)
     return address
 

@@ -263,19 +263,21 @@ def choose_tile(dtype: str, m: int, n: int, k: int, lanes: int) -> Tile:
 
 
 def _compile(key: SmallKey) -> SmallKernel:
-    from runtime.jit import host_jit, timing, vector_width
+    from runtime.jit import host_jit, vector_width
     lanes = vector_width() // (1 if key.dtype == "float32" else 2)
     tile = choose_tile(key.dtype, key.m, key.n, key.k, lanes)
     jit = host_jit()
     name = key.name(tile)
-    module = jit.new_module(name)
-    with timing("ir"):
+
+    def build(module) -> None:
         SmallGemm(module, name, key, tile).build()
-    if debugging.level() >= 3:
-        debugging.banner(f"LLVM IR {name}", str(module), at_level=3)
+        if debugging.level() >= 3:
+            debugging.banner(f"LLVM IR {name}", str(module), at_level=3)
     names = [name] + ([f"{name}_item"] if key.cut.pieces == 1 else []) + (
         [f"{name}_fast"] if has_fast_entry(key) else [])
-    addresses = jit.load(module, names)
+    addresses = jit.load_spec(name, repr((name, key, tile)), build, names)
     if debugging.level() >= 4:
+        module = jit.new_module(name)
+        build(module)
         debugging.banner(f"assembly {name}", jit.assembly(module), at_level=4)
     return SmallKernel(key, tile, name, addresses)

@@ -1,4 +1,5 @@
-"""What a first compile costs, counted rather than timed: no heavy import on its path."""
+"""What a first compile costs, counted rather than timed: no heavy import on its path, and
+no IR built for kernels the disk cache holds."""
 import os
 import subprocess
 import sys
@@ -44,10 +45,32 @@ def test_a_gemm_kernel_compiles_each_entry_when_first_used(monkeypatch):
     assert kernel.compiled == ("direct", "packed_a_in_place_deep")
 
 
+SIX_OPS = """
+import sys
+import numpy as np
+import eager
+x, y = (eager.tensor(np.ones(8, dtype=np.float32)) for _ in range(2))
+eager.compile(lambda x, y: (x * y + 1.0).tanh() * x - y.abs())(x, y)
+print(sorted(m for m in ("importlib.metadata", "argparse", "tomllib", "networkx",
+                         "compiler.gemm.api") if m in sys.modules))
+"""
+
+
+def test_a_first_pointwise_compile_imports_no_metadata_command_line_or_gemm(tmp_path):
+    out = subprocess.run([sys.executable, "-c", SIX_OPS], capture_output=True, text=True,
+                         env=dict(os.environ, KILN_CACHE_DIR=str(tmp_path)))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
 COUNT_COMPILES = """
 import numpy as np
 import eager
+from runtime import jit
 from runtime.jit import compile_clock
+modules = []  # every IR module a kernel is built into
+new_module = jit.HostJit.new_module
+jit.HostJit.new_module = lambda self, name: modules.append(name) or new_module(self, name)
 x = eager.tensor(np.arange(12, dtype=np.float32).reshape(3, 4))
 w = eager.tensor(np.ones((4, 5), dtype=np.float32))
 cf = eager.compile(lambda x, w: ((x @ w).relu() * 2).softmax(-1) + 1)
@@ -55,16 +78,16 @@ cf(x, w)
 entry = next(iter(cf.entries.values()))
 clock = compile_clock()
 assert "kernels: " + entry.codegen.describe() in cf.explain()
-print(clock.compiled, clock.from_disk)
+print(clock.compiled, clock.from_disk, len(modules))
 """
 
 
-def test_a_second_process_finds_every_kernel_in_the_disk_cache_and_compiles_none(tmp_path):
+def test_a_second_process_finds_every_kernel_in_the_disk_cache_and_builds_no_ir(tmp_path):
     def run() -> list[int]:
         out = subprocess.run([sys.executable, "-c", COUNT_COMPILES], capture_output=True,
                              text=True, env=dict(os.environ, KILN_CACHE_DIR=str(tmp_path)))
         assert out.returncode == 0, out.stderr
         return [int(n) for n in out.stdout.split()]
-    compiled, from_disk = run()
-    assert compiled > 0 and from_disk == 0
-    assert run() == [0, compiled]
+    compiled, from_disk, built = run()
+    assert compiled > 0 and from_disk == 0 and built == compiled
+    assert run() == [0, compiled, 0]

@@ -15,8 +15,14 @@ def unique_name(stem: str = "add_one") -> str:
 
 
 def add_one_module(jit, name: str) -> ir.Module:
-    f32, i64 = ir.FloatType(), ir.IntType(64)
     module = jit.new_module(name)
+    add_one(module, name)
+    return module
+
+
+def add_one(module: ir.Module, name: str) -> None:
+    """Define the kernel NAME in `module`."""
+    f32, i64 = ir.FloatType(), ir.IntType(64)
     kernel = ir.Function(module, ir.FunctionType(ir.VoidType(), [ir.PointerType(), i64, i64]),
                          name)
     x, start, end = kernel.args
@@ -33,7 +39,6 @@ def add_one_module(jit, name: str) -> ir.Module:
     b.cbranch(b.icmp_signed("<", following, end), loop, done)
     b.position_at_end(done)
     b.ret_void()
-    return module
 
 
 def object_code(jit, module: ir.Module) -> bytes:

@@ -106,15 +106,16 @@ def _range_item() -> int:
     from runtime.llvm_ir import I8P, I64, VOID, at, define
     from runtime.pool import ITEM
     kernel_type = ir.FunctionType(VOID, [I8P] * 3 + [I64] * 4)
-    jit = host_jit()
-    module = jit.new_module("kiln_kernel_range_item")
-    fn, b = define(module, "kiln_kernel_range_item", ITEM, attributes=())
-    record = b.bitcast(fn.args[0], I64.as_pointer())
-    words = [b.load(at(b, record, i)) for i in range(8)]
-    b.call(b.inttoptr(words[0], kernel_type.as_pointer()),
-           [b.inttoptr(word, I8P) for word in words[1:4]] + words[4:])
-    b.ret_void()
-    return jit.load(module)["kiln_kernel_range_item"]
+
+    def build(module) -> None:
+        fn, b = define(module, "kiln_kernel_range_item", ITEM, attributes=())
+        record = b.bitcast(fn.args[0], I64.as_pointer())
+        words = [b.load(at(b, record, i)) for i in range(8)]
+        b.call(b.inttoptr(words[0], kernel_type.as_pointer()),
+               [b.inttoptr(word, I8P) for word in words[1:4]] + words[4:])
+        b.ret_void()
+    return host_jit().load_spec("kiln_kernel_range_item", "kiln_kernel_range_item", build,
+                                ["kiln_kernel_range_item"])["kiln_kernel_range_item"]
 
 
 def output_spec(t) -> tuple:

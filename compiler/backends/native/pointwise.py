@@ -74,8 +74,12 @@ class KernelArtifact:
     def module(self):
         """A new IR module holding the kernel."""
         module = self._jit.new_module(self.name)
-        K.build_kernel(module, self.spec, self.width)
+        self.fill(module)
         return module
+
+    def fill(self, module) -> None:
+        """Build the kernel into `module`."""
+        K.build_kernel(module, self.spec, self.width)
 
     @property
     def llvm_ir(self) -> str:
@@ -289,7 +293,7 @@ class PointwiseNode:
         return hit[0]
 
     def _compile(self, classes, columns=(), gathers=()):
-        from runtime.jit import host_jit, timing, vector_width
+        from runtime.jit import host_jit, vector_width
         jit = host_jit()
         _counter[0] += 1
         name = f"kiln_{'columns' if columns else self.kind}_{_counter[0]}"
@@ -297,10 +301,13 @@ class PointwiseNode:
                             tuple(self.body.outputs), self.scalars, self.row_values, classes,
                             columns, gathers)
         artifact = KernelArtifact(spec, vector_width(), jit)
-        with timing("ir"):
-            module = artifact.module()
-        debug.banner(f"LLVM IR: {name}", str(module), at_level=3)
-        address = jit.load(module, [name])[name]  # through the kernel cache
+        # the body's text and the layout decide every field of spec (operands, nodes,
+        # rows are read from the body): the kernel cache's key without building IR
+        key = repr((name, self.kind, str(self.body), classes, columns, artifact.width,
+                    [(g.source, g.index, g.stride, g.size, g.wraps) for g in gathers]))
+        address = jit.load_spec(name, key, artifact.fill, [name])[name]
+        if debug.level() >= 3:
+            debug.banner(f"LLVM IR: {name}", artifact.llvm_ir, at_level=3)
         if debug.level() >= 4:
             debug.banner(f"assembly: {name}", artifact.assembly, at_level=4)
         return address, artifact
