@@ -252,8 +252,9 @@ def _job(kernel: CompiledGemm, first: np.ndarray | None, pieces: Batch | list[Ca
     if specialised is not None:
         function = specialised
     else:
-        function = kernel.items["direct" if blocking is None else
-                                _packed_entry(calls, blocking.kc)]
+        entry = "direct" if blocking is None else _packed_entry(calls, blocking.kc)
+        kernel.items.compile([entry] + ([] if first is None else ["pack_b"]))
+        function = kernel.items[entry]
     pack_b = 0 if first is None else kernel.items["pack_b"]
     return Job(first, pack_b, words, function, threads, tables)
 

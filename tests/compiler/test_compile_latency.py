@@ -63,6 +63,30 @@ def test_a_first_pointwise_compile_imports_no_metadata_command_line_or_gemm(tmp_
     assert out.stdout.strip() == "[]"
 
 
+def test_gemm_entries_compiled_in_parallel_threads_are_the_serial_ones_byte_for_byte(
+        tmp_path):
+    """Each way fills a disk cache of its own: the entries' object code is the same, and
+    the calling thread's CompileClock counts both compiles either way."""
+    from compiler.gemm.ir.kernel import EpilogueSpec
+    from compiler.gemm.kernels import CompiledGemm, default_tile
+    from runtime.cache import KernelCache
+    from runtime.jit import HostJit, compile_clock, vector_width
+    tile, entries = default_tile("float32", vector_width()), ["packed_a_in_place_shallow",
+                                                            "pack_b"]
+    cached = []
+    for way in ("serial", "parallel"):
+        kernel = CompiledGemm(tile, EpilogueSpec(activation="gelu"),
+                              HostJit(KernelCache(tmp_path / way)))
+        before = compile_clock()
+        if way == "parallel":
+            kernel.items.compile(entries)
+        else:
+            [kernel.items[entry] for entry in entries]
+        assert (compile_clock() - before).compiled == 2 and set(kernel.compiled) == set(entries)
+        cached.append({path.name: path.read_bytes() for path in (tmp_path / way).iterdir()})
+    assert cached[0] == cached[1] and len(cached[0]) == 2
+
+
 COUNT_COMPILES = """
 import numpy as np
 import eager
