@@ -289,7 +289,7 @@ class CompiledFunction:
                 results[o].grad_fn = node  # freed: a second backward raises as eagerly
                 results[o]._set_requires_grad(True)
         for step in entry.steps[entry.region_at:]:
-            step.call()
+            step.call(*[results[o] for o in step.tensors])
         if entry.out_tree == 0:  # a single result
             return self._slot(entry.out_slots[0], results, leaves)
         out = [self._slot(slot, results, leaves) for slot in entry.out_slots]
@@ -359,6 +359,12 @@ def _why_not_replayable(trace: capture.Trace, out_leaves) -> str:
     returned_value = next((s.what for s in trace.steps if not s.returned_none), None)
     if returned_value:
         return f"{returned_value} returned a value"
+    if trace.grad_writes:
+        return f"Python sets the .grad of a {trace.grad_writes[0]} (not in a whole step)"
+    foreign = next((s.what for s in trace.steps if s.tensors is None or s.tensors and
+                    s.after_regions != 1), None)
+    if foreign:
+        return f"{foreign} takes a tensor its graph did not make"
     if trace.records:
         record = trace.records[0]
         if record.needs_grad is None and any(t.requires_grad and not _used_up(t)

@@ -122,12 +122,14 @@ class RegionRecord:
 @dataclass
 class EagerStep:
     """A library's whole step that ran eagerly during capture (see whole_step)."""
-    call: object = field(repr=False)   # runs the step again (a zero-argument callable)
+    call: object = field(repr=False)   # runs the step again: call(*tensors)
     what: str                          # `Adam.step()`
     where: str
     after_regions: int                 # how many regions were flushed before it
     nulls: frozenset = frozenset()     # ids of the tensors whose .grad it set to None
     returned_none: bool = True
+    tensors: tuple | None = ()         # its tensors as outputs of the last region (None:
+                                       # one is not)
 
 
 def _type_of(t: Tensor) -> TensorType:
@@ -276,6 +278,7 @@ class Trace:
         self.region = Region(self)
         self.records: list[RegionRecord] = []
         self.steps: list[EagerStep] = []
+        self.grad_writes: list[str] = []      # .grad set by Python, not by a whole step
         self.breaks: list[BreakRecord] = []
         self.untracked_inputs: list[str] = []
         self.created: set[int] = set()        # ids of tensors made by factories meanwhile
@@ -355,19 +358,28 @@ class Trace:
         return tuple(lazies) if isinstance(out, tuple) else (
             list(lazies) if isinstance(out, list) else lazies[0])
 
-    def whole_step(self, call, what: str, nulls_grads_of) -> object:
+    def whole_step(self, call, what: str, nulls_grads_of, tensors) -> object:
         """Run a library's whole step eagerly after the pending region (see EagerStep)."""
         self.flush(f"{what} runs eagerly")
+        made = {id(t): i for i, t in enumerate(self.records[-1].outputs)} if self.records \
+            else {}
+        places = tuple(made.get(id(t)) for t in tensors)
         tls = dispatcher.tls
         previous = tls.exclude
         tls.exclude = previous | TRACER_BIT
         try:
-            result = call()
+            result = call(*tensors)
         finally:
             tls.exclude = previous
         self.steps.append(EagerStep(call, what, user_location(), len(self.records),
-                                    frozenset(map(id, nulls_grads_of)), result is None))
+                                    frozenset(map(id, nulls_grads_of)), result is None,
+                                    None if None in places else places))
         return result
+
+    def note_grad_write(self, t: Tensor, value) -> None:
+        """Python sets t.grad (outside a whole step): a replay would not."""
+        if value is None or value._lazy is None:  # lazy: the engine under capture
+            self.grad_writes.append(f"{tuple(t.shape)} {t.dtype.name} tensor")
 
     def break_and_run(self, handle, args, kwargs, reason: str):
         self.flush(reason, user_location())
@@ -548,12 +560,18 @@ def _watch_data(t: Tensor) -> None:
     trace.note_data_access(t)
 
 
-def _whole_step(call, what: str, nulls_grads_of):
+def _whole_step(call, what: str, nulls_grads_of, tensors):
     """The whole-step hook (eager.tensor.set_whole_step_hook) while any thread captures."""
     trace = getattr(_local, "trace", None)
     if trace is None or dispatcher.tls.exclude & TRACER_BIT:
-        return call()
-    return trace.whole_step(call, what, nulls_grads_of)
+        return call(*tensors)
+    return trace.whole_step(call, what, nulls_grads_of, tensors)
+
+
+def _watch_grad(t: Tensor, value) -> None:
+    trace = getattr(_local, "trace", None)
+    if trace is not None and not dispatcher.tls.exclude & TRACER_BIT:
+        trace.note_grad_write(t, value)
 
 
 _capturing = [0]  # threads capturing now: the hooks are set while there is one
@@ -564,7 +582,7 @@ def _count_capture(step: int) -> None:
     with _capturing_lock:
         _capturing[0] += step
         set_data_watch(_watch_data if _capturing[0] else None)
-        set_whole_step_hook(_whole_step if _capturing[0] else None)
+        set_whole_step_hook(*((_whole_step, _watch_grad) if _capturing[0] else (None, None)))
 
 
 def start(trace: Trace):

@@ -12,7 +12,7 @@ from eager.device import as_device
 from eager.dispatcher import ATEN
 from eager.factories import ones, tensor, zeros
 from eager.records import named
-from eager.tensor import Tensor, ops
+from eager.tensor import Tensor, ops, whole_step
 from ir import dtypes
 from ir.dtypes import DType
 from ir.ops import Op
@@ -245,6 +245,10 @@ def _bool(self):
 
 
 def _backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+    if gradient is None and inputs is None and not create_graph:
+        # a whole step: under compile() the graph before it runs with its compiled backward
+        return whole_step(lambda t: autograd.backward(t, None, retain_graph), "Tensor.backward()",
+                          tensors=(self,))
     autograd.backward(self, gradient, retain_graph, create_graph, inputs=inputs)
 
 

@@ -97,21 +97,24 @@ def set_data_watch(watch) -> None:
 
 
 _whole_step_hook = None  # while graph capture runs: see whole_step
+_grad_watch = None
+"""While graph capture runs: called with a tensor and the value given to its `.grad`
+(compiler/capture.py: Python setting a `.grad` is a side effect a replay would miss)."""
 
 
-def set_whole_step_hook(hook) -> None:
-    global _whole_step_hook
-    _whole_step_hook = hook
+def set_whole_step_hook(hook, grad_watch) -> None:
+    global _whole_step_hook, _grad_watch
+    _whole_step_hook, _grad_watch = hook, grad_watch
 
 
-def whole_step(call, what: str, nulls_grads_of=()):
-    """Run `call()`, a step of a library's own (an optimiser's step, zero_grad) that
-    capture takes whole: while a capture runs, compiler/capture.py's hook runs it eagerly
-    after the graph before it and keeps it in the captured program, to run again when
-    the program replays. `what` names it (`Adam.step()`); `nulls_grads_of`: the tensors
-    whose `.grad` it sets to None."""
+def whole_step(call, what: str, nulls_grads_of=(), tensors=()):
+    """Run `call(*tensors)`, a step of a library's own (an optimiser's step, zero_grad,
+    Tensor.backward) that capture takes whole: while a capture runs, compiler/capture.py's
+    hook runs it eagerly after the graph before it and keeps it in the captured program,
+    to run again (on that graph's new results) when the program replays. `what` names it
+    (`Adam.step()`); `nulls_grads_of`: the tensors whose `.grad` it sets to None."""
     hook = _whole_step_hook
-    return call() if hook is None else hook(call, what, nulls_grads_of)
+    return call(*tensors) if hook is None else hook(call, what, nulls_grads_of, tensors)
 
 
 _reading = threading.local()
@@ -135,7 +138,7 @@ def reading_why() -> str | None:
 
 class Tensor:
     __slots__ = ("_storage", "_shape", "_stride", "_offset", "dtype", "device", "_keys",
-                 "_requires_grad", "grad", "grad_fn", "output_nr", "_base", "_np_cache",
+                 "_requires_grad", "_grad", "grad_fn", "output_nr", "_base", "_np_cache",
                  "_wrapped", "_hooks", "_retains_grad", "_grad_accumulator", "_lazy", "__weakref__",
                  "__dict__")
 
@@ -153,7 +156,7 @@ class Tensor:
         t.device = device_
         t._keys = 1 << _BACKEND_KEY[device_.type]
         t._requires_grad = False
-        t.grad = None
+        t._grad = None
         t.grad_fn = None
         t.output_nr = 0
         t._base = base
@@ -230,6 +233,16 @@ class Tensor:
         self._storage.version += 1
 
     # autograd state ----------------------------------------------------------------
+    @property
+    def grad(self):
+        return self._grad
+
+    @grad.setter
+    def grad(self, value) -> None:
+        if _grad_watch is not None:
+            _grad_watch(self, value)
+        self._grad = value
+
     @property
     def requires_grad(self) -> bool:
         return self._requires_grad
