@@ -590,16 +590,20 @@ def start(trace: Trace):
     prev = active_trace()
     _local.trace = trace
     _count_capture(1)
+    tls = dispatcher.tls
+    excluded = tls.exclude  # a capture inside a region's run or a whole step (a
+    tls.exclude = excluded & ~TRACER_BIT  # decomposition traced while compiling) traces
     include = dispatcher.include_keys(DispatchKey.Tracer)
     include.__enter__()
     from eager import factories
     factories.set_creation_hook(trace.note_factory)
-    return prev, include
+    return prev, include, excluded
 
 
 def stop(token) -> None:
-    prev, include = token
+    prev, include, excluded = token
     include.__exit__(None, None, None)
+    dispatcher.tls.exclude = excluded
     _local.trace = prev
     _count_capture(-1)
     from eager import factories

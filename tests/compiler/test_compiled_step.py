@@ -325,3 +325,16 @@ def test_mlp_whole_step_as_native_kernels_equals_eager():
         fused = [n for n in graph.graph.nodes if n.op.name == "FUSED"]
         assert len(graph.kernels) + len(graph.native_reasons) == len(fused) > 2
         assert len(graph.kernels) >= 2 * len(graph.native_reasons)
+
+
+@pytest.mark.slow  # generates its kernels (seconds with a cold kernel cache)
+def test_char_transformer_whole_step_as_native_kernels_equals_eager():
+    """Backward is compiled at its first run, inside the backward step: the passes
+    trace decompositions (gelu_backward) there, a capture inside a whole step."""
+    dtype = eager.float32
+    args = (_transformer, OPTIMISERS["adamw-decay"], _next_characters, _text_batches(dtype),
+            dtype)
+    got = _train(*args, compiled=True, backend="native", steps=4)
+    _assert_same_training(got, _train(*args, compiled=False, steps=4), dtype)
+    (entry,) = got[3].entries.values()
+    assert entry.mode == "replay" and entry.run.backward_calls == 4
