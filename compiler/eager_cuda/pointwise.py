@@ -4,7 +4,8 @@ check come from the op's Meta kernel, so CUDA raises what the CPU raises."""
 from __future__ import annotations
 
 from compiler.eager_cuda import device as D
-from compiler.codegen.cuda.pointwise import VECTOR_BYTES, blocks_for, vector_lanes
+from compiler.codegen.cuda import VECTOR_BYTES
+from compiler.codegen.cuda.pointwise import blocks_for, vector_lanes
 from compiler.eager_cuda.elementwise import ElementwiseSpec, elementwise_kernel, layout
 from eager.dispatcher import ATEN, DispatchKey
 from eager.kernels._common import promote, scalar_value

@@ -32,8 +32,9 @@ from compiler.backends.native.launch import output_spec
 from compiler.backends.native.pointwise import NotNative, PointwiseNode, row_dims
 from compiler.codegen import pointwise as K
 from compiler.codegen.cuda.gemm import gemm_kernel
-from compiler.codegen.cuda.pointwise import MAX_BLOCKS, VECTOR_BYTES, CudaSpec, \
-    blocks_for, build_elementwise
+from compiler.codegen.cuda import VECTOR_BYTES
+from compiler.codegen.cuda.pointwise import MAX_BLOCKS, CudaSpec, blocks_for, \
+    build_elementwise
 from compiler.codegen.cuda.rows import build_rows
 from eager.tensor import empty_cpu
 from ir.graph import Graph, Node

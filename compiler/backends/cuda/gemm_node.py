@@ -27,11 +27,10 @@ import numpy as np
 from compiler.backends.cuda.plan import NotCuda
 from compiler.backends.native.gemm_node_plan import plan_gemm_node
 from compiler.backends.native.pointwise import NotNative
+from compiler.codegen.cuda import VECTOR_BYTES
 from compiler.codegen.cuda.gemm import DEFAULT_TILES, SMALL_TILES, CudaGemmRequest
 from compiler.gemm.ir.kernel import EpilogueSpec
 from ir.graph import Node
-
-_VECTOR_BYTES = 16
 
 
 @dataclass(frozen=True)
@@ -120,8 +119,8 @@ def gemm_call(node: Node, layouts: list) -> GemmCall:
     request = CudaGemmRequest(dtype, trans_a, trans_b, epilogue, tiles=tiles)
     itemsize = layouts[a_input].itemsize
     matrices = [(layouts[a_input], lda), (layouts[b_input], ldb)]
-    if all(address_of(x) % _VECTOR_BYTES == 0 and (ld * itemsize) % _VECTOR_BYTES == 0
-           for x, ld in matrices) and (n * itemsize) % _VECTOR_BYTES == 0:
+    if all(address_of(x) % VECTOR_BYTES == 0 and (ld * itemsize) % VECTOR_BYTES == 0
+           for x, ld in matrices) and (n * itemsize) % VECTOR_BYTES == 0:
         request = replace(request, aligned=True)
     return GemmCall(request, m, n, k, (a_input, lda), (b_input, ldb), store.scale, bias,
                     residual)

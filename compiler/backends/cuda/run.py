@@ -28,7 +28,7 @@ from compiler.backends.cuda import emits, kernel_for
 from compiler.backends.cuda.gemm_node import check_plan
 from compiler.backends.cuda.plan import NotCuda
 from compiler.backends.native.pointwise import NotNative, PointwiseNode
-from compiler.codegen.cuda.pointwise import VECTOR_BYTES
+from compiler.codegen.cuda import VECTOR_BYTES
 from ir.graph import Graph
 from ir.ops import Op
 

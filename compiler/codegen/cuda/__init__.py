@@ -10,6 +10,8 @@ import llvmlite.ir as ir
 
 from runtime import nvptx
 
+VECTOR_BYTES = 16  # the widest global load and store: ld.global.v4.f32, v2.f64
+
 
 @dataclass(eq=False)
 class CudaKernel:

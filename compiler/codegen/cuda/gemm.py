@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 
 import llvmlite.ir as ir
 
-from compiler.codegen.cuda import CudaKernel
+from compiler.codegen.cuda import VECTOR_BYTES, CudaKernel
 from compiler.codegen.values import emit_activation
 from compiler.gemm.ir.kernel import EpilogueSpec
 from runtime import nvptx
@@ -54,7 +54,6 @@ from runtime.llvm_ir import (I64, Target, at, choose, constant, fold_range, i32,
 
 _TYPES = {"float32": ir.FloatType(), "float64": ir.DoubleType()}
 _ITEMSIZE = {"float32": 4, "float64": 8}
-_VECTOR_BYTES = 16
 _CONTRACT = ("contract",)  # lets LLVM fuse a multiply and an add into one FMA
 
 
@@ -81,7 +80,7 @@ class CudaGemmTiles:
         """ValueError unless these tiles can be generated for `dtype`: thread tiles that
         divide the block tile in groups of one 16-byte vector, slices of A and B that
         the threads load in whole vectors."""
-        lanes = _VECTOR_BYTES // _ITEMSIZE[dtype]
+        lanes = VECTOR_BYTES // _ITEMSIZE[dtype]
         problems = []
         for extent, part in ((self.block_m, self.thread_m), (self.block_n, self.thread_n)):
             if part % lanes or extent % part:
@@ -175,7 +174,7 @@ class _GemmBuilder:
         self.request, self.tiles, self.spec = request, request.tiles, request.epilogue
         self.T = _TYPES[request.dtype]
         self.itemsize = _ITEMSIZE[request.dtype]
-        self.lanes = _VECTOR_BYTES // self.itemsize
+        self.lanes = VECTOR_BYTES // self.itemsize
         target = Target.of(module)
         pointer = ir.PointerType(self.T, target.global_space)
         kinds = {"m": I64, "n": I64, "k": I64, "alpha": self.T, "beta": self.T,
@@ -209,7 +208,7 @@ class _GemmBuilder:
         ty = ir.ArrayType(self.T, 2 * self.tiles.block_k * extent)
         shared = ir.GlobalVariable(module, ty, f"{name}_slices", addrspace=target.shared_space)
         shared.linkage = "internal"
-        shared.align = _VECTOR_BYTES
+        shared.align = VECTOR_BYTES
         shared.initializer = ir.Constant(ty, ir.Undefined)
         return _Slice(self.arg[name], self.arg[f"ld{name}"], size, origin, extent, k_inner,
                       shared)
@@ -297,7 +296,7 @@ class _GemmBuilder:
             return by_element()
         whole = b.and_(inside, b.icmp_signed("<=", b.add(column, i64(self.lanes)), columns))
         return choose(b, whole, lambda: lanes_of(b, load_vector(b, first, self.lanes,
-                                                                 _VECTOR_BYTES)),
+                                                                 VECTOR_BYTES)),
                       by_element)
 
     def _store_slices(self, values, buffer) -> None:
@@ -314,7 +313,7 @@ class _GemmBuilder:
                 else:
                     index = b.add(b.mul(row, i64(s.extent)), column)
                     store_vector(b, self._vector(lanes), self._shared(s, base, index),
-                                 _VECTOR_BYTES)
+                                 VECTOR_BYTES)
 
     def _vector(self, values) -> ir.Value:
         vector = ir.Constant(ir.VectorType(self.T, len(values)), ir.Undefined)
@@ -343,7 +342,7 @@ class _GemmBuilder:
         values = []
         for g in range(groups):
             pointer = self._shared(s, base, start, i64(g * (s.extent // groups)))
-            values += lanes_of(b, load_vector(b, pointer, self.lanes, _VECTOR_BYTES))
+            values += lanes_of(b, load_vector(b, pointer, self.lanes, VECTOR_BYTES))
         return values
 
     def _multiply(self, buffer, accs) -> list:
@@ -422,7 +421,7 @@ class _GemmBuilder:
         whole = b.and_(row_in, column_in[-1])
 
         def as_vector():
-            store_vector(b, self._vector(values), first, _VECTOR_BYTES)
+            store_vector(b, self._vector(values), first, VECTOR_BYTES)
             return []
 
         choose(b, whole, as_vector, by_element)

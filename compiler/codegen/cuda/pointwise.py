@@ -34,14 +34,13 @@ import llvmlite.ir as ir
 from compiler.codegen import gather as G
 from compiler.codegen import pointwise as K
 from compiler.codegen import values as V
-from compiler.codegen.cuda import CudaKernel
+from compiler.codegen.cuda import VECTOR_BYTES, CudaKernel
 from ir import dtypes
 from runtime import llvm_ir, nvptx
 from runtime.llvm_ir import I64, i64
 
 THREADS = 256      # threads per block of an elementwise kernel
 MAX_BLOCKS = 8192  # a grid's blocks at most: the grid-stride loop covers the rest
-VECTOR_BYTES = 16  # the widest global load and store: ld.global.v4.f32, v2.f64
 MAX_LANES = 4      # PTX's widest vector
 
 
