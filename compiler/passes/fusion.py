@@ -184,11 +184,34 @@ def _fuse_gemm(g: _Groups) -> None:
                             and g.group_kind[g.find(u)] == "elementwise":
                         if g.try_merge(i, u, "gemm"):
                             frontier.append(u)
+        outputs = set(g.graph.outputs)
         for p in g.sources(i):  # prologues nothing else reads
             produced = g.nodes[p].outputs
             if g.kind[p] == "elementwise" and g.group_kind[g.find(p)] == "elementwise" and \
-                    all(len(g.users.get(v, [])) == 1 for v in produced):
+                    all(len(g.users.get(v, [])) == 1 for v in produced) and \
+                    _stays_inside(g, g.find(p), i, outputs):
                 g.try_merge(i, p, "gemm")
+
+
+def _stays_inside(g: _Groups, root: int, i: int, outputs: set) -> bool:
+    """Whether no result of group `root` leaves it but for gemm i's group (through views):
+    a prologue whose value the graph returns (a forward saving it for backward) or
+    another kernel reads would be an output computed before the product, which the GEMM
+    kernel cannot store."""
+    inside = {g.find(i), root}
+
+    def stays(v) -> bool:
+        if v in outputs:
+            return False
+        for u in g.users.get(v, []):
+            if g.kind[u] == "free":
+                if not all(stays(w) for w in g.nodes[u].outputs):
+                    return False
+            elif g.find(u) not in inside:
+                return False
+        return True
+    return all(stays(v) for k in range(len(g.nodes))
+               if g.kind[k] != "free" and g.find(k) == root for v in g.nodes[k].outputs)
 
 
 def _fuse_elementwise(g: _Groups) -> None:

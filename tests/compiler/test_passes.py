@@ -207,6 +207,25 @@ def test_gemm_takes_its_epilogue_and_folds_the_transpose():
     verify_types(o)
 
 
+@pytest.mark.parametrize("returned", [False, True])
+def test_a_prologue_joins_its_gemm_unless_its_value_is_returned_too(returned):
+    """A forward that saves the prologue's value for backward returns it: inside the
+    gemm kernel it would be an output computed before the product, which the GEMM's
+    store cannot write, so it stays a kernel of its own."""
+    g = G(f"""
+        graph(%x: f32[8,16], %y: f32[16,4]):
+          %0: f32[8,16] = exp(%x)
+          %1: f32[8,4] = mm(%0, %y)
+          return (%1{", %0" if returned else ""})
+        """)
+    o = fuse(g)
+    verify_types(o)
+    kinds = sorted(n.attr["kind"] for n in o.nodes if n.op.name == "FUSED")
+    assert kinds == (["elementwise", "gemm"] if returned else ["gemm"])
+    gemm = next(n for n in o.nodes if n.attr["kind"] == "gemm").attr["body"]
+    assert [n.op.schema.name for n in gemm.nodes] == (["mm"] if returned else ["exp", "mm"])
+
+
 def test_a_value_read_by_two_kernels_is_an_output_of_its_own():
     g = G("""
         graph(%x: f32[4,4], %y: f32[4,4]):
