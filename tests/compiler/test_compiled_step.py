@@ -149,51 +149,49 @@ def _compiled_and_eager(optimiser, step_of, drive=None):
     return next(iter(results[0][3].entries.values()))
 
 
-def test_a_step_without_zero_grad_accumulates_as_eager():
-    """Without zero_grad in the step, backward adds to the .grad left by the last call
-    (backward is a whole step: eager's engine accumulates)."""
-    def step_of(model, opt):
-        def step(x, y):
-            loss = _classify(model, x, y)
-            loss.backward()
-            opt.step()
-            return loss
-        return step
+def _usual_step(model, opt, zero_grad=lambda model, opt: opt.zero_grad()):
+    def step(x, y):
+        zero_grad(model, opt)
+        loss = _classify(model, x, y)
+        loss.backward()
+        opt.step()
+        return loss
+    return step
 
+
+def _six_calls(between):
+    """A drive for _compiled_and_eager: six calls, `between(i, opt)` after call i."""
     def drive(run, batches, opt):
         losses = []
         for i in range(6):
             losses.append(run(*batches[i % 3]).item())
-            if i == 2:
-                opt.zero_grad()
+            between(i, opt)
         return losses
-    assert _compiled_and_eager("sgd-momentum", step_of, drive).mode == "replay"
+    return drive
+
+
+def test_a_step_without_zero_grad_accumulates_as_eager():
+    """Without zero_grad in the step, backward adds to the .grad left by the last call
+    (backward is a whole step: eager's engine accumulates)."""
+    entry = _compiled_and_eager(
+        "sgd-momentum", lambda model, opt: _usual_step(model, opt, lambda m, o: None),
+        _six_calls(lambda i, opt: opt.zero_grad() if i == 2 else None))
+    assert entry.mode == "replay"
 
 
 def test_grads_set_to_none_by_python_itself_do_not_replay():
-    def step_of(model, opt):
-        def step(x, y):
-            for p in model.parameters():
-                p.grad = None  # no tensor op: capture cannot see it
-            loss = _classify(model, x, y)
-            loss.backward()
-            opt.step()
-            return loss
-        return step
-    entry = _compiled_and_eager("adam-decay", step_of)
+    def by_hand(model, opt):
+        for p in model.parameters():
+            p.grad = None  # no tensor op: only the .grad setter tells capture
+    entry = _compiled_and_eager("adam-decay",
+                                lambda model, opt: _usual_step(model, opt, by_hand))
     assert entry.mode == "python" and "Python sets the .grad of a (16, 4)" in entry.why_python
 
 
 def test_module_zero_grad_is_a_whole_step_too():
-    def step_of(model, opt):
-        def step(x, y):
-            model.zero_grad()
-            loss = _classify(model, x, y)
-            loss.backward()
-            opt.step()
-            return loss
-        return step
-    entry = _compiled_and_eager("sgd-nesterov-decay", step_of)
+    entry = _compiled_and_eager(
+        "sgd-nesterov-decay",
+        lambda model, opt: _usual_step(model, opt, lambda m, o: m.zero_grad()))
     assert entry.mode == "replay"
     assert entry.steps[0].what == "Sequential.zero_grad(set_to_none=True)"
 
@@ -282,22 +280,10 @@ def test_a_loss_read_after_the_optimiser_step_breaks_the_graph():
 
 
 def test_a_learning_rate_changed_between_replays_is_used():
-    def step_of(model, opt):
-        def step(x, y):
-            opt.zero_grad()
-            loss = _classify(model, x, y)
-            loss.backward()
-            opt.step()
-            return loss
-        return step
-
-    def drive(run, batches, opt):
-        losses = []
-        for i in range(6):
-            losses.append(run(*batches[i % 3]).item())
-            opt.param_groups[0]["lr"] *= 0.7
-        return losses
-    assert _compiled_and_eager("sgd-nesterov-decay", step_of, drive).mode == "replay"
+    def lower(i, opt):
+        opt.param_groups[0]["lr"] *= 0.7
+    assert _compiled_and_eager("sgd-nesterov-decay", _usual_step, _six_calls(lower)).mode \
+        == "replay"
 
 
 def test_explain_says_where_the_step_breaks_and_why():
