@@ -205,14 +205,15 @@ class HostJit:
         module.data_layout = str(self.target_machine.target_data)
         return module
 
-    def optimise(self, module: ir.Module | str) -> llvm.ModuleRef:
-        """`module` verified and optimised at O3, not added to the engine: str() of the
-        result is the IR after optimisation, `assembly` of it the machine code."""
+    def optimise(self, module: ir.Module | str, speed_level: int = 3) -> llvm.ModuleRef:
+        """`module` verified and optimised (O3 unless told), not added to the engine:
+        str() of the result is the IR after optimisation, `assembly` of it the machine
+        code."""
         with timing("parse"):
             parsed = llvm.parse_assembly(str(module))
             parsed.verify()
         with timing("optimise"):
-            run_pipeline(parsed, self.target_machine, speed_level=3)
+            run_pipeline(parsed, self.target_machine, speed_level=speed_level)
         return parsed
 
     def add(self, module: ir.Module | str) -> llvm.ModuleRef:
@@ -236,26 +237,30 @@ class HostJit:
         return self._through_cache(self.cache_key(text), lambda: text, names)
 
     def load_spec(self, name: str, spec: str, build: Callable[[ir.Module], None],
-                  names: Iterable[str] | None = None) -> dict[str, int]:
+                  names: Iterable[str] | None = None, speed_level: int = 3
+                  ) -> dict[str, int]:
         """As `load` for the module that `build` fills (a new module called `name`), but
         keyed by `spec` instead of the IR: `spec` must name everything the IR depends on
         besides the code generators' source (generator_version) and the target. A hit,
-        in memory or on disk, calls no `build`."""
+        in memory or on disk, calls no `build`. `speed_level` picks LLVM's pipeline
+        (O1-O3) for kernels measured to lose nothing by a cheaper one."""
         def text() -> str:
             module = self.new_module(name)
             with timing("ir"):
                 build(module)
                 return str(module)
-        return self._through_cache(self.cache_key(spec, kind="kiln-cpu-spec-1"), text, names)
+        key = self.cache_key(f"O{speed_level} {spec}", kind="kiln-cpu-spec-1")
+        return self._through_cache(key, text, names, speed_level)
 
     def _through_cache(self, key: str, text: Callable[[], str],
-                       names: Iterable[str] | None) -> dict[str, int]:
+                       names: Iterable[str] | None, speed_level: int = 3) -> dict[str, int]:
         if isinstance(names, str):
             raise TypeError(f"names is a collection of names; pass [{names!r}]")
         clock = _thread_clock()
         start, before = time.perf_counter(), replace(clock)
         try:
-            addresses = self.cache.get_or_build(key, lambda: self._build(text()), self._link)
+            addresses = self.cache.get_or_build(key, lambda: self._build(text(), speed_level),
+                                                self._link)
         finally:
             spent = clock - before
             clock.cache += time.perf_counter() - start - spent.seconds
@@ -285,14 +290,16 @@ class HostJit:
             raise KeyError(f"no function named {name!r} has been compiled by the host JIT")
         return address
 
-    def assembly(self, module: llvm.ModuleRef | ir.Module | str) -> str:
-        """Machine assembly of an optimised module, or of IR (optimised first: the way to
-        see what a cached kernel runs), for debugging dumps."""
+    def assembly(self, module: llvm.ModuleRef | ir.Module | str, speed_level: int = 3
+                 ) -> str:
+        """Machine assembly of an optimised module, or of IR (optimised first, at the
+        level it was compiled with: the way to see what a cached kernel runs), for
+        debugging dumps."""
         if not isinstance(module, llvm.ModuleRef):
-            module = self.optimise(module)
+            module = self.optimise(module, speed_level)
         return self.target_machine.emit_assembly(module)
 
-    def _build(self, text: str) -> Entry:
+    def _build(self, text: str, speed_level: int = 3) -> Entry:
         """Object code for `text`, parsed into an LLVM context of its own and compiled
         with this thread's TargetMachine, so that other threads can compile at once."""
         context = llvm.create_context()
@@ -303,7 +310,7 @@ class HostJit:
             try:
                 machine = self._thread_machine()
                 with timing("optimise"):
-                    run_pipeline(parsed, machine, speed_level=3)
+                    run_pipeline(parsed, machine, speed_level=speed_level)
                 with timing("machine_code"):
                     return Entry(_defined_functions(parsed), machine.emit_object(parsed))
             finally:

@@ -197,12 +197,13 @@ def _compile(jit, kernel: CompiledGemm, entry: str) -> int:
         build_module(module, name, kernel.tile, kernel.spec, emit_activation, (entry,))
         if debugging.level() >= 3:
             debugging.banner(f"LLVM IR {name}_{entry}", str(module), at_level=3)
-    address = jit.load_spec(f"{name}_{entry}", spec, build,
-                            [f"{name}_{entry}"])[f"{name}_{entry}"]
+    address = jit.load_spec(f"{name}_{entry}", spec, build, [f"{name}_{entry}"],
+                            config.SPEED_LEVEL)[f"{name}_{entry}"]
     if debugging.level() >= 4:
         module = jit.new_module(f"{name}_{entry}")
         build(module)
-        debugging.banner(f"assembly {name}_{entry}", jit.assembly(module), at_level=4)
+        debugging.banner(f"assembly {name}_{entry}", jit.assembly(module, config.SPEED_LEVEL),
+                         at_level=4)
     return address
 
 

@@ -275,9 +275,10 @@ def _compile(key: SmallKey) -> SmallKernel:
             debugging.banner(f"LLVM IR {name}", str(module), at_level=3)
     names = [name] + ([f"{name}_item"] if key.cut.pieces == 1 else []) + (
         [f"{name}_fast"] if has_fast_entry(key) else [])
-    addresses = jit.load_spec(name, repr((name, key, tile)), build, names)
+    addresses = jit.load_spec(name, repr((name, key, tile)), build, names, config.SPEED_LEVEL)
     if debugging.level() >= 4:
         module = jit.new_module(name)
         build(module)
-        debugging.banner(f"assembly {name}", jit.assembly(module), at_level=4)
+        debugging.banner(f"assembly {name}", jit.assembly(module, config.SPEED_LEVEL),
+                         at_level=4)
     return SmallKernel(key, tile, name, addresses)

@@ -87,6 +87,27 @@ def test_gemm_entries_compiled_in_parallel_threads_are_the_serial_ones_byte_for_
     assert cached[0] == cached[1] and len(cached[0]) == 2
 
 
+def test_gemm_kernels_compile_with_their_measured_pipeline(tmp_path, monkeypatch):
+    from compiler.gemm import config, small
+    from compiler.gemm.ir.kernel import EpilogueSpec
+    from compiler.gemm.kernels import CompiledGemm, default_tile
+    from runtime import jit
+    from runtime.cache import KernelCache
+    levels, run_pipeline = [], jit.run_pipeline
+
+    def spy(module, machine, speed_level):
+        levels.append(speed_level)
+        run_pipeline(module, machine, speed_level)
+
+    monkeypatch.setattr(jit, "run_pipeline", spy)
+    host = jit.HostJit(KernelCache(tmp_path))
+    CompiledGemm(default_tile("float64", jit.vector_width()), EpilogueSpec(), host
+                 ).items["direct"]
+    monkeypatch.setattr(jit, "host_jit", lambda: host)
+    small._compile(small.SmallKey("float32", 5, 7, 3, (3, 1), (7, 1), 7))
+    assert levels == [config.SPEED_LEVEL] * 2
+
+
 COUNT_COMPILES = """
 import numpy as np
 import eager

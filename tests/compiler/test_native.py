@@ -358,9 +358,9 @@ def test_a_kernel_keeps_no_ir_text_yet_shows_the_ir_it_was_compiled_from(monkeyp
     from runtime.jit import HostJit
     loaded, build = [], HostJit._build
 
-    def spy(jit, text):
+    def spy(jit, text, *level):
         loaded.append(text)
-        return build(jit, text)
+        return build(jit, text, *level)
 
     monkeypatch.setattr(HostJit, "_build", spy)
     (kernel,) = compiler.lower(lambda x: (x * 3.0625 - 0.8125).tanh(), eager.randn(9)).kernels
