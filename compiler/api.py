@@ -47,9 +47,7 @@ class Entry:
     codegen: object = None         # runtime.jit.CompileClock of the first call's kernels
     direct: object = None          # replay as one kernel call on the arguments
     steps: list = field(default_factory=list)  # capture.EagerStep: whole steps, replayed
-    region_at: int = 0             # replay: how many of the steps run before the region
-    grad_slots: tuple = ()         # replay: (input, output): output becomes input's .grad
-    used_history: tuple = ()       # replay: (output, its grad_fn, freed by a backward)
+    program: list = field(default_factory=list)  # replay: ReplayRegion or (step, tensors)
 
 
 class CompileCheckError(AssertionError):
@@ -189,6 +187,7 @@ class CompiledFunction:
             entry.regions = [graph]
             entry.run = self._compile_region(graph)
             entry.runs = [entry.run]
+            entry.program = [ReplayRegion(entry.run, graph, entry.sources, None)]
             if entry.direct is not None:  # the same arguments, now the symbolic graph's
                 entry.direct = _direct(entry.run, [index for _, index in entry.sources])
             self.entries[entry.key] = entry
@@ -240,13 +239,24 @@ class CompiledFunction:
             entry.why_python = why
             return
         record = trace.records[0] if trace.records else None
-        sources = []
-        if record is not None:
-            for t in record.input_tensors:
+        program, produced, first = [], {}, {}  # produced: id -> place among all results
+        for k, rec in enumerate(trace.records):
+            program += [(s, tuple(first[k - 1] + o for o in s.tensors))
+                        for s in trace.steps if s.after_regions == k]
+            sources = []
+            for t in rec.input_tensors:
                 src = trace.known_sources.get(id(t))
                 sources.append(src if src is not None else ("constant", t))
+            program.append(ReplayRegion(
+                rec.run, rec.graph, sources, rec.needs_grad, rec.grads,
+                tuple((i, t.grad_fn) for i, t in enumerate(rec.outputs)
+                      if rec.needs_grad is None and t.requires_grad)))
+            first[k] = len(produced)
+            produced.update((id(t), first[k] + i) for i, t in enumerate(rec.outputs))
+        last = len(trace.records)
+        program += [(s, tuple(first[last - 1] + o for o in s.tensors))
+                    for s in trace.steps if s.after_regions == last]
         slots = []
-        produced = {id(t): i for i, t in enumerate(record.outputs)} if record else {}
         for _, v in leaves:
             if isinstance(v, Tensor) and id(v) in produced:
                 slots.append(("graph", produced[id(v)]))
@@ -255,17 +265,15 @@ class CompiledFunction:
             else:
                 slots.append(("value", v))
         entry.mode = "replay"
-        entry.graph = record.graph if record is not None else None
-        entry.needs_grad = record.needs_grad if record is not None else None
-        entry.run = record.run if record is not None else None
-        entry.sources, entry.out_tree, entry.out_slots = sources, tree, slots
-        entry.region_at = record.after_steps if record is not None else len(entry.steps)
-        if record is not None:
-            entry.grad_slots = record.grads
-            entry.used_history = tuple((i, t.grad_fn) for i, t in enumerate(record.outputs)
-                                       if record.needs_grad is None and t.requires_grad)
-        if entry.steps or entry.grad_slots or entry.used_history:
-            return  # more than the graph's results
+        entry.program = program
+        entry.out_tree, entry.out_slots = tree, slots
+        if record is None:
+            return
+        entry.graph, entry.needs_grad, entry.run = record.graph, record.needs_grad, record.run
+        entry.sources = program[-1].sources if len(program) == 1 else []
+        if len(program) > 1 or program[0].grad_slots or program[0].used_history:
+            return  # more than one graph's results: no dynamic sizes, no direct call
+        sources = entry.sources
         if tree == 0 and slots == [("graph", 0)] and len(sources) == len(
                 leaves_of_args(entry.key)) and all(s[0] == "arg" for s in sources) and \
                 sorted(sources) == [("arg", i) for i in range(len(sources))]:  # each once
@@ -273,23 +281,12 @@ class CompiledFunction:
 
     def _replay(self, entry: Entry, leaves: list):
         results = []
-        for step in entry.steps[:entry.region_at]:
-            step.call()
-        if entry.run is not None:
-            inputs = [leaves[s[1]] if s[0] == "arg" else guards.resolve(s, leaves)
-                      for s in entry.sources]
-            if entry.needs_grad is None:  # no result needs history: the interpreter
-                with no_grad():           # records none (a .grad stays without one)
-                    results = capture.run_region(entry.run, entry.graph, inputs)
-            else:
-                results = capture.run_region(entry.run, entry.graph, inputs)
-            for i, o in entry.grad_slots:  # as the engine left them: zero_grad set None
-                inputs[i].grad = results[o]
-            for o, node in entry.used_history:
-                results[o].grad_fn = node  # freed: a second backward raises as eagerly
-                results[o]._set_requires_grad(True)
-        for step in entry.steps[entry.region_at:]:
-            step.call(*[results[o] for o in step.tensors])
+        for action in entry.program:
+            if type(action) is ReplayRegion:
+                results += action(leaves)
+            else:  # a whole step, on the results it took at capture
+                step, tensors = action
+                step.call(*[results[o] for o in tensors])
         if entry.out_tree == 0:  # a single result
             return self._slot(entry.out_slots[0], results, leaves)
         out = [self._slot(slot, results, leaves) for slot in entry.out_slots]
@@ -330,6 +327,33 @@ class CompiledFunction:
         return explain(self)
 
 
+@dataclass
+class ReplayRegion:
+    """One compiled region of a replaying entry: where its inputs come from and what its
+    results become besides results."""
+    run: object
+    graph: object
+    sources: list
+    needs_grad: tuple | None
+    grad_slots: tuple = ()   # (input, output): the output becomes the input's .grad
+    used_history: tuple = () # (output, its grad_fn): history a backward in the call freed
+
+    def __call__(self, leaves: list) -> list:
+        inputs = [leaves[s[1]] if s[0] == "arg" else guards.resolve(s, leaves)
+                  for s in self.sources]
+        if self.needs_grad is None:  # no result needs history: the interpreter records
+            with no_grad():          # none (a .grad stays without one)
+                results = capture.run_region(self.run, self.graph, inputs)
+        else:
+            results = capture.run_region(self.run, self.graph, inputs)
+        for i, o in self.grad_slots:  # as the engine left them: zero_grad set None
+            inputs[i].grad = results[o]
+        for o, node in self.used_history:
+            results[o].grad_fn = node  # freed: a second backward raises as eagerly
+            results[o]._set_requires_grad(True)
+        return results
+
+
 def _direct(run, order: list[int]):
     """The call of a region that is one native kernel on the arguments themselves, graph
     input i being argument order[i]; None for other regions."""
@@ -354,28 +378,25 @@ def _why_not_replayable(trace: capture.Trace, out_leaves) -> str:
         return "it draws random numbers"
     if trace.untracked_inputs:
         return f"it reads a tensor kiln cannot find again ({trace.untracked_inputs[0]})"
-    if len(trace.records) > 1:
-        return "it ran more than one region"
     returned_value = next((s.what for s in trace.steps if not s.returned_none), None)
     if returned_value:
         return f"{returned_value} returned a value"
     if trace.grad_writes:
         return f"Python sets the .grad of a {trace.grad_writes[0]} (not in a whole step)"
-    foreign = next((s.what for s in trace.steps if s.tensors is None or s.tensors and
-                    s.after_regions != 1), None)
+    foreign = next((s.what for s in trace.steps if s.tensors is None), None)
     if foreign:
         return f"{foreign} takes a tensor its graph did not make"
-    if trace.records:
-        record = trace.records[0]
+    returned = {id(v) for _, v in out_leaves if isinstance(v, Tensor)}
+    for record in trace.records:
         if record.needs_grad is None and any(t.requires_grad and not _used_up(t)
                                              for t in record.outputs):
             return "its results need eager autograd history (grad mode changed inside it)"
-        outputs = record.outputs
-        returned = {id(v) for _, v in out_leaves if isinstance(v, Tensor)}
-        returned.update(id(outputs[o]) for _, o in record.grads)
-        if any(id(t) not in returned for t in outputs):
+        kept = returned | {id(record.outputs[o]) for _, o in record.grads}
+        if any(id(t) not in kept for t in record.outputs):
             return "it keeps tensors besides its outputs (autograd history or side effects)"
-        return _why_grads_not_replayable(trace, record)
+        why = _why_grads_not_replayable(trace, record)
+        if why:
+            return why
     return ""
 
 

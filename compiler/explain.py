@@ -50,9 +50,11 @@ def _whole_step_lines(entry) -> list[str]:
     lines = ["  whole steps, run eagerly between graphs (not captured op by op):"]
     for step in entry.steps:
         lines.append(f"    - {step.what} after {step.after_regions} region(s), at {step.where}")
-    if entry.grad_slots:
-        lines.append(f"  region 1 sets the .grad of {len(entry.grad_slots)} input(s) "
-                     f"(its outputs {', '.join(str(o) for _, o in entry.grad_slots)})")
+    regions = [a for a in entry.program if not isinstance(a, tuple)]
+    for k, region in enumerate(regions, 1):
+        if region.grad_slots:
+            lines.append(f"  region {k} sets the .grad of {len(region.grad_slots)} input(s) "
+                         f"(its outputs {', '.join(str(o) for _, o in region.grad_slots)})")
     return lines
 
 

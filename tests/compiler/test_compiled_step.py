@@ -222,7 +222,9 @@ def test_gradients_accumulated_over_two_backward_calls_equal_eager():
         pairs = [run(*batches[i % 2 * 2], *batches[i % 2 * 2 + 1]) for i in range(6)]
         return [loss.item() for pair in pairs for loss in pair]
     entry = _compiled_and_eager("adamw-decay", step_of, drive)
-    assert entry.mode == "python" and "more than one region" in entry.why_python
+    assert entry.mode == "replay" and len(entry.regions) == 2  # a forward per backward
+    assert [type(a).__name__ for a in entry.program] == [
+        "tuple", "ReplayRegion", "tuple", "ReplayRegion", "tuple", "tuple"]
 
 
 def test_the_returned_loss_is_concrete_and_prints_outside_the_step(capsys):
