@@ -7,8 +7,8 @@ its result, everything it imports, traces, compiles and runs on the way included
 
 six_ops   compile_overhead's six elementwise ops on 8 floats
 gpt_step  examples.char_transformer (2 layers, 4 heads, d_model 64, context 32, batch 16)
-          compiled, forward and loss, then backward through the eager engine (compiled
-          backward graphs are not in yet): the first training step's forward+backward
+          compiled, forward and loss, then backward (the model's part through its
+          compiled backward graph): the first training step's forward+backward
 
 `fresh_process(...)` runs it with $KILN_CACHE_DIR set: an empty directory times the
 first call with nothing compiled, one a previous run filled the first call served by
