@@ -30,6 +30,7 @@ allocation (or be null) even if the kernel never reads it; the registers attribu
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import re
 import threading
@@ -38,7 +39,7 @@ import time
 import llvmlite.ir as ir
 import numpy as np
 
-from . import cuda_emulator, nvptx
+from . import cuda, cuda_emulator, nvptx
 from .cuda import _ATTRIBUTE, _FUNCTION_ATTRIBUTE, CudaError, _address, _dims
 from .emulator.device_memory import DeviceMemory, Fault
 from .emulator.values import size_of
@@ -66,6 +67,19 @@ _DEVICE_ATTRIBUTES = {"multiprocessor_count": 132, "compute_capability_major": C
 _SHARED_DEFAULT = 48 << 10  # a launch's shared memory without the opt-in attribute
 _GRID_LIMITS, _BLOCK_LIMITS = ((1 << 31) - 1, 65535, 65535), (1024, 1024, 64)
 _MEMORY_FAULT = re.compile(r"\b(reads|writes) \d+ bytes (at|through)\b")
+
+
+@contextlib.contextmanager
+def unless_gpu(memory: int = 64 << 20):
+    """Inside the block, the real driver where a GPU is usable (yields None), else an
+    EmulatedDriver of `memory` bytes (yielded): how the CUDA tests run on every machine."""
+    try:
+        cuda.driver()
+    except cuda.CudaUnavailable:
+        with cuda.use_driver(EmulatedDriver(memory=memory)) as emulated:
+            yield emulated
+        return
+    yield None
 
 
 class EmulatedDriver:

@@ -11,27 +11,15 @@ import pytest
 import eager
 from compiler.backends.cuda.run import CudaNode
 from compiler.backends.native.pointwise import PointwiseNode
-from runtime import cuda as runtime_cuda
-from runtime.cuda_emulated import EmulatedDriver
+from runtime.cuda_emulated import unless_gpu
 
 F = eager.nn.functional
-
-
-def _gpu_present() -> bool:
-    try:
-        runtime_cuda.driver()
-    except runtime_cuda.CudaUnavailable:
-        return False
-    return True
 
 
 @pytest.fixture(autouse=True)
 def emulated():
     """The real driver where a GPU is usable (None), else an emulated device."""
-    if _gpu_present():
-        yield None
-        return
-    with runtime_cuda.use_driver(EmulatedDriver(memory=64 << 20)) as device:
+    with unless_gpu(memory=64 << 20) as device:
         yield device
 
 

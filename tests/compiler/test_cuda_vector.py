@@ -20,7 +20,7 @@ from ir import dtypes
 from ir.ops import Op
 from runtime import cuda as runtime_cuda
 from runtime import nvptx
-from runtime.cuda_emulated import EmulatedDriver
+from runtime.cuda_emulated import unless_gpu
 
 SIZES = (0, 1, 3, 5, 4099)
 DTYPES = ("float32", "float64", "int32", "bool")
@@ -36,13 +36,8 @@ VECTOR_STORE = {"float32": r"st\.global\.v4\.(f32|b32)",
 @pytest.fixture(autouse=True)
 def emulated():
     """The real driver where a GPU is usable (None), else an emulated device."""
-    try:
-        runtime_cuda.driver()
-    except runtime_cuda.CudaUnavailable:
-        with runtime_cuda.use_driver(EmulatedDriver(memory=64 << 20)) as device:
-            yield device
-        return
-    yield None
+    with unless_gpu(memory=64 << 20) as device:
+        yield device
 
 
 def _array(n: int, dtype: str, seed: int = 0) -> np.ndarray:

@@ -14,21 +14,15 @@ from compiler.eager_cuda.elementwise import ElementwiseSpec
 from compiler.eager_cuda.reductions import RowSpec
 from ir import dtypes
 from ir.ops import Op
-from runtime import cuda as runtime_cuda
 from runtime import nvptx
-from runtime.cuda_emulated import EmulatedDriver
+from runtime.cuda_emulated import unless_gpu
 
 
 @pytest.fixture(autouse=True)
 def gpu():
     """The real driver where a GPU is usable, else an emulated device (then yielded)."""
-    try:
-        runtime_cuda.driver()
-    except runtime_cuda.CudaUnavailable:
-        with runtime_cuda.use_driver(EmulatedDriver(memory=64 << 20)) as emulated:
-            yield emulated
-        return
-    yield None
+    with unless_gpu(memory=64 << 20) as emulated:
+        yield emulated
 
 
 def launched(gpu, fn, *args) -> tuple:

@@ -9,25 +9,13 @@ import eager
 from eager import nn
 from eager.dispatcher import ATEN, DispatchKey
 from ir.ops import Op
-from runtime import cuda as runtime_cuda
-from runtime.cuda_emulated import EmulatedDriver
-
-
-def _gpu_present() -> bool:
-    try:
-        runtime_cuda.driver()
-    except runtime_cuda.CudaUnavailable:
-        return False
-    return True
+from runtime.cuda_emulated import unless_gpu
 
 
 @pytest.fixture(autouse=True)
 def gpu():
     """The real driver where a GPU is usable, else an emulated device (None on a GPU)."""
-    if _gpu_present():
-        yield None
-        return
-    with runtime_cuda.use_driver(EmulatedDriver(memory=256 << 20)) as emulated:
+    with unless_gpu(memory=256 << 20) as emulated:
         yield emulated
 
 
