@@ -141,8 +141,19 @@ MM = declare(Op.MM, function=True, method=True)
 
 @MM.derivative("MmBackward0", "self mat2", save="self mat2")
 def _(ctx, g):
-    return (ops.mm(g, ops.t(ctx.mat2)) if ctx.needs_input_grad(0) else None,
-            ops.mm(ops.t(ctx.self), g) if ctx.needs_input_grad(1) else None)
+    return (_product_like(g, ops.t(ctx.mat2), ctx.self) if ctx.needs_input_grad(0) else None,
+            _product_like(ops.t(ctx.self), g, ctx.mat2) if ctx.needs_input_grad(1) else None)
+
+
+def _product_like(a, b, like):
+    """a @ b laid out as `like`, the operand it is the gradient of (PyTorch's
+    mm_mat1_backward / mm_mat2_backward): for a column-major `like`, a transposed weight
+    such as linear's `w.t()`, the product is computed transposed, so the gradient reaching
+    `w` is contiguous and its .grad needs no copy."""
+    rows, _ = like._shape
+    if like._stride == (1, rows) and not like.is_contiguous():
+        return ops.t(ops.mm(ops.t(b), ops.t(a)))
+    return ops.mm(a, b)
 
 
 BMM = declare(Op.BMM, function=True, method=True)
@@ -166,9 +177,9 @@ def _(ctx, g):
     grad_self = sum_to(g if beta == 1 else g * beta, ctx.self_sizes)
     grad_1 = grad_2 = None
     if ctx.needs_input_grad(1):
-        grad_1 = ops.mm(g, ops.t(ctx.mat2))
+        grad_1 = _product_like(g, ops.t(ctx.mat2), ctx.mat1)
         grad_1 = grad_1 if alpha == 1 else grad_1 * alpha
     if ctx.needs_input_grad(2):
-        grad_2 = ops.mm(ops.t(ctx.mat1), g)
+        grad_2 = _product_like(ops.t(ctx.mat1), g, ctx.mat2)
         grad_2 = grad_2 if alpha == 1 else grad_2 * alpha
     return grad_self, grad_1, grad_2

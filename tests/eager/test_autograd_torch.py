@@ -133,6 +133,26 @@ def test_mlp_gradients_match_torch():
     _compare_gradients(lambda m, *p: _mlp(m, *p, m.tensor(target)), [x, w1, b1, w2, b2])
 
 
+@pytest.mark.parametrize("name, x_shape, product", [
+    ("linear", (5, 4), lambda m, x, w: m.nn.functional.linear(x, w)),
+    ("mm of a transposed weight", (5, 4), lambda m, x, w: x @ w.t()),
+    ("mm of a transposed input", (4, 5), lambda m, x, w: x.t() @ w.t()),
+])
+def test_gradients_reach_leaves_in_their_layout_as_in_torch(name, x_shape, product):
+    """A gradient through a transposed operand is computed transposed (PyTorch's
+    mm_mat1_backward and mm_mat2_backward), so it reaches a contiguous leaf contiguous:
+    as a hook sees it, before AccumulateGrad."""
+    seen = {}
+    for m in (eager, torch):
+        x, w = _leaves(m, _arrays(7, x_shape, (3, 4)))
+        seen[m] = []
+        for leaf in (x, w):
+            leaf.register_hook(lambda g, s=seen[m]: s.append((tuple(g.shape), g.stride())))
+        product(m, x, w).sum().backward()
+    assert sorted(seen[eager]) == sorted(seen[torch])
+    assert all(stride == (shape[1], 1) for shape, stride in seen[eager])
+
+
 def test_batched_attention_like_graph_matches_torch():
     def loss(m, q, k, v):
         scores = m.softmax(q @ k.transpose(-2, -1) / 2.0, -1)
