@@ -7,7 +7,8 @@ Groups, merged greedily and never into a cycle (checked on the graph of groups, 
 - reductions (sum, amax, amin) with the elementwise ops around them that run over the
   same rows: producers shaped like the reduction's input, consumers shaped like its
   input or its kept-dims output; several reductions over the same rows join (softmax
-  and layer norm become one kernel);
+  and layer norm become one kernel), reductions over different rows never do (an op
+  between them joins the first);
 - a matrix product with its elementwise epilogue (bias, activation, residual, scale) and
   the elementwise prologues of its operands that nothing else reads;
 - a gather (`t[i]`, index_select, embedding, gather) heads an elementwise group of its
@@ -157,9 +158,11 @@ def _fuse_reductions(g: _Groups) -> None:
     for i, node in enumerate(g.nodes):  # elementwise ops over the same rows join
         if g.kind[i] != "elementwise":
             continue
-        for j, space in spaces.items():
-            if _in_rows(_shape(node), space) and _touches(g, i, j):
-                g.try_merge(j, i, "reduction")
+        joined = None  # an op between reductions over different rows joins the first:
+        for j, space in spaces.items():  # one kernel runs one set of rows
+            if joined in (None, space) and _in_rows(_shape(node), space) and \
+                    _touches(g, i, j) and g.try_merge(j, i, "reduction"):
+                joined = space
 
 
 def _touches(g: _Groups, i: int, j: int) -> bool:

@@ -310,3 +310,25 @@ def test_drop_copies_keeps_a_clone_a_view_depends_on():
     x = np.arange(24, dtype=np.float32).reshape(4, 6)
     np.testing.assert_allclose(run(optimize(g, verify=True), x)[0], np.exp(x.T.reshape(-1)),
                                rtol=1e-6)
+
+
+def test_reductions_over_different_rows_stay_in_kernels_of_their_own():
+    """Softmax's backward then the bias gradient: a sum over each row, ops over the same
+    elements, a sum over each column. The ops between join the first reduction; the
+    second is a kernel of its own (a native row kernel runs one set of rows)."""
+    g = G("""
+        graph(%g: f32[6,5], %p: f32[6,5]):
+          %0: f32[6,1] = sum(%g, dim=[1], keepdim=True, dtype=None)
+          %1: f32[6,5] = mul(%p, %0)
+          %2: f32[6,5] = sub(%g, %1, alpha=1)
+          %3: f32[1,5] = sum(%2, dim=[0], keepdim=True, dtype=None)
+          return (%2, %3)
+        """)
+    o = fuse(g)
+    verify_types(o)
+    bodies = [[n.op.schema.name for n in node.attr["body"].nodes] for node in o.nodes]
+    assert bodies == [["sum", "mul", "sub"], ["sum"]]
+    arrays = [np.random.default_rng(0).standard_normal((6, 5)).astype(np.float32)
+              for _ in range(2)]
+    for a, b in zip(run(o, *arrays), run(g, *arrays)):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
