@@ -18,10 +18,13 @@ region, not only those backward reads.
 """
 from __future__ import annotations
 
+import functools
+
 from compiler import interpreter
 from compiler.capture import run_region
 from compiler.joint import trace_joint
 from compiler.partition import partition
+from compiler.passes.memory import own_outputs
 from eager.autograd.engine import grad as autograd_grad
 from eager.autograd.function import _FREED, Node, SavedTensor, gradient_edge
 from eager.autograd.grad_mode import enable_grad, set_grad_enabled
@@ -52,6 +55,14 @@ class TrainingRegion:
         if self._backward is None:
             self._backward = self._backend.compile(self.plan.backward)
         return self._backward
+
+    @functools.cached_property
+    def own_grads(self) -> tuple[bool, ...]:
+        """Per region input, whether the backward graph's gradient for it is a buffer of
+        its own (memory.own_outputs of the graph the backend runs: its optimised graph,
+        or the backward graph itself where the eager backend interprets it)."""
+        own = iter(own_outputs(getattr(self.backward, "graph", self.plan.backward)))
+        return tuple(next(own) if gets else False for gets in self.joint.inputs_get_grad)
 
     def __call__(self, inputs: list) -> list:
         constants = self.joint.constants
@@ -132,6 +143,10 @@ class CompiledFunctionBackward(Node):
         self._saved = saved
         self._outputs = [(t._shape, t.dtype) for t in outputs]
         self._released = False
+
+    @property
+    def own_grads(self) -> tuple[bool, ...]:
+        return self._region.own_grads
 
     def apply(self, grads: dict, create_graph: bool) -> tuple:
         if self._released:

@@ -7,6 +7,7 @@ before the run (the caller keeps them), so they are not pooled.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 from ir.graph import Graph, TensorType, Value
@@ -46,6 +47,17 @@ def _base(graph: Graph) -> dict[Value, Value]:
             owner[v] = owner.get(node.inputs[0], v) if node.op in VIEW and node.inputs \
                 else v
     return owner
+
+
+def own_outputs(graph: Graph) -> tuple[bool, ...]:
+    """Per output of `graph`, whether its memory is its own at each run: made by a node
+    of the graph (not a graph input or a scalar constant, nor a view of one) and seen
+    through no other output, so the caller may keep it without a copy."""
+    owner = _base(graph)
+    made = {v for node in graph.nodes if node.op not in FREE for v in node.outputs}
+    outputs_per_owner = Counter(owner[v] for v in graph.outputs)
+    return tuple(owner[v] in made and outputs_per_owner[owner[v]] == 1
+                 for v in graph.outputs)
 
 
 def plan_memory(graph: Graph) -> MemoryPlan:

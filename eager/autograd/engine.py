@@ -24,12 +24,14 @@ def _check_grad(node, i, grad, meta):
     return grad
 
 
-def _evaluate(node, grad, create_graph: bool) -> tuple:
-    """Apply a node; while a profiler records, as a region named the way PyTorch names it."""
+def _evaluate(node, grad, create_graph: bool, owned: bool) -> tuple:
+    """Apply a node (telling an AccumulateGrad whether its gradient is its own to keep);
+    while a profiler records, as a region named the way PyTorch names it."""
+    args = (grad, create_graph, True) if owned else (grad, create_graph)
     if profile._active is None:
-        return node.apply(grad, create_graph)
+        return node.apply(*args)
     with record_function(f"autograd::engine::evaluate_function: {node.name()}"):
-        return node.apply(grad, create_graph)
+        return node.apply(*args)
 
 
 def _dependencies(roots) -> dict:
@@ -90,6 +92,7 @@ def run_backward(roots, retain_graph: bool, create_graph: bool, capture=None,
     ready = [(-n._seq, id(n), n) for n in root_nodes if deps.get(n, 0) == 0]
     heapq.heapify(ready)
     captured = {}
+    handed = set()  # AccumulateGrad nodes whose gradient no one else holds (own_grads)
     prev_mode = tls.grad_enabled
     try:
         set_grad_enabled(create_graph)
@@ -106,9 +109,11 @@ def run_backward(roots, retain_graph: bool, create_graph: bool, capture=None,
             has_grad = bool(grads) if node.takes_all_grads else given is not None
             run = (needed is None or node in needed) and has_grad and not (
                 isinstance(node, AccumulateGrad) and not accumulate)
-            outputs = _evaluate(node, given, create_graph) if run else ()
+            owned = node in handed and not node._pre_hooks and capture is None
+            outputs = _evaluate(node, given, create_graph, owned) if run else ()
             if run and not retain_graph:
                 node.release()
+            own_grads = node.own_grads
             for i, (child, nr) in enumerate(node.next_functions):
                 if child is None:
                     continue
@@ -117,7 +122,12 @@ def run_backward(roots, retain_graph: bool, create_graph: bool, capture=None,
                     if node._input_meta:
                         g = _check_grad(node, i, g, node._input_meta[i])
                     slot = buffers.setdefault(child, {})
-                    slot[nr] = g if slot.get(nr) is None else slot[nr] + g
+                    if slot.get(nr) is None:
+                        slot[nr] = g
+                        if own_grads and own_grads[i] and isinstance(child, AccumulateGrad):
+                            handed.add(child)
+                    else:  # a sum is a new buffer: handed over still if the first was
+                        slot[nr] = slot[nr] + g
                 deps[child] -= 1
                 if deps[child] == 0:
                     heapq.heappush(ready, (-child._seq, id(child), child))

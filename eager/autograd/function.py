@@ -21,6 +21,9 @@ class Node:
     """Base of every backward node; subclasses are named as PyTorch names them."""
     __slots__ = ("next_functions", "_seq", "_pre_hooks", "_input_meta", "__weakref__")
     takes_all_grads = False  # True: apply gets {output_nr: grad} for a node of several outputs
+    # per input, True where the gradient apply returns for it is a buffer made for this
+    # call and held nowhere else (a leaf's .grad may keep it without a copy); () for none
+    own_grads = ()
 
     def __init__(self, next_functions=()):
         self.next_functions = tuple(next_functions)
@@ -58,15 +61,19 @@ class AccumulateGrad(Node):
     def variable(self):
         return self._variable()
 
-    def apply(self, grad, create_graph: bool) -> tuple:
+    def apply(self, grad, create_graph: bool, owned: bool = False) -> tuple:
+        """`owned`: the engine says nothing else holds `grad` (Node.own_grads)."""
         t = self._variable()
         if t is None or grad is None:
             return ()
         if not create_graph:
             grad = grad.detach()
         if t.grad is None:
-            # a fresh copy: backward may hand the same tensor to several leaves
-            t.grad = grad if create_graph else grad.clone()
+            # a copy, as backward may hand one tensor to several leaves, unless the
+            # gradient is the leaf's own and laid out as the leaf (PyTorch's
+            # AccumulateGrad steals such a gradient too)
+            keep = create_graph or (owned and grad._stride == t._stride)
+            t.grad = grad if keep else grad.clone()
         else:
             t.grad = t.grad + grad
         return ()

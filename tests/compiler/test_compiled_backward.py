@@ -247,3 +247,44 @@ def test_module_parameters_read_by_the_function_get_gradients():
     def f(x):
         return eager.tanh(layer(x))
     _same_grads(f, (x,), list(layer.parameters()))
+
+
+@pytest.mark.parametrize("backend", ["eager", "native"])
+def test_a_fresh_gradient_becomes_the_leafs_grad_without_a_copy(backend):
+    """Each weight's gradient is a buffer the backward graph made for it alone: .grad
+    keeps it (no clone), as PyTorch's AccumulateGrad steals such a gradient."""
+    eager.manual_seed(0)
+    x = eager.randn(8, 3)
+    w1, w2 = _params((6, 3), (2, 6))
+    cf = compiler.compile(lambda x: F.linear(eager.relu(F.linear(x, w1)), w2).sum(),
+                          backend=backend)
+    expected = _grads(lambda x: F.linear(eager.relu(F.linear(x, w1)), w2), (x,), [w1, w2])
+    for _ in range(2):
+        w1.grad = w2.grad = None
+        loss = cf(x)
+        with eager.profiler.profile() as prof:
+            loss.backward()
+        assert not [e for e in prof.events() if e.name == "aten::clone"]
+        assert_close(w1.grad, expected[0])
+        assert_close(w2.grad, expected[1])
+
+
+def test_a_gradient_held_elsewhere_is_copied_into_grad():
+    """A gradient the backward graph returns for two inputs, one a hook keeps, or one it
+    was given, is copied: each .grad is memory of its own, as in eager."""
+    a, b, c = _params((4,), (4,), (4,))
+    kept = []
+    c.register_hook(lambda g: kept.append(g))
+    cf = compiler.compile(lambda a, b, c: (a + b).exp().sum() + (c * 2).sum(),
+                          backend="native")
+    cf(a, b, c).backward()
+    expected = (a + b).exp().detach()
+    a.grad.add_(1.0)
+    c.grad.add_(1.0)
+    assert_close(b.grad, expected)
+    assert_close(kept[0], eager.full((4,), 2.0))
+    d = eager.randn(4, requires_grad=True)
+    given = eager.ones(4)  # the tangent, which the backward graph returns as d's gradient
+    compiler.compile(lambda d: d + 1.0, backend="native")(d).backward(given)
+    d.grad.add_(1.0)
+    assert_close(given, eager.ones(4))
