@@ -6,6 +6,7 @@ switches to one inside a block.
     EmulatedDriver(memory=4 GiB, devices=1)
         devices named "kiln CUDA emulator", compute capability (9, 0), `memory` bytes
         each (allocations beyond it fail with CUDA_ERROR_OUT_OF_MEMORY)
+    assembled    how many modules load_module had ptxas assemble (below)
     resources()  what is live now (allocations, bytes, modules, streams, events, host
                  memory): a leak check for tests; `launches` counts kernels run
 
@@ -17,7 +18,11 @@ Modules: PTX cannot run on the host, so load_module finds the ir.Module the PTX 
 compiled from (runtime/nvptx.py's source_of; it remembers them from the first
 EmulatedDriver on) and a launch runs the kernel's IR on runtime/cuda_emulator.py, each
 pointer argument as (its block viewed as the parameter's element type, element offset).
-PTX kiln did not make here is CUDA_ERROR_INVALID_PTX. Each argument is read as a GPU
+PTX kiln did not make here is CUDA_ERROR_INVALID_PTX. As a GPU's driver
+JIT-assembles each module it loads, load_module has `ptxas -arch=sm_90` assemble it where
+ptxas is installed (runtime/nvptx.py's ptxas_report, remembered per text), and PTX that
+ptxas refuses is CUDA_ERROR_INVALID_PTX with ptxas's output as the JIT log: so every
+kernel that runs on the emulated device is also one a GPU would take. Each argument is read as a GPU
 reads it: the parameter's bytes from the ctypes value, whose size must match.
 
 Everything runs at once on the calling thread, in call order: streams and events exist
@@ -98,7 +103,9 @@ class EmulatedDriver:
         self._streams: set[int] = set()
         self._events: dict[int, list] = {}  # handle -> [timing, recorded time or None]
         self._next_handle = 0x1000
+        self._assemble = nvptx.ptxas_path() is not None
         self.launches = 0
+        self.assembled = 0
 
     def check(self, call: str, status: int, log: str = "") -> None:
         """CudaError naming `call` and the error's name and text unless `status` is 0."""
@@ -180,6 +187,13 @@ class EmulatedDriver:
                 "compile_ptx remembers (an ir.Module, among the newest it compiled); this "
                 "PTX was not made there (hand-written, read from a file, or made from IR "
                 "text)"))
+        if self._assemble:
+            text = ptx.decode(errors="replace") if isinstance(ptx, (bytes, bytearray)) else ptx
+            try:
+                nvptx.ptxas_report(text.rstrip("\0"), f"sm_{CAPABILITY[0]}{CAPABILITY[1]}")
+            except nvptx.PtxasError as refused:
+                raise self._error("cuModuleLoadDataEx", INVALID_PTX, log=str(refused))
+            self.assembled += 1
         return self._new_handle(self._modules, module)
 
     def unload_module(self, module: int) -> None:

@@ -9,7 +9,8 @@
                     LLVM's versions), else compiled and written there
     ptx_cache       the process's PTX cache (its stats count compiles as misses)
     ptxas_report    what `ptxas -arch=<arch> -v` says of the PTX (registers, spills,
-                    shared memory), or PtxasMissing naming why it cannot be asked
+                    shared memory), or PtxasMissing naming why it cannot be asked;
+                    remembered per text
     record_sources  from now on, compile_ptx remembers the ir.Module behind each PTX
     remember_source that `ptx` came from `module` (where sources are recorded)
     source_of       the ir.Module a PTX text was compiled from, or None
@@ -239,7 +240,13 @@ _SHARED = re.compile(r"(\d+) bytes smem")
 def ptxas_report(ptx: str, arch: str = DEFAULT_ARCH) -> dict[str, KernelReport]:
     """Each kernel's registers, spills, shared memory and stack as `ptxas -v` reports
     them, by kernel name. PtxasMissing where ptxas is not installed, PtxasError (with
-    ptxas's output) where it refuses the PTX."""
+    ptxas's output) where it refuses the PTX. A text asked about before is answered from
+    memory (a refusal is asked again)."""
+    return dict(_ptxas_report(ptx, arch))
+
+
+@functools.lru_cache(maxsize=1024)
+def _ptxas_report(ptx: str, arch: str) -> dict[str, KernelReport]:
     tool = ptxas_path()
     if tool is None:
         raise PtxasMissing("ptxas was not found (install the CUDA toolkit or set "

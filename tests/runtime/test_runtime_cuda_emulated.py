@@ -381,6 +381,30 @@ def test_ptx_kiln_did_not_make_here_is_invalid_ptx_with_a_log_saying_why(emulate
         assert caught.value.log.startswith("the CUDA emulator runs only kernels kiln generated")
 
 
+def _needs_ptxas():
+    if nvptx.ptxas_path() is None:
+        pytest.skip("ptxas is not installed: the emulated driver cannot assemble PTX here")
+
+
+def test_every_module_the_emulated_device_loads_is_assembled_by_ptxas(emulated):
+    _needs_ptxas()
+    emulated.load_module(nvptx.compile_ptx(_add_module()))
+    emulated.load_module(nvptx.compile_ptx(_add_module("kiln_add_again")).encode())
+    assert emulated.assembled == 2
+
+
+def test_ptx_that_ptxas_refuses_is_invalid_ptx_with_ptxas_output_as_the_log(emulated):
+    _needs_ptxas()
+    broken = nvptx.compile_ptx(_add_module("kiln_broken")).replace("ret;", "ret.banana;")
+    nvptx.remember_source(broken, _add_module("kiln_broken"))  # the emulator could run it
+    with pytest.raises(CudaError) as caught:
+        emulated.load_module(broken)
+    assert _status(caught) == ("cuModuleLoadDataEx", "CUDA_ERROR_INVALID_PTX")
+    assert "ptxas -arch=sm_90 refused the PTX" in caught.value.log
+    assert "banana" in caught.value.log
+    assert emulated.assembled == 0 and emulated.resources()["modules"] == 0
+
+
 def test_kernels_are_found_by_name_and_gone_with_their_module(emulated):
     module = emulated.load_module(nvptx.compile_ptx(_add_module()).encode())
     with pytest.raises(CudaError) as caught:
