@@ -1,9 +1,10 @@
 """Tensor factories: tensor, zeros, ones, full, empty, arange, linspace, rand, randn,
-the *_like variants, from_numpy, and the seeded random generator."""
+the *_like variants, from_numpy, and the seeded random generators (Generator)."""
 from __future__ import annotations
 
 import math
 import numbers
+import pickle
 
 import numpy as np
 
@@ -13,7 +14,84 @@ from eager.device import as_device
 from eager.tensor import Tensor, from_array, meta_empty, share_array
 from ir import dtypes
 
-_rng = np.random.default_rng()
+
+
+class Generator:
+    """torch.Generator: a seeded stream of random numbers, taken by the random factories,
+    nn.init and utils.data as `generator=`. numpy's PCG64 draws them, so kiln's numbers
+    are not PyTorch's; a seed gives the same numbers on every run and machine.
+    manual_seed returns the generator itself; get_state is an int64 tensor of bytes
+    (kiln has no uint8) that set_state takes back."""
+
+    def __init__(self, device="cpu"):
+        self.device = as_device(device)
+        self.seed()
+
+    def manual_seed(self, seed) -> Generator:
+        self._initial_seed = int_arg("manual_seed", "seed", seed) % (1 << 64)
+        self.numpy = np.random.default_rng(self._initial_seed)
+        return self
+
+    def seed(self) -> int:
+        """Seed from the operating system's entropy; returns the seed."""
+        self.manual_seed(np.random.SeedSequence().entropy % (1 << 64))
+        return self._initial_seed
+
+    def initial_seed(self) -> int:
+        return self._initial_seed
+
+    def get_state(self) -> Tensor:
+        state = pickle.dumps((self._initial_seed, self.numpy.bit_generator.state))
+        return from_array(np.frombuffer(state, dtype=np.uint8).astype(np.int64))
+
+    def set_state(self, state: Tensor) -> Generator:
+        if not isinstance(state, Tensor) or state.dim() != 1 or state.dtype != dtypes.int64:
+            raise TypeError("set_state() expects the 1-D int64 tensor get_state() returned")
+        try:
+            seed, bits = pickle.loads(state.numpy().astype(np.uint8).tobytes())
+            fresh = np.random.default_rng()
+            fresh.bit_generator.state = bits
+        except Exception as e:  # noqa: BLE001 - any damage means the same thing
+            raise RuntimeError(f"set_state(): not a state get_state() returned ({e})") from None
+        self._initial_seed, self.numpy = seed, fresh
+        return self
+
+
+default_generator = Generator()
+
+
+def numpy_generator(generator=None) -> np.random.Generator:
+    """The numpy generator behind `generator` (the default generator when None; a
+    numpy Generator is taken as it is)."""
+    if generator is None:
+        return default_generator.numpy
+    if isinstance(generator, Generator):
+        return generator.numpy
+    if isinstance(generator, np.random.Generator):
+        return generator
+    raise TypeError(f"generator must be an eager.Generator, not {type(generator).__name__}")
+
+
+def manual_seed(seed) -> Generator:
+    """Seed the default generator; returns it (as torch.manual_seed)."""
+    return default_generator.manual_seed(seed)
+
+
+def seed() -> int:
+    return default_generator.seed()
+
+
+def initial_seed() -> int:
+    return default_generator.initial_seed()
+
+
+def get_rng_state() -> Tensor:
+    return default_generator.get_state()
+
+
+def set_rng_state(state: Tensor) -> None:
+    default_generator.set_state(state)
+
 
 # Graph capture watches tensor creation: `hook(tensor, random)` (see compiler/capture.py).
 _creation_hook = None
@@ -22,12 +100,6 @@ _creation_hook = None
 def set_creation_hook(hook) -> None:
     global _creation_hook
     _creation_hook = hook
-
-
-def manual_seed(seed: int):
-    global _rng
-    _rng = np.random.default_rng(int(seed))
-    return _rng
 
 
 def _shape(fn: str, size: tuple) -> tuple[int, ...]:
@@ -191,12 +263,12 @@ def _random_floats(fn: str, draw, size, dtype, device, requires_grad) -> Tensor:
 
 
 def rand(*size, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
-    return _random_floats("rand", (generator or _rng).random, size, dtype, device,
+    return _random_floats("rand", numpy_generator(generator).random, size, dtype, device,
                           requires_grad)
 
 
 def randn(*size, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
-    return _random_floats("randn", (generator or _rng).standard_normal, size, dtype, device,
+    return _random_floats("randn", numpy_generator(generator).standard_normal, size, dtype, device,
                           requires_grad)
 
 
@@ -211,14 +283,14 @@ def randint(low, high=None, size=None, *, dtype=None, device=None, generator=Non
     shape = _nonnegative(int_list("randint", "size", size))
     if low >= high:
         raise RuntimeError(f"randint(): expects low < high, but got low={low} >= high={high}")
-    a = (generator or _rng).integers(low, high, size=shape)
+    a = numpy_generator(generator).integers(low, high, size=shape)
     return _place("randint", a, dtype_arg("randint", dtype) or dtypes.int64, device, False,
                   random=True)
 
 
 def randperm(n: int, *, dtype=None, device=None, generator=None) -> Tensor:
     (n,) = _nonnegative((int_arg("randperm", "n", n),))
-    return _place("randperm", (generator or _rng).permutation(n),
+    return _place("randperm", numpy_generator(generator).permutation(n),
                   dtype_arg("randperm", dtype) or dtypes.int64, device, False, random=True)
 
 

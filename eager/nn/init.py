@@ -17,10 +17,6 @@ def _fill_from(t: Tensor, values: np.ndarray) -> Tensor:
     return t
 
 
-def _rng():
-    return factories._rng
-
-
 _LINEAR_GAIN = ("linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
                 "conv_transpose3d", "sigmoid")
 
@@ -56,11 +52,11 @@ def _calculate_fan_in_and_fan_out(t: Tensor) -> tuple[int, int]:
 
 
 def uniform_(t: Tensor, a: float = 0.0, b: float = 1.0, generator=None) -> Tensor:
-    return _fill_from(t, (generator or _rng()).uniform(a, b, tuple(t.shape)))
+    return _fill_from(t, factories.numpy_generator(generator).uniform(a, b, tuple(t.shape)))
 
 
 def normal_(t: Tensor, mean: float = 0.0, std: float = 1.0, generator=None) -> Tensor:
-    return _fill_from(t, (generator or _rng()).normal(mean, std, tuple(t.shape)))
+    return _fill_from(t, factories.numpy_generator(generator).normal(mean, std, tuple(t.shape)))
 
 
 def zeros_(t: Tensor) -> Tensor:
