@@ -11,9 +11,11 @@ from eager import profiler as profiler
 from eager.autograd import (enable_grad, inference_mode, is_grad_enabled, no_grad,
                             set_grad_enabled)
 from eager.device import device
-from eager.factories import (arange, empty, empty_like, from_numpy, full, full_like, linspace,
-                             manual_seed, ones, ones_like, rand, rand_like, randint, randn,
-                             randn_like, randperm, tensor, zeros, zeros_like)
+from eager.factories import (Generator, arange, default_generator, empty, empty_like,
+                             from_numpy, full, full_like, get_rng_state, initial_seed,
+                             linspace, manual_seed, ones, ones_like, rand, rand_like, randint,
+                             randn, randn_like, randperm, seed, set_rng_state, tensor, zeros,
+                             zeros_like)
 from eager.tensor import Size, Tensor
 from eager.functional import *  # noqa: F401,F403
 from eager.functional import __all__ as _functional_all
@@ -21,6 +23,7 @@ from eager import testing as testing
 from eager import cuda as cuda
 from eager import nn as nn
 from eager import optim as optim
+from eager import utils as utils
 from eager.serialization import load, save
 from ir.dtypes import (bool_ as bool, float16, float32, float64, int32, int64,  # noqa: A004
                        get_default_dtype, set_default_dtype)

@@ -1,6 +1,7 @@
 """eager.nn: modules, parameters, functional and init, with PyTorch's behaviour."""
 from eager.nn import functional as functional
 from eager.nn import init as init
+from eager.nn import utils as utils
 from eager.nn.modules import *  # noqa: F401,F403
 from eager.nn.modules import __all__ as _modules_all
 from eager.nn.parameter import Parameter

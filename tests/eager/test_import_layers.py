@@ -29,11 +29,14 @@ LAYERS = [
     ("api: PyTorch's namespace and Tensor's op methods", [
         "eager.indexing", "eager._tensor_methods", "eager.functional", "eager.cuda",
         "eager.serialization", "eager.testing"]),
-    ("libraries: nn and optim", [
-        "eager.nn.parameter", "eager.nn.init", "eager.nn.functional", "eager.nn.modules.module",
-        "eager.nn.modules.container", "eager.nn.modules.layers", "eager.nn.modules", "eager.nn",
-        "eager.optim.optimizer", "eager.optim.sgd", "eager.optim.adam",
-        "eager.optim.lr_scheduler", "eager.optim"]),
+    ("libraries: nn, optim and utils.data", [
+        "eager.nn.parameter", "eager.nn.init", "eager.nn.functional", "eager.nn.utils",
+        "eager.nn.modules.module", "eager.nn.modules.container", "eager.nn.modules.layers",
+        "eager.nn.modules", "eager.nn", "eager.optim.optimizer", "eager.optim.sgd",
+        "eager.optim.adam", "eager.optim.lr_scheduler", "eager.optim",
+        "eager.utils.data.dataset", "eager.utils.data.sampler", "eager.utils.data.collate",
+        "eager.utils.data.worker", "eager.utils.data.dataloader", "eager.utils.data",
+        "eager.utils"]),
     ("the package and its walkthrough", ["eager", "eager.tour"]),
 ]
 
