@@ -11,13 +11,17 @@ from eager import profiler as profiler
 from eager.autograd import (enable_grad, inference_mode, is_grad_enabled, no_grad,
                             set_grad_enabled)
 from eager.device import device
-from eager.factories import (Generator, arange, default_generator, empty, empty_like,
+from eager.factories import (BoolTensor, DoubleTensor, FloatTensor, HalfTensor, IntTensor,
+                             LongTensor, Generator, arange, default_generator, empty, empty_like,
                              from_numpy, full, full_like, get_rng_state, initial_seed,
                              linspace, manual_seed, ones, ones_like, rand, rand_like, randint,
                              randn, randn_like, randperm, seed, set_rng_state, tensor, zeros,
                              zeros_like)
 from eager.tensor import Size, Tensor
 from eager.functional import *  # noqa: F401,F403
+from eager.derived import (all, allclose, any, argsort, equal, flip, fliplr, flipud,  # noqa: A004
+                           isclose, kthvalue, lerp, logical_not, logical_or, logical_xor,
+                           multinomial, roll, sort, topk, tril, triu, unbind)
 from eager.functional import __all__ as _functional_all
 from eager import testing as testing
 from eager import cuda as cuda

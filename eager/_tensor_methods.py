@@ -4,6 +4,8 @@ autograd methods (`t.backward()`, `t.register_hook(...)`, `t.retain_grad()`): ea
 sits below the ops and autograd, so their methods are attached from here."""
 from __future__ import annotations
 
+from collections import namedtuple
+
 from eager import autograd, indexing
 from eager.arguments import dtype_arg, int_arg
 from eager.autograd.function import register_tensor_hook, retain_grad
@@ -59,12 +61,16 @@ def _squeeze(self, dim=None):
     return ops.squeeze(self, dim)
 
 
+max_result = namedtuple("max", ["values", "indices"])  # torch.return_types.max
+min_result = namedtuple("min", ["values", "indices"])
+
+
 def _max(self, dim=None, keepdim=False):
     if dim is None:
         return ops.amax(self)
     if isinstance(dim, Tensor):
         return ops.maximum(self, dim)
-    return ops.max(self, dim, keepdim)
+    return max_result(*ops.max(self, dim, keepdim))
 
 
 def _min(self, dim=None, keepdim=False):
@@ -72,7 +78,7 @@ def _min(self, dim=None, keepdim=False):
         return ops.amin(self)
     if isinstance(dim, Tensor):
         return ops.minimum(self, dim)
-    return ops.min(self, dim, keepdim)
+    return min_result(*ops.min(self, dim, keepdim))
 
 
 def _var(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
@@ -88,6 +94,13 @@ def _std(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
     return ops.sqrt(_var(self, dim, unbiased, keepdim, correction=correction))
 
 
+
+
+def _format(self, spec: str) -> str:
+    """A zero-dim tensor formats as its number (`f"{loss:.3f}"`); others only as str()."""
+    if self.dim() == 0 and spec:
+        return format(self.item(), spec)
+    return object.__format__(self, spec)
 
 
 def _size_fn(self, dim=None):
@@ -269,7 +282,7 @@ _METHODS = {
     "new_tensor": _new_tensor,
     "to": _to, "type": _type, "cpu": _cpu, "cuda": _cuda, "float": _float, "double": _double,
     "half": _half, "long": _long, "int": _int, "bool": _bool,
-    "backward": _backward, "register_hook": register_tensor_hook, "retain_grad": retain_grad,
+    "__format__": _format, "backward": _backward, "register_hook": register_tensor_hook, "retain_grad": retain_grad,
     "__add__": ATEN[Op.ADD], "__radd__": ATEN[Op.ADD], "__sub__": ATEN[Op.SUB],
     "__rsub__": _rsub, "__mul__": ATEN[Op.MUL], "__rmul__": ATEN[Op.MUL],
     "__truediv__": ATEN[Op.DIV], "__rtruediv__": _rdiv, "__pow__": ATEN[Op.POW],

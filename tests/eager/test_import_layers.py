@@ -27,7 +27,8 @@ LAYERS = [
         "eager.autograd.kernels", "eager.autograd.engine", "eager.autograd.gradcheck",
         "eager.autograd"]),
     ("api: PyTorch's namespace and Tensor's op methods", [
-        "eager.indexing", "eager._tensor_methods", "eager.functional", "eager.cuda",
+        "eager.indexing", "eager._tensor_methods", "eager.functional", "eager.derived",
+        "eager.cuda",
         "eager.serialization", "eager.testing"]),
     ("libraries: nn, optim and utils.data", [
         "eager.nn.parameter", "eager.nn.init", "eager.nn.functional", "eager.nn.utils",
