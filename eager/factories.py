@@ -11,7 +11,7 @@ import numpy as np
 from eager.arguments import bool_arg, dtype_arg, int_arg, int_list, number_arg, size_args
 from eager.backends import backend_for
 from eager.device import as_device
-from eager.tensor import Tensor, from_array, meta_empty, share_array
+from eager.tensor import Size, Tensor, from_array, meta_empty, share_array
 from ir import dtypes
 
 
@@ -312,3 +312,63 @@ randn_like = _like(randn)
 def full_like(t: Tensor, fill_value, *, dtype=None, device=None, requires_grad=False) -> Tensor:
     return full(t.shape, fill_value, dtype=dtype_arg("full_like", dtype) or t.dtype,
                 device=device or t.device, requires_grad=requires_grad)
+
+
+# the legacy constructors: torch.Tensor(...) and the typed tensors ---------------------
+def _legacy(name: str, dtype, args: tuple, device) -> Tensor:
+    """`name(*sizes)` (uninitialised), `name(size: Size)`, `name(data)` (a copy as
+    `dtype`), `name(tensor)` (its data, shared, when it already has `dtype`) or
+    `name()` (empty), as PyTorch's legacy constructors take them."""
+    dtype = dtype or dtypes.get_default_dtype()
+    if not args:
+        return empty(0, dtype=dtype, device=device)
+    if all(isinstance(a, numbers.Integral) and not isinstance(a, bool) for a in args):
+        return empty(*args, dtype=dtype, device=device)
+    if len(args) == 1 and isinstance(args[0], Size):
+        return empty(args[0], dtype=dtype, device=device)
+    if len(args) == 1 and isinstance(args[0], Tensor):
+        other = args[0]
+        if other.dtype != dtype:
+            raise TypeError(f"{name}(): expected {dtype} (got {other.dtype})")
+        return other.detach() if device is None or as_device(device) == other.device else \
+            other.detach().to(device)
+    if len(args) == 1 and not isinstance(args[0], (numbers.Number, str)):
+        return tensor(args[0], dtype=dtype, device=device)
+    raise TypeError(f"{name}() takes sizes (ints), a torch.Size, a sequence or array of "
+                    f"numbers, or a tensor; got {', '.join(type(a).__name__ for a in args)}")
+
+
+def _tensor_new(cls, *args, device=None):
+    if cls is not Tensor:  # a subclass makes its own (Parameter does)
+        return object.__new__(cls)
+    return _legacy("Tensor", None, args, device)
+
+
+def _tensor_init(self, *args, **kwargs):
+    pass  # __new__ did everything
+
+
+Tensor.__new__ = staticmethod(_tensor_new)
+Tensor.__init__ = _tensor_init
+
+
+class _TypedTensorMeta(type):
+    def __instancecheck__(cls, obj) -> bool:
+        return isinstance(obj, Tensor) and obj.dtype == cls.dtype and obj.device.type == "cpu"
+
+
+def _typed(name: str, dtype):
+    def new(cls, *args, device=None):
+        return _legacy(name, dtype, args, device)
+    return _TypedTensorMeta(name, (), {"dtype": dtype, "__new__": new, "__doc__":
+                                       f"torch.{name}: the legacy constructor of {dtype} "
+                                       f"tensors; isinstance(t, {name}) checks a CPU "
+                                       f"tensor's dtype"})
+
+
+FloatTensor = _typed("FloatTensor", dtypes.float32)
+DoubleTensor = _typed("DoubleTensor", dtypes.float64)
+HalfTensor = _typed("HalfTensor", dtypes.float16)
+LongTensor = _typed("LongTensor", dtypes.int64)
+IntTensor = _typed("IntTensor", dtypes.int32)
+BoolTensor = _typed("BoolTensor", dtypes.bool_)

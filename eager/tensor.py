@@ -168,8 +168,7 @@ class Tensor:
         t._grad_accumulator = None
         return t
 
-    def __init__(self, *args, **kwargs):
-        raise TypeError("create tensors with eager.tensor(...), eager.zeros(...) and friends")
+    # Tensor(...) itself is PyTorch's legacy constructor, attached by eager/factories.py
 
     # metadata ----------------------------------------------------------------------
     @property
