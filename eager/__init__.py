@@ -5,6 +5,7 @@ profiler. The compiler (llvmlite, networkx) is imported only when compile() is u
 The modules read in layers, bottom-up: docs/ARCHITECTURE.md, "eager, layer by layer".
 """
 # ruff: noqa: F401 - this module's imports are its public names
+from eager import _missing
 from eager import autograd as autograd
 from eager import _C, dispatcher, kernels, composite, _tensor_methods  # noqa: F401
 from eager import profiler as profiler
@@ -50,3 +51,5 @@ def compile(fn=None, **options):  # noqa: A001 - PyTorch's name
     """Compile a function or module with kiln's compiler (imported on first use)."""
     import compiler
     return compiler.compile(fn, **options)
+
+__getattr__ = _missing.module_getattr("torch", "eager")  # PyTorch's names kiln lacks

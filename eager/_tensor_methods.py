@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import namedtuple
 
-from eager import autograd, indexing
+from eager import _missing, autograd, indexing
 from eager.arguments import dtype_arg, int_arg
 from eager.autograd.function import register_tensor_hook, retain_grad
 from eager.backends import backend_for
@@ -101,6 +101,13 @@ def _format(self, spec: str) -> str:
     if self.dim() == 0 and spec:
         return format(self.item(), spec)
     return object.__format__(self, spec)
+
+
+def _missing_attribute(self, name: str):
+    """Tensor attributes kiln lacks: NotSupportedYet for PyTorch's (eager/_missing.py)."""
+    if name.startswith("_"):
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute {name!r}")
+    raise _missing.missing("torch.Tensor", name, f"'{type(self).__name__}' object")
 
 
 def _size_fn(self, dim=None):
@@ -282,7 +289,7 @@ _METHODS = {
     "new_tensor": _new_tensor,
     "to": _to, "type": _type, "cpu": _cpu, "cuda": _cuda, "float": _float, "double": _double,
     "half": _half, "long": _long, "int": _int, "bool": _bool,
-    "__format__": _format, "backward": _backward, "register_hook": register_tensor_hook, "retain_grad": retain_grad,
+    "__format__": _format, "__getattr__": _missing_attribute, "backward": _backward, "register_hook": register_tensor_hook, "retain_grad": retain_grad,
     "__add__": ATEN[Op.ADD], "__radd__": ATEN[Op.ADD], "__sub__": ATEN[Op.SUB],
     "__rsub__": _rsub, "__mul__": ATEN[Op.MUL], "__rmul__": ATEN[Op.MUL],
     "__truediv__": ATEN[Op.DIV], "__rtruediv__": _rdiv, "__pow__": ATEN[Op.POW],

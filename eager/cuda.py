@@ -11,6 +11,8 @@ empty_cache() nothing) while no device memory was ever allocated.
 """
 from __future__ import annotations
 
+from eager import _missing
+
 import contextlib
 import threading
 from typing import NamedTuple
@@ -273,3 +275,5 @@ def empty_cache() -> None:
     from runtime.cuda_allocator import existing_allocators
     for found in existing_allocators():
         found.empty_cache()
+
+__getattr__ = _missing.module_getattr("torch.cuda", "eager.cuda")  # PyTorch's names kiln lacks

@@ -1,5 +1,6 @@
 """Reverse-mode automatic differentiation: backward nodes, the engine, grad mode, the
 derivative table and gradcheck."""
+from eager import _missing
 from eager.autograd import kernels as _kernels  # noqa: F401 - registers the Autograd kernels
 from eager.autograd.engine import backward, grad
 from eager.autograd.function import AccumulateGrad, Node
@@ -9,3 +10,5 @@ from eager.autograd.gradcheck import gradcheck, gradgradcheck
 
 __all__ = ["backward", "grad", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
            "inference_mode", "gradcheck", "gradgradcheck", "Node", "AccumulateGrad"]
+
+__getattr__ = _missing.module_getattr("torch.autograd", "eager.autograd")  # PyTorch's names kiln lacks

@@ -1,4 +1,5 @@
 """eager.nn: modules, parameters, functional and init, with PyTorch's behaviour."""
+from eager import _missing
 from eager.nn import functional as functional
 from eager.nn import init as init
 from eager.nn import utils as utils
@@ -7,3 +8,5 @@ from eager.nn.modules import __all__ as _modules_all
 from eager.nn.parameter import Parameter
 
 __all__ = list(_modules_all) + ["Parameter", "functional", "init"]
+
+__getattr__ = _missing.module_getattr("torch.nn", "eager.nn")  # PyTorch's names kiln lacks

@@ -2,6 +2,8 @@
 autograd (and later the compiler) sees only primitive ops."""
 from __future__ import annotations
 
+from eager import _missing
+
 import math
 
 from eager import factories
@@ -231,3 +233,5 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
         raise RuntimeError("Class values must be smaller than num_classes.")
     classes = factories.arange(num_classes, device=tensor.device)
     return ops.eq(ops.unsqueeze(tensor, -1), classes).long()
+
+__getattr__ = _missing.module_getattr("torch.nn.functional", "eager.nn.functional")  # PyTorch's names kiln lacks

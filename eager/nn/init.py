@@ -1,6 +1,8 @@
 """Parameter initialisation as in torch.nn.init, drawing from kiln's seeded generator."""
 from __future__ import annotations
 
+from eager import _missing
+
 import math
 import warnings
 
@@ -114,3 +116,5 @@ def xavier_uniform_(t: Tensor, gain: float = 1.0, generator=None) -> Tensor:
 def xavier_normal_(t: Tensor, gain: float = 1.0, generator=None) -> Tensor:
     fan_in, fan_out = _calculate_fan_in_and_fan_out(t)
     return normal_(t, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)), generator)
+
+__getattr__ = _missing.module_getattr("torch.nn.init", "eager.nn.init")  # PyTorch's names kiln lacks

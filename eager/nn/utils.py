@@ -1,6 +1,8 @@
 """torch.nn.utils: gradient clipping and parameters as one flat vector."""
 from __future__ import annotations
 
+from eager import _missing
+
 import math
 
 from eager import factories, functional
@@ -83,3 +85,5 @@ def _one_device(tensors: list[Tensor], fn: str) -> None:
     devices = {str(t.device) for t in tensors}
     if len(devices) > 1:
         raise TypeError(f"{fn}: found tensors on different devices: {sorted(devices)}")
+
+__getattr__ = _missing.module_getattr("torch.nn.utils", "eager.nn.utils")  # PyTorch's names kiln lacks

@@ -1,6 +1,8 @@
 """Learning-rate schedules: StepLR and CosineAnnealingLR, stepped once per epoch."""
 from __future__ import annotations
 
+from eager import _missing
+
 import math
 
 
@@ -55,3 +57,5 @@ class CosineAnnealingLR(LRScheduler):
         t = self.last_epoch
         return [self.eta_min + (base - self.eta_min) * (1 + math.cos(math.pi * t / self.T_max)) / 2
                 for base in self.base_lrs]
+
+__getattr__ = _missing.module_getattr("torch.optim.lr_scheduler", "eager.optim.lr_scheduler")  # PyTorch's names kiln lacks

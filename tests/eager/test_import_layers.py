@@ -13,7 +13,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 LAYERS = [
     ("base: devices, argument checks, shape arithmetic, op records (no tensors yet)", [
-        "eager.device", "eager.arguments", "eager.shapes", "eager.records"]),
+        "eager.device", "eager.arguments", "eager.shapes", "eager.records",
+        "eager._torch_names", "eager._missing"]),
     ("core: the dispatcher and profiler, Tensor and Storage, backends, factories", [
         "eager.dispatcher", "eager.profiler", "eager._C", "eager._formatting", "eager.tensor",
         "eager.backends", "eager.factories"]),

@@ -9,6 +9,7 @@
     worker.py      the worker processes' loop, get_worker_info, and how batches cross
                    between processes
 """
+from eager import _missing
 from eager.utils.data.collate import default_collate, default_convert
 from eager.utils.data.dataloader import DataLoader
 from eager.utils.data.dataset import (ConcatDataset, Dataset, IterableDataset, Subset,
@@ -21,3 +22,5 @@ __all__ = ["BatchSampler", "ConcatDataset", "DataLoader", "Dataset", "IterableDa
            "RandomSampler", "Sampler", "SequentialSampler", "Subset", "SubsetRandomSampler",
            "TensorDataset", "WeightedRandomSampler", "default_collate", "default_convert",
            "get_worker_info", "random_split"]
+
+__getattr__ = _missing.module_getattr("torch.utils.data", "eager.utils.data")  # PyTorch's names kiln lacks

@@ -1,0 +1,51 @@
+"""PyTorch names kiln lacks raise NotImplementedError naming them (eager/_missing.py),
+while hasattr() still says no; other unknown names stay plain AttributeErrors; and
+docs/MISSING.md is the current list."""
+import pytest
+
+import eager
+import eager.nn.functional as F
+from eager import _missing
+from eager._missing import NotSupportedYet
+
+
+@pytest.mark.parametrize("get, name", [
+    (lambda: eager.linalg, "torch.linalg"),
+    (lambda: eager.cumsum, "torch.cumsum"),
+    (lambda: eager.ones(2).cumsum, "torch.Tensor.cumsum"),
+    (lambda: eager.nn.Parameter(eager.ones(1)).cumsum, "torch.Tensor.cumsum"),
+    (lambda: eager.nn.LSTM, "torch.nn.LSTM"),
+    (lambda: F.conv2d, "torch.nn.functional.conv2d"),
+    (lambda: eager.optim.RMSprop, "torch.optim.RMSprop"),
+    (lambda: eager.optim.lr_scheduler.OneCycleLR, "torch.optim.lr_scheduler.OneCycleLR"),
+    (lambda: eager.utils.data.DistributedSampler, "torch.utils.data.DistributedSampler"),
+])
+def test_a_pytorch_name_kiln_lacks_is_not_implemented_naming_it(get, name):
+    with pytest.raises(NotImplementedError, match=f"{name} is not supported by kiln yet"):
+        get()
+
+
+def test_probing_still_answers_no_and_unknown_names_are_plain_attribute_errors():
+    assert not hasattr(eager, "linalg") and getattr(eager.ones(1), "cumsum", None) is None
+    for get in (lambda: eager.no_such_name, lambda: eager.ones(1).no_such_name,
+                lambda: eager.nn.NoSuchLayer, lambda: eager.ones(1)._private):
+        with pytest.raises(AttributeError) as caught:
+            get()
+        assert not isinstance(caught.value, NotSupportedYet)
+    with pytest.raises(AttributeError, match="module 'eager' has no attribute 'no_such_name'"):
+        eager.no_such_name
+
+
+def test_docs_missing_md_is_the_current_list():
+    with open(_missing.ROOT / "docs" / "MISSING.md") as handle:
+        assert handle.read() == _missing.missing_markdown(), \
+            "docs/MISSING.md is stale: run `python -m eager._missing --docs-only`"
+
+
+def test_the_name_lists_are_those_of_the_pytorch_the_tests_compare_with():
+    torch = pytest.importorskip("torch", reason="PyTorch (the 'compare' extra) is not installed")
+    if torch.__version__ != _missing.TORCH_VERSION:
+        pytest.skip(f"PyTorch {torch.__version__} is installed; the lists are "
+                    f"{_missing.TORCH_VERSION}'s")
+    assert {ns: frozenset(names) for ns, names in _missing._torch_names().items()} == \
+        _missing.NAMES
