@@ -1,9 +1,9 @@
 """Learning-rate schedules: StepLR and CosineAnnealingLR, stepped once per epoch."""
 from __future__ import annotations
 
-from eager import _missing
-
 import math
+
+from eager import _missing
 
 
 class LRScheduler:
