@@ -35,7 +35,7 @@ LAYERS = [
         "eager.nn.parameter", "eager.nn.init", "eager.nn.functional", "eager.nn.utils",
         "eager.nn.modules.module", "eager.nn.modules.container", "eager.nn.modules.layers",
         "eager.nn.modules", "eager.nn", "eager.optim.optimizer", "eager.optim.sgd",
-        "eager.optim.adam", "eager.optim.lr_scheduler", "eager.optim",
+        "eager.optim.adam", "eager.optim.adaptive", "eager.optim.lr_scheduler", "eager.optim",
         "eager.utils.data.dataset", "eager.utils.data.sampler", "eager.utils.data.collate",
         "eager.utils.data.worker", "eager.utils.data.dataloader", "eager.utils.data",
         "eager.utils"]),
