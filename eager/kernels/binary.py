@@ -107,7 +107,10 @@ def _(ctx, g):
     a, e = ctx.self, ctx.exponent
     grad_a = grad_e = None
     if ctx.needs_input_grad(0):
-        grad_a = ops.where(ops.eq(e, 0), 0.0, g * e * ops.pow(a, e - 1))
+        # a Python number's exponent less one in Python (exactly, as PyTorch's Scalar
+        # arithmetic): its wrapped tensor's dtype is the default one, float32
+        less_one = e._np().item() - 1 if e._wrapped else e - 1
+        grad_a = ops.where(ops.eq(e, 0), 0.0, g * e * ops.pow(a, less_one))
         grad_a = sum_to(grad_a, a._shape)
     if ctx.needs_input_grad(1):
         safe = ops.where(ops.logical_and(ops.eq(a, 0), ops.ge(e, 0)), 1.0, a)
