@@ -11,12 +11,11 @@ empty_cache() nothing) while no device memory was ever allocated.
 """
 from __future__ import annotations
 
-from eager import _missing
-
 import contextlib
 import threading
 from typing import NamedTuple
 
+from eager import _missing
 from eager.backends import cuda_is_available
 from eager.device import device as _device
 

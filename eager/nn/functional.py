@@ -2,10 +2,9 @@
 autograd (and later the compiler) sees only primitive ops."""
 from __future__ import annotations
 
-from eager import _missing
-
 import math
 
+from eager import _missing
 from eager import factories
 from eager import dispatcher
 from eager.dispatcher import ATEN, DispatchKey
@@ -16,6 +15,12 @@ from ir import dtypes
 
 for _name, _op in named("functional").items():  # F.tanh, F.sigmoid: as the ops themselves
     globals()[_name] = ATEN[_op]
+
+
+from eager.nn._activations import *  # noqa: E402,F401,F403 - F's activations, distances
+from eager.nn._activations import softmax_dim  # noqa: E402
+from eager.nn._losses import *  # noqa: E402,F401,F403 - F's other losses
+from eager.nn._normalization import *  # noqa: E402,F401,F403 - norms, channel dropout, pad
 
 
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
@@ -37,17 +42,11 @@ def silu(input: Tensor, inplace: bool = False) -> Tensor:
 
 
 def softmax(input: Tensor, dim: int | None = None, dtype=None) -> Tensor:
-    return ops.softmax(input, _softmax_dim(input, dim), dtype)
+    return ops.softmax(input, softmax_dim(input, dim), dtype)
 
 
 def log_softmax(input: Tensor, dim: int | None = None, dtype=None) -> Tensor:
-    return ops.log_softmax(input, _softmax_dim(input, dim), dtype)
-
-
-def _softmax_dim(input: Tensor, dim):
-    if dim is None:  # PyTorch's legacy choice, without its deprecation warning
-        return 0 if input.dim() in (0, 1, 3) else 1
-    return dim
+    return ops.log_softmax(input, softmax_dim(input, dim), dtype)
 
 
 def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:

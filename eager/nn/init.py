@@ -1,13 +1,12 @@
 """Parameter initialisation as in torch.nn.init, drawing from kiln's seeded generator."""
 from __future__ import annotations
 
-from eager import _missing
-
 import math
 import warnings
 
 import numpy as np
 
+from eager import _missing
 from eager import factories
 from eager.autograd.grad_mode import no_grad
 from eager.tensor import Tensor

@@ -1,10 +1,9 @@
 """torch.nn.utils: gradient clipping and parameters as one flat vector."""
 from __future__ import annotations
 
-from eager import _missing
-
 import math
 
+from eager import _missing
 from eager import factories, functional
 from eager.autograd.grad_mode import no_grad
 from eager.tensor import Tensor

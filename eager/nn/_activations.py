@@ -1,0 +1,164 @@
+"""nn.functional's activations, similarity and distance functions beyond the ops'
+own (relu, gelu, silu, sigmoid, tanh, hardswish, ...), written in eager ops so autograd
+and capture see those ops. `inplace=True` is accepted and computes out of place."""
+from __future__ import annotations
+
+import math
+
+from eager import factories
+from eager.tensor import Tensor, ops
+
+__all__ = ["softplus_of", "leaky_relu", "elu", "celu", "selu", "softplus", "softsign", "hardtanh", "relu6",
+           "logsigmoid", "mish", "tanhshrink", "softshrink", "hardshrink", "threshold", "glu",
+           "softmin", "prelu", "rrelu", "normalize", "cosine_similarity", "pairwise_distance"]
+
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def leaky_relu(input: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
+    return ops.where(input > 0, input, input * negative_slope)
+
+
+def elu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
+    """x for x > 0, alpha (exp(x) - 1) below (exp of min(x, 0): no overflow above)."""
+    return ops.where(input > 0, input, (ops.exp(ops.clamp(input, None, 0.0)) - 1) * alpha)
+
+
+def celu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
+    if alpha == 0:
+        raise ValueError("ZeroDivisionError: alpha cannot be 0 for CELU")
+    return ops.where(input > 0, input,
+                     (ops.exp(ops.clamp(input, None, 0.0) / alpha) - 1) * alpha)
+
+
+def selu(input: Tensor, inplace: bool = False) -> Tensor:
+    return elu(input, _SELU_ALPHA) * _SELU_SCALE
+
+
+def softplus_of(x: Tensor) -> Tensor:
+    """log(1 + exp(x)): exp never overflows (each branch sees its own side of 0, so the
+    branch not taken has a finite gradient), and the gradient at 0 is sigmoid(0)."""
+    above = ops.clamp(x, 0.0, None)
+    below = ops.clamp(x, None, 0.0)
+    return ops.where(x > 0, above + ops.log(ops.exp(-above) + 1), ops.log(ops.exp(below) + 1))
+
+
+def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold."""
+    scaled = input * beta
+    return ops.where(scaled > threshold, input, softplus_of(scaled) / beta)
+
+
+def softsign(input: Tensor) -> Tensor:
+    return input / (ops.abs(input) + 1)
+
+
+def hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0,
+             inplace: bool = False) -> Tensor:
+    if min_val > max_val:
+        raise ValueError("min_val cannot be greater than max_val")
+    # not clamp: PyTorch's hardtanh has no gradient at its bounds, clamp has
+    return ops.where(input <= min_val, float(min_val),
+                     ops.where(input >= max_val, float(max_val), input))
+
+
+def relu6(input: Tensor, inplace: bool = False) -> Tensor:
+    return hardtanh(input, 0.0, 6.0)
+
+
+def logsigmoid(input: Tensor) -> Tensor:
+    """-softplus(-x), without overflow."""
+    return -softplus(-input)
+
+
+def mish(input: Tensor, inplace: bool = False) -> Tensor:
+    return input * ops.tanh(softplus(input))
+
+
+def tanhshrink(input: Tensor) -> Tensor:
+    return input - ops.tanh(input)
+
+
+def softshrink(input: Tensor, lambd: float = 0.5) -> Tensor:
+    if lambd < 0:
+        raise RuntimeError(f"lambda must be greater or equal to 0, but found to be {lambd}.")
+    return ops.where(input > lambd, input - lambd,
+                     ops.where(input < -lambd, input + lambd, 0.0))
+
+
+def hardshrink(input: Tensor, lambd: float = 0.5) -> Tensor:
+    return ops.where(ops.abs(input) > lambd, input, 0.0)
+
+
+def threshold(input: Tensor, threshold: float, value: float, inplace: bool = False) -> Tensor:
+    return ops.where(input > threshold, input, float(value))
+
+
+def glu(input: Tensor, dim: int = -1) -> Tensor:
+    if input.dim() == 0:
+        raise RuntimeError("glu does not support scalars because halving size must be even")
+    if input.shape[dim] % 2:
+        raise RuntimeError(f"Halving dimension must be even, but dimension {dim} is size "
+                           f"{input.shape[dim]}")
+    a, b = ops.split(input, input.shape[dim] // 2, dim)
+    return a * ops.sigmoid(b)
+
+
+def softmin(input: Tensor, dim: int | None = None, dtype=None) -> Tensor:
+    return ops.softmax(-input, softmax_dim(input, dim), dtype)
+
+
+def softmax_dim(input: Tensor, dim):
+    """softmax's dim; None: PyTorch's legacy choice, without its deprecation warning."""
+    if dim is None:
+        return 0 if input.dim() in (0, 1, 3) else 1
+    return dim
+
+
+def prelu(input: Tensor, weight: Tensor) -> Tensor:
+    """max(0, x) + weight min(0, x), weight one number or one per channel (dim 1)."""
+    if weight.numel() != 1:
+        if input.dim() < 2 or weight.numel() != input.shape[1]:
+            raise RuntimeError(f"Mismatch of parameter numbers and input channel size. Found "
+                               f"parameter numbers = {weight.numel()} and channel size = "
+                               f"{input.shape[1] if input.dim() > 1 else 1}.")
+        weight = weight.reshape([-1] + [1] * (input.dim() - 2))
+    return ops.where(input > 0, input, input * weight)
+
+
+def rrelu(input: Tensor, lower: float = 1.0 / 8, upper: float = 1.0 / 3,
+          training: bool = False, inplace: bool = False) -> Tensor:
+    """Leaky ReLU with slopes drawn from U(lower, upper) in training, their mean in eval."""
+    if not training:
+        return leaky_relu(input, (lower + upper) / 2)
+    slopes = factories.rand_like(input) * (upper - lower) + lower
+    return ops.where(input >= 0, input, input * slopes)
+
+
+def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+    """input / max(||input||_p over dim, eps)."""
+    return input / ops.clamp(_norm(input, p, dim, True), eps, None)
+
+
+def _norm(x: Tensor, p: float, dim, keepdim: bool) -> Tensor:
+    if p == math.inf:
+        return ops.amax(ops.abs(x), [dim], keepdim)
+    if p == 2:
+        return ops.sqrt(ops.sum(x * x, [dim], keepdim))
+    if p == 1:
+        return ops.sum(ops.abs(x), [dim], keepdim)
+    return ops.sum(ops.abs(x) ** p, [dim], keepdim) ** (1.0 / p)
+
+
+def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
+    """x1 . x2 / (max(||x1||, eps) max(||x2||, eps)) along dim (broadcast)."""
+    n1 = ops.clamp(_norm(x1, 2, dim, False), eps, None)
+    n2 = ops.clamp(_norm(x2, 2, dim, False), eps, None)
+    return ops.sum(x1 * x2, [dim], False) / (n1 * n2)
+
+
+def pairwise_distance(x1: Tensor, x2: Tensor, p: float = 2.0, eps: float = 1e-6,
+                      keepdim: bool = False) -> Tensor:
+    """||x1 - x2 + eps||_p over the last dim."""
+    return _norm(x1 - x2 + eps, p, -1, keepdim)

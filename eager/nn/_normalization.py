@@ -1,0 +1,187 @@
+"""nn.functional's normalisations (batch_norm, group_norm, instance_norm, rms_norm),
+channel dropout (dropout1d/2d/3d) and pad, in eager ops."""
+from __future__ import annotations
+
+import numpy as np
+
+from eager import factories
+from eager.autograd.grad_mode import no_grad
+from eager.tensor import Tensor, ops
+
+__all__ = ["batch_norm", "group_norm", "instance_norm", "rms_norm", "dropout1d", "dropout2d",
+           "dropout3d", "pad"]
+
+
+def _channel_view(t: Tensor | None, input: Tensor):
+    """A per-channel (dim 1) tensor shaped to broadcast against input."""
+    return None if t is None else t.reshape([1, -1] + [1] * (input.dim() - 2))
+
+
+def _affine(out: Tensor, weight, bias, input: Tensor) -> Tensor:
+    if weight is not None:
+        out = out * _channel_view(weight, input)
+    if bias is not None:
+        out = out + _channel_view(bias, input)
+    return out
+
+
+def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor | None,
+               weight: Tensor | None = None, bias: Tensor | None = None,
+               training: bool = False, momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
+    """Normalise each channel (dim 1) over the batch and the other dims: with the batch's
+    statistics in training (running ones updated: mean, and the unbiased variance, by
+    `momentum`), with the running ones otherwise."""
+    if input.dim() < 2:
+        raise ValueError(f"expected 2D or more input (got {input.dim()}D input)")
+    dims = [0] + list(range(2, input.dim()))
+    count = input.numel() // max(input.shape[1], 1)
+    if training:
+        if count <= 1:
+            raise ValueError(f"Expected more than 1 value per channel when training, got "
+                             f"input size {list(input.shape)}")
+        mean = ops.mean(input, dims, True)
+        var = ops.var(input, dims, correction=0, keepdim=True)
+        if running_mean is not None and running_var is not None:
+            with no_grad():
+                m = momentum
+                running_mean.mul_(1 - m).add_(mean.detach().reshape(-1), alpha=m)
+                unbiased = var.detach().reshape(-1) * (count / (count - 1))
+                running_var.mul_(1 - m).add_(unbiased, alpha=m)
+    else:
+        if running_mean is None or running_var is None:
+            raise RuntimeError("batch_norm in eval mode needs running_mean and running_var")
+        mean, var = _channel_view(running_mean, input), _channel_view(running_var, input)
+    return _affine((input - mean) * ops.rsqrt(var + eps), weight, bias, input)
+
+
+def instance_norm(input: Tensor, running_mean=None, running_var=None, weight=None, bias=None,
+                  use_input_stats: bool = True, momentum: float = 0.1,
+                  eps: float = 1e-5) -> Tensor:
+    """Normalise each (sample, channel) over the remaining dims."""
+    if not use_input_stats:
+        return batch_norm(input, running_mean, running_var, weight, bias, False, momentum, eps)
+    dims = list(range(2, input.dim()))
+    mean = ops.mean(input, dims, True)
+    var = ops.var(input, dims, correction=0, keepdim=True)
+    if running_mean is not None and running_var is not None:
+        count = input.numel() // max(input.shape[0] * input.shape[1], 1)
+        with no_grad():
+            batch_mean = mean.detach().mean([0]).reshape(-1)
+            batch_var = var.detach().mean([0]).reshape(-1) * (count / max(count - 1, 1))
+            running_mean.mul_(1 - momentum).add_(batch_mean, alpha=momentum)
+            running_var.mul_(1 - momentum).add_(batch_var, alpha=momentum)
+    return _affine((input - mean) * ops.rsqrt(var + eps), weight, bias, input)
+
+
+def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None,
+               bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+    """Normalise each sample's channels in num_groups groups."""
+    if input.dim() < 2:
+        raise RuntimeError(f"Expected at least 2 dimensions for input tensor but received "
+                           f"{input.dim()}")
+    n, c = input.shape[:2]
+    if c % num_groups:
+        raise RuntimeError(f"Expected number of channels in input to be divisible by "
+                           f"num_groups, but got input of shape {list(input.shape)} and "
+                           f"num_groups={num_groups}")
+    grouped = input.reshape(n, num_groups, -1)
+    mean = ops.mean(grouped, [2], True)
+    var = ops.var(grouped, [2], correction=0, keepdim=True)
+    out = ((grouped - mean) * ops.rsqrt(var + eps)).reshape(input.shape)
+    return _affine(out, weight, bias, input)
+
+
+def rms_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
+             eps: float | None = None) -> Tensor:
+    """input / sqrt(mean(input^2) + eps) over the last dims, times weight; eps defaults to
+    the dtype's machine epsilon, as PyTorch's."""
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if tuple(input.shape[input.dim() - len(shape):]) != shape:
+        raise RuntimeError(f"Given normalized_shape={list(shape)}, expected input with shape "
+                           f"[*, {', '.join(str(s) for s in shape)}], but got input of size "
+                           f"{list(input.shape)}")
+    if eps is None:
+        eps = float(np.finfo(input.dtype.np).eps)
+    dims = list(range(input.dim() - len(shape), input.dim()))
+    out = input * ops.rsqrt(ops.mean(input * input, dims, True) + eps)
+    return out if weight is None else out * weight
+
+
+def _channel_dropout(name: str, rank: int, input: Tensor, p: float, training: bool) -> Tensor:
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if input.dim() not in (rank + 1, rank + 2):
+        raise RuntimeError(f"{name}: Expected {rank + 1}D or {rank + 2}D input, but received a "
+                           f"{input.dim()}D input")
+    if not training or p == 0.0:
+        return input
+    batched = input.dim() == rank + 2
+    lead = input.shape[:2] if batched else input.shape[:1]
+    keep = factories.rand(*lead, dtype=input.dtype, device=input.device) >= p
+    keep = keep.reshape(list(lead) + [1] * rank)
+    return input * keep * (1.0 / (1.0 - p)) if p < 1.0 else input * 0
+
+
+def dropout1d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False):
+    """Zero whole channels (dim -2 of an (N, C, L) or (C, L) input)."""
+    return _channel_dropout("dropout1d", 1, input, p, training)
+
+
+def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False):
+    return _channel_dropout("dropout2d", 2, input, p, training)
+
+
+def dropout3d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False):
+    return _channel_dropout("dropout3d", 3, input, p, training)
+
+
+def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) -> Tensor:
+    """Pad the last len(pad) // 2 dims: (left, right) of the last, then of the one before,
+    ...; negative amounts crop. Modes: constant (value), reflect, replicate, circular."""
+    pad = list(pad)
+    if len(pad) % 2 or len(pad) // 2 > input.dim():
+        raise RuntimeError(f"Padding length should be even and at most twice the number of "
+                           f"dimensions of the input; got {len(pad)} for a {input.dim()}D input")
+    if mode not in ("constant", "reflect", "replicate", "circular"):
+        raise NotImplementedError(f"pad: mode {mode!r} is not supported (constant, reflect, "
+                                  f"replicate, circular)")
+    if mode != "constant" and value not in (None, 0, 0.0):
+        raise RuntimeError(f"Padding mode \"{mode}\" doesn't take in value argument")
+    out = input
+    for i in range(len(pad) // 2):
+        dim = input.dim() - 1 - i
+        left, right = pad[2 * i], pad[2 * i + 1]
+        out = _pad_dim(out, dim, left, right, mode, 0.0 if value is None else value)
+    return out
+
+
+def _pad_dim(x: Tensor, dim: int, left: int, right: int, mode: str, value: float) -> Tensor:
+    n = x.shape[dim]
+    if left < 0 or right < 0:  # crop first
+        x = ops.slice(x, dim, max(-left, 0), n - max(-right, 0))
+        n, left, right = x.shape[dim], max(left, 0), max(right, 0)
+    if not left and not right:
+        return x
+    if mode == "constant":
+        def block(k):
+            shape = list(x.shape)
+            shape[dim] = k
+            return factories.full(shape, value, dtype=x.dtype, device=x.device)
+        parts = ([block(left)] if left else []) + [x] + ([block(right)] if right else [])
+        return ops.cat(parts, dim)
+    if mode == "reflect" and (left >= n or right >= n):
+        raise RuntimeError(f"Argument #4: Padding size should be less than the corresponding "
+                           f"input dimension, but got: padding ({left}, {right}) at dimension "
+                           f"{dim} of input {list(x.shape)}")
+    if mode == "circular" and (left > n or right > n):
+        raise RuntimeError("Padding value causes wrapping around more than once.")
+    if mode == "replicate" and n == 0:
+        raise RuntimeError(f"pad: replicate needs a non-empty dimension {dim}")
+    positions = range(-left, n + right)
+    if mode == "reflect":
+        index = [abs(i) if i < 0 else (2 * (n - 1) - i if i >= n else i) for i in positions]
+    elif mode == "replicate":
+        index = [min(max(i, 0), n - 1) for i in positions]
+    else:
+        index = [i % n for i in positions]
+    return ops.index_select(x, dim, factories.tensor(index, device=x.device))
