@@ -70,6 +70,7 @@ register("elementwise", "benchmarks.elementwise", "a GELU chain, add, mul, exp o
 register("reductions", "benchmarks.reductions", "sum/mean/amax, softmax, layer_norm")
 register("gemm", "benchmarks.gemm",
          "matmul: float32 and float64 squares, awkward shapes, batched, fused linear")
+register("conv", "benchmarks.conv", "conv2d 3x3 + relu, a 7x7 stride-2 stem, max_pool2d")
 register("mlp_train", "benchmarks.train:mlp_cases", "MLP 784-256-256-10 training, Adam")
 register("transformer_train", "benchmarks.train:transformer_cases",
          "char transformer training, AdamW")

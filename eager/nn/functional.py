@@ -21,6 +21,7 @@ from eager.nn._activations import *  # noqa: E402,F401,F403 - F's activations, d
 from eager.nn._activations import softmax_dim  # noqa: E402
 from eager.nn._losses import *  # noqa: E402,F401,F403 - F's other losses
 from eager.nn._normalization import *  # noqa: E402,F401,F403 - norms, channel dropout, pad
+from eager.nn._convolution import *  # noqa: E402,F401,F403 - convolutions and pools
 
 
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:

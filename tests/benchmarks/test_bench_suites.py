@@ -10,11 +10,11 @@ import dataclasses
 import pytest
 from bench_helpers import TINY
 
-from benchmarks import compile_overhead, elementwise, gemm, registry, reductions, train
+from benchmarks import compile_overhead, conv, elementwise, gemm, registry, reductions, train
 from benchmarks.contenders import SLOW_TO_START, Lineup
 from benchmarks.harness import run_case, run_suite
 
-NEW_SUITES = ["elementwise", "reductions", "gemm", "mlp_train", "transformer_train",
+NEW_SUITES = ["elementwise", "reductions", "gemm", "conv", "mlp_train", "transformer_train",
               "compile_overhead"]
 
 
@@ -25,7 +25,7 @@ def tiny_sizes(monkeypatch):
             (reductions, "QUICK_SHAPE", (6, 10)),
             (gemm, "QUICK_SQUARES", (8,)), (gemm, "QUICK_SQUARES_F64", (9,)),
             (gemm, "QUICK_AWKWARD", ((32, 8, 4),)), (gemm, "QUICK_BATCHED", (2, 4, 3, 5)),
-            (gemm, "LINEAR", (4, 6, 5)),
+            (gemm, "LINEAR", (4, 6, 5)), (conv, "QUICK", (2, 3, 6, 4)),
             (train, "BATCHES", 2), (train, "MLP_HIDDEN", 16), (train, "MLP_BATCH", 8),
             (train, "D_MODEL", 16), (train, "HEADS", 2), (train, "CONTEXT", 8),
             (train, "TEXT_BATCH", 2), (compile_overhead, "QUICK_COMPILES", 3)):

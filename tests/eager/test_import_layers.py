@@ -33,9 +33,10 @@ LAYERS = [
         "eager.serialization", "eager.testing"]),
     ("libraries: nn, optim and utils.data", [
         "eager.nn.parameter", "eager.nn.init", "eager.nn._activations", "eager.nn._losses",
-        "eager.nn._normalization", "eager.nn.functional", "eager.nn.utils",
+        "eager.nn._normalization", "eager.nn._convolution", "eager.nn.functional",
+        "eager.nn.utils",
         "eager.nn.modules.module", "eager.nn.modules.container", "eager.nn.modules.layers",
-        "eager.nn.modules.activation", "eager.nn.modules.loss",
+        "eager.nn.modules.activation", "eager.nn.modules.conv", "eager.nn.modules.loss",
         "eager.nn.modules.normalization",
         "eager.nn.modules", "eager.nn", "eager.optim.optimizer", "eager.optim.sgd",
         "eager.optim.adam", "eager.optim.adaptive", "eager.optim.lr_scheduler", "eager.optim",

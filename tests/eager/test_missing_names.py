@@ -19,7 +19,7 @@ from eager._missing import NotSupportedYet
     (lambda: eager.ones(2).cumsum, "torch.Tensor.cumsum"),
     (lambda: eager.nn.Parameter(eager.ones(1)).cumsum, "torch.Tensor.cumsum"),
     (lambda: eager.nn.LSTM, "torch.nn.LSTM"),
-    (lambda: F.conv2d, "torch.nn.functional.conv2d"),
+    (lambda: F.conv3d, "torch.nn.functional.conv3d"),
     (lambda: eager.optim.LBFGS, "torch.optim.LBFGS"),
     (lambda: eager.optim.lr_scheduler.CyclicLR, "torch.optim.lr_scheduler.CyclicLR"),
     (lambda: eager.utils.data.DistributedSampler, "torch.utils.data.DistributedSampler"),

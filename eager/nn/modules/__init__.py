@@ -4,10 +4,11 @@ from eager.nn.modules.layers import (GELU, CrossEntropyLoss, Dropout, Embedding,
                                      ReLU, Sigmoid, SiLU, Softmax, Tanh)
 from eager.nn.modules.module import Module
 from eager.nn.modules import activation as _activation
+from eager.nn.modules import conv as _conv
 from eager.nn.modules import loss as _loss
 from eager.nn.modules import normalization as _normalization
 
-_MORE = {name: getattr(module, name) for module in (_activation, _loss, _normalization)
+_MORE = {name: getattr(module, name) for module in (_activation, _conv, _loss, _normalization)
          for name, value in vars(module).items()
          if isinstance(value, type) and issubclass(value, Module) and not name.startswith("_")
          and value.__module__ == module.__name__}

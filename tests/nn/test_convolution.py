@@ -1,0 +1,177 @@
+"""Convolutions and pools (eager/nn/_convolution.py and nn/modules/conv.py): against a
+direct float64 loop in numpy, and values, indices and gradients against PyTorch's."""
+import numpy as np
+import pytest
+
+import eager
+import eager.nn as nn
+import eager.nn.functional as F
+
+RNG = np.random.default_rng(0)
+X = RNG.standard_normal((2, 4, 9, 8))
+X1 = RNG.standard_normal((2, 3, 11))
+
+
+def _torch():
+    return pytest.importorskip("torch", reason="PyTorch (the 'compare' extra) is not installed")
+
+
+def _direct_conv2d(x, w, b, stride, padding, dilation, groups):
+    """The definition, one output element at a time."""
+    x = np.pad(x, [(0, 0), (0, 0), (padding[0],) * 2, (padding[1],) * 2])
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    oh = (h - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    ow = (wd - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    out = np.zeros((n, o, oh, ow))
+    per_group = o // groups
+    for oc in range(o):
+        g = oc // per_group
+        for i in range(oh):
+            for j in range(ow):
+                patch = x[:, g * cg:(g + 1) * cg,
+                          i * stride[0]:i * stride[0] + dilation[0] * (kh - 1) + 1:dilation[0],
+                          j * stride[1]:j * stride[1] + dilation[1] * (kw - 1) + 1:dilation[1]]
+                out[:, oc, i, j] = (patch * w[oc]).sum(axis=(1, 2, 3))
+    return out + (0 if b is None else b.reshape(1, -1, 1, 1))
+
+
+@pytest.mark.parametrize("stride, padding, dilation, groups", [
+    ((1, 1), (0, 0), (1, 1), 1), ((2, 1), (1, 2), (1, 1), 1), ((1, 2), (2, 0), (2, 1), 2),
+    ((3, 3), (1, 1), (1, 2), 4)])
+def test_conv2d_is_the_definition(stride, padding, dilation, groups):
+    w = RNG.standard_normal((8, 4 // groups, 3, 2))
+    b = RNG.standard_normal(8)
+    got = F.conv2d(eager.tensor(X), eager.tensor(w), eager.tensor(b), stride, padding,
+                   dilation, groups).numpy()
+    np.testing.assert_allclose(got, _direct_conv2d(X, w, b, stride, padding, dilation, groups),
+                               rtol=1e-12, atol=1e-12)
+
+
+CASES = {  # id: (fn(F, *inputs), arrays)
+    "conv2d": (lambda F, x, w, b: F.conv2d(x, w, b, stride=(2, 1), padding=1, dilation=(2, 1),
+                                           groups=2),
+               [X, RNG.standard_normal((6, 2, 3, 2)), RNG.standard_normal(6)]),
+    "conv2d-same-even": (lambda F, x, w: F.conv2d(x, w, padding="same"),
+                         [X, RNG.standard_normal((5, 4, 4, 3))]),
+    "conv2d-valid-unbatched": (lambda F, x, w: F.conv2d(x[0], w, padding="valid"),
+                               [X, RNG.standard_normal((5, 4, 2, 2))]),
+    "conv1d": (lambda F, x, w, b: F.conv1d(x, w, b, stride=2, padding=2, dilation=2),
+               [X1, RNG.standard_normal((4, 3, 3)), RNG.standard_normal(4)]),
+    "conv_transpose2d": (lambda F, x, w, b: F.conv_transpose2d(
+        x, w, b, stride=2, padding=1, output_padding=1, groups=2),
+        [X, RNG.standard_normal((4, 3, 3, 2)), RNG.standard_normal(6)]),
+    "conv_transpose2d-dilated": (lambda F, x, w: F.conv_transpose2d(
+        x, w, stride=(1, 3), dilation=2), [X, RNG.standard_normal((4, 2, 2, 3))]),
+    "conv_transpose1d": (lambda F, x, w: F.conv_transpose1d(x, w, stride=3, padding=1),
+                         [X1, RNG.standard_normal((3, 2, 4))]),
+    "unfold": (lambda F, x: F.unfold(x, (2, 3), dilation=(1, 2), padding=1, stride=2), [X]),
+    "max_pool2d": (lambda F, x: F.max_pool2d(x, 3, 2, 1), [X]),
+    "max_pool2d-ceil-dilated": (lambda F, x: F.max_pool2d(x, (2, 3), 2, (1, 0), (1, 2),
+                                                          ceil_mode=True), [X]),
+    "max_pool1d": (lambda F, x: F.max_pool1d(x, 3, 2, 1), [X1]),
+    "avg_pool2d": (lambda F, x: F.avg_pool2d(x, 3, 2, 1), [X]),
+    "avg_pool2d-ceil-no-pad-count": (lambda F, x: F.avg_pool2d(
+        x, 3, 2, 1, ceil_mode=True, count_include_pad=False), [X]),
+    "avg_pool2d-divisor": (lambda F, x: F.avg_pool2d(x, 2, divisor_override=3), [X]),
+    "avg_pool1d": (lambda F, x: F.avg_pool1d(x, 4, 3, 2), [X1]),
+    "adaptive_avg_pool2d-global": (lambda F, x: F.adaptive_avg_pool2d(x, 1), [X]),
+    "adaptive_avg_pool2d-uneven": (lambda F, x: F.adaptive_avg_pool2d(x, (4, 3)), [X]),
+    "adaptive_avg_pool2d-none": (lambda F, x: F.adaptive_avg_pool2d(x, (None, 4)), [X]),
+    "adaptive_max_pool2d": (lambda F, x: F.adaptive_max_pool2d(x, (4, 3)), [X]),
+    "adaptive_avg_pool1d": (lambda F, x: F.adaptive_avg_pool1d(x, 4), [X1]),
+}
+
+
+def _run(lib, case):
+    fn, arrays = CASES[case]
+    inputs = [lib.tensor(a, dtype=lib.float64, requires_grad=True) for a in arrays]
+    out = fn(lib.nn.functional, *inputs)
+    weights = np.random.default_rng(1).standard_normal(tuple(out.shape))
+    (out * lib.tensor(weights)).sum().backward()
+    return out.detach().numpy(), [t.grad.numpy() for t in inputs]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_values_and_gradients_equal_torchs(case):
+    torch = _torch()
+    (ours, our_grads), (theirs, their_grads) = _run(eager, case), _run(torch, case)
+    assert ours.shape == theirs.shape
+    np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
+    for i, (g, ref) in enumerate(zip(our_grads, their_grads)):
+        np.testing.assert_allclose(g, ref, rtol=1e-10, atol=1e-12, err_msg=f"gradient {i}")
+
+
+def test_max_pool_indices_equal_torchs():
+    torch = _torch()
+    for ours, theirs in (
+            (F.max_pool2d(eager.tensor(X), 3, 2, 1, return_indices=True),
+             torch.nn.functional.max_pool2d(torch.tensor(X), 3, 2, 1, return_indices=True)),
+            (F.max_pool1d(eager.tensor(X1), 2, 1, 1, dilation=2, return_indices=True),
+             torch.nn.functional.max_pool1d(torch.tensor(X1), 2, 1, 1, dilation=2,
+                                            return_indices=True))):
+        assert ours[1].tolist() == theirs[1].tolist()
+
+
+def test_conv_modules_have_torchs_parameters_and_give_its_results_with_its_weights():
+    torch = _torch()
+    pairs = [(nn.Conv2d(4, 6, 3, stride=2, padding=1, groups=2),
+              torch.nn.Conv2d(4, 6, 3, stride=2, padding=1, groups=2)),
+             (nn.Conv2d(4, 3, (2, 3), padding=1, padding_mode="reflect", bias=False),
+              torch.nn.Conv2d(4, 3, (2, 3), padding=1, padding_mode="reflect", bias=False)),
+             (nn.Conv2d(4, 2, 3, padding=2, padding_mode="circular"),
+              torch.nn.Conv2d(4, 2, 3, padding=2, padding_mode="circular")),
+             (nn.ConvTranspose2d(4, 2, 3, stride=2, output_padding=1),
+              torch.nn.ConvTranspose2d(4, 2, 3, stride=2, output_padding=1))]
+    for ours, theirs in pairs:
+        state = {k: v.detach().numpy() for k, v in theirs.state_dict().items()}
+        assert sorted(state) == sorted(ours.state_dict())
+        assert {k: tuple(v.shape) for k, v in ours.state_dict().items()} == \
+            {k: v.shape for k, v in state.items()}
+        ours.load_state_dict({k: eager.tensor(v) for k, v in state.items()})
+        got = ours(eager.tensor(X, dtype=eager.float32)).detach().numpy()
+        want = theirs(torch.tensor(X, dtype=torch.float32)).detach().numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        assert repr(ours) == repr(theirs)
+
+
+def test_conv_weights_start_in_pytorchs_range():
+    m = nn.Conv2d(8, 16, 3, groups=2)
+    bound = 1 / np.sqrt(4 * 9)  # fan_in = in_channels / groups * kernel
+    assert np.abs(m.weight.detach().numpy()).max() <= bound
+    assert np.abs(m.bias.detach().numpy()).max() <= bound
+    assert np.abs(m.weight.detach().numpy()).max() > 0.8 * bound
+
+
+def test_bad_shapes_are_named():
+    with pytest.raises(RuntimeError, match="expected input\\[2, 4, 9, 8\\] to have 6 channels, "
+                                           "but got 4 channels instead"):
+        F.conv2d(eager.tensor(X), eager.ones(2, 3, 3, 3), groups=2)
+    with pytest.raises(RuntimeError, match="Expected 3D \\(unbatched\\) or 4D \\(batched\\)"):
+        F.conv2d(eager.ones(3, 3), eager.ones(1, 1, 1, 1))
+    with pytest.raises(RuntimeError, match="does not fit the padded input"):
+        F.conv2d(eager.ones(1, 1, 2, 2), eager.ones(1, 1, 3, 3))
+    with pytest.raises(ValueError, match="padding='same' is not supported for strided"):
+        nn.Conv2d(1, 1, 3, stride=2, padding="same")
+    with pytest.raises(RuntimeError, match="pad should be at most half of effective kernel"):
+        F.max_pool2d(eager.ones(1, 1, 5, 5), 2, padding=2)
+
+
+def test_a_compiled_convnet_step_equals_eager():
+    def make():
+        eager.manual_seed(0)
+        return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Conv2d(4, 6, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                             nn.Flatten(), nn.Linear(6, 3)).double()
+    images = eager.tensor(RNG.standard_normal((5, 1, 10, 10)))
+    labels = eager.tensor([0, 2, 1, 1, 0])
+    results = []
+    for compiled in (False, True):
+        model = make()
+        run = eager.compile(model) if compiled else model
+        loss = F.cross_entropy(run(images), labels)
+        loss.backward()
+        results.append([loss.item()] + [p.grad.numpy() for p in model.parameters()])
+    assert results[1][0] == pytest.approx(results[0][0], rel=1e-12)
+    for got, want in zip(results[1][1:], results[0][1:]):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
