@@ -43,7 +43,8 @@ LAYERS = [
         "eager.utils.data.dataset", "eager.utils.data.sampler", "eager.utils.data.collate",
         "eager.utils.data.worker", "eager.utils.data.dataloader", "eager.utils.data",
         "eager.utils"]),
-    ("the package and its walkthrough", ["eager", "eager.tour"]),
+    ("the package, its walkthrough and the torch alias", ["eager", "eager.tour",
+                                                           "eager.alias"]),
 ]
 
 ALLOWED = {

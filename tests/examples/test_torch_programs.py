@@ -1,0 +1,78 @@
+"""PyTorch programs run unmodified on kiln (eager/alias.py: `import torch` gives kiln's
+modules): the program is imported once under kiln and once under PyTorch, the same
+weights and batches go through both, and the losses, parameters and the scheduler's
+rates agree; then the program's own main() runs to its end on kiln."""
+import importlib
+import sys
+
+import numpy as np
+import pytest
+
+import eager
+from eager.alias import torch_is_eager
+
+PROGRAMS = ["examples.mnist_convnet"]
+
+
+def _import(name: str, kiln: bool):
+    """The program module, its `torch` being kiln's (kiln) or PyTorch's."""
+    sys.modules.pop(name, None)
+    if kiln:
+        with torch_is_eager():
+            return importlib.import_module(name)
+    pytest.importorskip("torch", reason="PyTorch (the 'compare' extra) is not installed")
+    return importlib.import_module(name)
+
+
+def test_the_alias_gives_kilns_modules_and_gives_torch_back():
+    with torch_is_eager():
+        import torch
+        import torch.nn.functional as F
+        from torch.utils.data import DataLoader
+        assert torch is eager and F is eager.nn.functional
+        assert DataLoader is eager.utils.data.DataLoader
+    assert sys.modules.get("torch") is not eager
+
+
+def test_mnist_convnet_trains_as_pytorch_does_from_the_same_weights():
+    ours, theirs = _import("examples.mnist_convnet", True), _import("examples.mnist_convnet", False)
+    torch = theirs.torch
+    kiln_model, torch_model = ours.Net((4, 6), 16), theirs.Net((4, 6), 16)
+    torch_model.load_state_dict({k: torch.from_numpy(v.detach().numpy().copy())
+                                 for k, v in kiln_model.state_dict().items()})
+    for model in (kiln_model, torch_model):  # dropout draws differ between libraries
+        model.dropout1.p = model.dropout2.p = 0.0
+    images, labels = ours.synthetic_digits(96)
+    runs = []
+    for lib, program, model in ((eager, ours, kiln_model), (torch, theirs, torch_model)):
+        optimizer = lib.optim.Adadelta(model.parameters(), lr=1.0)
+        scheduler = lib.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.7)
+        losses = []
+        for start in range(0, 96, 32):
+            x, y = lib.from_numpy(images[start:start + 32]), lib.from_numpy(labels[start:start + 32])
+            optimizer.zero_grad()
+            loss = program.F.nll_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            losses.append(loss.item())
+        runs.append((losses, scheduler.get_last_lr(),
+                     {k: v.detach().numpy() for k, v in model.state_dict().items()}))
+    (our_losses, our_lr, our_state), (their_losses, their_lr, their_state) = runs
+    np.testing.assert_allclose(our_losses, their_losses, rtol=1e-4)
+    assert our_lr == pytest.approx(their_lr)
+    for name in their_state:
+        np.testing.assert_allclose(our_state[name], their_state[name], rtol=1e-3, atol=1e-5,
+                                   err_msg=name)
+
+
+def test_mnist_convnet_main_runs_to_its_end_on_kiln_and_learns(capsys):
+    program = _import("examples.mnist_convnet", True)
+    with torch_is_eager():
+        loss, accuracy = program.main(["--epochs", "2", "--train-samples", "512",
+                                       "--test-samples", "128", "--batch-size", "32",
+                                       "--channels", "4", "8", "--hidden", "16",
+                                       "--log-interval", "100"])
+    printed = capsys.readouterr().out
+    assert "Train Epoch: 2" in printed and "Test set: Average loss" in printed
+    assert accuracy > 0.3  # ten classes: chance is 0.1
