@@ -272,6 +272,22 @@ def _backward(self, gradient=None, retain_graph=None, create_graph=False, inputs
     autograd.backward(self, gradient, retain_graph, create_graph, inputs=inputs)
 
 
+def _deepcopy(self, memo):
+    """copy.deepcopy of a leaf (a module's parameters when a Transformer copies its layer):
+    new memory, the same class (a Parameter stays one), requires_grad and a copied .grad."""
+    if not self.is_leaf:
+        raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support "
+                           "the deepcopy protocol at the moment.")
+    with autograd.no_grad():
+        data = self.clone()
+    new = data if type(self) is Tensor else type(self)(data, self.requires_grad)
+    new.requires_grad_(self.requires_grad)
+    if self.grad is not None:
+        new.grad = _deepcopy(self.grad, memo)
+    memo[id(self)] = new
+    return new
+
+
 def _T(self):
     return ops.permute(self, list(range(self.dim() - 1, -1, -1)))
 
@@ -290,6 +306,7 @@ _METHODS = {
     "to": _to, "type": _type, "cpu": _cpu, "cuda": _cuda, "float": _float, "double": _double,
     "half": _half, "long": _long, "int": _int, "bool": _bool,
     "__format__": _format, "__getattr__": _missing_attribute, "backward": _backward, "register_hook": register_tensor_hook, "retain_grad": retain_grad,
+    "__deepcopy__": _deepcopy,
     "__add__": ATEN[Op.ADD], "__radd__": ATEN[Op.ADD], "__sub__": ATEN[Op.SUB],
     "__rsub__": _rsub, "__mul__": ATEN[Op.MUL], "__rmul__": ATEN[Op.MUL],
     "__truediv__": ATEN[Op.DIV], "__rtruediv__": _rdiv, "__pow__": ATEN[Op.POW],
