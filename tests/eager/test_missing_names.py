@@ -18,7 +18,7 @@ from eager._missing import NotSupportedYet
     (lambda: eager.cumsum, "torch.cumsum"),
     (lambda: eager.ones(2).cumsum, "torch.Tensor.cumsum"),
     (lambda: eager.nn.Parameter(eager.ones(1)).cumsum, "torch.Tensor.cumsum"),
-    (lambda: eager.nn.LSTM, "torch.nn.LSTM"),
+    (lambda: eager.nn.Fold, "torch.nn.Fold"),
     (lambda: F.conv3d, "torch.nn.functional.conv3d"),
     (lambda: eager.optim.LBFGS, "torch.optim.LBFGS"),
     (lambda: eager.optim.lr_scheduler.CyclicLR, "torch.optim.lr_scheduler.CyclicLR"),

@@ -7,6 +7,8 @@ from eager.nn.modules import activation as _activation
 from eager.nn.modules import conv as _conv
 from eager.nn.modules import loss as _loss
 from eager.nn.modules import normalization as _normalization
+from eager.nn.modules.recurrent import (GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell,
+                                        RNNCellBase)
 
 _MORE = {name: getattr(module, name) for module in (_activation, _conv, _loss, _normalization)
          for name, value in vars(module).items()
@@ -17,4 +19,5 @@ globals().update(_MORE)
 __all__ = ["Module", "Sequential", "ModuleList", "ModuleDict", "Linear", "Embedding",
            "LayerNorm", "Dropout", "ReLU", "GELU", "SiLU", "Tanh", "Sigmoid", "Softmax",
            "LogSoftmax", "Identity", "Flatten", "CrossEntropyLoss", "MSELoss",
-           "L1Loss"] + sorted(_MORE)
+           "L1Loss", "RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell",
+           "GRUCell"] + sorted(_MORE)
