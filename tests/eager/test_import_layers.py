@@ -38,7 +38,7 @@ LAYERS = [
         "eager.nn.modules.module", "eager.nn.modules.container", "eager.nn.modules.layers",
         "eager.nn.modules.activation", "eager.nn.modules.conv", "eager.nn.modules.loss",
         "eager.nn.modules.normalization",
-        "eager.nn.modules.recurrent",
+        "eager.nn.modules.recurrent", "eager.nn.modules.transformer",
         "eager.nn.modules", "eager.nn", "eager.optim.optimizer", "eager.optim.sgd",
         "eager.optim.adam", "eager.optim.adaptive", "eager.optim.lr_scheduler", "eager.optim",
         "eager.utils.data.dataset", "eager.utils.data.sampler", "eager.utils.data.collate",

@@ -9,6 +9,9 @@ from eager.nn.modules import loss as _loss
 from eager.nn.modules import normalization as _normalization
 from eager.nn.modules.recurrent import (GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell,
                                         RNNCellBase)
+from eager.nn.modules.transformer import (MultiheadAttention, Transformer, TransformerDecoder,
+                                          TransformerDecoderLayer, TransformerEncoder,
+                                          TransformerEncoderLayer)
 
 _MORE = {name: getattr(module, name) for module in (_activation, _conv, _loss, _normalization)
          for name, value in vars(module).items()
@@ -20,4 +23,6 @@ __all__ = ["Module", "Sequential", "ModuleList", "ModuleDict", "Linear", "Embedd
            "LayerNorm", "Dropout", "ReLU", "GELU", "SiLU", "Tanh", "Sigmoid", "Softmax",
            "LogSoftmax", "Identity", "Flatten", "CrossEntropyLoss", "MSELoss",
            "L1Loss", "RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell",
-           "GRUCell"] + sorted(_MORE)
+           "GRUCell", "MultiheadAttention", "TransformerEncoderLayer",
+           "TransformerDecoderLayer", "TransformerEncoder", "TransformerDecoder",
+           "Transformer"] + sorted(_MORE)
