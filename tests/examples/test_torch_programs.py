@@ -116,3 +116,52 @@ def test_gpt_main_runs_to_its_end_on_kiln():
                                        "16", "--n-embd", "16", "--eval-interval", "100",
                                        "--sample", "20"])
     assert len(losses) == 12 and losses[-1] < losses[0] and len(sample) == 21
+
+
+def _same_weights(kiln_model, torch_model, torch):
+    torch_model.load_state_dict({k: torch.from_numpy(v.detach().numpy().copy())
+                                 for k, v in kiln_model.state_dict().items()})
+
+
+def test_a_vae_trains_as_pytorch_does():
+    ours = _import("tests.examples.programs.vae", True)
+    theirs = _import("tests.examples.programs.vae", False)
+    torch = theirs.torch
+    kiln_model, torch_model = ours.VAE(64, 32, 4), theirs.VAE(64, 32, 4)
+    _same_weights(kiln_model, torch_model, torch)
+    images = np.random.default_rng(0).uniform(0, 1, (5, 8, 64)).astype(np.float32)
+    runs = []
+    for lib, program, model in ((eager, ours, kiln_model), (torch, theirs, torch_model)):
+        model.eval()  # the latent is the mean: no draws to differ between libraries
+        runs.append(program.train(model, [lib.from_numpy(b) for b in images]))
+    np.testing.assert_allclose(runs[0], runs[1], rtol=1e-4)
+    kiln_model.train()  # and sampling runs: randn_like, exp
+    recon, mu, logvar = kiln_model(eager.from_numpy(images[0]))
+    assert recon.shape == (8, 64) and ((recon.detach().numpy() > 0) &
+                                       (recon.detach().numpy() < 1)).all()
+
+
+def test_polynomial_regression_fits_as_pytorch_does(capsys):
+    ours = _import("tests.examples.programs.linear_regression", True)
+    theirs = _import("tests.examples.programs.linear_regression", False)
+    torch = theirs.torch
+    rng = np.random.default_rng(0)
+    w, b = rng.standard_normal((4, 1)) * 2, rng.standard_normal(1)
+    xs = rng.standard_normal((30, 32))  # float64: 30 steps on x^4 features amplify rounding
+    runs = []
+    for lib, program in ((eager, ours), (torch, theirs)):
+        lib.manual_seed(0)
+        fc = lib.nn.Linear(4, 1).double()
+        with lib.no_grad():
+            fc.weight.copy_(lib.tensor([[0.1, -0.2, 0.3, 0.0]], dtype=lib.float64))
+            fc.bias.copy_(lib.tensor([0.5], dtype=lib.float64))
+        w_t, b_t = lib.tensor(w), lib.tensor(b)
+        batches = [(program.make_features(lib.from_numpy(x)),
+                    program.f(program.make_features(lib.from_numpy(x)), w_t, b_t)) for x in xs]
+        runs.append((program.fit(fc, batches), program.poly_desc(fc.weight.view(-1), fc.bias)))
+    np.testing.assert_allclose(runs[0][0], runs[1][0], rtol=1e-10)
+    assert runs[0][1] == runs[1][1]  # '{:+.2f}'.format of zero-dim tensors
+    with torch_is_eager():
+        losses, *_ = ours.main(steps=300)
+    assert losses[-1] < 0.1 * losses[0]
+    assert "==> Learned function:" in capsys.readouterr().out
