@@ -9,7 +9,11 @@ Every rule keeps results bit-identical to eager execution:
   permute(permute(x, p), q) -> one permute (or x);
 - view / expand / _to_copy to the type x already has -> x; view(view(x)) -> one view
   when x is a freshly computed (contiguous) value;
-- x / c -> x * (1 / c) only when c is a power of two, where the reciprocal is exact.
+- x / c -> x * (1 / c) only when c is a power of two, where the reciprocal is exact;
+- an elementwise op reads x instead of expand(x) where its other operands alone give
+  the result's shape: broadcasting repeats x as the expand did (x keeps at least one
+  dim, so type promotion is unchanged). A row kernel then holds a reduction's result
+  as one value per row instead of a view of a value it computes (which it cannot run).
 Not done, because results would change: x - x -> 0 and x * 0 -> 0 (NaN and inf inputs),
 division by other constants (rounding).
 """
@@ -18,6 +22,8 @@ from __future__ import annotations
 import math
 
 from compiler.passes.rewrite import Rewriter
+from eager.records import pointwise_ops
+from eager.shapes import broadcast_shapes
 from ir.graph import Graph, Value
 from ir.ops import VIEW, Op
 
@@ -103,10 +109,39 @@ def _same_type(rw, node, ins):
     return None
 
 
+def _broadcast_expands(rw, node, ins):
+    """op(expand(x), y) -> op(x, y) where y gives the result's shape without the expand."""
+    shape = tuple(node.outputs[0].type.shape)
+    reads, changed = list(ins), False
+    for k, v in enumerate(ins):
+        p = rw.producers.get(v) if isinstance(v, Value) else None
+        if p is None or p[0] is not Op.EXPAND or not p[1][0].type.shape:
+            continue
+        trial = reads[:k] + [p[1][0]] + reads[k + 1:]
+        if broadcast_shapes(*(tuple(w.type.shape) for w in trial
+                              if isinstance(w, Value))) == shape:
+            reads, changed = trial, True
+    if not changed:
+        return None
+    return rw.emit(node.op, reads, node.attrs, [node.outputs[0].type])[0]
+
+
+def _first_of(*rules):
+    def rule(rw, node, ins):
+        for r in rules:
+            replacement = r(rw, node, ins)
+            if replacement is not None:
+                return replacement
+        return None
+    return rule
+
+
 RULES = {Op.MUL: _mul, Op.ADD: _add_sub, Op.SUB: _add_sub, Op.DIV: _div,
          Op.NEG: _involution, Op.T: _involution, Op.TRANSPOSE: _involution,
          Op.PERMUTE: _permute, Op.VIEW: _same_type, Op.EXPAND: _same_type,
          Op.TO_COPY: _same_type}
+RULES.update({op: _first_of(RULES[op], _broadcast_expands) if op in RULES
+              else _broadcast_expands for op in pointwise_ops()})
 
 
 class _Tracking(Rewriter):

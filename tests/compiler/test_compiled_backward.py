@@ -80,6 +80,26 @@ def test_backward_graph_runs_as_native_kernels_and_explain_says_so():
         text.split("backward lowering:")[1]
 
 
+@pytest.mark.slow  # generates its kernels
+def test_layer_norm_backward_runs_native_and_equals_numpy_float64():
+    """mean's derivative divides before it expands and simplify drops the expands that
+    the ops broadcast anyway: no kernel holds a view of a value it computes."""
+    rng = np.random.default_rng(1)
+    x64, g64 = rng.standard_normal((5, 3, 7)), rng.standard_normal((5, 3, 7))
+    x = eager.tensor(x64.astype(np.float32), requires_grad=True)
+    cf = compiler.compile(lambda x: F.layer_norm(x, (7,)))
+    cf(x).backward(eager.tensor(g64.astype(np.float32)))
+    (region,) = _training_regions(cf)
+    backward = region.backward
+    fused = [n for n in backward.graph.nodes if n.op.name == "FUSED"]
+    assert fused and len(backward.kernels) == len(fused) and not backward.native_reasons
+    r = 1 / np.sqrt(x64.var(-1, keepdims=True) + 1e-5)
+    xhat = (x64 - x64.mean(-1, keepdims=True)) * r
+    want = r * (g64 - g64.mean(-1, keepdims=True)
+                - xhat * (g64 * xhat).mean(-1, keepdims=True))
+    np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-4, atol=1e-5)
+
+
 def test_saved_bytes_are_reported_before_and_after_recomputing():
     x = eager.randn(32, 16)
     (w,) = _params((16, 16))

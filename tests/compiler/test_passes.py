@@ -127,6 +127,38 @@ def test_view_chain_on_fresh_memory_becomes_one_view():
     assert [str(n).split(" = ")[1] for n in g.nodes] == ["exp(%x)", "view(%0, size=[12])"]
 
 
+ROW_EXPAND = """
+    graph(%x: f32[4,6], %y: f32[4,6]):
+      %0: f32[4,1] = sum(%x, dim=[1], keepdim=True, dtype=None)
+      %1: f32[4,6] = expand(%0, size=[4, 6], implicit=False)
+      %2: f32[4,6] = mul(%1, %y)
+      %3: f32[] = scalar(value=2.0)
+      %4: f32[4,6] = mul(%1, %3)
+      return (%2, %4)
+    """
+
+
+def test_an_elementwise_op_reads_a_row_value_instead_of_its_expand():
+    """mul(expand(s), y) broadcasts s itself (y has the shape); mul(expand(s), 2.0) keeps
+    the expand, which alone gives the result its shape."""
+    g = dce(simplify(G(ROW_EXPAND)))
+    assert [str(n).split(" = ")[1] for n in g.nodes] == [
+        "sum(%x, dim=[1], keepdim=True, dtype=None)", "expand(%0, size=[4, 6], implicit=False)",
+        "mul(%0, %y)", "scalar(value=2.0)", "mul(%1, %3)"]
+    verify_types(g)
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal((4, 6)).astype(np.float32) for _ in range(2)]
+    for got, want in zip(run(g, *arrays), run(G(ROW_EXPAND), *arrays)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_zero_dim_value_keeps_its_expand_which_changes_promotion():
+    text = ("graph(%x: f64[], %y: f32[3]):\n"
+            "  %0: f64[3] = expand(%x, size=[3], implicit=False)\n"
+            "  %1: f64[3] = mul(%0, %y)\n  return (%1)\n")
+    assert str(dce(simplify(G(text)))) == text
+
+
 def test_drop_copies_keeps_clones_that_leave_the_graph():
     same(drop_copies(G("""
         graph(%x: f32[3]):
