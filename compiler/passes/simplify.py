@@ -14,6 +14,12 @@ Every rule keeps results bit-identical to eager execution:
   the result's shape: broadcasting repeats x as the expand did (x keeps at least one
   dim, so type promotion is unchanged). A row kernel then holds a reduction's result
   as one value per row instead of a view of a value it computes (which it cannot run).
+One rule is exact up to the sign of zero:
+- the sum of two slice_backward over adjacent ranges of one dim -> slice_backward of
+  their cat (their cat alone where the ranges cover the dim): the gradient of `split`
+  or of slices such as q, k, v of one product, written once instead of padded with
+  zeros and added. Eager adds zeros, turning a -0.0 into +0.0; the cat keeps -0.0, as
+  PyTorch's SplitBackward0 (a cat) does.
 Not done, because results would change: x - x -> 0 and x * 0 -> 0 (NaN and inf inputs),
 division by other constants (rounding).
 """
@@ -23,7 +29,8 @@ import math
 
 from compiler.passes.rewrite import Rewriter
 from eager.records import pointwise_ops
-from eager.shapes import broadcast_shapes
+from eager.kernels.shape import slice_bounds
+from eager.shapes import broadcast_shapes, wrap_dim
 from ir.graph import Graph, Value
 from ir.ops import VIEW, Op
 
@@ -126,6 +133,47 @@ def _broadcast_expands(rw, node, ins):
     return rw.emit(node.op, reads, node.attrs, [node.outputs[0].type])[0]
 
 
+def _slice_grad(rw, v):
+    """(grad, input sizes, dim, start, end) of a value made by slice_backward with step 1."""
+    p = rw.producers.get(v)
+    if p is None or p[0] is not Op.SLICE_BACKWARD:
+        return None
+    a = dict(p[2])
+    sizes = tuple(a["input_sizes"])
+    dim = wrap_dim(a["dim"], len(sizes))
+    start, end, step = slice_bounds(sizes[dim], a["start"], a["end"], a["step"])
+    return None if step != 1 else (p[1][0], sizes, dim, start, end)
+
+
+def _cat_parts(rw, v, dim) -> list:
+    """What a cat of `v` along `dim` reads: v, or the parts of the cat that made it."""
+    p = rw.producers.get(v)
+    if p is not None and p[0] is Op.CAT and dict(p[2])["dim"] == dim:
+        return list(p[1][0])
+    return [v]
+
+
+def _join_slice_grads(rw, node, ins):
+    """slice_backward(a, r1) + slice_backward(b, r2), r1 just before r2 -> one of cat(a, b)."""
+    a, b = (_slice_grad(rw, v) for v in ins)
+    out = node.outputs[0].type
+    if a is None or b is None or node.attr["alpha"] != 1 or a[1:3] != b[1:3] or \
+            ins[0].type != out or ins[1].type != out:
+        return None
+    if b[4] == a[3]:
+        a, b = b, a
+    if a[4] != b[3]:
+        return None
+    _, sizes, dim, start, end = a[0], a[1], a[2], a[3], b[4]
+    parts = _cat_parts(rw, a[0], dim) + _cat_parts(rw, b[0], dim)
+    (joined,) = rw.emit(Op.CAT, [tuple(parts)], {"dim": dim})
+    if (start, end) == (0, sizes[dim]):
+        return joined
+    return rw.emit(Op.SLICE_BACKWARD, [joined], {"input_sizes": sizes, "dim": dim,
+                                                  "start": start, "end": end, "step": 1},
+                   [out])[0]
+
+
 def _first_of(*rules):
     def rule(rw, node, ins):
         for r in rules:
@@ -136,7 +184,7 @@ def _first_of(*rules):
     return rule
 
 
-RULES = {Op.MUL: _mul, Op.ADD: _add_sub, Op.SUB: _add_sub, Op.DIV: _div,
+RULES = {Op.MUL: _mul, Op.ADD: _first_of(_join_slice_grads, _add_sub), Op.SUB: _add_sub, Op.DIV: _div,
          Op.NEG: _involution, Op.T: _involution, Op.TRANSPOSE: _involution,
          Op.PERMUTE: _permute, Op.VIEW: _same_type, Op.EXPAND: _same_type,
          Op.TO_COPY: _same_type}

@@ -159,6 +159,31 @@ def test_a_zero_dim_value_keeps_its_expand_which_changes_promotion():
     assert str(dce(simplify(G(text)))) == text
 
 
+def test_slice_gradients_over_adjacent_ranges_become_one_cat():
+    """q, k, v = qkv.split(...): their gradients are written once, not padded and added;
+    the sum's order does not matter, and ranges that do not meet are left alone."""
+    text = """
+        graph(%a: f32[2,3], %b: f32[2,4], %c: f32[2,2]):
+          %0: f32[2,9] = slice_backward(%b, input_sizes=[2, 9], dim=1, start=3, end=7, step=1)
+          %1: f32[2,9] = slice_backward(%a, input_sizes=[2, 9], dim=-1, start=0, end=3, step=1)
+          %2: f32[2,9] = add(%0, %1, alpha=1)
+          %3: f32[2,9] = slice_backward(%c, input_sizes=[2, 9], dim=1, start=7, end=9, step=1)
+          %4: f32[2,9] = add(%2, %3, alpha=1)
+          %5: f32[2,9] = slice_backward(%c, input_sizes=[2, 9], dim=1, start=-2, end=100, step=1)
+          %6: f32[2,9] = add(%1, %5, alpha=1)
+          return (%4, %6)
+        """
+    g = dce(simplify(G(text)))
+    verify_types(g)
+    assert [str(n).split(" = ")[1].split("(")[0] for n in g.nodes] == [
+        "slice_backward", "cat", "slice_backward", "add"]
+    assert str(g.nodes[1]).endswith("cat([%a, %b, %c], dim=1)")
+    rng = np.random.default_rng(2)
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in ((2, 3), (2, 4), (2, 2))]
+    for got, want in zip(run(g, *arrays), run(G(text), *arrays)):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_drop_copies_keeps_clones_that_leave_the_graph():
     same(drop_copies(G("""
         graph(%x: f32[3]):
