@@ -465,3 +465,42 @@ def test_bool_maximum_minimum_and_add_natively_are_eager_s(op):
     compiled = compiler.compile(fn, backend="native")
     assert compiled(a, b).tolist() == fn(a, b).tolist()
     _assert_ran_natively(compiled)
+
+
+
+def _view_chain(n: int):
+    import textwrap
+    import ir
+    m = len(range(1, n, 2))
+    return ir.parse(textwrap.dedent(f"""
+        graph(%x: f32[{n},4]):
+          %0: f32[4,{n}] = t(%x)
+          %1: f32[4,{m}] = slice.Tensor(%0, dim=1, start=1, end={n}, step=2)
+          %2: f32[2,4,{m}] = expand(%1, size=[2, 4, {m}], implicit=False)
+          %3: f32[{m},4] = transpose.int(%1, dim0=0, dim1=1)
+          return (%2, %3, %x)
+        """))
+
+
+def _same_views(got, want):
+    for g, w in zip(got, want):
+        assert (g.shape, g.stride(), g.storage_offset(), g.data_ptr()) == \
+            (w.shape, w.stride(), w.storage_offset(), w.data_ptr())
+        np.testing.assert_array_equal(g.numpy(), w.numpy())
+
+
+@pytest.mark.parametrize("n", [6, 7, 0])
+def test_leading_views_made_directly_are_the_eager_views(n):
+    """From a layout's second call the views are made without eager ops: the same shapes,
+    strides, offsets and memory as eager's views, per layout of the input (contiguous,
+    transposed, at an offset in a wider tensor)."""
+    from compiler.backends.native.views import LeadingViews
+    graph = _view_chain(n)
+    views = LeadingViews(graph)
+    grid = np.arange((n + 1) * 8, dtype=np.float32).reshape(n + 1, 8)
+    layouts = [eager.tensor(grid[:n, :4].copy()), eager.tensor(grid[:4, :n].copy()).t(),
+               eager.tensor(grid)[1:, 2:6]]
+    for x in layouts + layouts:  # each layout twice, alternating
+        got = views([x])
+        _same_views(got, interpreter.run(graph, [x]))
+        assert got[2] is x

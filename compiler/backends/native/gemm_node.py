@@ -9,9 +9,10 @@ from __future__ import annotations
 from compiler import interpreter
 from compiler.backends.native.gemm_node_plan import plan_gemm_node
 from compiler.backends.native.pointwise import PointwiseNode
+from compiler.backends.native.views import LeadingViews
 from eager.tensor import from_array
 from ir.graph import Graph, Node
-from ir.ops import Op
+from ir.ops import VIEW, Op
 
 
 class GemmNode:
@@ -23,7 +24,7 @@ class GemmNode:
         self.plan = plan = plan_gemm_node(self.body)
         self.fallback_reason = ""
         self.kind = "gemm"
-        self._prologue = interpreter.prepare(plan.prologue) if plan.prologue else None
+        self._prologue = _prologue(plan.prologue) if plan.prologue else None
         self._rest = _elementwise_node(plan.rest) if plan.rest else None
         # the GEMM stack loads with the first gemm node, not with the backend (a graph
         # without products never imports it: ~25 ms)
@@ -71,6 +72,13 @@ class GemmNode:
         trans_a, trans_b = self._transposes
         return from_array(self._product(a._np(), b._np(), trans_a=trans_a, trans_b=trans_b,
                                         epilogue=epilogue, specialise=self._specialise))
+
+
+def _prologue(graph: Graph):
+    """The prologue as a callable: views alone are made directly per layout."""
+    if all(n.op in VIEW for n in graph.nodes):
+        return LeadingViews(graph)
+    return interpreter.prepare(graph)
 
 
 def _elementwise_node(graph: Graph) -> PointwiseNode:

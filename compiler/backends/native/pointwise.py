@@ -21,10 +21,10 @@ from compiler.codegen import pointwise as K
 from compiler.codegen import values as V
 from compiler.codegen import gather as G
 from compiler.backends.native.launch import Launch, OutOfRange, output_spec
+from compiler.backends.native.views import LeadingViews
 from compiler.passes.fusion import row_space
-from eager.dispatcher import ATEN
 from eager.shapes import merge_dims
-from ir.graph import Node
+from ir.graph import Graph, Node
 from ir.ops import VIEW, Op
 
 GATHERING = frozenset({Op.INDEX, Op.INDEX_SELECT, Op.EMBEDDING, Op.GATHER})
@@ -225,11 +225,11 @@ class PointwiseNode:
         kernel's leading views, applied eagerly)."""
         if self._positions is not None:
             return [inputs[i] for i in self._positions]
-        env = dict(zip(self.body.inputs, inputs))
-        for n in self.views:
-            args, kwargs = interpreter.node_call_args(n, env)
-            env[n.outputs[0]] = ATEN[n.op](*args, **kwargs)
-        return [env[v] for v in self.operands]
+        return self._leading_views(inputs)
+
+    @functools.cached_property
+    def _leading_views(self) -> LeadingViews:
+        return LeadingViews(Graph(self.body.inputs, tuple(self.views), self.operands, "views"))
 
     def _plan_and_run(self, inputs, operands) -> list:
         """Plan the launch for the operands' strides, keep it and run it; the interpreter
