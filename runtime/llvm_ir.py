@@ -255,6 +255,18 @@ def pairwise(items: list, combine: Callable):
     return items[0]
 
 
+def pairwise_lanes(b: ir.IRBuilder, vector_value, combine: Callable):
+    """pairwise over a vector's lanes (a power-of-two count) with each level one vector
+    combine of the even lanes and the odd ones: the same tree of the same pairs, so the
+    same result, in log2(W) vector steps instead of W - 1 scalar ones."""
+    v, n = vector_value, vector_value.type.count
+    while n > 1:
+        halves = [b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined), ir.Constant(
+            ir.VectorType(I32, n // 2), list(range(first, n, 2)))) for first in (0, 1)]
+        v, n = combine(*halves), n // 2
+    return b.extract_element(v, i32(0))
+
+
 # loops --------------------------------------------------------------------------------
 def _blocks(b: ir.IRBuilder, name: str) -> tuple:
     return tuple(b.append_basic_block(f"{name}.{part}") for part in ("head", "body", "done"))

@@ -99,8 +99,8 @@ def finish(b: ir.IRBuilder, w: int, node: Node, acc):
     with log2(W) on top of the per-lane sums); argmax and argmin keep the lowest index
     among equal values."""
     slot, index, _ = acc
-    values = llvm_ir.lanes_of(b, b.load(slot))
     if index is not None:
-        pairs = list(zip(values, llvm_ir.lanes_of(b, b.load(index))))
+        pairs = list(zip(llvm_ir.lanes_of(b, b.load(slot)),
+                         llvm_ir.lanes_of(b, b.load(index))))
         return llvm_ir.pairwise(pairs, lambda x, y: combine(b, node, x, y))[1]
-    return llvm_ir.pairwise(values, lambda x, y: combine(b, node, x, y))
+    return llvm_ir.pairwise_lanes(b, b.load(slot), lambda x, y: combine(b, node, x, y))

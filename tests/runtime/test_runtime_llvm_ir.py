@@ -82,6 +82,31 @@ def test_a_sum_carried_through_phis_and_folded_pairwise():
     assert out[0] == x.sum()
 
 
+def test_lanes_folded_as_vectors_give_the_scalar_tree_s_bits():
+    """pairwise_lanes pairs the same neighbours as pairwise over lanes_of: a float32 sum
+    whose rounding depends on the order comes out bit for bit the same."""
+    def folded(vectorised: bool):
+        def build(b, x, out):
+            v = llvm_ir.load_vector(b, x, W, 4)
+            b.store(llvm_ir.pairwise_lanes(b, v, b.fadd) if vectorised else
+                    llvm_ir.pairwise(llvm_ir.lanes_of(b, v), b.fadd), out)
+        address, module = _kernel([F32.as_pointer(), F32.as_pointer()], build)
+        return ctypes.CFUNCTYPE(None, FLOATS, FLOATS)(address), str(module)
+    (vector_sum, text), (scalar_sum, _) = folded(True), folded(False)
+    assert "extractelement" in text and text.count("extractelement") == 1
+    rng = np.random.default_rng(0)
+    for scale in (1.0, 1e8):
+        for _ in range(50):
+            x = (rng.standard_normal(W) * rng.choice([1.0, scale], W)).astype(np.float32)
+            got, want = np.zeros(1, np.float32), np.zeros(1, np.float32)
+            vector_sum(x.ctypes.data_as(FLOATS), got.ctypes.data_as(FLOATS))
+            scalar_sum(x.ctypes.data_as(FLOATS), want.ctypes.data_as(FLOATS))
+            pairs = x.astype(np.float32)
+            while len(pairs) > 1:
+                pairs = pairs[0::2] + pairs[1::2]
+            assert got[0].tobytes() == want[0].tobytes() == pairs[0].tobytes()
+
+
 def test_claimed_indices_and_trips_known_when_building_each_run_once():
     """claim_loop hands out 0..count-1 from a counter; for_trips runs 0, 1 or 3 trips."""
     i64p = llvm_ir.I64.as_pointer()
