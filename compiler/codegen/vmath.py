@@ -210,12 +210,16 @@ def _expm1_small(m: _Math, r):
 
 def _exp(m: _Math, x, lo=None):
     """e^(x + lo) = 2^q e^r, the scaling done in two halves so neither factor overflows
-    and a subnormal result is rounded once. lo is a low part, for pow."""
-    q, r = _reduce_exp(m, m.clamp(x, *m.pick(((-104.0, 89.0), (-746.0, 710.0)))), lo)
+    and a subnormal result is rounded once. lo is a low part, for pow. Below the lowest
+    bound the result is 0, computed from x = 0 and replaced: scaling down to 0 costs a
+    microcode assist per lane on x86 (a softmax row masked with -inf ran 2x slower)."""
+    lowest, highest = m.pick(((-104.0, 89.0), (-746.0, 710.0)))
+    zero = m.lt(x, lowest)
+    q, r = _reduce_exp(m, m.select(zero, 0.0, m.below(x, highest)), lo)
     n = m.to_int(q)
     half = m.ishr(n, 1)
     y = m.mul(m.mul(m.add(_expm1_small(m, r), 1.0), m.pow2(m.isub(n, half))), m.pow2(half))
-    return m.select(m.isnan(x), x, y)
+    return m.select(m.isnan(x), x, m.select(zero, 0.0, y))
 
 
 def _expm1(m: _Math, x):

@@ -155,10 +155,10 @@ def _neighbours(magnitudes, dtype, count):
 
 
 EDGES = [0.0, 1.0, 2.0 ** -126, 2.0 ** -1022, 0.29, 0.5625, 0.7071, 0.84375, 1.25, 1.4142,
-         1 / 0.35, 3.875, 6.0, 9.01, 17.33, 19.06, 37.4, 87.33, 88.72, 103.97, 708.4, 709.78,
-         745.13]
+         1 / 0.35, 3.875, 6.0, 9.01, 17.33, 19.06, 37.4, 87.33, 88.72, 103.97, 104.0, 708.4,
+         709.78, 745.13, 746.0]
 """Magnitudes where a function changes method, range or rounding (thresholds of
-underflow, overflow and saturation, subnormals, 1)."""
+underflow, overflow and saturation, subnormals, 1, exp's bound below which it is 0)."""
 
 
 @functools.cache
