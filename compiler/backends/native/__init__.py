@@ -14,6 +14,7 @@ from compiler.backends.native.gemm_node_plan import GEMM_DTYPES
 from compiler.backends.native.pointwise import NotNative, PointwiseNode, node_problem
 from ir.graph import Graph, Node
 from ir.ops import Op
+from runtime.host_memory import keep_freed_memory
 
 
 def codegen_seconds() -> float:
@@ -53,6 +54,7 @@ class _Direct:
 
 def prepare(graph: Graph):
     """`graph` (after the passes) as a callable; fused nodes run natively where they can."""
+    keep_freed_memory()  # the kernels' fresh outputs reuse freed pages (runtime/host_memory.py)
     natives, reasons = {}, {}
     for i, node in enumerate(graph.nodes):
         if node.op is Op.FUSED:
