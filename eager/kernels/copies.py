@@ -8,7 +8,7 @@ from eager.arguments import tensor_list
 from eager.backends import backend_for
 from eager.device import as_device
 from eager.factories import zeros
-from eager.kernels._common import (meta_from_rule, operand, promote, register, result,
+from eager.kernels._common import (add_at, meta_from_rule, operand, promote, register, result,
                                    scalar_value, type_word)
 from eager.kernels.shape import slice_bounds
 from eager.records import declare
@@ -148,7 +148,8 @@ def index_add_cpu(self, dim, index, source, *, alpha=1):
         return result(out, dt)
     d = wrap_dim(dim, self.dim())
     _check_bounds("index_add", idx, out.shape[d])
-    np.add.at(np.moveaxis(out, d, 0), idx, np.moveaxis(src, d, 0))
+    grid = np.indices(src.shape, sparse=True)
+    add_at(out, tuple(idx.reshape(g.shape) if k == d else g for k, g in enumerate(grid)), src)
     return result(out, dt)
 
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from eager.dispatcher import ATEN
 from eager.factories import zeros
-from eager.kernels._common import meta_from_rule, register, result, type_word
+from eager.kernels._common import add_at, meta_from_rule, register, result, type_word
 from eager.kernels.elementwise import check_no_internal_overlap
 from eager.kernels.gradients import sum_to
 from eager.records import declare
@@ -199,7 +199,7 @@ def _scatter(self, dim, index, src, add: bool):
     values = _cut(src._np(), index._shape, None)
     if add:
         grid = np.indices(idx.shape, sparse=True)
-        np.add.at(out, tuple(idx if k == d else g for k, g in enumerate(grid)), values)
+        add_at(out, tuple(idx if k == d else g for k, g in enumerate(grid)), values)
     else:
         np.put_along_axis(_cut(out, index._shape, d), idx, values, axis=d)
     return result(out, dt)

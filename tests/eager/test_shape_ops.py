@@ -169,3 +169,25 @@ def test_advanced_indexing_returns_a_copy():
     picked = base[eager.tensor([1, 0])]
     picked.zero_()
     np.testing.assert_array_equal(base.numpy(), np.arange(24.0).reshape(2, 3, 4))
+
+
+@pytest.mark.parametrize("shape, dim, count", [((43, 64), 0, 512), ((5, 7, 3), 1, 40),
+                                               ((4, 6), 1, 0), ((0, 3), 1, 5), ((9,), 0, 33)])
+def test_add_at_through_flat_indices_adds_in_np_add_at_s_order(shape, dim, count):
+    """The same bits as np.add.at: repeated and negative indices, float32 values whose sum
+    depends on the order, a non-contiguous target (numpy's own path)."""
+    from eager.kernels._common import add_at
+    rng = np.random.default_rng(count)
+    size = shape[dim]
+    index = rng.integers(-size, size, count)
+    values_shape = shape[:dim] + (count,) + shape[dim + 1:]
+    values = (rng.standard_normal(values_shape) * 10.0 ** rng.integers(-4, 5, values_shape)
+              ).astype(np.float32)
+    grid = np.indices(values_shape, sparse=True)
+    key = tuple(index.reshape(g.shape) if k == dim else g for k, g in enumerate(grid))
+    for start in (np.zeros(shape, np.float32), np.ones(shape[::-1], np.float32).T):
+        want, got = start.copy(order="K"), start.copy(order="K")
+        np.add.at(want, key, values)
+        add_at(got, key, values)
+        assert got.tobytes() == want.tobytes() and got.flags.c_contiguous == \
+            want.flags.c_contiguous
