@@ -24,7 +24,10 @@ The optimised IR and assembly of a cached kernel are not stored; `optimise` and
 `assembly` recompute them from the IR on demand (LLVM is deterministic for one target),
 which costs only when someone is debugging.
 
-Importing this module imports llvmlite; the eager runtime never does.
+Object code goes into this process through runtime/elf_loader.py (Linux on x86-64), not
+MCJIT, so a kernel read from the disk cache needs no LLVM: importing this module imports
+no llvmlite.binding, and LLVM is loaded (with the target machine and, where the loader
+cannot take an object, the MCJIT engine) only when a kernel is compiled.
 """
 from __future__ import annotations
 
@@ -35,14 +38,16 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
-import llvmlite.binding as llvm
-import llvmlite.ir as ir
-
+from runtime import elf_loader
 from runtime.cache import FORMAT, Entry, KernelCache, kernel_key
 from runtime.llvm_passes import run_pipeline
-from runtime.target import CpuTarget, selected
+from runtime.target import CpuTarget, llvm_identity, selected
+
+if TYPE_CHECKING:
+    import llvmlite.binding as llvm
+    import llvmlite.ir as ir
 
 
 @dataclass
@@ -191,15 +196,28 @@ class HostJit:
         self.target = target if target is not None else selected()
         self.cpu_name = self.target.cpu
         self.features = self.target.features
-        self.target_machine = self.target.machine()
-        self.triple = llvm.get_process_triple()
-        self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self.target_machine)
+        self.triple, self.llvm_version = llvm_identity()
+        self.loader = elf_loader.Loader()
         self.cache: KernelCache[dict[str, int]] = cache if cache is not None else KernelCache()
         self._lock = threading.RLock()
         self._machines = threading.local()
 
+    @functools.cached_property
+    def target_machine(self) -> llvm.TargetMachine:
+        """The TargetMachine for IR building (data layout) and dumps; made on first use,
+        loading LLVM."""
+        return self.target.machine()
+
+    @functools.cached_property
+    def engine(self) -> llvm.ExecutionEngine:
+        """The MCJIT engine, made the first time an object reaches it: where the ELF
+        loader is not supported, or an object it does not take."""
+        import llvmlite.binding as llvm
+        return llvm.create_mcjit_compiler(llvm.parse_assembly(""), self.target.machine())
+
     def new_module(self, name: str) -> ir.Module:
         """An empty IR module with this host's triple and data layout."""
+        import llvmlite.ir as ir
         module = ir.Module(name=name)
         module.triple = self.triple
         module.data_layout = str(self.target_machine.target_data)
@@ -209,6 +227,7 @@ class HostJit:
         """`module` verified and optimised (O3 unless told), not added to the engine:
         str() of the result is the IR after optimisation, `assembly` of it the machine
         code."""
+        import llvmlite.binding as llvm
         with timing("parse"):
             parsed = llvm.parse_assembly(str(module))
             parsed.verify()
@@ -281,11 +300,13 @@ class HostJit:
         compiled by this engine."""
         return kernel_key(str(module), triple=self.triple, cpu=self.cpu_name,
                           features=self.features, version=generator_version(),
-                          llvm_version=".".join(map(str, llvm.llvm_version_info)), kind=kind)
+                          llvm_version=self.llvm_version, kind=kind)
 
     def address(self, name: str) -> int:
         """Address of a compiled function; raises KeyError if no added module defines it."""
-        address = self.engine.get_function_address(name)
+        address = self.loader.symbols.get(name)
+        if not address and "engine" in self.__dict__:
+            address = self.engine.get_function_address(name)
         if not address:
             raise KeyError(f"no function named {name!r} has been compiled by the host JIT")
         return address
@@ -295,6 +316,7 @@ class HostJit:
         """Machine assembly of an optimised module, or of IR (optimised first, at the
         level it was compiled with: the way to see what a cached kernel runs), for
         debugging dumps."""
+        import llvmlite.binding as llvm
         if not isinstance(module, llvm.ModuleRef):
             module = self.optimise(module, speed_level)
         return self.target_machine.emit_assembly(module)
@@ -302,6 +324,7 @@ class HostJit:
     def _build(self, text: str, speed_level: int = 3) -> Entry:
         """Object code for `text`, parsed into an LLVM context of its own and compiled
         with this thread's TargetMachine, so that other threads can compile at once."""
+        import llvmlite.binding as llvm
         context = llvm.create_context()
         try:
             with timing("parse"):
@@ -329,19 +352,37 @@ class HostJit:
 
     def _link(self, entry: Entry) -> dict[str, int]:
         with self._lock, timing("link"):
-            self._refuse_redefinition(entry.functions)
-            self.engine.add_object_file(llvm.ObjectFileRef.from_data(entry.object_code))
-            self.engine.finalize_object()
-            return {name: self.address(name) for name in entry.functions}
+            for name in entry.functions:
+                if self._has(name):
+                    raise ValueError(f"the host JIT already has a function named {name!r}")
+            if elf_loader.supported():
+                try:
+                    self.loader.load(entry.object_code)
+                    return {name: self.address(name) for name in entry.functions}
+                except elf_loader.UnsupportedObject:
+                    pass  # MCJIT takes it
+            return self._link_in_engine(entry)
 
-    def _refuse_redefinition(self, names: Iterable[str]) -> None:
-        for name in names:
-            if self.engine.get_function_address(name):
-                raise ValueError(f"the host JIT already has a function named {name!r}")
+    def _link_in_engine(self, entry: Entry) -> dict[str, int]:
+        import llvmlite.binding as llvm
+        for name, address in self.loader.symbols.items():
+            llvm.add_symbol(name, address)  # the loader's functions, for MCJIT's linking
+        self.engine.add_object_file(llvm.ObjectFileRef.from_data(entry.object_code))
+        self.engine.finalize_object()
+        addresses = {name: self.address(name) for name in entry.functions}
+        self.loader.symbols.update(addresses)  # for the loader's linking
+        return addresses
+
+    def _has(self, name: str) -> bool:
+        try:
+            return bool(self.address(name))
+        except KeyError:
+            return False
 
 
 def _defined_functions(module: llvm.ModuleRef) -> tuple[str, ...]:
     """Names of the functions `module` defines and exports."""
+    import llvmlite.binding as llvm
     return tuple(fn.name for fn in module.functions
                  if not fn.is_declaration and fn.linkage == llvm.Linkage.external)
 

@@ -7,14 +7,18 @@ and the state its passes built (GVN's and Reassociate's tables) stayed in memory
 """
 from __future__ import annotations
 
-import llvmlite.binding as llvm
-from llvmlite.binding.newpassmanagers import NewPassManager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import llvmlite.binding as llvm
 
 
 def run_pipeline(module: llvm.ModuleRef, machine: llvm.TargetMachine, speed_level: int
                  ) -> None:
     """LLVM's default optimisation pipeline at `speed_level` on `module`, for `machine`;
     its pass manager is freed before this returns."""
+    import llvmlite.binding as llvm  # here: importing this module loads no LLVM
+    from llvmlite.binding.newpassmanagers import NewPassManager
     tuning = llvm.create_pipeline_tuning_options(speed_level=speed_level)
     builder = llvm.create_pass_builder(machine, tuning)
     passes = builder.getModulePassManager()

@@ -22,18 +22,25 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
+import importlib.util
+import json
 import os
+import platform
 import re
 import sys
 import tempfile
 import threading
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-import llvmlite.binding as llvm
-import llvmlite.ir as ir
+import llvmlite  # its package only (~0.2 ms): llvmlite.binding is what loads LLVM
 
-from runtime.llvm_ir import I32, VOID, define, i32
 from runtime.llvm_passes import run_pipeline
+
+if TYPE_CHECKING:
+    import llvmlite.binding as llvm
 
 
 class CpuTargetError(ValueError):
@@ -72,11 +79,15 @@ class CpuTarget:
         (large) one, constants are reached through GOT entries, and a module that itself
         calls a library function (memset) shifted every later module's constant addresses
         by 8 bytes."""
+        import llvmlite.binding as llvm
+        _initialise()
         return llvm.Target.from_default_triple().create_target_machine(
             cpu=self.cpu, features=self.features, opt=3, reloc="pic", codemodel="small")
 
 
+@functools.cache
 def _initialise() -> None:
+    import llvmlite.binding as llvm
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     llvm.initialize_native_asmparser()  # inline assembly (runtime.pool's syscalls)
@@ -85,6 +96,7 @@ def _initialise() -> None:
 @functools.cache
 def host() -> CpuTarget:
     """This machine's CPU with every feature it has."""
+    import llvmlite.binding as llvm
     _initialise()
     features = llvm.get_host_cpu_features()
     return CpuTarget(llvm.get_host_cpu_name(), features.flatten(),
@@ -124,7 +136,22 @@ def require_runnable(target: CpuTarget, here: CpuTarget) -> None:
 @functools.cache
 def selected() -> CpuTarget:
     """The target KILN_CPU and KILN_CPU_FEATURES ask for (checked to run here), or this
-    machine's when both are unset or empty. Read once per process."""
+    machine's when both are unset or empty. Read once per process, and remembered on
+    disk for the next (see `_remembered`)."""
+    target = _remembered()["target"]
+    return CpuTarget(target["cpu"], target["features"], frozenset(target["enabled"]),
+                     target["forced"])
+
+
+@functools.cache
+def llvm_identity() -> tuple[str, str]:
+    """(LLVM's process triple, LLVM's version 'major.minor.patch'), remembered on disk as
+    `selected` is."""
+    facts = _remembered()
+    return facts["triple"], facts["llvm_version"]
+
+
+def _select() -> CpuTarget:
     cpu = os.environ.get("KILN_CPU", "").strip() or None
     forced = os.environ.get("KILN_CPU_FEATURES", "").strip()
     if cpu is None and not forced:
@@ -175,6 +202,10 @@ def _stderr_of_llvm():
 def _enabled_features(machine: llvm.TargetMachine, features: str) -> frozenset[str]:
     """The features of this machine's LLVM feature list that `machine` (compiling with
     `features`) has, read through the inliner (see the module's docstring)."""
+    import llvmlite.binding as llvm
+    import llvmlite.ir as ir
+
+    from runtime.llvm_ir import I32, VOID, define, i32
     universe = sorted(llvm.get_host_cpu_features())
     module = ir.Module("kiln.target_probe")
     module.triple = llvm.get_process_triple()
@@ -199,3 +230,91 @@ def _enabled_features(machine: llvm.TargetMachine, features: str) -> frozenset[s
     run_pipeline(parsed, machine, speed_level=1)
     return frozenset(feature for index, feature in enumerate(universe)
                      if "call" not in str(parsed.get_function(f"kiln.probe.{index}")))
+
+
+# Remembering the target ---------------------------------------------------------------
+# Asking LLVM for the host CPU and its features means loading LLVM (~15 ms) and probing
+# it (_enabled_features); a process whose kernels all come from the disk cache needs
+# neither. So what `_measure` finds is kept in the kernel cache's directory, under the
+# same trust rules (runtime/cache_trust.py), keyed by everything it follows from that
+# can be read without LLVM (`_fingerprint`): the platform, KILN_CPU and
+# KILN_CPU_FEATURES, the CPUs as /proc/cpuinfo describes them (vendor, family, model,
+# stepping, flags), llvmlite's version and its LLVM library file (path, size, mtime),
+# and this file's source. Any change there measures again.
+
+REMEMBERED = "kiln-cpu-target-1"
+CPUINFO_FIELDS = frozenset({"vendor_id", "cpu family", "model", "model name", "stepping",
+                            "flags"})
+
+
+def _remembered() -> dict:
+    """{'target': CpuTarget's fields, 'triple': ..., 'llvm_version': ...}: from the disk
+    cache when a process with the same fingerprint measured them, else measured now
+    (and written for the next process)."""
+    from runtime.cache import Entry, KernelCache
+    key = remembered_key()
+    if key is None:
+        return _measure()
+    cache = KernelCache(check=_facts_problem)
+    entry = cache.read(key)
+    if entry is not None:
+        return json.loads(entry.object_code)
+    facts = _measure()
+    cache.write(key, Entry((), json.dumps(facts).encode()))
+    return facts
+
+
+def remembered_key() -> str | None:
+    """The disk cache's key for this process's target facts (None where they are not
+    remembered)."""
+    from runtime.cache import kernel_key
+    fingerprint = _fingerprint()
+    if fingerprint is None:
+        return None
+    with open(__file__, "rb") as f:
+        source = hashlib.sha256(f.read()).hexdigest()
+    return kernel_key(fingerprint, triple="", cpu="", features="", version=source,
+                      kind=REMEMBERED)
+
+
+def _measure() -> dict:
+    """What `_remembered` keeps, asked of LLVM."""
+    import llvmlite.binding as llvm
+    target = _select()
+    return {"target": {**asdict(target), "enabled": sorted(target.enabled)},
+            "triple": llvm.get_process_triple(),
+            "llvm_version": ".".join(map(str, llvm.llvm_version_info))}
+
+
+def _fingerprint() -> str | None:
+    """Text naming everything `_measure`'s answer follows from (see above), or None where
+    /proc/cpuinfo cannot be read (then LLVM is asked every time)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            blocks = f.read().split("\n\n")
+    except OSError:
+        return None
+    cpus = sorted({tuple(line for line in block.splitlines()
+                         if line.split(":")[0].strip() in CPUINFO_FIELDS)
+                   for block in blocks if block.strip()})
+    binding = Path(importlib.util.find_spec("llvmlite").submodule_search_locations[0]) \
+        / "binding"
+    libraries = sorted((path.name, path.stat().st_size, path.stat().st_mtime_ns)
+                       for path in binding.glob("*llvmlite*") if path.suffix != ".py")
+    return json.dumps([sys.platform, platform.machine(), os.environ.get("KILN_CPU", ""),
+                       os.environ.get("KILN_CPU_FEATURES", ""), llvmlite.__version__,
+                       str(binding), libraries, cpus])
+
+
+def _facts_problem(data: bytes) -> str | None:
+    """Why `data` is not what `_measure` writes, or None."""
+    try:
+        facts = json.loads(data)
+        target = facts["target"]
+        strings = [target["cpu"], target["features"], target["forced"], facts["triple"],
+                   facts["llvm_version"], *target["enabled"]]
+    except (ValueError, KeyError, TypeError) as error:
+        return f"unreadable target facts: {error!r}"
+    if not all(isinstance(s, str) for s in strings) or not isinstance(target["enabled"], list):
+        return "target facts of the wrong types"
+    return None

@@ -63,6 +63,29 @@ def test_a_first_pointwise_compile_imports_no_metadata_command_line_or_gemm(tmp_
     assert out.stdout.strip() == "[]"
 
 
+WARM_SIX_OPS = """
+import sys
+import numpy as np
+import eager
+x, y = (eager.tensor(np.linspace(-2, 2, 8, dtype=np.float32) + i) for i in range(2))
+out = eager.compile(lambda x, y: (x * y + 1.0).tanh() * x - y.abs())(x, y).numpy()
+a, b = x.numpy().astype(np.float64), y.numpy().astype(np.float64)
+np.testing.assert_allclose(out, np.tanh(a * b + 1.0) * a - np.abs(b), rtol=1e-5, atol=1e-6)
+from runtime import jit
+print(jit.compile_clock().compiled, "llvmlite.binding" in sys.modules)
+"""
+
+
+def test_a_first_call_served_by_the_disk_cache_loads_no_llvm(tmp_path):
+    """The second process finds its kernel and the target's facts on disk: it compiles
+    nothing and never imports llvmlite.binding (which loads LLVM), yet computes the same."""
+    runs = [subprocess.run([sys.executable, "-c", WARM_SIX_OPS], capture_output=True,
+                           text=True, env=dict(os.environ, KILN_CACHE_DIR=str(tmp_path)))
+            for _ in range(2)]
+    assert all(run.returncode == 0 for run in runs), runs[-1].stderr
+    assert [run.stdout.split() for run in runs] == [["1", "True"], ["0", "False"]]
+
+
 def test_gemm_entries_compiled_in_parallel_threads_are_the_serial_ones_byte_for_byte(
         tmp_path):
     """Each way fills a disk cache of its own: the entries' object code is the same, and

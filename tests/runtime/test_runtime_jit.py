@@ -6,9 +6,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from llvmlite.binding.newpassmanagers import NewPassManager
 
 from runtime import jit as jit_module
-from runtime import llvm_passes
 from runtime.jit import HostJit
 from runtime_kernels import ADD_ONE, add_one, add_one_module, unique_name
 
@@ -35,13 +35,13 @@ def test_add_and_load_give_the_engine_object_code_not_modules(jit, monkeypatch):
 
 
 def test_each_optimisation_frees_its_pass_manager(jit, monkeypatch):
-    freed, dispose = [], llvm_passes.NewPassManager._dispose
+    freed, dispose = [], NewPassManager._dispose
 
     def spy(passes):
         freed.append(passes)
         dispose(passes)
 
-    monkeypatch.setattr(llvm_passes.NewPassManager, "_dispose", spy)
+    monkeypatch.setattr(NewPassManager, "_dispose", spy)
     jit.optimise(add_one_module(jit, unique_name()))
     jit.load(add_one_module(jit, unique_name()))
     assert len(freed) == 2 and all(passes.closed for passes in freed)

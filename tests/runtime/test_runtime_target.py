@@ -142,3 +142,35 @@ def test_ci_runs_the_readmes_tests_then_the_code_generators_for_avx2():
     assert environment == "KILN_CPU=haswell" and command[:4] == ["python", "-m", "pytest", "-q"]
     files = {path.name for pattern in command[4:] for path in ROOT.glob(pattern)}
     assert {"test_vmath.py", "test_native.py", "test_gemm.py", "test_gemm_small.py"} <= files
+
+
+def test_the_target_is_remembered_on_disk_and_read_back_without_llvm(tmp_path, monkeypatch):
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
+    measured = target._remembered()
+    assert measured == target._measure() and measured["target"]["cpu"] == target.host().cpu
+
+    def refuse():
+        raise AssertionError("LLVM was asked again")
+    monkeypatch.setattr(target, "_measure", refuse)
+    assert target._remembered() == measured
+
+
+@pytest.mark.parametrize("payload", [b"not json", b'{"target": 1}',
+                                     b'{"target": {"cpu": 1, "features": "", "enabled": [],'
+                                     b' "forced": ""}, "triple": "", "llvm_version": ""}'])
+def test_remembered_facts_that_are_not_what_kiln_writes_are_measured_again(
+        tmp_path, monkeypatch, payload):
+    from runtime import cache
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
+    key = target.remembered_key()
+    (tmp_path / f"{key}{cache.SUFFIX}").write_bytes(cache.encode(key, cache.Entry((), payload)))
+    assert target._remembered() == target._measure()
+
+
+def test_the_remembered_targets_key_follows_kiln_cpu_and_its_features(monkeypatch):
+    keys = set()
+    for cpu, features in (("", ""), ("haswell", ""), ("", "-avx512f")):
+        monkeypatch.setenv("KILN_CPU", cpu)
+        monkeypatch.setenv("KILN_CPU_FEATURES", features)
+        keys.add(target.remembered_key())
+    assert len(keys) == 3 and None not in keys
