@@ -20,9 +20,12 @@ kiln emits) is never handed to LLVM (or the CUDA driver) (which
 could crash the process on garbage); it is rebuilt and rewritten. What the cache trusts,
 and why, is in runtime/cache_trust.py: entries are read only from a directory and files
 that this user owns and nobody else can write, and only from regular files of a bounded
-size. Writes go to a temporary file in the same directory, are fsynced and renamed over
-the entry, so readers see an old entry, a new one or none, and processes racing to write
-the same entry only replace identical bytes. The directory is kept under
+size. Writes go to a temporary file in the same directory and are renamed over the
+entry, so readers see an old entry, a new one or none, and processes racing to write
+the same entry only replace identical bytes. They are not fsynced (2-5 ms an entry
+here, on every kernel a cold process compiles): what a crash can leave, an empty or
+partly written file under the entry's name, fails the header's length or SHA-256 and is
+rebuilt like any damaged entry. The directory is kept under
 `$KILN_CACHE_MAX_BYTES` (default 256 MiB, read when a cache is made) by removing the least
 recently used entries; a hit sets an entry's mtime, because atime is unreliable (noatime,
 relatime mounts).
@@ -37,7 +40,6 @@ import hashlib
 import json
 import os
 import struct
-import tempfile
 import threading
 import time
 import warnings
@@ -294,13 +296,12 @@ class KernelCache(Generic[Value]):
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
+    import tempfile  # ~1 ms to import, paid by processes that write entries only
     make_private_directories(path.parent)
     descriptor, temporary = tempfile.mkstemp(prefix=TMP_PREFIX, dir=path.parent)
     try:
         with os.fdopen(descriptor, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
         os.replace(temporary, path)
     except BaseException:
         _remove(Path(temporary))
