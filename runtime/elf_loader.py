@@ -21,7 +21,9 @@ Anything else (another machine, relocation type, writable sections, COMMON or TL
 symbols) raises
 UnsupportedObject and the caller loads the object through MCJIT instead. Memory is never
 freed, as with MCJIT: addresses handed out stay valid for the life of the process.
-Structure is checked by cache_trust.object_problem before anything reaches here.
+The file's layout is checked by cache_trust.object_problem before anything reaches here;
+a relocation, symbol or name that points outside its section or table is refused too,
+so nothing is written outside the mapping.
 """
 from __future__ import annotations
 
@@ -106,13 +108,16 @@ class _Object:
             raise UnsupportedObject("no symbol table")
         _, _, _, _, offset, size, names, _, _, _ = self.sections[symtab]
         self.symbols = [SYMBOL.unpack_from(code, offset + at)
-                        for at in range(0, size, SYMBOL.size)]
+                        for at in range(0, size - SYMBOL.size + 1, SYMBOL.size)]
         self.names = self.sections[names]
         self.bases: dict[int, int] = {}  # section index -> its address once placed
 
     def name(self, symbol: tuple) -> str:
-        start = self.names[4] + symbol[0]
-        return self.code[start:self.code.index(b"\0", start)].decode()
+        start, end = self.names[4] + symbol[0], self.names[4] + self.names[5]
+        stop = self.code.find(b"\0", start, end)
+        if symbol[0] >= self.names[5] or stop < 0:
+            raise UnsupportedObject(f"a symbol name at {symbol[0]} outside the name table")
+        return self.code[start:stop].decode(errors="replace")
 
     def defined_globals(self) -> dict[str, int]:
         """{name: symbol index} of the global symbols defined in allocated sections."""
@@ -129,6 +134,8 @@ class _Object:
         _, _, _, section, value, _ = self.symbols[index]
         if section == SHN_ABS:
             return value
+        if section not in self.bases or value > self.sections[section][5]:
+            raise UnsupportedObject(f"symbol {index} is outside the loaded sections")
         return self.bases[section] + value
 
     def place(self, resolve) -> None:
@@ -164,10 +171,15 @@ class _Object:
         _protect(base, _round_up(size, PAGE), PROT_READ | PROT_EXEC)
 
     def _relocate(self, rela: tuple, got: dict, stubs: dict, resolve) -> None:
-        target_base = self.bases[rela[7]]
-        for at in range(rela[4], rela[4] + rela[5], RELA.size):
+        target_base, target_size = self.bases[rela[7]], self.sections[rela[7]][5]
+        for at in range(rela[4], rela[4] + rela[5] - RELA.size + 1, RELA.size):
             offset, info, addend = RELA.unpack_from(self.code, at)
-            kind, symbol = info & 0xFFFFFFFF, self.symbols[info >> 32]
+            kind = info & 0xFFFFFFFF
+            if info >> 32 >= len(self.symbols) or offset + (8 if kind == R_X86_64_64 else 4) \
+                    > target_size:
+                raise UnsupportedObject(f"a relocation at {offset} outside its section or "
+                                        f"symbol table")
+            symbol = self.symbols[info >> 32]
             place = target_base + offset
             name = self.name(symbol) if symbol[3] == SHN_UNDEF else None
             value = resolve(name) if name is not None else self.address_of(info >> 32)

@@ -28,11 +28,8 @@ def test_a_loaded_kernel_runs_and_no_engine_is_made(jit):
     assert "engine" not in jit.__dict__ and jit.loader.symbols[name] == address
 
 
-def test_constants_calls_into_libc_and_external_addresses_are_relocated(jit):
-    """A constant table (.rodata, PC-relative), a call to libc's strlen (out of 32-bit
-    reach: through a stub) and strlen's address (through a GOT slot)."""
-    name = unique_name("relocations")
-    text = f"""
+def relocations_module(name: str) -> str:
+    return f"""
 @table = private unnamed_addr constant [4 x i64] [i64 10, i64 20, i64 30, i64 40]
 declare i64 @strlen(ptr)
 define i64 @"{name}"(ptr %s, i64 %i) {{
@@ -46,7 +43,13 @@ define ptr @"{name}_strlen"() {{
   ret ptr @strlen
 }}
 """
-    addresses = jit.load(text)
+
+
+def test_constants_calls_into_libc_and_external_addresses_are_relocated(jit):
+    """A constant table (.rodata, PC-relative), a call to libc's strlen (out of 32-bit
+    reach: through a stub) and strlen's address (through a GOT slot)."""
+    name = unique_name("relocations")
+    addresses = jit.load(relocations_module(name))
     kernel = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_char_p, ctypes.c_int64)(
         addresses[name])
     assert [kernel(b"hello", i) for i in range(4)] == [15, 25, 35, 45]
@@ -96,3 +99,13 @@ def test_a_name_defined_twice_is_refused(jit):
     loader.load(code)
     with pytest.raises(ValueError, match=name):
         loader.load(code)
+
+
+def test_a_relocation_outside_its_section_is_refused_before_anything_is_written(jit):
+    code = bytearray(object_code(jit, relocations_module(unique_name("relocations"))))
+    obj = elf_loader._Object(bytes(code))
+    rela = next(s for s in obj.sections if s[1] == elf_loader.SHT_RELA
+                and obj.sections[s[7]][2] & elf_loader.SHF_ALLOC)
+    code[rela[4]:rela[4] + 8] = (1 << 40).to_bytes(8, "little")  # the first one's offset
+    with pytest.raises(elf_loader.UnsupportedObject, match="outside its section"):
+        elf_loader.Loader().load(bytes(code))
