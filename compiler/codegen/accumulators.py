@@ -7,13 +7,11 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from compiler.codegen import values as V
+from compiler.codegen.kernel_spec import REDUCE_OPS
 from ir import dtypes
 from ir.graph import Node
 from ir.ops import Op
 from runtime import llvm_ir
-
-REDUCE_OPS = {Op.SUM: "sum", Op.AMAX: "max", Op.AMIN: "min", Op.ARGMAX: "argmax",
-              Op.ARGMIN: "argmin"}
 
 
 def _identity(kind: str) -> float:

@@ -13,42 +13,14 @@ base; otherwise each lane is checked and loaded on its own.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import llvmlite.ir as ir
-import numpy as np
 
 from compiler.codegen import values as V
+from compiler.codegen.kernel_spec import Gather, strides_over_result  # noqa: F401  (G.<name>)
 from ir import dtypes
-from ir.graph import Value
 from ir.ops import Op
 from runtime import llvm_ir
 from runtime.llvm_ir import I64, i64
-
-
-@dataclass(frozen=True)
-class Gather:
-    value: Value   # the gathered result
-    source: int    # operand number of the source
-    index: int     # operand number of the index
-    stride: int    # source elements between neighbours along the indexed dim
-    size: int      # the indexed dim's size (> 0)
-    wraps: bool    # negative indices count from the end (t[i]); else only [0, size)
-
-
-def strides_over_result(op: Op, source: np.ndarray, index: np.ndarray, dim: int):
-    """The element strides, over a gathering op's result, of its source (the indexed dim
-    stretched over the index's dims with stride 0: every element addressed at index 0)
-    and of its index (placed at the indexed dim)."""
-    src = [s // source.itemsize for s in source.strides]
-    idx = [0 if size == 1 else s // index.itemsize
-           for size, s in zip(index.shape, index.strides)]
-    if op is Op.GATHER:  # the result has the index's shape: the source's dims apart
-        return src[:dim] + [0] + src[dim + 1:], idx
-    if op is Op.INDEX_SELECT:
-        idx = idx or [0]  # a 0-d index selects one element: a dim of size 1
-    return src[:dim] + [0] * len(idx) + src[dim + 1:], [0] * dim + idx + [0] * (
-        len(src) - dim - 1)
 
 
 def status_word(b: ir.IRBuilder, ptrs, operands: int):

@@ -18,12 +18,11 @@ instead (`_columns`) and walks the reduced dim one element per step.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import llvmlite.ir as ir
 
 from compiler.codegen import gather as G
-from compiler.codegen.accumulators import REDUCE_OPS, accumulate, finish, start
+from compiler.codegen.accumulators import accumulate, finish, start
+from compiler.codegen.kernel_spec import REDUCE_OPS, STRIDED, KernelSpec
 from compiler.codegen import values as V
 from ir import dtypes
 from ir.dtypes import DType
@@ -33,30 +32,7 @@ from ir.ops import Op
 from runtime import llvm_ir
 from runtime.llvm_ir import I64
 
-STRIDED = None  # an operand's inner-stride class when it is neither 1 nor 0
 UNROLL = 4  # vectors per trip of an elementwise kernel's main loop
-
-
-@dataclass(frozen=True)
-class KernelSpec:
-    """What a kernel computes: `nodes` (elementwise and reductions, in order) over the
-    operands `inputs`, writing `outputs`; `per_row` marks values with one element per
-    row (reduced values, and inputs broadcast along the inner dim)."""
-    name: str
-    kind: str                    # "elementwise" or "reduction"
-    inputs: tuple[Value, ...]
-    nodes: tuple[Node, ...]
-    outputs: tuple[Value, ...]
-    scalars: tuple[tuple[Value, object], ...]
-    per_row: frozenset
-    strides: tuple               # per operand: 1, 0 or STRIDED
-    row_strides: tuple = ()      # column mode: per operand 1 (rows adjacent) or 0
-    gathers: tuple = ()          # elementwise: values loaded at an index (codegen/gather.py)
-
-    def width(self, host_lanes: int) -> int:
-        sizes = [v.type.dtype.itemsize for v in self.inputs + self.outputs] + \
-            [n.outputs[0].type.dtype.itemsize for n in self.nodes]
-        return max(4, min(16, host_lanes * 4 // max(sizes)))
 
 
 def compute_dtype(node: Node, scalar_values: set) -> DType:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-import eager.kernels  # noqa: F401  (declares every op's record)
-from eager.records import RECORDS, activations, float_only, pointwise_ops
+from compiler.codegen.kernel_spec import COPIES, FLOAT_ONLY, NATIVE_OPS, SUPPORTED  # noqa: F401
+from eager.records import RECORDS, activations
 from ir import dtypes
 from ir.dtypes import DType
 from ir.ops import Op
@@ -18,7 +18,6 @@ from runtime.llvm_ir import I1, I8, I32, I64, constant, vector
 _ELEM = {"float32": ir.FloatType(), "float64": ir.DoubleType(), "int32": I32, "int64": I64,
          "bool": I1}
 _MEMORY = {**_ELEM, "bool": I8}
-SUPPORTED = frozenset(_ELEM)
 
 
 class Lanes:
@@ -159,14 +158,6 @@ class Elements:
         """A function of kiln's vectorised math library (vmath.NAMES)."""
         from compiler.codegen import vmath
         return vmath.emit(self.b, name, *xs)
-
-
-COPIES = frozenset({Op.CLONE, Op.TO_COPY})
-"""Copies run in kernels as casts to their result type."""
-NATIVE_OPS = frozenset(op for op, p in pointwise_ops().items() if p.emit is not None) | COPIES
-"""The elementwise ops kernels can emit: the pointwise records with an emitter, and copies."""
-FLOAT_ONLY = float_only()
-"""Ops whose emitter computes in floats only."""
 
 
 def compute(L: Lanes, op: Op, args: list, in_dts: list, out_dt: DType, attrs: dict,

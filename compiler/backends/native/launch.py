@@ -128,7 +128,7 @@ def output_spec(t) -> tuple:
 def _thread_count(elements: int) -> int:
     """Threads for a kernel over this many elements: all of them from
     PARALLEL_ELEMENTS on where runtime.pool runs (Linux on x86-64), else one."""
+    if elements < PARALLEL_ELEMENTS:
+        return 1  # without importing runtime.pool (and llvmlite with it)
     from runtime import pool
-    if elements < PARALLEL_ELEMENTS or not pool.available():
-        return 1
-    return num_threads()
+    return num_threads() if pool.available() else 1

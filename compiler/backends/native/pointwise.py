@@ -17,9 +17,7 @@ import numpy as np
 
 from compiler import debugging as debug
 from compiler import interpreter
-from compiler.codegen import pointwise as K
-from compiler.codegen import values as V
-from compiler.codegen import gather as G
+from compiler.codegen import kernel_spec as K
 from compiler.backends.native.launch import Launch, OutOfRange, output_spec
 from compiler.backends.native.views import LeadingViews
 from compiler.passes.fusion import row_space
@@ -43,17 +41,17 @@ class NotNative(Exception):
 
 def node_problem(n: Node) -> str | None:
     """Why the pointwise code generators cannot emit node `n` inside a kernel, or None."""
-    if n.op not in V.NATIVE_OPS and n.op not in K.REDUCE_OPS and n.op not in GATHERING:
+    if n.op not in K.NATIVE_OPS and n.op not in K.REDUCE_OPS and n.op not in GATHERING:
         return f"no native code for {n.op.qualified_name}"
     for v in list(n.input_values()) + list(n.outputs):
-        if v.type.dtype.name not in V.SUPPORTED:
+        if v.type.dtype.name not in K.SUPPORTED:
             return f"{v.type.dtype.name} is not supported natively"
         if not v.type.is_static:
             return "symbolic sizes are not supported natively yet"
     # float math computes in the result's type (2 ** x is float); reductions in their
     # input's
     typed = n.input_values()[0] if n.op in K.REDUCE_OPS else n.outputs[0]
-    if (n.op in V.FLOAT_ONLY or n.op in K.REDUCE_OPS) \
+    if (n.op in K.FLOAT_ONLY or n.op in K.REDUCE_OPS) \
             and not typed.type.dtype.is_floating_point:
         return f"{n.op.qualified_name} on integers"
     return None
@@ -79,7 +77,8 @@ class KernelArtifact:
 
     def fill(self, module) -> None:
         """Build the kernel into `module`."""
-        K.build_kernel(module, self.spec, self.width)
+        from compiler.codegen.pointwise import build_kernel  # llvmlite: only to build IR
+        build_kernel(module, self.spec, self.width)
 
     @property
     def llvm_ir(self) -> str:
@@ -275,10 +274,10 @@ class PointwiseNode:
         codegen Gather, and its source's and index's strides over the iteration space."""
         placed, gathers = {}, []
         for n, source, index, dim, wraps in self.gathers:
-            placed.update(zip((source, index), G.strides_over_result(
+            placed.update(zip((source, index), K.strides_over_result(
                 n.op, arrays[source], arrays[index], dim)))
             a = arrays[source]
-            gathers.append(G.Gather(n.outputs[0], source, index, a.strides[dim] // a.itemsize,
+            gathers.append(K.Gather(n.outputs[0], source, index, a.strides[dim] // a.itemsize,
                                     a.shape[dim], wraps))
         return tuple(gathers), placed
 
