@@ -138,7 +138,7 @@ def selected() -> CpuTarget:
     """The target KILN_CPU and KILN_CPU_FEATURES ask for (checked to run here), or this
     machine's when both are unset or empty. Read once per process, and remembered on
     disk for the next (see `_remembered`)."""
-    target = _remembered()["target"]
+    target = _facts()["target"]
     return CpuTarget(target["cpu"], target["features"], frozenset(target["enabled"]),
                      target["forced"])
 
@@ -147,8 +147,14 @@ def selected() -> CpuTarget:
 def llvm_identity() -> tuple[str, str]:
     """(LLVM's process triple, LLVM's version 'major.minor.patch'), remembered on disk as
     `selected` is."""
-    facts = _remembered()
+    facts = _facts()
     return facts["triple"], facts["llvm_version"]
+
+
+@functools.cache
+def _facts() -> dict:
+    """`_remembered()`, read once per process."""
+    return _remembered()
 
 
 def _select() -> CpuTarget:
