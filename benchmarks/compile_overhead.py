@@ -23,6 +23,13 @@ alternated, bytecode cached; PYTHONDONTWRITEBYTECODE=1 adds ~40 ms to each), bef
 after spec-keyed warm hits, no importlib.metadata/argparse/GEMM stack on a pointwise
 path, GEMM kernels at O1 and packed+pack_b compiled in parallel threads: six ops cold
 118 -> 99 ms, warm 72 -> 39 ms; the step cold 4.94 -> 4.39 s, warm 0.92 -> 0.43 s.
+Then (same method, min of 9, KILN_NUM_THREADS=1) kernels linked without LLVM
+(runtime/elf_loader.py), the target remembered on disk, no emitter or llvmlite import on
+a hit, entries not fsynced: six ops warm 25.5 -> 9.6 ms (42 -> 21 ms where the
+checkouts have no bytecode, as with PYTHONDONTWRITEBYTECODE=1), cold unchanged (57 ms;
+81 -> 79 ms without bytecode: LLVM's optimise and machine code are ~27 ms of it); the
+step warm 0.25 -> 0.23 s, cold unchanged within the noise (~3.5 s when the machine is
+quiet: the GEMM's packed variants and pack_b are ~1.7 s of its ~3 s of compiling).
 
 Memory (the note under the table): RSS growth per distinct kernel compiled, in fresh
 processes (benchmarks/compile_memory.py), over COMPILES distinct kernels (QUICK_COMPILES
