@@ -23,6 +23,10 @@ from eager.functional import *  # noqa: F401,F403
 from eager.derived import (all, allclose, any, argsort, equal, flip, fliplr, flipud,  # noqa: A004
                            isclose, kthvalue, lerp, logical_not, logical_or, logical_xor,
                            multinomial, roll, sort, topk, tril, triu, unbind)
+from eager.derived_shapes import *  # noqa: F401,F403 - repeat_interleave, narrow, movedim, ...
+from eager.derived_shapes import concatenate, moveaxis, swapaxes, swapdims  # noqa: F401
+from eager.derived_math import *  # noqa: F401,F403 - cumsum, logsumexp, norm, isnan, ...
+from eager.derived_math import einsum, eye  # noqa: F401
 from eager.functional import __all__ as _functional_all
 from eager import testing as testing
 from eager import cuda as cuda

@@ -29,6 +29,7 @@ LAYERS = [
         "eager.autograd"]),
     ("api: PyTorch's namespace and Tensor's op methods", [
         "eager.indexing", "eager._tensor_methods", "eager.functional", "eager.derived",
+        "eager.derived_shapes", "eager.derived_math",
         "eager.cuda",
         "eager.serialization", "eager.testing"]),
     ("libraries: nn, optim and utils.data", [

@@ -10,7 +10,7 @@ import pytest
 import eager
 from eager import nn
 from eager.autograd import gradcheck
-from torch_parity import check_same, flat, pair
+from nn_parity import check_same, flat, pair
 
 torch = pytest.importorskip("torch", reason="PyTorch (the 'compare' extra) is not installed")
 

@@ -6,7 +6,7 @@ import pytest
 
 import eager
 from eager import nn
-from torch_parity import check_same, pair, quietly
+from nn_parity import check_same, pair, quietly
 
 torch = pytest.importorskip("torch", reason="PyTorch (the 'compare' extra) is not installed")
 
