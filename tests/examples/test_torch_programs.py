@@ -165,3 +165,37 @@ def test_polynomial_regression_fits_as_pytorch_does(capsys):
         losses, *_ = ours.main(steps=300)
     assert losses[-1] < 0.1 * losses[0]
     assert "==> Learned function:" in capsys.readouterr().out
+
+
+def test_an_lstm_word_language_model_trains_as_pytorch_does():
+    ours = _import("tests.examples.programs.word_language_model", True)
+    theirs = _import("tests.examples.programs.word_language_model", False)
+    torch = theirs.torch
+    kiln_model = ours.RNNModel(30, 12, 12, 2, dropout=0.0, tie_weights=True)
+    torch_model = theirs.RNNModel(30, 12, 12, 2, dropout=0.0, tie_weights=True)
+    _same_weights(kiln_model, torch_model, torch)
+    words = np.random.default_rng(0).integers(0, 30, 4 * 23)
+    runs = []
+    for lib, program, model in ((eager, ours, kiln_model), (torch, theirs, torch_model)):
+        data = program.batchify(lib.tensor(words), 4)
+        runs.append(program.train_epoch(model, data, bptt=7, lr=2.0))
+    assert len(runs[0]) == 4  # 22 targets in bptt windows of 7
+    np.testing.assert_allclose(runs[0], runs[1], rtol=1e-4)
+
+
+def test_a_time_series_lstm_cell_model_trains_as_pytorch_does():
+    ours = _import("tests.examples.programs.time_series", True)
+    theirs = _import("tests.examples.programs.time_series", False)
+    torch = theirs.torch
+    kiln_model, torch_model = ours.Sequence(8).double(), theirs.Sequence(8).double()
+    _same_weights(kiln_model, torch_model, torch)
+    t = np.arange(21) + np.random.default_rng(0).integers(-4, 4, (3, 1))
+    waves = np.sin(t / 3.0)
+    runs = []
+    for lib, program, model in ((eager, ours, kiln_model), (torch, theirs, torch_model)):
+        losses, pred = program.train(model, lib.tensor(waves[:, :-1]), lib.tensor(waves[:, 1:]),
+                                     steps=4)
+        runs.append((losses, pred.numpy()))
+    np.testing.assert_allclose(runs[0][0], runs[1][0], rtol=1e-10)
+    np.testing.assert_allclose(runs[0][1], runs[1][1], rtol=1e-9, atol=1e-12)
+    assert runs[0][1].shape == (2, 25)  # 20 steps and 5 predicted beyond them
