@@ -26,7 +26,7 @@ from eager.derived import (all, allclose, any, argsort, equal, flip, fliplr, fli
 from eager.derived_shapes import *  # noqa: F401,F403 - repeat_interleave, narrow, movedim, ...
 from eager.derived_shapes import concatenate, moveaxis, swapaxes, swapdims  # noqa: F401
 from eager.derived_math import *  # noqa: F401,F403 - cumsum, logsumexp, norm, isnan, ...
-from eager.derived_math import einsum, eye  # noqa: F401
+from eager.derived_math import einsum, eye, searchsorted  # noqa: F401
 from eager.functional import __all__ as _functional_all
 from eager import testing as testing
 from eager import cuda as cuda

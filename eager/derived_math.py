@@ -7,7 +7,9 @@
     cumsum      floats: products with triangular ones matrices, in blocks of sqrt(n) along
                 the dim (O(n sqrt n) work), so gradients and every device come free;
                 integers: found on the host (they carry no gradient)
-    diff, take_along_dim, outer, inner, eye, diag, diagonal, trace
+    cumprod     products by doubling: log2(n) elementwise products (exact at zeros)
+    bucketize, searchsorted   counts of boundaries below each value
+    diff, take_along_dim, outer, inner, eye, diag, diagonal, trace, Tensor.unfold
     einsum      operands contracted pairwise, each pair as one batched matmul (indices in
                 both and kept: batch; in both and summed: contracted), indices in one
                 operand only summed first; '...' and implicit outputs as numpy's
@@ -152,6 +154,63 @@ def cumsum(input: Tensor, dim: int, *, dtype=None) -> Tensor:
                                                            [count * block])
         out = ops.slice(out, -1, 0, n)
     return ops.transpose(out, d, -1) if d != x.dim() - 1 else out
+
+
+def cumprod(input: Tensor, dim: int, *, dtype=None) -> Tensor:
+    """Running products along dim by doubling (Hillis-Steele): log2(n) elementwise
+    products, each element times the one 1, 2, 4, ... places before it (ones before the
+    start), exact at zeros and differentiable through mul."""
+    x = input if dtype is None else input.to(dtype)
+    if x.dim() == 0:
+        return x.clone()
+    d = wrap_dim(dim, x.dim())
+    n, step = x.shape[d], 1
+    while step < n:
+        ones = factories.ones(*[step if i == d else s for i, s in enumerate(x.shape)],
+                              dtype=x.dtype, device=x.device)
+        x = x * ops.cat([ones, ops.slice(x, d, 0, n - step)], d)
+        step *= 2
+    return x
+
+
+def bucketize(input, boundaries: Tensor, *, out_int32: bool = False,
+              right: bool = False) -> Tensor:
+    """The bucket of each value among sorted boundaries: how many boundaries lie below
+    it (at or below it with right=True)."""
+    if boundaries.dim() != 1:
+        raise RuntimeError(f"boundaries tensor must be 1 dimension, but got dim("
+                           f"{boundaries.dim()})")
+    values = input if isinstance(input, Tensor) else factories.tensor(input)
+    wide = ops.unsqueeze(values, -1)
+    below = (boundaries <= wide) if right else (boundaries < wide)
+    return ops.sum(below.to(dtypes.int64), [-1], False).to(
+        dtypes.int32 if out_int32 else dtypes.int64)
+
+
+def searchsorted(sorted_sequence: Tensor, input, *, out_int32: bool = False,
+                 right: bool = False, side: str | None = None) -> Tensor:
+    """Insertion points of the values into a 1-D sorted sequence (bucketize's count)."""
+    if sorted_sequence.dim() != 1:
+        raise NotImplementedError("searchsorted: only a 1-D sorted_sequence is supported by "
+                                  "kiln yet")
+    return bucketize(input, sorted_sequence, out_int32=out_int32,
+                     right=right or side == "right")
+
+
+def unfold(input: Tensor, dimension: int, size: int, step: int) -> Tensor:
+    """Tensor.unfold: the windows of `size` every `step` along `dimension`, that dim
+    becoming the window count and the window a new last dim."""
+    d = wrap_dim(dimension, max(input.dim(), 1))
+    length = input.shape[d] if input.dim() else 1
+    if size > length:
+        raise RuntimeError(f"maximum size for tensor at dimension {d} is {length} but size "
+                           f"is {size}")
+    if step <= 0:
+        raise RuntimeError(f"step is {step} but must be > 0")
+    count = (length - size) // step + 1
+    windows = ops.stack([ops.slice(input, d, i * step, i * step + size)
+                         for i in range(count)], d)
+    return ops.permute(windows, [i for i in range(windows.dim()) if i != d + 1] + [d + 1])
 
 
 def diff(input: Tensor, n: int = 1, dim: int = -1, prepend=None, append=None) -> Tensor:
@@ -367,10 +426,11 @@ def unique(input: Tensor, sorted: bool = True, return_inverse: bool = False,  # 
 
 FUNCTIONS = ["logsumexp", "norm", "log1p", "expm1", "log2", "log10", "reciprocal", "isnan",
              "isinf", "isposinf", "isneginf", "isfinite", "nan_to_num", "count_nonzero",
-             "cumsum", "diff", "take_along_dim", "outer", "inner", "diagonal", "diag", "trace",
+             "cumsum", "cumprod", "bucketize", "diff", "take_along_dim", "outer", "inner", "diagonal", "diag", "trace",
              "masked_select", "bincount", "unique"]
 """eager.<name> and Tensor.<name> for each (eye and einsum: eager.<name> only)."""
 __all__ = list(FUNCTIONS)
 for _name in FUNCTIONS:
     setattr(Tensor, _name, globals()[_name])
 Tensor.ger = Tensor.outer
+Tensor.unfold = unfold

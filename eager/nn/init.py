@@ -116,4 +116,69 @@ def xavier_normal_(t: Tensor, gain: float = 1.0, generator=None) -> Tensor:
     fan_in, fan_out = _calculate_fan_in_and_fan_out(t)
     return normal_(t, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)), generator)
 
+
+def trunc_normal_(t: Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0,
+                  b: float = 2.0, generator=None) -> Tensor:
+    """N(mean, std) draws kept within [a, b] (values outside drawn again)."""
+    if not a < b:
+        raise ValueError(f"trunc_normal_: a ({a}) must be below b ({b})")
+    numbers = factories.numpy_generator(generator)
+    values = numbers.normal(mean, std, tuple(t.shape))
+    outside = (values < a) | (values > b)
+    while outside.any():
+        values[outside] = numbers.normal(mean, std, int(outside.sum()))
+        outside = (values < a) | (values > b)
+    return _fill_from(t, values)
+
+
+def orthogonal_(t: Tensor, gain: float = 1.0, generator=None) -> Tensor:
+    """A (semi-)orthogonal matrix over the first dim and the rest flattened: the Q of a
+    Gaussian matrix's QR, its signs made unique as PyTorch makes them."""
+    if t.dim() < 2:
+        raise ValueError("Only tensors with 2 or more dimensions are supported")
+    if t.numel() == 0:
+        return t
+    rows, cols = t.shape[0], t.numel() // t.shape[0]
+    flat = factories.numpy_generator(generator).normal(0.0, 1.0, (rows, cols))
+    if rows < cols:
+        flat = flat.T
+    q, r = np.linalg.qr(flat)
+    q *= np.sign(np.diag(r))
+    if rows < cols:
+        q = q.T
+    return _fill_from(t, gain * q.reshape(tuple(t.shape)))
+
+
+def eye_(t: Tensor) -> Tensor:
+    if t.dim() != 2:
+        raise ValueError("Only tensors with 2 dimensions are supported")
+    return _fill_from(t, np.eye(*t.shape))
+
+
+def dirac_(t: Tensor, groups: int = 1) -> Tensor:
+    """The identity convolution: each of the first min(out, in) channels (per group)
+    passes its input channel through the kernel's centre."""
+    if t.dim() not in (3, 4, 5):
+        raise ValueError("Only tensors with 3, 4, or 5 dimensions are supported")
+    out_per_group = t.shape[0] // groups
+    values = np.zeros(tuple(t.shape))
+    centre = tuple(k // 2 for k in t.shape[2:])
+    for g in range(groups):
+        for d in range(min(out_per_group, t.shape[1])):
+            values[(g * out_per_group + d, d) + centre] = 1.0
+    return _fill_from(t, values)
+
+
+def sparse_(t: Tensor, sparsity: float, std: float = 0.01, generator=None) -> Tensor:
+    """N(0, std) with ceil(sparsity * rows) entries of each column zeroed."""
+    if t.dim() != 2:
+        raise ValueError("Only tensors with 2 dimensions are supported")
+    numbers = factories.numpy_generator(generator)
+    rows, cols = t.shape
+    values = numbers.normal(0.0, std, (rows, cols))
+    zeros = int(math.ceil(sparsity * rows))
+    for c in range(cols):
+        values[numbers.permutation(rows)[:zeros], c] = 0.0
+    return _fill_from(t, values)
+
 __getattr__ = _missing.module_getattr("torch.nn.init", "eager.nn.init")  # PyTorch's names kiln lacks

@@ -122,3 +122,24 @@ def test_zero_element_tensor_is_left_alone_with_a_warning(fn):
     t = eager.empty(3, 0)
     with pytest.warns(UserWarning, match="zero-element"):
         assert fn(t) is t
+
+
+def test_the_rest_of_nn_init():
+    eager.manual_seed(0)
+    t = init.trunc_normal_(eager.empty(4000), mean=0.5, std=1.0, a=-0.5, b=1.0).numpy()
+    assert t.min() >= -0.5 and t.max() <= 1.0 and 0.2 < t.mean() < 0.5
+    for shape in ((3, 5), (6, 2), (4, 2, 3)):
+        w = init.orthogonal_(eager.empty(*shape), gain=2.0).numpy().reshape(shape[0], -1)
+        small = min(w.shape)
+        gram = w @ w.T if w.shape[0] == small else w.T @ w
+        np.testing.assert_allclose(gram, 4.0 * np.eye(small), atol=1e-5)
+    assert init.eye_(eager.empty(2, 3)).tolist() == np.eye(2, 3).tolist()
+    conv = init.dirac_(eager.empty(6, 2, 3, 3), groups=2)  # 3 outputs per group of 2 inputs
+    x = eager.randn(1, 4, 5, 5)
+    out = eager.nn.functional.conv2d(x, conv, padding=1, groups=2)
+    np.testing.assert_allclose(out[:, [0, 1, 3, 4]].numpy(), x.numpy(), rtol=1e-6)  # identity
+    assert out[:, [2, 5]].abs().sum().item() == 0.0
+    s = init.sparse_(eager.empty(10, 4), sparsity=0.3).numpy()
+    assert ((s == 0).sum(0) >= 3).all()
+    with pytest.raises(ValueError, match="Only tensors with 2 or more dimensions"):
+        init.orthogonal_(eager.empty(3))
