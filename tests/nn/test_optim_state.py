@@ -14,6 +14,12 @@ MAKERS = {
     "adam-amsgrad": lambda ps: optim.Adam(ps, lr=0.01, amsgrad=True, weight_decay=0.1),
     "adamw-groups": lambda ps: optim.AdamW([{"params": ps[:1], "lr": 0.1}, {"params": ps[1:]}],
                                            lr=0.01, betas=(0.8, 0.9)),
+    "rmsprop-centered": lambda ps: optim.RMSprop(ps, lr=0.01, momentum=0.5, centered=True),
+    "adagrad-decay": lambda ps: optim.Adagrad(ps, lr=0.1, lr_decay=0.01,
+                                              initial_accumulator_value=0.1),
+    "adadelta": lambda ps: optim.Adadelta(ps, lr=0.5),
+    "adamax": lambda ps: optim.Adamax(ps, lr=0.01),
+    "nadam": lambda ps: optim.NAdam(ps, lr=0.01, weight_decay=0.1),
 }
 
 INITIAL = [np.arange(6, dtype=np.float32).reshape(2, 3) / 7, np.array([0.5, -1.5], np.float32)]
