@@ -14,6 +14,9 @@ Every rule keeps results bit-identical to eager execution:
   the result's shape: broadcasting repeats x as the expand did (x keeps at least one
   dim, so type promotion is unchanged). A row kernel then holds a reduction's result
   as one value per row instead of a view of a value it computes (which it cannot run).
+- op(view(x)) -> view(op(x)) for an elementwise op of one tensor where x is freshly
+  computed (contiguous): the op then reads its producer's shape, so a matrix product's
+  epilogue takes it (a convolution's activation after its output is reshaped);
 One rule is exact up to the sign of zero:
 - the sum of two slice_backward over adjacent ranges of one dim -> slice_backward of
   their cat (their cat alone where the ranges cover the dim): the gradient of `split`
@@ -31,7 +34,7 @@ from compiler.passes.rewrite import Rewriter
 from eager.records import pointwise_ops
 from eager.kernels.shape import slice_bounds
 from eager.shapes import broadcast_shapes, wrap_dim
-from ir.graph import Graph, Value
+from ir.graph import Graph, TensorType, Value
 from ir.ops import VIEW, Op
 
 
@@ -174,6 +177,29 @@ def _join_slice_grads(rw, node, ins):
                    [out])[0]
 
 
+def _through_view(rw, node, ins):
+    """op(view(x)) -> view(op(x)) for an op of one tensor (numbers aside) where x is a
+    freshly computed value: an elementwise op commutes with a reshape of contiguous
+    memory, and the op then reads the value in its producer's shape, so a product's
+    epilogue can take it (a convolution's activation after its output is reshaped)."""
+    tensors = [k for k, v in enumerate(ins) if isinstance(v, Value) and v not in rw.scalars]
+    if len(tensors) != 1:
+        return None
+    p = rw.producers.get(ins[tensors[0]])
+    if p is None or p[0] is not Op.VIEW:
+        return None
+    x = p[1][0]
+    base = rw.producers.get(x)
+    if base is None or base[0] in VIEW or x.type.shape == ins[tensors[0]].type.shape:
+        return None
+    out = node.outputs[0].type
+    reads = list(ins)
+    reads[tensors[0]] = x
+    (inner,) = rw.emit(node.op, reads, node.attrs, [TensorType(x.type.shape, out.dtype,
+                                                               out.device)])
+    return rw.emit(Op.VIEW, [inner], p[2], [out])[0]
+
+
 def _first_of(*rules):
     def rule(rw, node, ins):
         for r in rules:
@@ -188,8 +214,8 @@ RULES = {Op.MUL: _mul, Op.ADD: _first_of(_join_slice_grads, _add_sub), Op.SUB: _
          Op.NEG: _involution, Op.T: _involution, Op.TRANSPOSE: _involution,
          Op.PERMUTE: _permute, Op.VIEW: _same_type, Op.EXPAND: _same_type,
          Op.TO_COPY: _same_type}
-RULES.update({op: _first_of(RULES[op], _broadcast_expands) if op in RULES
-              else _broadcast_expands for op in pointwise_ops()})
+RULES.update({op: _first_of(RULES[op], _broadcast_expands, _through_view) if op in RULES
+              else _first_of(_broadcast_expands, _through_view) for op in pointwise_ops()})
 
 
 class _Tracking(Rewriter):

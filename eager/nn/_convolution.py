@@ -107,11 +107,18 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
                            f"does not fit the padded input of size {list(x.shape[2:])}")
     cols = _windows(x, kernel, stride, dilation, out)          # (N, C, K, oh, ow)
     k = kernel[0] * kernel[1]
-    cols = cols.reshape(n, groups, (c // groups) * k, out[0] * out[1])
-    weights = weight.reshape(groups, o // groups, (c // groups) * k)
-    result = ops.matmul(weights, cols).reshape(n, o, out[0], out[1])
-    if bias is not None:
-        result = result + bias.reshape(1, o, 1, 1)
+    if groups == 1:  # (O, C K) @ (N, C K, L), the bias added in the product's shape: the
+        # compiler's GEMM node takes it (and an activation after it) as its epilogue
+        product = ops.matmul(weight.reshape(o, c * k), cols.reshape(n, c * k, -1))
+        if bias is not None:
+            product = product + bias.reshape(o, 1)
+        result = product.reshape(n, o, out[0], out[1])
+    else:
+        cols = cols.reshape(n, groups, (c // groups) * k, out[0] * out[1])
+        weights = weight.reshape(groups, o // groups, (c // groups) * k)
+        result = ops.matmul(weights, cols).reshape(n, o, out[0], out[1])
+        if bias is not None:
+            result = result + bias.reshape(1, o, 1, 1)
     return ops.squeeze(result, [0]) if unbatched else result
 
 

@@ -159,6 +159,43 @@ def test_a_zero_dim_value_keeps_its_expand_which_changes_promotion():
     assert str(dce(simplify(G(text)))) == text
 
 
+THROUGH_VIEW = """
+    graph(%a: f32[2,6], %b: f32[6,4], %x: f32[3,4]):
+      %0: f32[2,4] = mm(%a, %b)
+      %1: f32[2,2,2] = view(%0, size=[2, 2, 2])
+      %2: f32[2,2,2] = relu(%1)
+      %3: f32[] = scalar(value=0.5)
+      %4: f32[2,2,2] = mul(%1, %3)
+      %5: f32[12] = view(%x, size=[12])
+      %6: f32[12] = tanh(%5)
+      return (%2, %4, %6)
+    """
+
+
+def test_a_one_tensor_elementwise_op_moves_before_a_view_of_a_fresh_value():
+    """relu(view(mm)) -> view(relu(mm)), numbers aside too; an input's view stays (an input
+    need not be contiguous)."""
+    g = dce(simplify(G(THROUGH_VIEW)))
+    assert [str(n).split(" = ")[1] for n in g.nodes] == [
+        "mm(%a, %b)", "relu(%0)", "view(%1, size=[2, 2, 2])", "scalar(value=0.5)",
+        "mul(%0, %3)", "view(%4, size=[2, 2, 2])", "view(%x, size=[12])", "tanh(%6)"]
+    verify_types(g)
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in ((2, 6), (6, 4), (3, 4))]
+    for got, want in zip(run(g, *arrays), run(G(THROUGH_VIEW), *arrays)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_convolution_with_bias_and_relu_is_one_gemm_kernel():
+    import eager.nn.functional as F
+    from compiler import lower
+    x, w, b = eager.randn(2, 3, 7, 6), eager.randn(5, 3, 3, 2), eager.randn(5)
+    lowered = lower(lambda x, w, b: F.relu(F.conv2d(x, w, b, padding=1)), x, w, b)
+    fused = [n for n in lowered.optimized[0].nodes if n.op is ir.Op.FUSED]
+    assert [dict(n.attrs)["kind"] for n in fused] == ["gemm"]
+    assert [m.op for m in dict(fused[0].attrs)["body"].nodes][-2:] == [ir.Op.ADD, ir.Op.RELU]
+
+
 def test_slice_gradients_over_adjacent_ranges_become_one_cat():
     """q, k, v = qkv.split(...): their gradients are written once, not padded and added;
     the sum's order does not matter, and ranges that do not meet are left alone."""
