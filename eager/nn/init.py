@@ -181,4 +181,20 @@ def sparse_(t: Tensor, sparsity: float, std: float = 0.01, generator=None) -> Te
         values[numbers.permutation(rows)[:zeros], c] = 0.0
     return _fill_from(t, values)
 
+
+def _deprecated(method):
+    """PyTorch's old names without the underscore: a warning, then the method."""
+    def old(*args, **kwargs):
+        warnings.warn(f"nn.init.{method.__name__[:-1]} is now deprecated in favor of "
+                      f"nn.init.{method.__name__}.", FutureWarning, stacklevel=2)
+        return method(*args, **kwargs)
+    old.__name__ = method.__name__[:-1]
+    return old
+
+
+uniform, normal, constant, xavier_uniform, xavier_normal, kaiming_uniform, kaiming_normal, \
+    orthogonal, sparse, dirac, eye = map(_deprecated, (
+        uniform_, normal_, constant_, xavier_uniform_, xavier_normal_, kaiming_uniform_,
+        kaiming_normal_, orthogonal_, sparse_, dirac_, eye_))
+
 __getattr__ = _missing.module_getattr("torch.nn.init", "eager.nn.init")  # PyTorch's names kiln lacks

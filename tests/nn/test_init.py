@@ -143,3 +143,12 @@ def test_the_rest_of_nn_init():
     assert ((s == 0).sum(0) >= 3).all()
     with pytest.raises(ValueError, match="Only tensors with 2 or more dimensions"):
         init.orthogonal_(eager.empty(3))
+
+
+def test_the_old_names_warn_and_do_the_same():
+    with pytest.warns(FutureWarning, match="nn.init.normal is now deprecated in favor of "
+                                          "nn.init.normal_"):
+        t = init.normal(eager.empty(3), 5.0, 0.0)
+    assert t.tolist() == [5.0, 5.0, 5.0]
+    with pytest.warns(FutureWarning):
+        assert init.constant(eager.empty(2), 1.5).tolist() == [1.5, 1.5]

@@ -337,3 +337,17 @@ def test_workers_started_by_spawn_say_that_kiln_tensors_are_not_pickled():
     data = TensorDataset(eager.zeros(2))
     with pytest.raises(RuntimeError, match="kiln tensors are not pickled"):
         list(DataLoader(data, num_workers=1, multiprocessing_context="spawn"))
+
+
+def test_chained_and_stacked_datasets():
+    from eager.utils.data import ChainDataset, StackDataset
+    chained = ChainDataset([Stream(3), Stream(2)])
+    assert list(chained) == [0, 1, 2, 0, 1]
+    stacked = StackDataset(Squares(3), TensorDataset(eager.arange(3)))
+    assert stacked[2][0]["square"] == 4 and stacked[2][1][0].item() == 2 and len(stacked) == 3
+    named = StackDataset(a=Squares(2), b=[10, 11])
+    assert named[1] == {"a": Squares(2)[1], "b": 11}
+    with pytest.raises(ValueError, match="Size mismatch between datasets"):
+        StackDataset(Squares(2), Squares(3))
+    with pytest.raises(TypeError, match="ChainDataset only supports IterableDataset"):
+        ChainDataset([Squares(2)])

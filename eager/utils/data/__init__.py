@@ -1,7 +1,7 @@
 """torch.utils.data: datasets, samplers and the DataLoader.
 
-    dataset.py     Dataset, IterableDataset, TensorDataset, ConcatDataset, Subset,
-                   random_split
+    dataset.py     Dataset, IterableDataset, TensorDataset, ConcatDataset, ChainDataset,
+                   StackDataset, Subset, random_split
     sampler.py     Sampler, SequentialSampler, RandomSampler, SubsetRandomSampler,
                    WeightedRandomSampler, BatchSampler
     collate.py     default_collate, default_convert
@@ -12,13 +12,13 @@
 from eager import _missing
 from eager.utils.data.collate import default_collate, default_convert
 from eager.utils.data.dataloader import DataLoader
-from eager.utils.data.dataset import (ConcatDataset, Dataset, IterableDataset, Subset,
-                                      TensorDataset, random_split)
+from eager.utils.data.dataset import (ChainDataset, ConcatDataset, Dataset, IterableDataset,
+                                      StackDataset, Subset, TensorDataset, random_split)
 from eager.utils.data.sampler import (BatchSampler, RandomSampler, Sampler, SequentialSampler,
                                       SubsetRandomSampler, WeightedRandomSampler)
 from eager.utils.data.worker import get_worker_info
 
-__all__ = ["BatchSampler", "ConcatDataset", "DataLoader", "Dataset", "IterableDataset",
+__all__ = ["BatchSampler", "ChainDataset", "ConcatDataset", "StackDataset", "DataLoader", "Dataset", "IterableDataset",
            "RandomSampler", "Sampler", "SequentialSampler", "Subset", "SubsetRandomSampler",
            "TensorDataset", "WeightedRandomSampler", "default_collate", "default_convert",
            "get_worker_info", "random_split"]

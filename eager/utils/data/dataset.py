@@ -31,6 +31,45 @@ class IterableDataset(Dataset):
         raise TypeError("IterableDatasets are not added with +; chain their iterators")
 
 
+class ChainDataset(IterableDataset):
+    """Iterable datasets one after another."""
+
+    def __init__(self, datasets):
+        self.datasets = list(datasets)
+        for d in self.datasets:
+            if not isinstance(d, IterableDataset):
+                raise TypeError("ChainDataset only supports IterableDataset")
+
+    def __iter__(self):
+        for d in self.datasets:
+            yield from d
+
+    def __len__(self) -> int:
+        return sum(len(d) for d in self.datasets)
+
+
+class StackDataset(Dataset):
+    """Item i of each dataset, as a tuple (positional) or a dict (by keyword)."""
+
+    def __init__(self, *args, **kwargs):
+        if args and kwargs:
+            raise ValueError("Supported either ``tuple``- (via ``args``) or``dict``- (via "
+                             "``kwargs``) like input/output, but both types are given.")
+        self.datasets = args or kwargs
+        lengths = {len(d) for d in (args or kwargs.values())}
+        if len(lengths) > 1:
+            raise ValueError("Size mismatch between datasets")
+        self._length = lengths.pop() if lengths else 0
+
+    def __getitem__(self, index):
+        if isinstance(self.datasets, dict):
+            return {k: d[index] for k, d in self.datasets.items()}
+        return tuple(d[index] for d in self.datasets)
+
+    def __len__(self) -> int:
+        return self._length
+
+
 class TensorDataset(Dataset):
     """Item i is (t[i] for t in tensors); every tensor has the same first dim."""
 
