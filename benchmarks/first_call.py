@@ -16,10 +16,14 @@ the disk cache.
 """
 from __future__ import annotations
 
+import atexit
+import functools
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -70,11 +74,23 @@ def measure(library: str, case: str) -> float:
 
 
 def fresh_process(library: str, case: str, cache_dir: str) -> float:
-    """Seconds of the first call in a new process whose kernel cache is `cache_dir`."""
-    env = dict(os.environ, KILN_CACHE_DIR=cache_dir, PYTHONPATH=str(ROOT))
+    """Seconds of the first call in a new process whose kernel cache is `cache_dir`.
+    Python's bytecode is cached (in a folder of this process's, whatever
+    PYTHONDONTWRITEBYTECODE says) as an installed package's is: the first process
+    compiles kiln's sources, later ones time the first call a user meets."""
+    env = dict(os.environ, KILN_CACHE_DIR=cache_dir, PYTHONPATH=str(ROOT),
+               PYTHONPYCACHEPREFIX=_bytecode_folder())
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     out = subprocess.run([sys.executable, "-m", "benchmarks.first_call", library, case],
                          env=env, capture_output=True, text=True, check=True, cwd=ROOT)
     return json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
+
+
+@functools.cache
+def _bytecode_folder() -> str:
+    folder = tempfile.mkdtemp(prefix="kiln-first-call-bytecode-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 if __name__ == "__main__":

@@ -111,3 +111,21 @@ def test_compile_overhead_reports_memory_per_compile_from_fresh_processes(tiny_s
     text = compile_overhead.notes(quick=True)
     assert "over 3 compiles" in text
     assert "compiled " in text and "from disk cache " in text and "MB per 1000" in text
+
+
+def test_fresh_processes_cache_bytecode_as_an_installed_package_has_it(monkeypatch, tmp_path):
+    """The first call a user meets: kiln's sources compiled to bytecode once, whatever
+    PYTHONDONTWRITEBYTECODE says here."""
+    from benchmarks import first_call
+    seen = []
+
+    def run(argv, env, **kwargs):
+        seen.append(env)
+        return type("Done", (), {"stdout": '{"seconds": 0.5}\n'})()
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.setattr(first_call.subprocess, "run", run)
+    assert first_call.fresh_process("kiln", "six_ops", str(tmp_path)) == 0.5
+    first_call.fresh_process("kiln", "six_ops", str(tmp_path))
+    assert "PYTHONDONTWRITEBYTECODE" not in seen[0]
+    assert seen[0]["PYTHONPYCACHEPREFIX"] == seen[1]["PYTHONPYCACHEPREFIX"]  # one folder
+    assert seen[0]["KILN_CACHE_DIR"] == str(tmp_path)
