@@ -230,11 +230,15 @@ def argsort(input: Tensor, dim: int = -1, descending: bool = False,
     return sort(input, dim, descending, stable).indices
 
 
+def _k_along(fn: str, input: Tensor, k, dim: int) -> tuple[int, int, int]:
+    """(k, the wrapped dim, its size; 1 for a zero-dim input)."""
+    d = wrap_dim(dim, max(input.dim(), 1))
+    return int_arg(fn, "k", k), d, input.shape[d] if input.dim() else 1
+
+
 def topk(input: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):  # noqa: A002
     """The k largest (or smallest) elements along `dim` and their indices, in order."""
-    k = int_arg("topk", "k", k)
-    d = wrap_dim(dim, max(input.dim(), 1))
-    size = input.shape[d] if input.dim() else 1
+    k, d, size = _k_along("topk", input, k, dim)
     if not 0 <= k <= size:
         raise RuntimeError(f"topk: selected index k out of range (k={k}, dim {d} has {size} "
                            f"elements)")
@@ -245,9 +249,7 @@ def topk(input: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: boo
 
 def kthvalue(input: Tensor, k: int, dim: int = -1, keepdim: bool = False):
     """The k-th smallest element along `dim` (k from 1) and its index."""
-    k = int_arg("kthvalue", "k", k)
-    d = wrap_dim(dim, max(input.dim(), 1))
-    size = input.shape[d] if input.dim() else 1
+    k, d, size = _k_along("kthvalue", input, k, dim)
     if not 1 <= k <= size:
         raise IndexError(f"kthvalue(): selected number k out of range for dimension {d} "
                          f"(k={k}, size {size})")

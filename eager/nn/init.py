@@ -182,6 +182,16 @@ def sparse_(t: Tensor, sparsity: float, std: float = 0.01, generator=None) -> Te
     return _fill_from(t, values)
 
 
+def layer_default_(weight: Tensor, bias: Tensor | None) -> None:
+    """PyTorch's default for Linear and convolutions: kaiming_uniform_(a=sqrt(5)) for
+    the weight, i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in)), and the same bound for the bias."""
+    kaiming_uniform_(weight, a=math.sqrt(5))
+    if bias is not None:
+        fan_in, _ = _calculate_fan_in_and_fan_out(weight)
+        bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+        uniform_(bias, -bound, bound)
+
+
 def _deprecated(method):
     """PyTorch's old names without the underscore: a warning, then the method."""
     def old(*args, **kwargs):

@@ -13,7 +13,20 @@ import math
 from eager import _missing
 
 
-class LRScheduler:
+class _Schedule:
+    """What every schedule answers: its last rates, and its state without the optimizer."""
+
+    def get_last_lr(self) -> list[float]:
+        return self._last_lr
+
+    def state_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "optimizer"}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.__dict__.update(state)
+
+
+class LRScheduler(_Schedule):
     def __init__(self, optimizer, last_epoch: int = -1):
         self.optimizer = optimizer
         for i, group in enumerate(optimizer.param_groups):
@@ -35,15 +48,6 @@ class LRScheduler:
         for group, lr in zip(self.optimizer.param_groups, self.get_lr()):
             group["lr"] = lr
         self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
-
-    def get_last_lr(self) -> list[float]:
-        return self._last_lr
-
-    def state_dict(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "optimizer"}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.__dict__.update(state)
 
 
 _LRScheduler = LRScheduler  # PyTorch's older name
@@ -301,7 +305,7 @@ class SequentialLR(LRScheduler):
         self.__dict__.update(state)
 
 
-class ReduceLROnPlateau:
+class ReduceLROnPlateau(_Schedule):
     """Divide the rates by 1 / factor once the metric given to step() has not improved
     (by threshold, relative or absolute) for more than `patience` steps."""
 
@@ -350,15 +354,6 @@ class ReduceLROnPlateau:
                     group["lr"] = new
             self.cooldown_counter, self.num_bad_epochs = self.cooldown, 0
         self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
-
-    def get_last_lr(self) -> list[float]:
-        return self._last_lr
-
-    def state_dict(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "optimizer"}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.__dict__.update(state)
 
 
 __getattr__ = _missing.module_getattr("torch.optim.lr_scheduler", "eager.optim.lr_scheduler")  # PyTorch's names kiln lacks

@@ -1,7 +1,6 @@
 """Convolution and pooling modules over nn.functional's (eager/nn/_convolution.py)."""
 from __future__ import annotations
 
-import math
 
 from eager import factories
 from eager.nn import functional as F
@@ -53,12 +52,7 @@ class _ConvNd(Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        # PyTorch's default: kaiming_uniform_(a=sqrt(5)); bias U(-1/sqrt(fan_in), ...)
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            fan_in = self.weight.shape[1] * math.prod(self.kernel_size)
-            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
-            init.uniform_(self.bias, -bound, bound)
+        init.layer_default_(self.weight, self.bias)
 
     def _padded(self, input):
         """(input, padding for the functional): padding_mode other than zeros pads here."""

@@ -1,7 +1,6 @@
 """Layers: Linear, Embedding, LayerNorm, Dropout, the activations, Identity, Flatten."""
 from __future__ import annotations
 
-import math
 
 from eager import factories
 from eager.autograd.grad_mode import no_grad
@@ -37,11 +36,7 @@ class Linear(Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        # PyTorch's default: kaiming_uniform_(a=sqrt(5)), i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in))
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            bound = 1 / math.sqrt(self.in_features) if self.in_features > 0 else 0
-            init.uniform_(self.bias, -bound, bound)
+        init.layer_default_(self.weight, self.bias)
 
     def forward(self, input):
         if input.dim() == 0 or input.shape[-1] != self.in_features:
