@@ -1,7 +1,6 @@
 """Convolution and pooling modules over nn.functional's (eager/nn/_convolution.py)."""
 from __future__ import annotations
 
-
 from eager import factories
 from eager.nn import functional as F
 from eager.nn import init

@@ -1,7 +1,6 @@
 """Layers: Linear, Embedding, LayerNorm, Dropout, the activations, Identity, Flatten."""
 from __future__ import annotations
 
-
 from eager import factories
 from eager.autograd.grad_mode import no_grad
 from eager.nn import functional as F
