@@ -13,6 +13,7 @@ import sys
 
 import numpy as np
 
+from benchmarks.first_call import fresh_env
 from benchmarks.harness import Case, Impl
 
 KILN, NUMPY, TORCH = "kiln eager", "numpy", "torch eager"
@@ -120,8 +121,7 @@ def _import_time(module: str):
     import statement took there (interpreter start-up excluded)."""
     code = (f"import time; t = time.perf_counter(); import {module}; "
             f"print(time.perf_counter() - t)")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
+    env = fresh_env()  # bytecode cached, as for an installed package (and numpy's)
 
     def run() -> float:
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -74,16 +74,24 @@ def measure(library: str, case: str) -> float:
 
 
 def fresh_process(library: str, case: str, cache_dir: str) -> float:
-    """Seconds of the first call in a new process whose kernel cache is `cache_dir`.
-    Python's bytecode is cached (in a folder of this process's, whatever
-    PYTHONDONTWRITEBYTECODE says) as an installed package's is: the first process
-    compiles kiln's sources, later ones time the first call a user meets."""
-    env = dict(os.environ, KILN_CACHE_DIR=cache_dir, PYTHONPATH=str(ROOT),
-               PYTHONPYCACHEPREFIX=_bytecode_folder())
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    """Seconds of the first call in a new process whose kernel cache is `cache_dir`
+    (bytecode cached: see fresh_env; the first process compiles kiln's sources, later
+    ones time the first call a user meets)."""
+    env = fresh_env(KILN_CACHE_DIR=cache_dir)
     out = subprocess.run([sys.executable, "-m", "benchmarks.first_call", library, case],
                          env=env, capture_output=True, text=True, check=True, cwd=ROOT)
     return json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
+
+
+def fresh_env(**extra) -> dict:
+    """The environment of a fresh benchmark process: the repository on PYTHONPATH, and
+    bytecode cached in a folder of this process's (whatever PYTHONDONTWRITEBYTECODE
+    says), as an installed package has it."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+        PYTHONPYCACHEPREFIX=_bytecode_folder(), **extra)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
 
 
 @functools.cache

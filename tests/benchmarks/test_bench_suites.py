@@ -129,3 +129,9 @@ def test_fresh_processes_cache_bytecode_as_an_installed_package_has_it(monkeypat
     assert "PYTHONDONTWRITEBYTECODE" not in seen[0]
     assert seen[0]["PYTHONPYCACHEPREFIX"] == seen[1]["PYTHONPYCACHEPREFIX"]  # one folder
     assert seen[0]["KILN_CACHE_DIR"] == str(tmp_path)
+    from benchmarks import eager_overhead
+    seen.clear()
+    monkeypatch.setattr(eager_overhead.subprocess, "run", lambda argv, env, **kw: seen.append(
+        env) or type("Done", (), {"returncode": 0, "stdout": "0.1\n"})())
+    assert eager_overhead._import_time("eager")() == 0.1
+    assert "PYTHONDONTWRITEBYTECODE" not in seen[0] and "PYTHONPYCACHEPREFIX" in seen[0]
