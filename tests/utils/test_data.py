@@ -351,3 +351,14 @@ def test_chained_and_stacked_datasets():
         StackDataset(Squares(2), Squares(3))
     with pytest.raises(TypeError, match="ChainDataset only supports IterableDataset"):
         ChainDataset([Squares(2)])
+
+
+def test_importing_eager_does_not_load_multiprocessing():
+    """Workers are started rarely; `import eager` stays light (the DataLoader imports
+    multiprocessing when it makes them)."""
+    import subprocess
+    import sys
+    code = "import sys, eager; print('multiprocessing' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "False"

@@ -11,9 +11,7 @@ hang.
 from __future__ import annotations
 
 import itertools
-import multiprocessing
 import pickle
-import queue
 import time
 import warnings
 
@@ -136,6 +134,7 @@ class _Workers:
     batches of one pass over the data."""
 
     def __init__(self, loader: DataLoader, seed: int):
+        import multiprocessing  # here: `import eager` need not load it (~5 ms)
         context = multiprocessing.get_context(loader.multiprocessing_context)
         self.answers = context.Queue()
         self.tasks, self.processes = [], []
@@ -204,6 +203,7 @@ class _Workers:
     def _answer(self):
         """The next (task, answer) from any worker, checking in slices that every worker
         lives and that `timeout` has not passed."""
+        import queue
         start = time.monotonic()
         while True:
             try:
