@@ -10,7 +10,6 @@ from compiler.codegen import values as V
 from compiler.codegen.kernel_spec import REDUCE_OPS
 from ir import dtypes
 from ir.graph import Node
-from ir.ops import Op
 from runtime import llvm_ir
 
 

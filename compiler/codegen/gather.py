@@ -18,7 +18,6 @@ import llvmlite.ir as ir
 from compiler.codegen import values as V
 from compiler.codegen.kernel_spec import Gather, strides_over_result  # noqa: F401  (G.<name>)
 from ir import dtypes
-from ir.ops import Op
 from runtime import llvm_ir
 from runtime.llvm_ir import I64, i64
 
