@@ -10,7 +10,8 @@ in BLAS; with K == 0 the product is zero.
 
 The structure is Goto/BLIS (see ir/kernel.py): packed, cache-blocked, an MR x NR
 register micro-kernel, one native call per block of rows or columns per thread (see
-jobs.run); products below config.DIRECT_MAX_MACS skip packing. Results are bitwise
+jobs.run); small products (config.DIRECT_MAX_MACS, DIRECT_SPREAD_MAX_MACS) skip
+packing. Results are bitwise
 identical across thread counts for one blocking (tune.py picks it).
 
 Error bound, asserted by tests/compiler/test_gemm.py for every result, eps the dtype's
@@ -274,7 +275,9 @@ def _run(problem: _Problem, activation, threads, plan_key: tuple | None = None,
     kernel = kernels.kernel(out.dtype, _spec(bias, activation, problem.residual is not None))
     batch = _products(problem)
     m, n, k = batch.call.m, batch.call.n, batch.call.k
-    direct_domain = m * n * k <= config.DIRECT_MAX_MACS
+    direct_domain = m * n * k <= config.DIRECT_MAX_MACS or (
+        m * n * k <= config.DIRECT_SPREAD_MAX_MACS
+        and not kernels.crowds_l1(batch.call.a_rs, kernel.dtype.itemsize))
     blocking = None
     if not direct_domain or (n > 1 and batch.call.b_cs != 1):
         blocking = tune.for_depth(tune.blocking(kernel, _tuning_measure), k)
@@ -290,6 +293,13 @@ def _run(problem: _Problem, activation, threads, plan_key: tuple | None = None,
         plan = plans.make(plan_key, kernel, batch, blocking, specialised, threads, out, whole)
         if plan is not None and plan.run_call(batch.call):
             return
+    if blocking is not None and direct_domain and specialise and specialised is None:
+        # A small product seen once whose B rows are not contiguous: the direct kernel on
+        # a contiguous copy of B (a few microseconds), the same result as the packed
+        # kernel with all of K in one block, without compiling a packed variant (~0.4 s)
+        # for a product that gets its specialised kernel when seen again.
+        problem.b = np.ascontiguousarray(problem.b)
+        batch, blocking, copied = _products(problem), None, True
     if whole and specialised is not None:
         specialised.run_call(batch.call)  # piece 0's operands are the batch's first
         return

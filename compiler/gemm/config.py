@@ -9,8 +9,14 @@ tune.py's default_blocking its cache-size model.
 from __future__ import annotations
 
 # Which kernel (api.py, small.py) ------------------------------------------------------
-DIRECT_MAX_MACS = 144 ** 3  # multiply-adds below which packing costs more than it saves
-SMALL_MAX_MACS = 200 ** 3  # above this the packed kernel's cache blocking wins
+DIRECT_MAX_MACS = 144 ** 3  # multiply-adds up to which packing costs more than it saves
+# ... and up to this many where A's rows do not crowd L1 sets (kernels.crowds_l1): the
+# direct and specialised kernels beat the packed one up to here (float32, one thread,
+# znver5, us: 512x192x64 B^T 57 -> 46, 256x64x512 A^T 84 -> 60, 203^3 80 -> 66,
+# 1024x8x1000 281 -> 137), except where A's rows are 4 KiB apart (1024x8x1024 413 -> 575,
+# which stays packed); and a model of this size compiles no packed kernel at all.
+DIRECT_SPREAD_MAX_MACS = 1 << 23  # 512 x 256 x 64
+SMALL_MAX_MACS = 1 << 23  # above this the packed kernel's cache blocking wins
 SMALL_B_BUFFER_ELEMENTS = 48 * 1024  # K x N of a B copied to the stack (384 KiB in float64)
 SMALL_MAX_KERNELS = 512  # specialised variants compiled per process; MCJIT never frees code
 L1_PANEL_BYTES = 32 * 1024  # a B panel up to this stays in L1 (48 KiB) next to A's rows

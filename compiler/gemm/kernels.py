@@ -211,4 +211,10 @@ def reads_a_in_place(a_rs: int, a_cs: int, itemsize: int) -> bool:
     """Whether the packed path should broadcast from A in place rather than pack it:
     its rows must be contiguous, and not a multiple of 2 KiB apart (then MR rows would
     crowd one or two L1 sets and evict each other)."""
-    return a_cs == 1 and (a_rs * itemsize) % config.CONFLICT_STRIDE != 0
+    return a_cs == 1 and not crowds_l1(a_rs, itemsize)
+
+
+def crowds_l1(row_stride: int, itemsize: int) -> bool:
+    """Whether rows `row_stride` elements apart are a multiple of 2 KiB apart, so that
+    a tile's rows fall in one or two L1 sets and evict each other."""
+    return (row_stride * itemsize) % config.CONFLICT_STRIDE == 0

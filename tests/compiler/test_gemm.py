@@ -336,6 +336,42 @@ def test_direct_and_packed_paths_agree():
     check(packed, a, b)
 
 
+def _spy_on_packed_entries(monkeypatch) -> list:
+    """A list that gets the K block depth of every packed job prepared from now on."""
+    asked, real = [], gemm_jobs._packed_entry
+    monkeypatch.setattr(gemm_jobs, "_packed_entry",
+                        lambda calls, kc: asked.append(kc) or real(calls, kc))
+    return asked
+
+
+def test_a_small_product_with_b_transposed_seen_once_runs_direct_with_the_packed_result(
+        monkeypatch):
+    rng = np.random.default_rng(31)
+    m, n, k = 509, 191, 67  # above DIRECT_MAX_MACS, within DIRECT_SPREAD_MAX_MACS
+    assert gemm_config.DIRECT_MAX_MACS < m * n * k <= gemm_config.DIRECT_SPREAD_MAX_MACS
+    a = rand(rng, (m, k + 3), np.float32)[:, :k]  # rows 70 elements apart
+    b = rand(rng, (n, k), np.float32)
+    asked = _spy_on_packed_entries(monkeypatch)
+    first = gemm(a, b, trans_b=True)
+    assert asked == []  # a contiguous copy of B on the direct kernel, no packed variant
+    packed = gemm(a, b, trans_b=True, specialise=False)
+    assert asked == [k]  # all of K in one block
+    again = gemm(a, b, trans_b=True)  # seen twice: its specialised kernel
+    check(first, a, b, trans_b=True)
+    assert np.array_equal(first, packed) and np.array_equal(first, again)
+
+
+def test_a_product_whose_a_rows_crowd_l1_sets_is_packed_above_direct_max_macs(monkeypatch):
+    rng = np.random.default_rng(32)
+    m, n, k = 301, 101, 150
+    assert gemm_config.DIRECT_MAX_MACS < m * n * k <= gemm_config.DIRECT_SPREAD_MAX_MACS
+    a = rand(rng, (m, 512), np.float32)[:, :k]  # rows 2 KiB apart
+    b = rand(rng, (k, n), np.float32)
+    asked = _spy_on_packed_entries(monkeypatch)
+    check(gemm(a, b), a, b)
+    assert asked
+
+
 @pytest.mark.slow
 def test_tall_skinny():
     rng = np.random.default_rng(13)
@@ -410,7 +446,7 @@ def test_autotuner_stores_its_choice(monkeypatch, tmp_path):
     monkeypatch.setattr(gemm_config, "TUNE_SIZE", 128)
     monkeypatch.setattr(gemm_tune, "_chosen", {})
     rng = np.random.default_rng(15)
-    a, b = rand(rng, (150, 160), np.float32), rand(rng, (160, 170), np.float32)
+    a, b = rand(rng, (250, 260), np.float32), rand(rng, (260, 270), np.float32)  # packed
     check(gemm(a, b), a, b)
     stored = json.loads((tmp_path / gemm_tune.FILE_NAME).read_text())
     assert len(stored) == 1
@@ -549,7 +585,7 @@ def test_a_repeated_bmm_request_reads_the_arrays_and_scalars_of_each_call():
 @pytest.mark.parametrize("api, shape_a, shape_b, trans_b", [
     ("gemm", (200, 300), (250, 300), True),  # packed, shared B or columns on 2 threads
     ("gemm", (40, 700), (700, 90), False),
-    ("bmm", (3, 150, 160), (160, 170), False)])
+    ("bmm", (3, 250, 260), (260, 270), False)])  # above DIRECT_SPREAD_MAX_MACS: packed
 def test_a_planned_request_reads_the_arrays_and_scalars_of_each_call(api, shape_a, shape_b,
                                                                      trans_b):
     """From its second sight on, a request runs from a plan whose records hold its
