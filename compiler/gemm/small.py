@@ -253,13 +253,18 @@ def choose_tile(dtype: str, m: int, n: int, k: int, lanes: int) -> Tile:
     for nv in range(1, min(4, vectors_n) + 1):
         spill = 1.1 if k * nv * lanes * itemsize > config.L1_PANEL_BYTES else 1.0
         for mr in range(1, min(m, (registers - 1) // nv - 1) + 1):
-            tiles_m = [mr] * (m // mr) + ([m % mr] if m % mr else [])
-            tiles_n = [nv] * (vectors_n // nv) + ([vectors_n % nv] if vectors_n % nv else [])
-            cost = spill * sum(k * (max(r * v, 4) + (r + v) / 2) + 4 * r * v + 40
-                               for r in tiles_m for v in tiles_n)
+            cost = spill * sum(
+                rows * columns * (k * (max(r * v, 4) + (r + v) / 2) + 4 * r * v + 40)
+                for r, rows in _tiles(m, mr) for v, columns in _tiles(vectors_n, nv))
             if best is None or cost < best[0]:
                 best = (cost, mr, nv)
     return Tile(dtype, best[1], best[2] * lanes, lanes, unroll=K_UNROLL)
+
+
+def _tiles(size: int, step: int) -> list[tuple[int, int]]:
+    """(tile size, how many) of `size` cut in tiles of `step`, the last one shorter."""
+    return [(tile, count) for tile, count in ((step, size // step), (size % step, 1))
+            if tile and count]
 
 
 def _compile(key: SmallKey) -> SmallKernel:
