@@ -135,6 +135,32 @@ def test_gemm_kernels_compile_with_their_measured_pipeline(tmp_path, monkeypatch
     assert levels == [config.SPEED_LEVEL] * 2
 
 
+
+def test_a_graphs_pointwise_kernels_compile_and_dump_with_their_measured_pipeline(
+        tmp_path, monkeypatch):
+    import numpy as np
+
+    import compiler
+    import eager
+    from compiler.backends.native import pointwise
+    from runtime import jit
+    from runtime.cache import KernelCache
+    levels, run_pipeline = [], jit.run_pipeline
+
+    def spy(module, machine, speed_level):
+        levels.append(speed_level)
+        run_pipeline(module, machine, speed_level)
+
+    monkeypatch.setattr(jit, "run_pipeline", spy)
+    host = jit.HostJit(KernelCache(tmp_path))
+    monkeypatch.setattr(jit, "host_jit", lambda: host)
+    x = eager.tensor(np.arange(11, dtype=np.float32))
+    lowered = compiler.lower(lambda t: (t * 3.0 + 1.0).tanh(), x)
+    (kernel,) = lowered.kernels
+    assert kernel.name in kernel.optimised_ir and kernel.name in kernel.assembly
+    assert levels == [pointwise.SPEED_LEVEL] * 3  # compiled, optimised IR, assembly
+    assert pointwise.SPEED_LEVEL != 3
+
 COUNT_COMPILES = """
 import numpy as np
 import eager
