@@ -382,7 +382,10 @@ def claim_loop(b: ir.IRBuilder, counter, count, name: str = "claim"):
 
 # branches -----------------------------------------------------------------------------
 def when(b: ir.IRBuilder, condition, values: list, then: Callable[[list], list]) -> list:
-    """then(values) if condition else values, as phis after the branch."""
+    """then(values) if condition else values, as phis after the branch; a constant
+    condition picks at build time (no IR for the branch not taken)."""
+    if isinstance(condition, ir.Constant):
+        return then(values) if condition.constant else values
     before = b.block
     taken, merge = b.append_basic_block("when.then"), b.append_basic_block("when.end")
     b.cbranch(condition, taken, merge)
@@ -402,7 +405,10 @@ def when(b: ir.IRBuilder, condition, values: list, then: Callable[[list], list])
 
 def choose(b: ir.IRBuilder, condition, if_true: Callable[[], list],
            if_false: Callable[[], list]) -> list:
-    """The values of if_true() or if_false(), as phis after the branch."""
+    """The values of if_true() or if_false(), as phis after the branch; a constant
+    condition picks at build time."""
+    if isinstance(condition, ir.Constant):
+        return if_true() if condition.constant else if_false()
     yes, no, merge = (b.append_basic_block(f"choose.{part}") for part in ("yes", "no", "end"))
     b.cbranch(condition, yes, no)
     arms = []
@@ -419,6 +425,16 @@ def choose(b: ir.IRBuilder, condition, if_true: Callable[[], list],
             phi.add_incoming(values[index], block)
         merged.append(phi)
     return merged
+
+
+def equal(b: ir.IRBuilder, x, y) -> ir.Value:
+    """x == y for integers or floats, as an i1: a constant when both are constants (so
+    that `when` and `choose` on it build one arm), else a comparison."""
+    if isinstance(x, ir.Constant) and isinstance(y, ir.Constant):
+        return ir.Constant(I1, int(x.constant == y.constant))
+    if isinstance(x.type, ir.IntType):
+        return b.icmp_signed("==", x, y)
+    return b.fcmp_ordered("==", x, y)
 
 
 def smin(b: ir.IRBuilder, x, y) -> ir.Value:

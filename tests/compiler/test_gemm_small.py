@@ -269,3 +269,18 @@ def test_fits_and_tiles():
     for m, n, k in [(1, 1, 1), (64, 64, 64), (200, 3, 9), (5, 200, 200)]:
         tile = choose_tile("float32", m, n, k, 16)
         assert tile.mr <= m and tile.mr * tile.vectors + tile.vectors < 32
+
+
+@pytest.mark.parametrize("with_c", [False, True])
+def test_a_specialised_kernel_without_c_builds_no_code_that_reads_it(with_c):
+    """With beta == 0 compiled in, the tile store's reading of C is known to be skipped
+    when the kernel is built, so it is not built (half the IR of a 512x64x64 kernel);
+    with a C, every row branches on beta at run time."""
+    import llvmlite.ir as ir
+
+    from compiler.gemm.ir.small import SmallGemm
+    key = SmallKey("float32", 9, 20, 5, (5, 1), (20, 1), 20,
+                   c_strides=(1, 9) if with_c else None)
+    module = ir.Module("small_without_c")
+    SmallGemm(module, "kiln_test_small", key, choose_tile("float32", 9, 20, 5, 16)).build()
+    assert ("when.then" in str(module)) is with_c

@@ -210,3 +210,34 @@ def test_offsets_at_a_linear_index_from_sizes_and_strides_constant_or_arguments(
         row, column = divmod(index, 4)
         assert out.tolist() == [row * 10 + column, column * 5]
     assert str(module).count(" mul ") == 3  # row x s, column x 1, column x 5
+
+
+@pytest.mark.parametrize("known", [True, False])
+def test_when_and_choose_on_a_constant_condition_build_only_the_arm_taken(known):
+    """A condition known when building (equal on two constants) gives no branch: the
+    arm not taken is never built; on a runtime value both are, joined by phis."""
+    def build(b, x, n):
+        i = llvm_ir.i64(3) if known else n
+        condition = llvm_ir.equal(b, i, llvm_ir.i64(3))
+        built = []
+        one, five = llvm_ir.constant(F32, 1.0), llvm_ir.constant(F32, 5.0)
+        (value,) = llvm_ir.choose(b, condition, lambda: built.append("yes") or [one],
+                                  lambda: built.append("no") or [five])
+        (value,) = llvm_ir.when(b, condition, [value],
+                                lambda xs: built.append("then") or [b.fadd(xs[0], one)])
+        b.store(value, x)
+        assert built == (["yes", "then"] if known else ["yes", "no", "then"])
+
+    address, module = _kernel([ir.PointerType(F32), llvm_ir.I64], build)
+    assert ("br i1" in str(module)) is not known
+    out = np.zeros(1, np.float32)
+    for n, expected in ((3, 2.0), (4, 2.0 if known else 5.0)):
+        ctypes.CFUNCTYPE(None, FLOATS, ctypes.c_int64)(address)(
+            out.ctypes.data_as(FLOATS), n)
+        assert out[0] == expected
+
+
+def test_equal_compares_runtime_values_and_folds_constants():
+    assert llvm_ir.equal(None, llvm_ir.i64(2), llvm_ir.i64(2)).constant == 1
+    assert llvm_ir.equal(None, llvm_ir.constant(F32, 0.0),
+                         llvm_ir.constant(F32, 1.0)).constant == 0

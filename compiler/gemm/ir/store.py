@@ -6,8 +6,8 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from compiler.gemm.ir.tools import PACK_ALIGN, Emitter
-from runtime.llvm_ir import (at, choose, for_range, i64, load_vector, masked_load,
-                             masked_store, splat, store_vector, when)
+from runtime.llvm_ir import (I1, at, choose, equal, for_range, i64, load_vector,
+                             masked_load, masked_store, splat, store_vector, when)
 
 
 class TileStore(Emitter):
@@ -96,7 +96,7 @@ class TileStore(Emitter):
                                                    PACK_ALIGN), zero)
                     for v in range(t.vectors)]
 
-        return choose(b, b.icmp_signed("==", stride, i64(1)), contiguous, strided)
+        return choose(b, equal(b, stride, i64(1)), contiguous, strided)
 
     def _epilogue(self, values, row, col0, cols, masks) -> list:
         b, arg, spec = self.b, self.arg, self.spec
@@ -132,6 +132,12 @@ class Update:
         lanes = gemm.tile.lanes
         self.previous_scale = splat(b, b.select(first, arg["beta"], ir.Constant(gemm.T, 1.0)),
                                     lanes)
-        beta_zero = b.fcmp_ordered("==", arg["beta"], ir.Constant(gemm.T, 0.0))
-        self.read_previous = b.not_(b.and_(first, beta_zero))
+        # known when a specialised kernel is built (first and beta constants): then
+        # `when` builds no branch that reads C for nothing
+        beta_zero = equal(b, arg["beta"], ir.Constant(gemm.T, 0.0))
+        if isinstance(first, ir.Constant) and isinstance(beta_zero, ir.Constant):
+            self.read_previous = ir.Constant(I1, int(not (first.constant and
+                                                          beta_zero.constant)))
+        else:
+            self.read_previous = b.not_(b.and_(first, beta_zero))
         self.alpha = splat(b, arg["alpha"], lanes)
