@@ -114,10 +114,9 @@ def test_gemm_entries_compiled_in_parallel_threads_are_the_serial_ones_byte_for_
     assert cached[0] == cached[1] and len(cached[0]) == 2
 
 
-def test_gemm_kernels_compile_with_their_measured_pipeline(tmp_path, monkeypatch):
-    from compiler.gemm import config, small
-    from compiler.gemm.ir.kernel import EpilogueSpec
-    from compiler.gemm.kernels import CompiledGemm, default_tile
+def _pipelines_and_a_jit(tmp_path, monkeypatch) -> tuple:
+    """(the speed level of every LLVM pipeline run from now on, a HostJit caching in
+    tmp_path)."""
     from runtime import jit
     from runtime.cache import KernelCache
     levels, run_pipeline = [], jit.run_pipeline
@@ -127,13 +126,20 @@ def test_gemm_kernels_compile_with_their_measured_pipeline(tmp_path, monkeypatch
         run_pipeline(module, machine, speed_level)
 
     monkeypatch.setattr(jit, "run_pipeline", spy)
-    host = jit.HostJit(KernelCache(tmp_path))
+    return levels, jit.HostJit(KernelCache(tmp_path))
+
+
+def test_gemm_kernels_compile_with_their_measured_pipeline(tmp_path, monkeypatch):
+    from compiler.gemm import config, small
+    from compiler.gemm.ir.kernel import EpilogueSpec
+    from compiler.gemm.kernels import CompiledGemm, default_tile
+    from runtime import jit
+    levels, host = _pipelines_and_a_jit(tmp_path, monkeypatch)
     CompiledGemm(default_tile("float64", jit.vector_width()), EpilogueSpec(), host
                  ).items["direct"]
     monkeypatch.setattr(jit, "host_jit", lambda: host)
     small._compile(small.SmallKey("float32", 5, 7, 3, (3, 1), (7, 1), 7))
     assert levels == [config.SPEED_LEVEL] * 2
-
 
 
 def test_a_graphs_pointwise_kernels_compile_and_dump_with_their_measured_pipeline(
@@ -144,15 +150,7 @@ def test_a_graphs_pointwise_kernels_compile_and_dump_with_their_measured_pipelin
     import eager
     from compiler.backends.native import pointwise
     from runtime import jit
-    from runtime.cache import KernelCache
-    levels, run_pipeline = [], jit.run_pipeline
-
-    def spy(module, machine, speed_level):
-        levels.append(speed_level)
-        run_pipeline(module, machine, speed_level)
-
-    monkeypatch.setattr(jit, "run_pipeline", spy)
-    host = jit.HostJit(KernelCache(tmp_path))
+    levels, host = _pipelines_and_a_jit(tmp_path, monkeypatch)
     monkeypatch.setattr(jit, "host_jit", lambda: host)
     x = eager.tensor(np.arange(11, dtype=np.float32))
     lowered = compiler.lower(lambda t: (t * 3.0 + 1.0).tanh(), x)
@@ -160,6 +158,7 @@ def test_a_graphs_pointwise_kernels_compile_and_dump_with_their_measured_pipelin
     assert kernel.name in kernel.optimised_ir and kernel.name in kernel.assembly
     assert levels == [pointwise.SPEED_LEVEL] * 3  # compiled, optimised IR, assembly
     assert pointwise.SPEED_LEVEL != 3
+
 
 COUNT_COMPILES = """
 import numpy as np
