@@ -32,7 +32,12 @@ step warm 0.25 -> 0.23 s, cold unchanged within the noise (~3.5 s when the machi
 quiet: the GEMM's packed variants and pack_b are ~1.7 s of its ~3 s of compiling).
 The fresh processes cache bytecode now (first_call.fresh_process), so these figures no
 longer depend on PYTHONDONTWRITEBYTECODE: `--quick --threads 1`, 2026-12-01, six ops
-cold 58.7 ms and warm 9.05 ms, the step cold 3.02 s and warm 0.21 s.
+cold 58.7 ms and warm 9.05 ms, the step cold 3.02 s and warm 0.21 s. Then (same
+command, min of 3, trees alternated) the transformer's products on the direct and
+specialised GEMM kernels (no packed variant compiled), pointwise kernels at O2, no IR
+for branches known when a kernel is built, faster fusion and tile choice: six ops
+unchanged (58.4 -> 58.1 ms cold, 10.1 -> 9.6 ms warm); the step cold 3.07 -> 1.89 s,
+warm 226 -> 178 ms.
 
 Memory (the note under the table): RSS growth per distinct kernel compiled, in fresh
 processes (benchmarks/compile_memory.py), over COMPILES distinct kernels (QUICK_COMPILES
