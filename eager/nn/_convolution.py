@@ -94,12 +94,12 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
         if padding == "same" and any(s != 1 for s in stride):
             raise ValueError("padding='same' is not supported for strided convolutions")
         if padding == "same":
-            x = _zero_pad(x, _same_padding(kernel, dilation)[0])
+            x = pad(x, _same_padding(kernel, dilation)[0])
         padding = (0, 0)
     else:
         padding = _pair("padding", padding)
         if any(padding):
-            x = _zero_pad(x, [padding[1], padding[1], padding[0], padding[0]])
+            x = pad(x, [padding[1], padding[1], padding[0], padding[0]])
     out = tuple(_out_size(s, k, st, 0, d) for s, k, st, d in
                 zip(x.shape[2:], kernel, stride, dilation))
     if min(out) <= 0:
@@ -122,10 +122,6 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
     return ops.squeeze(result, [0]) if unbatched else result
 
 
-def _zero_pad(x: Tensor, amounts: list) -> Tensor:
-    return pad(x, amounts)
-
-
 def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,
            dilation=1, groups: int = 1) -> Tensor:
     """(N, C, L) * (O, C / groups, k) -> (N, O, out): conv2d over a height of 1."""
@@ -134,9 +130,9 @@ def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
     if weight.dim() != 3:
         raise RuntimeError(f"conv1d: weight should be 3D (out_channels, in_channels / groups, "
                            f"k), got size {list(weight.shape)}")
-    pad = padding if isinstance(padding, str) else (0, _pair("padding", padding, 1)[0])
+    padding_2d = padding if isinstance(padding, str) else (0, _pair("padding", padding, 1)[0])
     out = conv2d(ops.unsqueeze(x, 2), ops.unsqueeze(weight, 2), bias,
-                 (1, _pair("stride", stride, 1)[0]), pad, (1, _pair("dilation", dilation, 1)[0]),
+                 (1, _pair("stride", stride, 1)[0]), padding_2d, (1, _pair("dilation", dilation, 1)[0]),
                  groups)
     out = ops.squeeze(out, [2])
     return ops.squeeze(out, [0]) if unbatched else out
@@ -176,7 +172,7 @@ def conv_transpose2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, 
     for k, d, p, op in reversed(list(zip(kernel, dilation, padding, output_padding))):
         edge = d * (k - 1) - p
         amounts += [edge, edge + op]
-    x = _zero_pad(x, amounts)
+    x = pad(x, amounts)
     # (C, O/g, kh, kw) -> (O, C/g, kh, kw), flipped in space
     w = weight.reshape(groups, c // groups, o_per_group, *kernel).transpose(1, 2)
     w = w.reshape(groups * o_per_group, c // groups, *kernel).flip([2, 3])
@@ -204,7 +200,7 @@ def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tenso
                                   f"{input.dim()}D)")
     kernel, dilation = _pair("kernel_size", kernel_size), _pair("dilation", dilation)
     padding, stride = _pair("padding", padding), _pair("stride", stride)
-    x = _zero_pad(input, [padding[1], padding[1], padding[0], padding[0]]) if any(padding) \
+    x = pad(input, [padding[1], padding[1], padding[0], padding[0]]) if any(padding) \
         else input
     out = tuple(_out_size(s, k, st, 0, d) for s, k, st, d in
                 zip(x.shape[2:], kernel, stride, dilation))
