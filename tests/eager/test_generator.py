@@ -46,3 +46,14 @@ def test_seeds_are_64_bit_and_bad_states_or_generators_are_named():
         g.set_state(eager.tensor([1, 2, 3]))
     with pytest.raises(TypeError, match="generator must be an eager.Generator, not int"):
         eager.rand(2, generator=7)
+
+
+def test_importing_eager_does_not_load_numpys_random_module():
+    """The default generator makes numpy's at its first draw (~5 ms of `import eager`)."""
+    import subprocess
+    import sys
+    code = ("import sys, eager; print('numpy.random' in sys.modules); "
+            "eager.rand(1); print('numpy.random' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.split() == ["False", "True"]
