@@ -92,7 +92,7 @@ class CompiledFunction:
         out = self._replay(entry, leaves) if entry.mode == "replay" else \
             self._run_python(entry, args, kwargs)[0]
         if self.check_calls:
-            self._check(out, args, kwargs)
+            self._check(entry, out, args, kwargs)
         return out
 
     def _give_up(self, key, args, kwargs):
@@ -129,7 +129,7 @@ class CompiledFunction:
             if not probed:  # as without dynamic=True: sizes that two calls differ in
                 self._generalize(entry, trace)
         if self.check_calls:
-            self._check(out, args, kwargs)
+            self._check(entry, out, args, kwargs)
         return out
 
     def _run_python(self, entry: Entry, args, kwargs):
@@ -300,8 +300,21 @@ class CompiledFunction:
         return guards.resolve(v, leaves) if kind == "source" else v
 
     # check=True ---------------------------------------------------------------------
-    def _check(self, out, args, kwargs) -> None:
+    def _check(self, entry: Entry, out, args, kwargs) -> None:
+        """Run the function again eagerly, in float64, and compare the outputs. A function
+        that takes whole steps (an optimiser's step, zero_grad, backward) changes state
+        besides its outputs: running it again would take them twice, so it is refused,
+        after this call took them once."""
         self.check_calls -= 1
+        if entry.steps:
+            self.check_calls = 0
+            steps = ", ".join(dict.fromkeys(s.what for s in entry.steps))
+            raise CompileCheckError(
+                f"kiln.compile(check=True): {self.__name__} takes whole steps ({steps}) that "
+                f"change state besides its outputs; check=True compares by running the "
+                f"function again eagerly, which would take them twice (this call took them "
+                f"once, compiled). Check a function without them (the model's forward and "
+                f"loss), or compare with an eager run by hand")
         wide = [_widen(a) for a in args]
         expected = self.fn(*wide, **{k: _widen(v) for k, v in kwargs.items()})
         got_leaves, want_leaves = [], []

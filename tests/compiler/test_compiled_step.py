@@ -326,3 +326,27 @@ def test_char_transformer_whole_step_as_native_kernels_equals_eager():
     _assert_same_training(got, _train(*args, compiled=False, steps=4), dtype)
     (entry,) = got[3].entries.values()
     assert entry.mode == "replay" and entry.run.backward_calls == 4
+
+
+def test_check_refuses_a_step_it_would_take_twice_after_taking_it_once():
+    """check=True runs the function again eagerly: for a training step that would be a
+    second optimiser step. It raises instead, naming the steps, and the parameters hold
+    exactly one step (as eager's)."""
+    batches = _mlp_batches(eager.float64, 1)
+    model = _mlp(eager.float64)
+    opt = OPTIMISERS["adam-decay"](model.parameters())
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = _classify(model, x, y)
+        loss.backward()
+        opt.step()
+        return loss
+    checked = compiler.compile(step, check=True)
+    with pytest.raises(compiler.CompileCheckError, match=r"takes whole steps \(.*Adam\.step\(\)"):
+        checked(*batches[0])
+    reference, _, _, _ = _train(_mlp, OPTIMISERS["adam-decay"], _classify, batches,
+                                eager.float64, compiled=False, steps=1)
+    for p, q in zip(model.parameters(), reference.parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-12)
+    checked(*batches[0])  # checking is over: later calls run as compiled
