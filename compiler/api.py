@@ -9,6 +9,7 @@ its text.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import time
@@ -316,7 +317,8 @@ class CompiledFunction:
                 f"once, compiled). Check a function without them (the model's forward and "
                 f"loss), or compare with an eager run by hand")
         wide = [_widen(a) for a in args]
-        expected = self.fn(*wide, **{k: _widen(v) for k, v in kwargs.items()})
+        with _undoing_writes():  # a module's running statistics, counters: written once
+            expected = self.fn(*wide, **{k: _widen(v) for k, v in kwargs.items()})
         got_leaves, want_leaves = [], []
         guards.flatten(out, "out", got_leaves)
         guards.flatten(expected, "out", want_leaves)
@@ -338,6 +340,31 @@ class CompiledFunction:
     def explain(self) -> str:
         from compiler.explain import explain
         return explain(self)
+
+
+@contextlib.contextmanager
+def _undoing_writes():
+    """Inside the block every tensor an op writes in place (BatchNorm's running_mean.mul_,
+    num_batches_tracked.add_) keeps a copy of its values from before its first write, and
+    gets them back after: check=True's eager run of the function leaves no state behind.
+    Writes outside ops (.data =, .grad =) are not seen; whole steps are refused before."""
+    previous, saved, seen = dispatcher._recorder, [], set()
+
+    def record(handle, args, kwargs):
+        for i in handle._mutated:
+            t = args[i] if i < len(args) else kwargs.get(handle.schema.arguments[i].name)
+            if isinstance(t, Tensor) and id(t) not in seen:
+                seen.add(id(t))
+                saved.append((t, t.detach().clone()))
+        return previous(handle, args, kwargs) if previous else handle.call(args, kwargs)
+    dispatcher.set_recorder(record)
+    try:
+        yield
+    finally:
+        dispatcher.set_recorder(previous)
+        with no_grad():
+            for t, values in reversed(saved):  # the earliest copy wins where views overlap
+                t.copy_(values)
 
 
 @dataclass

@@ -258,6 +258,21 @@ def test_check_mode_names_the_diverging_graph(monkeypatch):
         cf(eager.ones(3))
 
 
+def test_check_mode_leaves_no_state_behind_its_eager_run():
+    """A module that updates state in place (BatchNorm's running statistics and its batch
+    counter) is run again eagerly by check=True: those writes are undone, so the state
+    after three checked calls is eager's after three calls."""
+    x = eager.tensor(np.random.default_rng(0).standard_normal((6, 3)))
+    checked, plain = eager.nn.BatchNorm1d(3).double(), eager.nn.BatchNorm1d(3).double()
+    run = compiler.compile(checked, check=True)
+    for _ in range(3):
+        run(x)
+        plain(x)
+    assert checked.num_batches_tracked.item() == 3
+    assert_close(checked.running_mean, plain.running_mean)
+    assert_close(checked.running_var, plain.running_var)
+
+
 def test_compiled_region_is_a_profiler_event():
     cf = compiler.compile(lambda x: x.exp() + 1, backend="eager")
     x = eager.ones(2, 2)
