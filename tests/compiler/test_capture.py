@@ -273,6 +273,21 @@ def test_check_mode_leaves_no_state_behind_its_eager_run():
     assert_close(checked.running_var, plain.running_var)
 
 
+def test_check_mode_runs_a_float32_module_and_leaves_the_random_stream_alone():
+    """Its parameters stay float32, so the eager run takes the arguments as they are (a
+    float64 copy of the input cannot meet float32 weights); and the draws of that run do
+    not move the default generator."""
+    eager.manual_seed(0)
+    run = compiler.compile(eager.nn.Sequential(eager.nn.Linear(4, 3), eager.nn.ReLU()),
+                           check=True)
+    x = eager.randn(2, 4)
+    eager.manual_seed(1)
+    run(x)
+    after_checked = eager.rand(3).tolist()
+    eager.manual_seed(1)
+    assert eager.rand(3).tolist() == after_checked
+
+
 def test_compiled_region_is_a_profiler_event():
     cf = compiler.compile(lambda x: x.exp() + 1, backend="eager")
     x = eager.ones(2, 2)
