@@ -90,10 +90,11 @@ class CompiledFunction:
         if entry.direct is not None and not self.check_calls and profile._active is None \
                 and not dispatcher.tls.include:
             return entry.direct(args)[0]  # one kernel over the arguments as given
+        drawn_from = factories.get_rng_state() if self.check_calls else None
         out = self._replay(entry, leaves) if entry.mode == "replay" else \
             self._run_python(entry, args, kwargs)[0]
         if self.check_calls:
-            self._check(entry, out, args, kwargs)
+            self._check(entry, out, args, kwargs, drawn_from)
         return out
 
     def _give_up(self, key, args, kwargs):
@@ -120,6 +121,7 @@ class CompiledFunction:
         if self.entries:
             self.history.append(f"entry {len(self.entries) + 1}: {reason}")
         entry = Entry(key=key, mode="python")
+        drawn_from = factories.get_rng_state() if self.check_calls else None
         out, trace = self._run_python(entry, args, kwargs)
         self._plan(entry, trace, out)
         entry.calls = 1
@@ -130,7 +132,7 @@ class CompiledFunction:
             if not probed:  # as without dynamic=True: sizes that two calls differ in
                 self._generalize(entry, trace)
         if self.check_calls:
-            self._check(entry, out, args, kwargs)
+            self._check(entry, out, args, kwargs, drawn_from)
         return out
 
     def _run_python(self, entry: Entry, args, kwargs):
@@ -301,11 +303,14 @@ class CompiledFunction:
         return guards.resolve(v, leaves) if kind == "source" else v
 
     # check=True ---------------------------------------------------------------------
-    def _check(self, entry: Entry, out, args, kwargs) -> None:
-        """Run the function again eagerly, in float64, and compare the outputs. A function
-        that takes whole steps (an optimiser's step, zero_grad, backward) changes state
-        besides its outputs: running it again would take them twice, so it is refused,
-        after this call took them once."""
+    def _check(self, entry: Entry, out, args, kwargs, drawn_from) -> None:
+        """Run the function again eagerly, in float64, and compare the outputs. The eager
+        run draws random numbers from where the compiled call started (`drawn_from`, the
+        default generator's state then), so dropout's masks agree, and leaves the
+        generator where the compiled call left it. A function that takes whole steps (an
+        optimiser's step, zero_grad, backward) changes state besides its outputs: running
+        it again would take them twice, so it is refused, after this call took them
+        once."""
         self.check_calls -= 1
         if entry.steps:
             self.check_calls = 0
@@ -317,7 +322,8 @@ class CompiledFunction:
                 f"once, compiled). Check a function without them (the model's forward and "
                 f"loss), or compare with an eager run by hand")
         wide = [_widen(a) for a in args]
-        random_state = factories.get_rng_state()  # the eager run's draws are not the program's
+        random_state = factories.get_rng_state()
+        factories.set_rng_state(drawn_from)
         with _undoing_writes():  # a module's running statistics, counters: written once
             try:
                 expected = self.fn(*wide, **{k: _widen(v) for k, v in kwargs.items()})

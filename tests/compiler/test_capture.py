@@ -288,6 +288,21 @@ def test_check_mode_runs_a_float32_module_and_leaves_the_random_stream_alone():
     assert eager.rand(3).tolist() == after_checked
 
 
+def test_check_mode_draws_the_compiled_calls_random_numbers():
+    """The eager run starts from the generator state the compiled call started from, so
+    dropout's masks agree (a difference would be reported), and the generator ends where
+    an unchecked call leaves it."""
+    model = eager.nn.Sequential(eager.nn.Linear(4, 8), eager.nn.Dropout(0.5))
+    checked, plain = compiler.compile(model, check=True), compiler.compile(model)
+    x = eager.randn(5, 4)
+    for seed in range(3):
+        eager.manual_seed(seed)
+        got = checked(x).tolist()
+        after = eager.rand(2).tolist()
+        eager.manual_seed(seed)
+        assert plain(x).tolist() == got and eager.rand(2).tolist() == after
+
+
 def test_compiled_region_is_a_profiler_event():
     cf = compiler.compile(lambda x: x.exp() + 1, backend="eager")
     x = eager.ones(2, 2)
