@@ -3,14 +3,14 @@ own (relu, gelu, silu, sigmoid, tanh, hardswish, ...), written in eager ops so a
 and capture see those ops. `inplace=True` is accepted and computes out of place."""
 from __future__ import annotations
 
-import math
-
 from eager import factories
+from eager.derived_math import norm
 from eager.tensor import Tensor, ops
 
-__all__ = ["softplus_of", "leaky_relu", "elu", "celu", "selu", "softplus", "softsign", "hardtanh", "relu6",
-           "logsigmoid", "mish", "tanhshrink", "softshrink", "hardshrink", "threshold", "glu",
-           "softmin", "prelu", "rrelu", "normalize", "cosine_similarity", "pairwise_distance"]
+__all__ = ["softplus_of", "leaky_relu", "elu", "celu", "selu", "softplus", "softsign",
+           "hardtanh", "relu6", "logsigmoid", "mish", "tanhshrink", "softshrink", "hardshrink",
+           "threshold", "glu", "softmin", "prelu", "rrelu", "normalize", "cosine_similarity",
+           "pairwise_distance"]
 
 _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
@@ -138,27 +138,17 @@ def rrelu(input: Tensor, lower: float = 1.0 / 8, upper: float = 1.0 / 3,
 
 def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
     """input / max(||input||_p over dim, eps)."""
-    return input / ops.clamp(_norm(input, p, dim, True), eps, None)
-
-
-def _norm(x: Tensor, p: float, dim, keepdim: bool) -> Tensor:
-    if p == math.inf:
-        return ops.amax(ops.abs(x), [dim], keepdim)
-    if p == 2:
-        return ops.sqrt(ops.sum(x * x, [dim], keepdim))
-    if p == 1:
-        return ops.sum(ops.abs(x), [dim], keepdim)
-    return ops.sum(ops.abs(x) ** p, [dim], keepdim) ** (1.0 / p)
+    return input / ops.clamp(norm(input, p, dim, True), eps, None)
 
 
 def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
     """x1 . x2 / (max(||x1||, eps) max(||x2||, eps)) along dim (broadcast)."""
-    n1 = ops.clamp(_norm(x1, 2, dim, False), eps, None)
-    n2 = ops.clamp(_norm(x2, 2, dim, False), eps, None)
+    n1 = ops.clamp(norm(x1, 2, dim, False), eps, None)
+    n2 = ops.clamp(norm(x2, 2, dim, False), eps, None)
     return ops.sum(x1 * x2, [dim], False) / (n1 * n2)
 
 
 def pairwise_distance(x1: Tensor, x2: Tensor, p: float = 2.0, eps: float = 1e-6,
                       keepdim: bool = False) -> Tensor:
     """||x1 - x2 + eps||_p over the last dim."""
-    return _norm(x1 - x2 + eps, p, -1, keepdim)
+    return norm(x1 - x2 + eps, p, -1, keepdim)

@@ -6,6 +6,7 @@ import math
 from eager import _missing
 from eager import factories, functional
 from eager.autograd.grad_mode import no_grad
+from eager.derived_math import norm
 from eager.tensor import Tensor
 
 
@@ -14,13 +15,10 @@ def _listed(parameters) -> list[Tensor]:
 
 
 def _norm(t: Tensor, norm_type: float) -> Tensor:
-    if norm_type == math.inf:
-        return t.abs().amax() if t.numel() else factories.zeros((), dtype=t.dtype)
-    if norm_type == 2:
-        return (t * t).sum().sqrt()
-    if norm_type == 1:
-        return t.abs().sum()
-    return (t.abs() ** norm_type).sum() ** (1.0 / norm_type)
+    """The p-norm of all of t (derived_math.norm), 0 for an empty t's largest magnitude."""
+    if norm_type == math.inf and not t.numel():
+        return factories.zeros((), dtype=t.dtype)
+    return norm(t, norm_type)
 
 
 def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0,
@@ -85,4 +83,5 @@ def _one_device(tensors: list[Tensor], fn: str) -> None:
     if len(devices) > 1:
         raise TypeError(f"{fn}: found tensors on different devices: {sorted(devices)}")
 
-__getattr__ = _missing.module_getattr("torch.nn.utils", "eager.nn.utils")  # PyTorch's names kiln lacks
+# PyTorch's names kiln lacks: NotSupportedYet (eager/_missing.py)
+__getattr__ = _missing.module_getattr("torch.nn.utils", "eager.nn.utils")
