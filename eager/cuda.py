@@ -275,4 +275,5 @@ def empty_cache() -> None:
     for found in existing_allocators():
         found.empty_cache()
 
-__getattr__ = _missing.module_getattr("torch.cuda", "eager.cuda")  # PyTorch's names kiln lacks
+# PyTorch's names kiln lacks: NotSupportedYet (eager/_missing.py)
+__getattr__ = _missing.module_getattr("torch.cuda", "eager.cuda")

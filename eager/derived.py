@@ -236,7 +236,8 @@ def _k_along(fn: str, input: Tensor, k, dim: int) -> tuple[int, int, int]:
     return int_arg(fn, "k", k), d, input.shape[d] if input.dim() else 1
 
 
-def topk(input: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):  # noqa: A002
+def topk(input: Tensor, k: int, dim: int = -1, largest: bool = True,
+         sorted: bool = True):  # noqa: A002 - PyTorch's argument name
     """The k largest (or smallest) elements along `dim` and their indices, in order."""
     k, d, size = _k_along("topk", input, k, dim)
     if not 0 <= k <= size:
@@ -294,8 +295,8 @@ def multinomial(input: Tensor, num_samples: int, replacement: bool = False, *,
 
 
 FUNCTIONS = ["tril", "triu", "flip", "fliplr", "flipud", "roll", "unbind", "isclose",
-             "allclose", "equal", "all", "any", "logical_not", "logical_or", "logical_xor", "lerp", "sort", "argsort", "topk", "kthvalue",
-             "multinomial"]
+             "allclose", "equal", "all", "any", "logical_not", "logical_or", "logical_xor",
+             "lerp", "sort", "argsort", "topk", "kthvalue", "multinomial"]
 """eager.<name> for each, and a Tensor method of the same name."""
 
 for _name in FUNCTIONS:

@@ -426,8 +426,8 @@ def unique(input: Tensor, sorted: bool = True, return_inverse: bool = False,  # 
 
 FUNCTIONS = ["logsumexp", "norm", "log1p", "expm1", "log2", "log10", "reciprocal", "isnan",
              "isinf", "isposinf", "isneginf", "isfinite", "nan_to_num", "count_nonzero",
-             "cumsum", "cumprod", "bucketize", "diff", "take_along_dim", "outer", "inner", "diagonal", "diag", "trace",
-             "masked_select", "bincount", "unique"]
+             "cumsum", "cumprod", "bucketize", "diff", "take_along_dim", "outer", "inner",
+             "diagonal", "diag", "trace", "masked_select", "bincount", "unique"]
 """eager.<name> and Tensor.<name> for each (eye and einsum: eager.<name> only)."""
 __all__ = list(FUNCTIONS)
 for _name in FUNCTIONS:

@@ -11,4 +11,5 @@ from eager.autograd.gradcheck import gradcheck, gradgradcheck
 __all__ = ["backward", "grad", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
            "inference_mode", "gradcheck", "gradgradcheck", "Node", "AccumulateGrad"]
 
-__getattr__ = _missing.module_getattr("torch.autograd", "eager.autograd")  # PyTorch's names kiln lacks
+# PyTorch's names kiln lacks: NotSupportedYet (eager/_missing.py)
+__getattr__ = _missing.module_getattr("torch.autograd", "eager.autograd")

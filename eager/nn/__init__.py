@@ -9,4 +9,5 @@ from eager.nn.parameter import Parameter
 
 __all__ = list(_modules_all) + ["Parameter", "functional", "init"]
 
-__getattr__ = _missing.module_getattr("torch.nn", "eager.nn")  # PyTorch's names kiln lacks
+# PyTorch's names kiln lacks: NotSupportedYet (eager/_missing.py)
+__getattr__ = _missing.module_getattr("torch.nn", "eager.nn")

@@ -132,7 +132,8 @@ def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
                            f"k), got size {list(weight.shape)}")
     padding_2d = padding if isinstance(padding, str) else (0, _pair("padding", padding, 1)[0])
     out = conv2d(ops.unsqueeze(x, 2), ops.unsqueeze(weight, 2), bias,
-                 (1, _pair("stride", stride, 1)[0]), padding_2d, (1, _pair("dilation", dilation, 1)[0]),
+                 (1, _pair("stride", stride, 1)[0]), padding_2d,
+                 (1, _pair("dilation", dilation, 1)[0]),
                  groups)
     out = ops.squeeze(out, [2])
     return ops.squeeze(out, [0]) if unbatched else out

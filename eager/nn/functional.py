@@ -234,4 +234,5 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
     classes = factories.arange(num_classes, device=tensor.device)
     return ops.eq(ops.unsqueeze(tensor, -1), classes).long()
 
-__getattr__ = _missing.module_getattr("torch.nn.functional", "eager.nn.functional")  # PyTorch's names kiln lacks
+# PyTorch's names kiln lacks: NotSupportedYet (eager/_missing.py)
+__getattr__ = _missing.module_getattr("torch.nn.functional", "eager.nn.functional")

@@ -207,4 +207,5 @@ uniform, normal, constant, xavier_uniform, xavier_normal, kaiming_uniform, kaimi
         uniform_, normal_, constant_, xavier_uniform_, xavier_normal_, kaiming_uniform_,
         kaiming_normal_, orthogonal_, sparse_, dirac_, eye_))
 
-__getattr__ = _missing.module_getattr("torch.nn.init", "eager.nn.init")  # PyTorch's names kiln lacks
+# PyTorch's names kiln lacks: NotSupportedYet (eager/_missing.py)
+__getattr__ = _missing.module_getattr("torch.nn.init", "eager.nn.init")

@@ -10,4 +10,5 @@ from eager.optim.sgd import SGD
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax",
            "NAdam", "lr_scheduler"]
 
-__getattr__ = _missing.module_getattr("torch.optim", "eager.optim")  # PyTorch's names kiln lacks
+# PyTorch's names kiln lacks: NotSupportedYet (eager/_missing.py)
+__getattr__ = _missing.module_getattr("torch.optim", "eager.optim")

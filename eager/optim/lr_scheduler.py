@@ -356,4 +356,5 @@ class ReduceLROnPlateau(_Schedule):
         self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
 
 
-__getattr__ = _missing.module_getattr("torch.optim.lr_scheduler", "eager.optim.lr_scheduler")  # PyTorch's names kiln lacks
+# PyTorch's names kiln lacks: NotSupportedYet (eager/_missing.py)
+__getattr__ = _missing.module_getattr("torch.optim.lr_scheduler", "eager.optim.lr_scheduler")

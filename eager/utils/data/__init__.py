@@ -18,9 +18,10 @@ from eager.utils.data.sampler import (BatchSampler, RandomSampler, Sampler, Sequ
                                       SubsetRandomSampler, WeightedRandomSampler)
 from eager.utils.data.worker import get_worker_info
 
-__all__ = ["BatchSampler", "ChainDataset", "ConcatDataset", "StackDataset", "DataLoader", "Dataset", "IterableDataset",
-           "RandomSampler", "Sampler", "SequentialSampler", "Subset", "SubsetRandomSampler",
-           "TensorDataset", "WeightedRandomSampler", "default_collate", "default_convert",
-           "get_worker_info", "random_split"]
+__all__ = ["BatchSampler", "ChainDataset", "ConcatDataset", "StackDataset", "DataLoader",
+           "Dataset", "IterableDataset", "RandomSampler", "Sampler", "SequentialSampler",
+           "Subset", "SubsetRandomSampler", "TensorDataset", "WeightedRandomSampler",
+           "default_collate", "default_convert", "get_worker_info", "random_split"]
 
-__getattr__ = _missing.module_getattr("torch.utils.data", "eager.utils.data")  # PyTorch's names kiln lacks
+# PyTorch's names kiln lacks: NotSupportedYet (eager/_missing.py)
+__getattr__ = _missing.module_getattr("torch.utils.data", "eager.utils.data")
