@@ -107,19 +107,29 @@ def rms_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
     return out if weight is None else out * weight
 
 
-def _channel_dropout(name: str, rank: int, input: Tensor, p: float, training: bool) -> Tensor:
+def dropped(input: Tensor, p: float, training: bool, mask_shape=None) -> Tensor:
+    """PyTorch's dropout: each element (or, with `mask_shape`, each slice a mask of that
+    shape broadcasts over) zeroed with probability p in training, the rest scaled by
+    1 / (1 - p)."""
     if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not training or p == 0.0:
+        return input
+    if p == 1.0:
+        return input * 0
+    shape = input.shape if mask_shape is None else mask_shape
+    keep = factories.rand(*shape, dtype=input.dtype, device=input.device) >= p
+    return input * keep * (1.0 / (1.0 - p))
+
+
+def _channel_dropout(name: str, rank: int, input: Tensor, p: float, training: bool) -> Tensor:
+    if not 0.0 <= p <= 1.0:  # before the rank, as PyTorch checks them
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     if input.dim() not in (rank + 1, rank + 2):
         raise RuntimeError(f"{name}: Expected {rank + 1}D or {rank + 2}D input, but received a "
                            f"{input.dim()}D input")
-    if not training or p == 0.0:
-        return input
-    batched = input.dim() == rank + 2
-    lead = input.shape[:2] if batched else input.shape[:1]
-    keep = factories.rand(*lead, dtype=input.dtype, device=input.device) >= p
-    keep = keep.reshape(list(lead) + [1] * rank)
-    return input * keep * (1.0 / (1.0 - p)) if p < 1.0 else input * 0
+    lead = input.shape[:input.dim() - rank]
+    return dropped(input, p, training, list(lead) + [1] * rank)
 
 
 def dropout1d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False):

@@ -21,6 +21,7 @@ from eager.nn._activations import *  # noqa: E402,F401,F403 - F's activations, d
 from eager.nn._activations import softmax_dim  # noqa: E402
 from eager.nn._losses import *  # noqa: E402,F401,F403 - F's other losses
 from eager.nn._normalization import *  # noqa: E402,F401,F403 - norms, channel dropout, pad
+from eager.nn._normalization import dropped  # noqa: E402
 from eager.nn._convolution import *  # noqa: E402,F401,F403 - convolutions and pools
 
 
@@ -51,14 +52,7 @@ def log_softmax(input: Tensor, dim: int | None = None, dtype=None) -> Tensor:
 
 
 def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
-    if not training or p == 0.0:
-        return input
-    if p == 1.0:
-        return input * 0
-    keep = ops.ge(factories.rand_like(input), p)
-    return input * keep * (1.0 / (1.0 - p))
+    return dropped(input, p, training)
 
 
 def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
