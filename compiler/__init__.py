@@ -10,6 +10,7 @@ from compiler import interpreter
 from compiler.api import RECOMPILE_LIMIT, CompileCheckError, CompiledFunction
 from compiler.debugging import debug
 from compiler.lower import Lowered, lower
+from runtime.compile_service import wait_for_kernels
 
 
 def compile(fn=None, *, backend: str = "native", fullgraph: bool = False,  # noqa: A001
@@ -63,4 +64,4 @@ class CompiledModule:
 
 __all__ = ["compile", "lower", "Lowered", "cache_clear", "cache_info", "CompiledFunction",
            "CompiledModule",
-           "CompileCheckError", "debug", "interpreter", "RECOMPILE_LIMIT"]
+           "CompileCheckError", "debug", "interpreter", "RECOMPILE_LIMIT", "wait_for_kernels"]

@@ -35,3 +35,14 @@ def banner(title: str, text: str, at_level: int = 1) -> None:
     if level() >= at_level:
         rule = "=" * max(8, 72 - len(title) - 4)
         print(f"== {title} {rule}\n{text.rstrip()}\n", file=sys.stderr)
+
+
+def show_kernel(jit, name: str, build, speed_level: int) -> None:
+    """At debug level 3, print the LLVM IR that `build` puts in a module called `name`;
+    at level 4 its machine assembly too (built again: kernels keep no text)."""
+    if level() < 3:
+        return
+    module = jit.new_module(name)
+    build(module)
+    banner(f"LLVM IR {name}", str(module), at_level=3)
+    banner(f"assembly {name}", jit.assembly(module, speed_level), at_level=4)

@@ -29,6 +29,11 @@ def _lowering(run) -> list[str]:
         if kernel.fallback_reason:
             lines.append(f"      a {kernel.kind} kernel ran interpreted for one layout: "
                          f"{kernel.fallback_reason}")
+    waited = [k for k in run.kernels.values() if getattr(k, "calls_while_compiling", 0)]
+    if waited:
+        calls = sum(k.calls_while_compiling for k in waited)
+        lines.append(f"      {len(waited)} kernel(s) ran interpreted ({calls} call(s) in all) "
+                     f"while background workers compiled them")
     return lines
 
 

@@ -70,6 +70,7 @@ class CompileClock:
     compiled: int = 0
     from_disk: int = 0
     from_memory: int = 0
+    deferred: int = 0  # handed to a background worker (runtime/compile_service.py)
 
     @property
     def seconds(self) -> float:
@@ -88,6 +89,8 @@ class CompileClock:
         """One line, e.g. '2 compiled, 1 from disk, 0 in memory: IR 4.1 ms, ...'."""
         counts = (f"{self.compiled} compiled, {self.from_disk} from the disk cache, "
                   f"{self.from_memory} in memory")
+        if self.deferred:
+            counts += f", {self.deferred} handed to background compile workers"
         phases = ", ".join(f"{name.replace('_', ' ')} {getattr(self, name) * 1e3:.1f} ms"
                            for name in ("ir", "parse", "optimise", "machine_code", "cache",
                                         "link"))
@@ -152,6 +155,32 @@ def timing(phase: str):
         setattr(clock, phase, getattr(clock, phase) + time.perf_counter() - start)
 
 
+class KernelPending(Exception):
+    """Raised by a load inside `deferring()` for a kernel a background worker is
+    compiling: the caller runs its fallback this time and asks again at its next call."""
+
+
+def deferring_allowed() -> bool:
+    """Whether this thread is inside `deferring()`."""
+    return getattr(_local, "deferring", False)
+
+
+@contextmanager
+def deferring(allowed: bool = True):
+    """Inside the block (in this thread), `load_spec` of a kernel that is neither in
+    memory nor on disk builds its IR, hands it to a background compile worker
+    (runtime/compile_service.py) and raises KernelPending instead of compiling it; once
+    the worker is done, a later load links its object code. Without workers
+    (KILN_COMPILE_WORKERS=0) kernels compile here as outside the block.
+    `deferring(False)` turns it off for a block inside one."""
+    before = getattr(_local, "deferring", False)
+    _local.deferring = allowed
+    try:
+        yield
+    finally:
+        _local.deferring = before
+
+
 def in_parallel(compiles: list[Callable[[], object]]) -> list:
     """The results of `compiles` (functions that compile kernels), run at once in a thread
     each, their CompileClocks added to this thread's (so its seconds are thread seconds,
@@ -159,10 +188,13 @@ def in_parallel(compiles: list[Callable[[], object]]) -> list:
     if len(compiles) < 2:
         return [compile() for compile in compiles]
 
+    deferred = deferring_allowed()
+
     def run(compile: Callable[[], object]):
         before = compile_clock()
         try:
-            return compile(), compile_clock() - before
+            with deferring(deferred):
+                return compile(), compile_clock() - before
         except BaseException as error:
             return error, compile_clock() - before
     from concurrent.futures import ThreadPoolExecutor  # ~3 ms, paid by parallel compiles only
@@ -205,6 +237,8 @@ class HostJit:
         self.cache: KernelCache[dict[str, int]] = cache if cache is not None else KernelCache()
         self._lock = threading.RLock()
         self._machines = threading.local()
+        self.from_workers = 0  # kernels background workers compiled and this engine linked
+        self.background_seconds = 0.0  # the workers' time for them
 
     @functools.cached_property
     def target_machine(self) -> llvm.TargetMachine:
@@ -266,28 +300,37 @@ class HostJit:
         keyed by `spec` instead of the IR: `spec` must name everything the IR depends on
         besides the code generators' source (generator_version) and the target. A hit,
         in memory or on disk, calls no `build`. `speed_level` picks LLVM's pipeline
-        (O1-O3) for kernels measured to lose nothing by a cheaper one."""
+        (O1-O3) for kernels measured to lose nothing by a cheaper one. Inside
+        `deferring()`, a `build` that pickles (an instance of a module-level class) is
+        sent to the background worker, which builds the IR itself; any other is called
+        here and its IR text sent."""
         def text() -> str:
             module = self.new_module(name)
             with timing("ir"):
                 build(module)
                 return str(module)
         key = self.cache_key(f"O{speed_level} {spec}", kind="kiln-cpu-spec-1")
-        return self._through_cache(key, text, names, speed_level)
+        return self._through_cache(key, text, names, speed_level, (name, build))
 
     def _through_cache(self, key: str, text: Callable[[], str],
-                       names: Iterable[str] | None, speed_level: int = 3) -> dict[str, int]:
+                       names: Iterable[str] | None, speed_level: int = 3,
+                       source: tuple | None = None) -> dict[str, int]:
         if isinstance(names, str):
             raise TypeError(f"names is a collection of names; pass [{names!r}]")
         clock = _thread_clock()
         start, before = time.perf_counter(), replace(clock)
+        build = self._build_in_background if deferring_allowed() else self._build_here
+        pending = False
         try:
-            addresses = self.cache.get_or_build(key, lambda: self._build(text(), speed_level),
-                                                self._link)
+            addresses = self.cache.get_or_build(
+                key, lambda: build(key, text, speed_level, source), self._link)
+        except KernelPending:
+            pending = True
+            raise
         finally:
             spent = clock - before
             clock.cache += time.perf_counter() - start - spent.seconds
-            if not spent.compiled:
+            if not (spent.compiled or pending):
                 if spent.link:
                     clock.from_disk += 1
                 else:
@@ -325,25 +368,49 @@ class HostJit:
             module = self.optimise(module, speed_level)
         return self.target_machine.emit_assembly(module)
 
+    def _build_here(self, key: str, text: Callable[[], str], speed_level: int,
+                    source: tuple | None) -> Entry:
+        return self._build(text(), speed_level)
+
+    def _build_in_background(self, key: str, text: Callable[[], str], speed_level: int,
+                             source: tuple | None) -> Entry:
+        """The object code a background worker made for `key`; if it has not made it
+        yet, KernelPending (after submitting the job, the first time: `source`, (name,
+        build), where it pickles, else the IR `text()`). Without a service, or where the
+        worker failed, it is compiled here."""
+        from runtime.compile_service import Job, service
+        workers = service()
+        if workers is None:
+            return self._build(text(), speed_level)
+        if not workers.has(key):
+            job = Job(key, source, speed_level, self.cpu_name, self.features, self.triple,
+                      str(self.target_machine.target_data), str(self.cache.directory))
+            message = job.message() or job.with_source(text()).message()
+            workers.submit(message, lambda done: self._deliver(key, done))
+            _thread_clock().deferred += 1
+        done = workers.result(key)
+        if done is None:
+            raise KernelPending(key)
+        # delivered ones are in memory already (this is a race lost to the reader), or
+        # the worker failed: compile here, raising LLVM's error where it is real
+        return self._build(text(), speed_level)
+
+    def _deliver(self, key: str, done) -> None:
+        """A worker's object code for `key` linked (in the service's reader thread), so
+        that the next load finds it in memory; read back from the disk cache, where the
+        worker wrote it, or written there if the worker could not."""
+        self.cache.get_or_build(key, lambda: Entry(done.functions, done.object_code),
+                                self._link)
+        with self._lock:
+            self.background_seconds += sum(done.seconds.values())
+            self.from_workers += 1
+
     def _build(self, text: str, speed_level: int = 3) -> Entry:
-        """Object code for `text`, parsed into an LLVM context of its own and compiled
-        with this thread's TargetMachine, so that other threads can compile at once."""
-        import llvmlite.binding as llvm
-        context = llvm.create_context()
+        """Object code for `text`, compiled with this thread's TargetMachine (in an LLVM
+        context of its own)."""
         try:
-            with timing("parse"):
-                parsed = llvm.parse_assembly(text, context=context)
-                parsed.verify()
-            try:
-                machine = self._thread_machine()
-                with timing("optimise"):
-                    run_pipeline(parsed, machine, speed_level=speed_level)
-                with timing("machine_code"):
-                    return Entry(_defined_functions(parsed), machine.emit_object(parsed))
-            finally:
-                parsed.close()  # now, not whenever the garbage collector gets to it
+            return compile_object(text, speed_level, self._thread_machine())
         finally:
-            context.close()
             _thread_clock().compiled += 1
 
     def _thread_machine(self) -> llvm.TargetMachine:
@@ -382,6 +449,27 @@ class HostJit:
             return bool(self.address(name))
         except KeyError:
             return False
+
+
+def compile_object(text: str, speed_level: int, machine: llvm.TargetMachine) -> Entry:
+    """Object code for LLVM IR `text`: parsed into an LLVM context of its own, verified,
+    optimised at `speed_level` and emitted by `machine` (this process's kernels, and the
+    background workers' of runtime/compile_worker.py)."""
+    import llvmlite.binding as llvm
+    context = llvm.create_context()
+    try:
+        with timing("parse"):
+            parsed = llvm.parse_assembly(text, context=context)
+            parsed.verify()
+        try:
+            with timing("optimise"):
+                run_pipeline(parsed, machine, speed_level=speed_level)
+            with timing("machine_code"):
+                return Entry(_defined_functions(parsed), machine.emit_object(parsed))
+        finally:
+            parsed.close()  # now, not whenever the garbage collector gets to it
+    finally:
+        context.close()
 
 
 def _defined_functions(module: llvm.ModuleRef) -> tuple[str, ...]:

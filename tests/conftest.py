@@ -1,5 +1,8 @@
 """Test-wide settings: compiled kernels are cached in a temporary directory, never in
-the user's ~/.cache/kiln."""
+the user's ~/.cache/kiln, and compiled in the calling thread (KILN_COMPILE_WORKERS=0), so
+that a compiled function's first call runs its kernels natively, as the tests expect;
+tests/runtime/test_compile_service.py turns the background workers on where it tests
+them."""
 import pytest
 
 
@@ -8,5 +11,6 @@ def _private_kernel_cache(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("KILN_CACHE_DIR", str(tmp_path_factory.mktemp("kiln-cache")))
     mp.setenv("KILN_AUTOTUNE", "0")
+    mp.setenv("KILN_COMPILE_WORKERS", "0")
     yield
     mp.undo()

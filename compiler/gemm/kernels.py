@@ -189,21 +189,26 @@ class _Entries(dict):
         in_parallel([lambda entry=entry: self[entry] for entry in missing])
 
 
+@dataclass(frozen=True)
+class BuildEntry:
+    """Builds one entry of a GEMM kernel into a module (it pickles: a background compile
+    worker can build it)."""
+    name: str
+    tile: Tile
+    spec: EpilogueSpec
+    entry: str
+
+    def __call__(self, module) -> None:
+        build_module(module, self.name, self.tile, self.spec, emit_activation, (self.entry,))
+
+
 def _compile(jit, kernel: CompiledGemm, entry: str) -> int:
     name = kernel.name
     spec = repr((name, kernel.tile, kernel.spec, entry))  # what build_module reads
-
-    def build(module) -> None:
-        build_module(module, name, kernel.tile, kernel.spec, emit_activation, (entry,))
-        if debugging.level() >= 3:
-            debugging.banner(f"LLVM IR {name}_{entry}", str(module), at_level=3)
+    build = BuildEntry(name, kernel.tile, kernel.spec, entry)
     address = jit.load_spec(f"{name}_{entry}", spec, build, [f"{name}_{entry}"],
                             config.SPEED_LEVEL)[f"{name}_{entry}"]
-    if debugging.level() >= 4:
-        module = jit.new_module(f"{name}_{entry}")
-        build(module)
-        debugging.banner(f"assembly {name}_{entry}", jit.assembly(module, config.SPEED_LEVEL),
-                         at_level=4)
+    debugging.show_kernel(jit, f"{name}_{entry}", build, config.SPEED_LEVEL)
     return address
 
 

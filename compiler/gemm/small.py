@@ -273,17 +273,21 @@ def _compile(key: SmallKey) -> SmallKernel:
     tile = choose_tile(key.dtype, key.m, key.n, key.k, lanes)
     jit = host_jit()
     name = key.name(tile)
-
-    def build(module) -> None:
-        SmallGemm(module, name, key, tile).build()
-        if debugging.level() >= 3:
-            debugging.banner(f"LLVM IR {name}", str(module), at_level=3)
+    build = BuildSmall(name, key, tile)
     names = [name] + ([f"{name}_item"] if key.cut.pieces == 1 else []) + (
         [f"{name}_fast"] if has_fast_entry(key) else [])
     addresses = jit.load_spec(name, repr((name, key, tile)), build, names, config.SPEED_LEVEL)
-    if debugging.level() >= 4:
-        module = jit.new_module(name)
-        build(module)
-        debugging.banner(f"assembly {name}", jit.assembly(module, config.SPEED_LEVEL),
-                         at_level=4)
+    debugging.show_kernel(jit, name, build, config.SPEED_LEVEL)
     return SmallKernel(key, tile, name, addresses)
+
+
+@dataclass(frozen=True)
+class BuildSmall:
+    """Builds a specialised small GEMM into a module (it pickles: a background compile
+    worker can build it)."""
+    name: str
+    key: SmallKey
+    tile: Tile
+
+    def __call__(self, module) -> None:
+        SmallGemm(module, self.name, self.key, self.tile).build()

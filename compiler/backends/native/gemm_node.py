@@ -6,6 +6,8 @@ rest of the epilogue as one native elementwise kernel. gemm_node_plan.py reads t
 body; this file runs what it planned."""
 from __future__ import annotations
 
+import functools
+
 from compiler import interpreter
 from compiler.backends.native.gemm_node_plan import plan_gemm_node
 from compiler.backends.native.pointwise import PointwiseNode
@@ -13,6 +15,7 @@ from compiler.backends.native.views import LeadingViews
 from eager.tensor import from_array
 from ir.graph import Graph, Node
 from ir.ops import VIEW, Op
+from runtime.jit import KernelPending, deferring
 
 
 class GemmNode:
@@ -23,6 +26,8 @@ class GemmNode:
         self.body = node.attr["body"]
         self.plan = plan = plan_gemm_node(self.body)
         self.fallback_reason = ""
+        self.calls_while_compiling = 0  # interpreted while a worker compiled its kernels
+        self._ready = False  # a call ran natively
         self.kind = "gemm"
         self._prologue = _prologue(plan.prologue) if plan.prologue else None
         self._rest = _elementwise_node(plan.rest) if plan.rest else None
@@ -45,6 +50,23 @@ class GemmNode:
         return self._rest.artifacts if self._rest else []
 
     def __call__(self, inputs: list) -> list:
+        if self._ready:
+            return self._native(inputs)
+        try:
+            with deferring():
+                outputs = self._native(inputs)
+        except KernelPending:  # a GEMM kernel compiling in the background
+            self.calls_while_compiling += 1
+            return self._interpreted(inputs)
+        self._ready = True  # its kernels are linked: no more deferring for this node
+        return outputs
+
+    @functools.cached_property
+    def _interpreted(self):
+        """The node's body through the reference interpreter, prepared once."""
+        return interpreter.prepare(self.body)
+
+    def _native(self, inputs: list) -> list:
         if self._by_index is not None:
             a, b, bias, residual = self._by_index
             return [self._run(inputs[a], inputs[b], None if bias is None else inputs[bias],

@@ -11,7 +11,9 @@ inner dim.
 from __future__ import annotations
 
 import functools
+import hashlib
 import threading
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -21,6 +23,7 @@ from compiler.codegen import kernel_spec as K
 from compiler.backends.native.launch import Launch, OutOfRange, output_spec
 from compiler.backends.native.views import LeadingViews
 from compiler.passes.fusion import row_space
+from runtime.jit import KernelPending, deferring
 from eager.shapes import merge_dims
 from ir.graph import Graph, Node
 from ir.ops import VIEW, Op
@@ -30,7 +33,7 @@ GATHERING = frozenset({Op.INDEX, Op.INDEX_SELECT, Op.EMBEDDING, Op.GATHER})
 
 _lock = threading.Lock()
 _compiled: dict[tuple, tuple] = {}  # (body text, strides) -> (address, artifact)
-_counter = [0]
+_requests: dict[tuple, tuple] = {}  # the same keys -> _request() of a kernel compiling
 _INTERPRETED = object()  # a layout the kernel cannot run: the interpreter does
 
 
@@ -65,6 +68,17 @@ def node_problem(n: Node) -> str | None:
 SPEED_LEVEL = 2
 
 
+@dataclass(frozen=True)
+class BuildKernel:
+    """Builds a kernel's IR into a module: `BuildKernel(spec, width)(module)`."""
+    spec: K.KernelSpec
+    width: int
+
+    def __call__(self, module) -> None:
+        from compiler.codegen.pointwise import build_kernel  # llvmlite: only to build IR
+        build_kernel(module, self.spec, self.width)
+
+
 class KernelArtifact:
     """One generated kernel: its spec, and on request its LLVM IR, the IR after
     optimisation and the machine assembly. All are made again when asked (building IR and
@@ -83,10 +97,11 @@ class KernelArtifact:
         self.fill(module)
         return module
 
-    def fill(self, module) -> None:
-        """Build the kernel into `module`."""
-        from compiler.codegen.pointwise import build_kernel  # llvmlite: only to build IR
-        build_kernel(module, self.spec, self.width)
+    @property
+    def fill(self) -> "BuildKernel":
+        """What builds the kernel into a module (it pickles: a background compile worker
+        can build it)."""
+        return BuildKernel(self.spec, self.width)
 
     @property
     def llvm_ir(self) -> str:
@@ -134,6 +149,7 @@ class PointwiseNode:
         self.squeezed = tuple(v in self.row_values and len(v.type.shape) < len(full)
                               for v in self.operands + tuple(self.body.outputs))
         self.fallback_reason = ""  # set when a call's layout made it run interpreted
+        self.calls_while_compiling = 0  # interpreted while a worker compiled the kernel
         self.artifacts: list[KernelArtifact] = []  # one per compiled stride pattern
         self._layouts: dict = {}  # operand strides -> how to launch (shapes are the graph's)
         self._outputs = tuple(output_spec(v.type) for v in body.outputs)
@@ -246,10 +262,14 @@ class PointwiseNode:
         outs = [np.empty(shape, dtype.np) for shape, _, _, dtype in self._outputs]
         key = tuple([t._stride for t in operands])
         try:
-            launch = self._plan_launch([t._np() for t in operands] + outs)
+            with deferring():
+                launch = self._plan_launch([t._np() for t in operands] + outs)
         except NotNative as e:  # this memory layout, for this and later calls
             self.fallback_reason = str(e)
             self._layouts[key] = _INTERPRETED
+            return self._interpreted(inputs)
+        except KernelPending:  # compiling in the background: planned again next call
+            self.calls_while_compiling += 1
             return self._interpreted(inputs)
         self._layouts[key] = launch
         try:
@@ -294,25 +314,37 @@ class PointwiseNode:
         with _lock:
             hit = _compiled.get(key)
             if hit is None:
-                hit = _compiled[key] = self._compile(classes, columns, gathers)
+                # a kernel handed to a background worker keeps its name and spec until
+                # it is back (KernelPending leaves it in _requests)
+                request = _requests.get(key)
+                if request is None:
+                    request = _requests[key] = self._request(classes, columns, gathers)
+                hit = _compiled[key] = self._compile(*request)
+                del _requests[key]
             if hit[1] not in self.artifacts:
                 self.artifacts.append(hit[1])
         return hit[0]
 
-    def _compile(self, classes, columns=(), gathers=()):
+    def _request(self, classes, columns=(), gathers=()) -> tuple:
+        """(name, cache key, artifact) of the kernel for one layout."""
         from runtime.jit import host_jit, vector_width
-        jit = host_jit()
-        _counter[0] += 1
-        name = f"kiln_{'columns' if columns else self.kind}_{_counter[0]}"
+        width = vector_width()
+        # the body's text and the layout decide every field of spec (operands, nodes,
+        # rows are read from the body): the kernel cache's key without building IR. The
+        # name is made of it too, so that a kernel's key does not depend on which kernels
+        # this process compiled before it
+        key = repr((self.kind, str(self.body), classes, columns, width,
+                    [(g.source, g.index, g.stride, g.size, g.wraps) for g in gathers]))
+        digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+        name = f"kiln_{'columns' if columns else self.kind}_{digest}"
         spec = K.KernelSpec(name, self.kind, self.operands, self.nodes,
                             tuple(self.body.outputs), self.scalars, self.row_values, classes,
                             columns, gathers)
-        artifact = KernelArtifact(spec, vector_width(), jit)
-        # the body's text and the layout decide every field of spec (operands, nodes,
-        # rows are read from the body): the kernel cache's key without building IR
-        key = repr((name, self.kind, str(self.body), classes, columns, artifact.width,
-                    [(g.source, g.index, g.stride, g.size, g.wraps) for g in gathers]))
-        address = jit.load_spec(name, key, artifact.fill, [name], SPEED_LEVEL)[name]
+        return name, f"{name} {key}", KernelArtifact(spec, width, host_jit())
+
+    @staticmethod
+    def _compile(name: str, key: str, artifact: KernelArtifact):
+        address = artifact._jit.load_spec(name, key, artifact.fill, [name], SPEED_LEVEL)[name]
         if debug.level() >= 3:
             debug.banner(f"LLVM IR: {name}", artifact.llvm_ir, at_level=3)
         if debug.level() >= 4:

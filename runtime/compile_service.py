@@ -1,0 +1,342 @@
+"""Kernels compiled in the background, by worker processes, while the caller runs on.
+
+The first call of a compiled function used to wait for every kernel it needed: the
+2-layer GPT step's 47 kernels took 1.3 s of LLVM after its IR was built. Threads cannot
+overlap that work (llvmlite holds one process-wide lock around every LLVM call), so
+compiles go to worker processes instead (runtime/compile_worker.py): the caller builds a
+kernel's IR, submits the text and, until the object code is back, runs the kernel's
+graph through the reference interpreter (runtime/jit.py's `deferring`, used by the native
+backend). A later call finds the object code, which the JIT writes to the disk cache and
+links as if it had compiled it itself. This is the tiering of JIT-compiled runtimes:
+interpret first, switch to native code when it is ready.
+
+    KILN_COMPILE_WORKERS=N   worker processes (default: one per core this process may
+                             use beyond the first, at least 1, at most 4); 0 compiles
+                             every kernel in the calling thread before it runs
+
+`wait_for_kernels()` blocks until every submitted kernel is back (benchmarks call it
+before timing steady-state calls). A worker that fails to compile a kernel sends the
+error back and the caller compiles that kernel itself (raising LLVM's error where it is
+real); a worker that dies takes its kernels with it to the same fate, and the service
+stops sending work to it. Workers run at a lower priority than the process they compile
+for, write each kernel to the disk cache themselves, and exit once their input is closed
+(at exit, or when the process dies) and the jobs already sent are done: a short script's
+kernels are on disk for its next run.
+
+Messages are pickles with a length prefix, over the workers' stdin and stdout:
+    job     (key, a Job pickled: the IR text or the function that builds it, then the
+            worker builds the IR too and the caller only plans; speed level, target)
+    reply   (key, function names, object code, error or None, seconds per phase)
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import pickle
+import queue
+import struct
+import subprocess
+import sys
+import threading
+import warnings
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LENGTH = struct.Struct("<Q")
+MAX_WORKERS = 4
+
+
+def send(stream, message) -> None:
+    """Write `message` pickled with its length in front, and flush."""
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(LENGTH.pack(len(data)) + data)
+    stream.flush()
+
+
+def receive(stream):
+    """The next message from `stream`, or None at its end (a message cut short counts as
+    the end: the writer died)."""
+    head = stream.read(LENGTH.size)
+    if len(head) < LENGTH.size:
+        return None
+    size, = LENGTH.unpack(head)
+    data = stream.read(size)
+    if len(data) < size:
+        return None
+    return pickle.loads(data)
+
+
+def configured_workers() -> int:
+    """Worker processes to use: $KILN_COMPILE_WORKERS, or one per core this process may
+    use beyond the first (at least 1, at most MAX_WORKERS)."""
+    configured = os.environ.get("KILN_COMPILE_WORKERS", "").strip()
+    if configured:
+        try:
+            workers = int(configured)
+        except ValueError:
+            raise ValueError(f"KILN_COMPILE_WORKERS={configured!r}: expected a whole number "
+                             f"of worker processes (0 compiles in the calling thread)") from None
+        if workers < 0:
+            raise ValueError(f"KILN_COMPILE_WORKERS={workers}: expected 0 or more")
+        return workers
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(MAX_WORKERS, cores - 1))
+
+
+@dataclass(frozen=True)
+class Job:
+    """One kernel to compile: its cache key; its source, LLVM IR text or (module name,
+    a picklable function that fills an IR module); LLVM's speed level; the target (CPU
+    name and features) and the module's triple and data layout; the kernel cache's
+    directory, where the worker writes the entry (so that it lands there even if this
+    process exits first)."""
+    key: str
+    source: str | tuple
+    speed_level: int
+    cpu: str
+    features: str
+    triple: str
+    data_layout: str
+    cache_dir: str | None = None  # the worker writes the object code there too
+
+    def message(self) -> tuple | None:
+        """What goes to a worker: (key, the job pickled), or None if the job's source
+        function does not pickle (then send the job `with_source` its IR text). The job
+        is pickled apart from its key so that a worker that cannot unpickle it (a
+        function from a module it cannot import) replies with an error for that key."""
+        try:
+            return self.key, pickle.dumps(self, protocol=pickle.HIGHEST_PROTOCOL)
+        except (pickle.PicklingError, TypeError, AttributeError):
+            return None
+
+    def with_source(self, source: str | tuple) -> "Job":
+        return replace(self, source=source)
+
+
+@dataclass
+class Result:
+    """A finished job: the object code and its function names, or the worker's error;
+    `seconds` is the worker's time per phase (parse, optimise, machine_code)."""
+    functions: tuple = ()
+    object_code: bytes = b""
+    error: str | None = None
+    seconds: dict = field(default_factory=dict)
+
+
+class _Worker:
+    """One worker process and the thread that reads its replies."""
+
+    def __init__(self, service: "CompileService", index: int):
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
+        self.process = subprocess.Popen([sys.executable, "-m", "runtime.compile_worker"],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        env=env)
+        self.outstanding: dict[str, Callable] = {}  # key -> what delivers its result
+        self.alive = True
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()  # None: close the input
+        for name, work in (("reader", service._read), ("writer", self._write)):
+            threading.Thread(target=work, args=(self,) if name == "reader" else (),
+                             daemon=True, name=f"kiln-compile-{name}-{index}").start()
+
+    def send(self, message: tuple) -> None:
+        """Queue a job's message for the worker (its writer thread sends it: a pipe holds 64 KB,
+        a GEMM kernel's IR more, and the caller must not wait for the worker to read)."""
+        self._jobs.put(message)
+
+    def close(self) -> None:
+        self._jobs.put(None)
+
+    def _write(self) -> None:
+        stream = self.process.stdin
+        while True:
+            job = self._jobs.get()
+            try:
+                if job is None:
+                    stream.close()
+                    return
+                send(stream, job)
+            except OSError:  # the worker is gone: its reader files its jobs as failed
+                return
+
+
+class CompileService:
+    """Worker processes compiling LLVM IR text to object code; `workers` of them, each
+    started on the first job that needs it."""
+
+    def __init__(self, workers: int):
+        if workers < 1:
+            raise ValueError(f"a compile service needs at least one worker, not {workers}")
+        self.size = workers
+        self.pid = os.getpid()
+        self._workers: list[_Worker] = []
+        self._changed = threading.Condition()
+        self._results: dict[str, Result | None] = {}  # None: submitted, not back yet
+        self.submitted = 0
+        self.worker_seconds: dict[str, float] = {}
+
+    def submit(self, message: tuple, deliver: Callable[[Result], None]) -> None:
+        """Have the least busy worker compile a job (its `message()`), once per key;
+        `deliver(result)` runs in a reader thread when its object code is back (the JIT
+        links it there), before `wait` and `result` see the job done."""
+        key = message[0]
+        with self._changed:
+            if key in self._results:
+                return
+            worker = self._worker()
+            if worker is None:  # every worker died: the caller compiles it itself
+                self._results[key] = Result(error="no compile worker is running")
+                return
+            self._results[key] = None
+            worker.outstanding[key] = deliver
+            self.submitted += 1
+            worker.send(message)
+
+    def result(self, key: str) -> Result | None:
+        """The finished job for `key` that was not delivered (the worker's error; taken:
+        a later call does not find it again), or None while it runs. KeyError if there
+        is no such job (never submitted, or delivered)."""
+        with self._changed:
+            found = self._results[key]
+            if found is not None:
+                del self._results[key]
+            return found
+
+    def has(self, key: str) -> bool:
+        with self._changed:
+            return key in self._results
+
+    def pending(self) -> int:
+        """Jobs submitted and not back yet."""
+        with self._changed:
+            return sum(1 for r in self._results.values() if r is None)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until no job is pending (True), or `timeout` seconds pass (False)."""
+        with self._changed:
+            return self._changed.wait_for(
+                lambda: all(r is not None for r in self._results.values()), timeout)
+
+    def close(self) -> None:
+        """Close the workers' input: each exits after its current job."""
+        with self._changed:
+            workers, self._workers = self._workers, []
+        for worker in workers:
+            worker.close()
+
+    def _worker(self) -> _Worker | None:
+        alive = [w for w in self._workers if w.alive]
+        idle = [w for w in alive if not w.outstanding]
+        if idle:
+            return idle[0]
+        if len(self._workers) < self.size:
+            try:
+                worker = _Worker(self, len(self._workers))
+            except OSError as e:
+                warnings.warn(f"kiln could not start a compile worker ({e}); kernels compile "
+                              f"in this process", RuntimeWarning, stacklevel=4)
+                self.size = len(self._workers)
+                return min(alive, key=lambda w: len(w.outstanding), default=None)
+            self._workers.append(worker)
+            return worker
+        return min(alive, key=lambda w: len(w.outstanding), default=None)
+
+    def _read(self, worker: _Worker) -> None:
+        """The reader thread of `worker`: files its replies until its output ends."""
+        stream = worker.process.stdout
+        while True:
+            try:
+                reply = receive(stream)
+            except (OSError, pickle.UnpicklingError, EOFError):
+                reply = None
+            if reply is None:
+                break
+            key, functions, object_code, error, seconds = reply
+            result = Result(tuple(functions), object_code, error, seconds or {})
+            with self._changed:
+                deliver = worker.outstanding.get(key)
+            if deliver is not None and error is None:
+                try:
+                    deliver(result)
+                except Exception as failure:  # noqa: BLE001 - the caller compiles it itself
+                    result = Result(error=f"delivering it failed: {failure}")
+                else:
+                    result = None  # in the JIT's memory now: nothing to keep here
+            with self._changed:
+                worker.outstanding.pop(key, None)
+                if result is None:
+                    self._results.pop(key, None)
+                else:
+                    self._results[key] = result
+                for phase, spent in (seconds or {}).items():
+                    self.worker_seconds[phase] = self.worker_seconds.get(phase, 0.0) + spent
+                self._changed.notify_all()
+        with self._changed:
+            self._lost(worker)
+
+    def _lost(self, worker: _Worker) -> None:
+        """`worker` is gone (its output ended): its jobs fail, so that their callers
+        compile them; no more work goes to it. Call with the lock held."""
+        if not worker.alive:
+            return
+        worker.alive = False
+        code = worker.process.poll()
+        for key in worker.outstanding:
+            self._results[key] = Result(error=f"the compile worker exited (code {code})")
+        if worker.outstanding and worker in self._workers:
+            warnings.warn(f"a kiln compile worker exited (code {code}) with "
+                          f"{len(worker.outstanding)} kernel(s) to compile; they compile in "
+                          f"this process", RuntimeWarning)
+        worker.outstanding.clear()
+        self._changed.notify_all()
+
+
+_service: CompileService | None = None
+_service_lock = threading.Lock()
+
+
+def service() -> CompileService | None:
+    """This process's compile service, made on first use; None where
+    KILN_COMPILE_WORKERS is 0. A process forked from one that had a service makes its
+    own (the workers and their pipes belong to the parent)."""
+    global _service
+    found = _service
+    if found is not None and found.pid == os.getpid():
+        return found
+    with _service_lock:
+        if _service is None or _service.pid != os.getpid():
+            workers = configured_workers()
+            _service = CompileService(workers) if workers else None
+            if _service is not None:
+                atexit.register(_service.close)
+        return _service
+
+
+def reset() -> None:
+    """Close the service (if any) so that the next `service()` reads
+    KILN_COMPILE_WORKERS again (tests change it)."""
+    global _service
+    with _service_lock:
+        if _service is not None and _service.pid == os.getpid():
+            _service.close()
+        _service = None
+
+
+def submitted() -> int:
+    """Kernels handed to this process's background workers so far."""
+    found = _service
+    return found.submitted if found is not None and found.pid == os.getpid() else 0
+
+
+def wait_for_kernels(timeout: float | None = None) -> bool:
+    """Block until every kernel submitted to the background workers is compiled (True),
+    or `timeout` seconds pass (False). The next call of a compiled function then runs
+    them natively."""
+    found = _service
+    if found is None or found.pid != os.getpid():
+        return True
+    return found.wait(timeout)

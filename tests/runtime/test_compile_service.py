@@ -1,0 +1,218 @@
+"""Kernels compiled by background worker processes (runtime/compile_service.py): the
+protocol, the JIT's deferred loads, and a compiled function whose first call runs
+interpreted while its kernels compile, then natively; failures fall back to compiling in
+the calling process. The rest of the suite runs with KILN_COMPILE_WORKERS=0
+(tests/conftest.py)."""
+import os
+import signal
+import warnings
+
+import numpy as np
+import pytest
+
+import eager
+from compiler.backends.native.gemm_node import GemmNode
+from compiler.backends.native.pointwise import PointwiseNode
+from runtime import compile_service
+from runtime.compile_service import CompileService, Job, configured_workers
+from runtime.jit import HostJit, KernelPending, deferring
+from runtime_kernels import ADD_ONE, add_one, add_one_module, unique_name
+
+
+@pytest.fixture
+def workers(tmp_path, monkeypatch):
+    """One background worker for this test, and a kernel cache of its own."""
+    monkeypatch.setenv("KILN_COMPILE_WORKERS", "1")
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
+    compile_service.reset()
+    yield compile_service.service()
+    compile_service.reset()
+
+
+def _adds_one(address: int) -> None:
+    x = np.zeros(4, np.float32)
+    ADD_ONE(address)(x.ctypes.data, 1, 3)
+    np.testing.assert_array_equal(x, [0, 1, 1, 0])
+
+
+def _job(jit: HostJit, name: str, source) -> Job:
+    return Job(f"test-{name}", source, 2, jit.cpu_name, jit.features, jit.triple,
+               str(jit.target_machine.target_data))
+
+
+def test_a_worker_compiles_ir_text_and_delivers_object_code(workers):
+    jit, name = HostJit(), unique_name()
+    delivered = []
+    workers.submit(_job(jit, name, str(add_one_module(jit, name))).message(),
+                   delivered.append)
+    assert workers.wait(timeout=60)
+    (result,) = delivered
+    assert result.error is None and result.functions == (name,)
+    assert result.object_code.startswith(b"\x7fELF")
+    assert set(result.seconds) == {"ir", "parse", "optimise", "machine_code"}
+    with pytest.raises(KeyError):  # delivered: nothing kept for it
+        workers.result(f"test-{name}")
+
+
+def test_ir_the_worker_cannot_compile_comes_back_as_an_error(workers):
+    jit = HostJit()
+    delivered = []
+    workers.submit(_job(jit, "bad", "define void @broken( {").message(), delivered.append)
+    assert workers.wait(timeout=60)
+    assert delivered == []
+    failed = workers.result("test-bad")
+    assert "error" in failed.error.lower() and failed.object_code == b""
+
+
+def test_a_job_that_does_not_pickle_has_no_message():
+    jit = HostJit()
+    job = _job(jit, "closure", ("name", lambda module: None))
+    assert job.message() is None
+    assert job.with_source("; text").message()[0] == job.key
+
+
+def test_deferred_load_raises_pending_then_links_the_workers_object_code(workers):
+    jit, name, built = HostJit(), unique_name(), []
+
+    def build(module):  # a closure: its IR text is what the worker gets
+        built.append(name)
+        add_one(module, name)
+    with deferring():
+        with pytest.raises(KernelPending):
+            jit.load_spec(name, f"add_one {name}", build, [name])
+        assert built == [name]  # built here, once
+        assert workers.wait(timeout=60)
+        address = jit.load_spec(name, f"add_one {name}", build, [name])[name]
+    _adds_one(address)
+    assert built == [name] and workers.submitted == 1
+    assert jit.cache.path(jit.cache_key(f"O3 add_one {name}", kind="kiln-cpu-spec-1")).exists()
+    # another process (a new engine) finds the worker's entry on disk: nothing compiles
+    again = HostJit()
+    assert again.load_spec(name, f"add_one {name}", build, [name])[name]
+    assert built == [name]
+
+
+def test_outside_deferring_a_load_compiles_here(workers):
+    jit, name = HostJit(), unique_name()
+    _adds_one(jit.load_spec(name, f"add_one {name}", lambda m: add_one(m, name), [name])[name])
+    assert workers.submitted == 0
+
+
+_fresh = iter(range(5, 1000))
+
+
+def _mlp_and_inputs():
+    """A small MLP and its inputs, with a size and a constant no other test used: the
+    kernels compiled in this process before are found in memory (GEMMs are keyed by
+    their sizes, elementwise kernels by their graphs)."""
+    rng, k = np.random.default_rng(0), next(_fresh)
+
+    def mlp(x, w1, b1, w2):
+        return ((x @ w1 + b1).relu() @ w2 * (1.0 + k / 1000)).softmax(-1)
+    return mlp, [eager.tensor(rng.standard_normal(shape, dtype=np.float32))
+                 for shape in ((7, k), (k, 6), (6,), (6, 3))]
+
+
+def _kernels(fn):
+    entry, = fn.entries.values()
+    return list(entry.run.kernels.values())
+
+
+def test_first_call_runs_interpreted_while_workers_compile_then_natively(workers):
+    mlp, inputs = _mlp_and_inputs()
+    expected = mlp(*inputs).numpy()
+    fn = eager.compile(mlp)
+    np.testing.assert_allclose(fn(*inputs).numpy(), expected, rtol=1e-5, atol=1e-6)
+    kernels = _kernels(fn)
+    assert any(isinstance(k, GemmNode) for k in kernels)
+    assert all(k.calls_while_compiling <= 1 for k in kernels)
+    assert any(k.calls_while_compiling for k in kernels if isinstance(k, PointwiseNode))
+    assert "while background workers compiled them" in fn.explain()
+    assert "handed to background compile workers" in fn.explain()
+    for _ in range(4):  # a GEMM's epilogue kernel is planned once the GEMM runs
+        assert compile_service.wait_for_kernels(timeout=120)
+        np.testing.assert_allclose(fn(*inputs).numpy(), expected, rtol=1e-5, atol=1e-6)
+    waited = [k.calls_while_compiling for k in kernels]
+    assert compile_service.wait_for_kernels(timeout=120)
+    fn(*inputs)
+    assert [k.calls_while_compiling for k in kernels] == waited  # native now
+    assert all(k._ready for k in kernels if isinstance(k, GemmNode))
+    assert all(k.artifacts for k in kernels if isinstance(k, PointwiseNode))
+
+
+def test_compiled_backward_through_workers_matches_eager(workers):
+    mlp, inputs = _mlp_and_inputs()
+    for t in inputs[1:]:
+        t.requires_grad_(True)
+    fn = eager.compile(mlp)
+    weights = eager.tensor(np.arange(3, dtype=np.float32))
+    for step in range(3):
+        (fn(*inputs) * weights).sum().backward()
+        got = [t.grad.numpy().copy() for t in inputs[1:]]
+        for t in inputs[1:]:
+            t.grad = None
+        (mlp(*inputs) * weights).sum().backward()
+        for g, t in zip(got, inputs[1:]):
+            np.testing.assert_allclose(g, t.grad.numpy(), rtol=1e-4, atol=1e-6)
+            t.grad = None
+        assert compile_service.wait_for_kernels(timeout=120)
+
+
+def test_a_worker_that_dies_leaves_its_kernels_to_this_process(workers):
+    mlp, inputs = _mlp_and_inputs()
+    expected = mlp(*inputs).numpy()
+    workers.submit(_job(HostJit(), "first", "; starts the worker").message(), lambda done: None)
+    workers.wait(timeout=60)
+    (worker,) = workers._workers
+    os.kill(worker.process.pid, signal.SIGKILL)
+    worker.process.wait()
+    fn = eager.compile(mlp)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for _ in range(3):
+            np.testing.assert_allclose(fn(*inputs).numpy(), expected, rtol=1e-5, atol=1e-6)
+            compile_service.wait_for_kernels(timeout=60)
+    kernels = _kernels(fn)
+    assert all(k._ready for k in kernels if isinstance(k, GemmNode))
+    assert all(k.artifacts for k in kernels if isinstance(k, PointwiseNode))
+
+
+def test_no_workers_means_no_service(monkeypatch):
+    monkeypatch.setenv("KILN_COMPILE_WORKERS", "0")
+    compile_service.reset()
+    try:
+        assert compile_service.service() is None
+        assert compile_service.wait_for_kernels() and compile_service.submitted() == 0
+    finally:
+        compile_service.reset()
+
+
+@pytest.mark.parametrize("value", ["two", "-1"])
+def test_a_bad_worker_count_is_refused_by_name(monkeypatch, value):
+    monkeypatch.setenv("KILN_COMPILE_WORKERS", value)
+    with pytest.raises(ValueError, match="KILN_COMPILE_WORKERS"):
+        configured_workers()
+
+
+def test_the_default_leaves_a_core_to_the_caller(monkeypatch):
+    monkeypatch.delenv("KILN_COMPILE_WORKERS")
+    cores = len(os.sched_getaffinity(0))
+    assert configured_workers() == max(1, min(compile_service.MAX_WORKERS, cores - 1))
+
+
+def test_a_service_needs_a_worker():
+    with pytest.raises(ValueError, match="at least one worker"):
+        CompileService(0)
+
+
+def test_the_benchmarks_settle_a_compiled_function_until_every_kernel_is_native(workers):
+    from benchmarks.harness import settle
+    mlp, inputs = _mlp_and_inputs()
+    fn = eager.compile(mlp)
+    fn(*inputs)
+    kernels = _kernels(fn)
+    assert any(k.calls_while_compiling for k in kernels)
+    settle(lambda: fn(*inputs))
+    waited = [k.calls_while_compiling for k in kernels]
+    fn(*inputs)
+    assert [k.calls_while_compiling for k in kernels] == waited
