@@ -64,6 +64,7 @@ def lower(fn, *args, target: str = "cpu", **kwargs) -> Lowered:
     without a GPU), run it once on `args` (CPU tensors), and collect what was
     generated."""
     from compiler.api import CompiledFunction
+    from runtime.jit import compiling_here
     if target not in TARGETS:
         raise ValueError(f"unknown lowering target {target!r}; choose one of {TARGETS}")
     if target == "cuda":
@@ -71,7 +72,8 @@ def lower(fn, *args, target: str = "cpu", **kwargs) -> Lowered:
         cf = CompiledFunction(getattr(fn, "fn", fn), backend=cuda.LoweringBackend())
     else:
         cf = fn if isinstance(fn, CompiledFunction) else CompiledFunction(fn, backend="native")
-    cf(*args, **kwargs)
+    with compiling_here():  # the kernels themselves, not background workers' promises
+        cf(*args, **kwargs)
     out = Lowered(target=target)
     for run in cf.region_cache.values():
         graph = getattr(run, "graph", None)

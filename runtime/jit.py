@@ -161,8 +161,21 @@ class KernelPending(Exception):
 
 
 def deferring_allowed() -> bool:
-    """Whether this thread is inside `deferring()`."""
-    return getattr(_local, "deferring", False)
+    """Whether this thread is inside `deferring()` and not inside `compiling_here()`."""
+    return getattr(_local, "deferring", False) and not getattr(_local, "here", False)
+
+
+@contextmanager
+def compiling_here():
+    """Inside the block (in this thread), every kernel compiles in this thread before it
+    runs, `deferring()` or not: for callers that need the kernels themselves
+    (compiler.lower)."""
+    before = getattr(_local, "here", False)
+    _local.here = True
+    try:
+        yield
+    finally:
+        _local.here = before
 
 
 @contextmanager
@@ -188,10 +201,12 @@ def in_parallel(compiles: list[Callable[[], object]]) -> list:
     if len(compiles) < 2:
         return [compile() for compile in compiles]
 
-    deferred = deferring_allowed()
+    deferred = getattr(_local, "deferring", False)
+    here = getattr(_local, "here", False)
 
     def run(compile: Callable[[], object]):
         before = compile_clock()
+        _local.here = here
         try:
             with deferring(deferred):
                 return compile(), compile_clock() - before

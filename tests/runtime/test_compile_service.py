@@ -216,3 +216,13 @@ def test_the_benchmarks_settle_a_compiled_function_until_every_kernel_is_native(
     waited = [k.calls_while_compiling for k in kernels]
     fn(*inputs)
     assert [k.calls_while_compiling for k in kernels] == waited
+
+
+def test_lower_compiles_its_kernels_itself(workers):
+    import compiler
+    mlp, inputs = _mlp_and_inputs()
+    fn = eager.compile(mlp)
+    fn(*inputs)  # handed to the worker
+    lowered = compiler.lower(fn, *inputs)
+    assert lowered.kernels and all("define" in k.llvm_ir for k in lowered.kernels)
+    assert any(isinstance(k, PointwiseNode) and k.artifacts for k in _kernels(fn))
