@@ -10,7 +10,6 @@ from compiler import interpreter
 from compiler.api import RECOMPILE_LIMIT, CompileCheckError, CompiledFunction
 from compiler.debugging import debug
 from compiler.lower import Lowered, lower
-from runtime.compile_service import wait_for_kernels
 
 
 def compile(fn=None, *, backend: str = "native", fullgraph: bool = False,  # noqa: A001
@@ -60,6 +59,13 @@ class CompiledModule:
 
     def __repr__(self) -> str:
         return f"CompiledModule({self._orig_mod!r})"
+
+
+def wait_for_kernels(timeout: float | None = None) -> bool:
+    """Block until the kernels handed to background compile workers are compiled (True),
+    or `timeout` seconds pass (False): runtime/compile_service.py."""
+    from runtime import compile_service  # loaded by the first kernel handed out
+    return compile_service.wait_for_kernels(timeout)
 
 
 __all__ = ["compile", "lower", "Lowered", "cache_clear", "cache_info", "CompiledFunction",
