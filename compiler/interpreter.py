@@ -95,6 +95,29 @@ def prepare(graph: Graph, replace: dict | None = None):
     return run
 
 
+def prepare_checked(graph: Graph):
+    """`prepare(graph)`, each call's results checked against the types the graph gives
+    its outputs (dtype, and shape where static): a fused node the native backend runs
+    interpreted (while its kernel compiles, or for a layout the kernel does not take)
+    must hand on what the kernel would, or the nodes after it compute with the wrong
+    type. InterpreterError names the value and both types."""
+    run = prepare(graph)
+    expected = [(v, v.type.dtype, tuple(v.type.shape) if v.type.is_static else None)
+                for v in graph.outputs]
+
+    def checked(inputs):
+        results = run(inputs)
+        for (value, dtype, shape), result in zip(expected, results):
+            if result.dtype is not dtype or (shape is not None and
+                                              tuple(result.shape) != shape):
+                raise InterpreterError(
+                    f"{graph.name}: interpreting {value} gave {result.dtype.short}"
+                    f"{list(result.shape)}, not its type {value.type} (an op's eager "
+                    f"result type disagrees with the graph's)")
+        return results
+    return checked
+
+
 def _scalar_step(node: Node, env):
     """A scalar constant: made once, as the wrapped Python number eager would see."""
     from eager.tensor import wrap_scalar

@@ -12,7 +12,11 @@ interpret first, switch to native code when it is ready.
 
     KILN_COMPILE_WORKERS=N   worker processes (default: one per core this process may
                              use beyond the first, at least 1, at most 4); 0 compiles
-                             every kernel in the calling thread before it runs
+                             every kernel in the calling thread before it runs;
+                             "inline" compiles it in the calling thread but runs that
+                             call interpreted all the same, as with a worker that is
+                             never done in time: the interpreted path, deterministic,
+                             for tests
 
 `wait_for_kernels()` blocks until every submitted kernel is back (benchmarks call it
 before timing steady-state calls). A worker that fails to compile a kernel sends the
@@ -67,16 +71,22 @@ def receive(stream):
     return pickle.loads(data)
 
 
-def configured_workers() -> int:
-    """Worker processes to use: $KILN_COMPILE_WORKERS, or one per core this process may
-    use beyond the first (at least 1, at most MAX_WORKERS)."""
+INLINE = "inline"
+
+
+def configured_workers() -> int | str:
+    """Worker processes to use: $KILN_COMPILE_WORKERS (a count, or INLINE), or one per
+    core this process may use beyond the first (at least 1, at most MAX_WORKERS)."""
     configured = os.environ.get("KILN_COMPILE_WORKERS", "").strip()
+    if configured == INLINE:
+        return INLINE
     if configured:
         try:
             workers = int(configured)
         except ValueError:
             raise ValueError(f"KILN_COMPILE_WORKERS={configured!r}: expected a whole number "
-                             f"of worker processes (0 compiles in the calling thread)") from None
+                             f"of worker processes (0 compiles in the calling thread) or "
+                             f"{INLINE!r}") from None
         if workers < 0:
             raise ValueError(f"KILN_COMPILE_WORKERS={workers}: expected 0 or more")
         return workers
@@ -164,9 +174,27 @@ class _Worker:
                 return
 
 
+class InlineService:
+    """KILN_COMPILE_WORKERS=inline: no workers; the JIT compiles a deferred kernel at
+    once, in the calling thread, and still raises KernelPending, so that the call runs
+    interpreted and the next one natively (runtime/jit.py)."""
+    inline = True
+
+    def __init__(self):
+        self.pid = os.getpid()
+        self.submitted = 0
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
+
+
 class CompileService:
     """Worker processes compiling LLVM IR text to object code; `workers` of them, each
     started on the first job that needs it."""
+    inline = False
 
     def __init__(self, workers: int):
         if workers < 1:
@@ -295,11 +323,11 @@ class CompileService:
         self._changed.notify_all()
 
 
-_service: CompileService | None = None
+_service: CompileService | InlineService | None = None
 _service_lock = threading.Lock()
 
 
-def service() -> CompileService | None:
+def service() -> CompileService | InlineService | None:
     """This process's compile service, made on first use; None where
     KILN_COMPILE_WORKERS is 0. A process forked from one that had a service makes its
     own (the workers and their pipes belong to the parent)."""
@@ -310,7 +338,8 @@ def service() -> CompileService | None:
     with _service_lock:
         if _service is None or _service.pid != os.getpid():
             workers = configured_workers()
-            _service = CompileService(workers) if workers else None
+            _service = InlineService() if workers == INLINE else \
+                CompileService(workers) if workers else None
             if _service is not None:
                 atexit.register(_service.close)
         return _service

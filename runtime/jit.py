@@ -397,6 +397,12 @@ class HostJit:
         workers = service()
         if workers is None:
             return self._build(text(), speed_level)
+        if workers.inline:  # compiled and linked now; the caller runs interpreted once
+            entry = self._build(text(), speed_level)
+            self.cache.get_or_build(key, lambda: entry, self._link)  # (its lock is ours)
+            workers.submitted += 1
+            _thread_clock().deferred += 1
+            raise KernelPending(key)
         if not workers.has(key):
             job = Job(key, source, speed_level, self.cpu_name, self.features, self.triple,
                       str(self.target_machine.target_data), str(self.cache.directory))

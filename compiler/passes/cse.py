@@ -1,5 +1,8 @@
 """Common-subexpression elimination: a node that repeats an earlier one (same op, same
-inputs, same attributes) reuses its results."""
+inputs, same attributes, same result types) reuses its results. The result types are
+part of the key because attributes compare as Python values: scalar(value=0) of type
+i64 and scalar(value=0.0) of type f32 are equal tuples, and merging them handed the
+float constant to an integer `where` (the interpreter then promoted its result)."""
 from __future__ import annotations
 
 from compiler.passes.rewrite import Rewriter
@@ -10,7 +13,8 @@ def cse(graph: Graph) -> Graph:
     rw = Rewriter(graph)
     seen: dict = {}
     for node in graph.nodes:
-        key = (node.op, tuple(rw.map(i) for i in node.inputs), node.attrs)
+        key = (node.op, tuple(rw.map(i) for i in node.inputs), node.attrs,
+               tuple(v.type for v in node.outputs))
         if key in seen:
             for old, new in zip(node.outputs, seen[key]):
                 rw.alias(old, new)

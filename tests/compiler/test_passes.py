@@ -56,6 +56,21 @@ def test_cse_reuses_repeated_nodes():
         """)
 
 
+def test_cse_keeps_equal_constants_of_different_types_apart():
+    graph = cse(G("""
+        graph(%x: i64[3], %m: b8[3], %f: f32[3]):
+          %0: i64[] = scalar(value=0)
+          %1: f32[] = scalar(value=0.0)
+          %2: i64[3] = where(%m, %x, %0)
+          %3: f32[3] = add(%f, %1, alpha=1)
+          return (%2, %3)
+        """))
+    assert [n.outputs[0].type.dtype.name for n in graph.nodes[:2]] == ["int64", "float32"]
+    x, m, f = eager.tensor([1, 2, 3]), eager.tensor([True, False, True]), eager.ones(3)
+    kept, added = interpreter.prepare(graph)([x, m, f])
+    assert kept.dtype == eager.int64 and kept.tolist() == [1, 0, 3]
+
+
 def test_constant_folding_uses_eager_arithmetic():
     same(dce(constant_fold(G("""
         graph(%x: f32[3]):

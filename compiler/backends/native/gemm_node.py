@@ -64,7 +64,7 @@ class GemmNode:
     @functools.cached_property
     def _interpreted(self):
         """The node's body through the reference interpreter, prepared once."""
-        return interpreter.prepare(self.body)
+        return interpreter.prepare_checked(self.body)
 
     def _native(self, inputs: list) -> list:
         if self._by_index is not None:

@@ -241,7 +241,7 @@ class PointwiseNode:
     @functools.cached_property
     def _interpreted(self):
         """The kernel's body through the reference interpreter, prepared once."""
-        return interpreter.prepare(self.body)
+        return interpreter.prepare_checked(self.body)
 
     def operands_of(self, inputs) -> list:
         """The tensors the kernel reads: some of its inputs, or views of them (the
