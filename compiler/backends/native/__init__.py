@@ -9,9 +9,8 @@ can, the reference interpreter running the rest.
 from __future__ import annotations
 
 from compiler import interpreter
-from compiler.backends.native.gemm_node import GemmNode
-from compiler.backends.native.gemm_node_plan import GEMM_DTYPES
 from compiler.backends.native.pointwise import NotNative, PointwiseNode, node_problem
+from compiler.gemm import DTYPES as GEMM_DTYPES
 from ir.graph import Graph, Node
 from ir.ops import Op
 from runtime.host_memory import keep_freed_memory
@@ -30,6 +29,13 @@ def emits(node: Node) -> bool:
     if node.op in (Op.MM, Op.BMM):
         return all(v.type.dtype.name in GEMM_DTYPES for v in node.input_values())
     return node_problem(node) is None
+
+
+def _gemm_node(node: Node):
+    """A fused gemm node as a GemmNode (imported with the first one: a graph without
+    products does not load the GEMM node planner, ~1.5 ms of a warm first call)."""
+    from compiler.backends.native.gemm_node import GemmNode
+    return GemmNode(node)
 
 
 class _Direct:
@@ -59,7 +65,7 @@ def prepare(graph: Graph):
     for i, node in enumerate(graph.nodes):
         if node.op is Op.FUSED:
             try:
-                natives[i] = GemmNode(node) if node.attr["kind"] == "gemm" else \
+                natives[i] = _gemm_node(node) if node.attr["kind"] == "gemm" else \
                     PointwiseNode(node)
             except NotNative as e:
                 reasons[i] = str(e)
