@@ -110,7 +110,7 @@ class Job:
     cpu: str
     features: str
     triple: str
-    data_layout: str
+    data_layout: str | None  # None: the worker's TargetMachine's
     cache_dir: str | None = None  # the worker writes the object code there too
 
     def message(self) -> tuple | None:

@@ -37,7 +37,7 @@ def serve(jobs, replies) -> None:
             if machine is None:
                 target = CpuTarget(job.cpu, job.features, frozenset())
                 machine = machines[(job.cpu, job.features)] = target.machine()
-            entry = compile_object(_text(job), job.speed_level, machine)
+            entry = compile_object(_text(job, machine), job.speed_level, machine)
             if job.cache_dir is not None:
                 cache = caches.get(job.cache_dir)
                 if cache is None:
@@ -55,9 +55,10 @@ def serve(jobs, replies) -> None:
                 replies = None       # are still compiled, for its disk cache
 
 
-def _text(job) -> str:
+def _text(job, machine) -> str:
     """The job's LLVM IR: its text, or built here into a module of its name, triple and
-    data layout (as the host JIT's new_module makes)."""
+    data layout (`machine`'s where the job names none), as the host JIT's new_module
+    makes."""
     if isinstance(job.source, str):
         return job.source
     import llvmlite.ir as ir
@@ -65,7 +66,7 @@ def _text(job) -> str:
     with timing("ir"):
         module = ir.Module(name=name)
         module.triple = job.triple
-        module.data_layout = job.data_layout
+        module.data_layout = job.data_layout or str(machine.target_data)
         build(module)
         return str(module)
 

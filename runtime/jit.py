@@ -404,8 +404,10 @@ class HostJit:
             _thread_clock().deferred += 1
             raise KernelPending(key)
         if not workers.has(key):
+            # no data layout: the worker takes its TargetMachine's (this process need not
+            # load LLVM to hand a kernel out, ~15 ms)
             job = Job(key, source, speed_level, self.cpu_name, self.features, self.triple,
-                      str(self.target_machine.target_data), str(self.cache.directory))
+                      None, str(self.cache.directory))
             message = job.message() or job.with_source(text()).message()
             workers.submit(message, lambda done: self._deliver(key, done))
             _thread_clock().deferred += 1
