@@ -25,7 +25,9 @@ real); a worker that dies takes its kernels with it to the same fate, and the se
 stops sending work to it. Workers run at a lower priority than the process they compile
 for, write each kernel to the disk cache themselves, and exit once their input is closed
 (at exit, or when the process dies) and the jobs already sent are done: a short script's
-kernels are on disk for its next run.
+kernels are on disk for its next run. A worker left without work for
+CompileService.idle_seconds exits too (each holds ~130 MB: Python, numpy, kiln, LLVM);
+the next kernel handed out starts another.
 
 Messages are pickles with a length prefix, over the workers' stdin and stdout:
     job     (key, a Job pickled: the IR text or the function that builds it, then the
@@ -59,16 +61,26 @@ def send(stream, message) -> None:
 
 
 def receive(stream):
-    """The next message from `stream`, or None at its end (a message cut short counts as
-    the end: the writer died)."""
-    head = stream.read(LENGTH.size)
-    if len(head) < LENGTH.size:
+    """The next message from `stream` (buffered, or raw: reads that return less are
+    repeated), or None at its end (a message cut short counts as the end: the writer
+    died)."""
+    head = _read_exactly(stream, LENGTH.size)
+    if head is None:
         return None
     size, = LENGTH.unpack(head)
-    data = stream.read(size)
-    if len(data) < size:
-        return None
-    return pickle.loads(data)
+    data = _read_exactly(stream, size)
+    return None if data is None else pickle.loads(data)
+
+
+def _read_exactly(stream, size: int) -> bytes | None:
+    parts, left = [], size
+    while left:
+        part = stream.read(left)
+        if not part:
+            return None
+        parts.append(part)
+        left -= len(part)
+    return b"".join(parts)
 
 
 INLINE = "inline"
@@ -143,11 +155,13 @@ class _Worker:
     def __init__(self, service: "CompileService", index: int):
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
-        self.process = subprocess.Popen([sys.executable, "-m", "runtime.compile_worker"],
+        self.process = subprocess.Popen([sys.executable, "-m", "runtime.compile_worker",
+                                         str(service.idle_seconds)],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         env=env)
         self.outstanding: dict[str, Callable] = {}  # key -> what delivers its result
         self.alive = True
+        self.failed = False  # it exited with an error: no other starts in its place
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()  # None: close the input
         for name, work in (("reader", service._read), ("writer", self._write)):
             threading.Thread(target=work, args=(self,) if name == "reader" else (),
@@ -195,6 +209,7 @@ class CompileService:
     """Worker processes compiling LLVM IR text to object code; `workers` of them, each
     started on the first job that needs it."""
     inline = False
+    idle_seconds = 30.0  # a worker without a job this long exits
 
     def __init__(self, workers: int):
         if workers < 1:
@@ -257,6 +272,7 @@ class CompileService:
             worker.close()
 
     def _worker(self) -> _Worker | None:
+        self._workers = [w for w in self._workers if w.alive or w.failed]
         alive = [w for w in self._workers if w.alive]
         idle = [w for w in alive if not w.outstanding]
         if idle:
@@ -303,6 +319,10 @@ class CompileService:
                 for phase, spent in (seconds or {}).items():
                     self.worker_seconds[phase] = self.worker_seconds.get(phase, 0.0) + spent
                 self._changed.notify_all()
+        try:  # its output is closed: it is exiting (outside the lock: a wait)
+            worker.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
         with self._changed:
             self._lost(worker)
 
@@ -313,9 +333,10 @@ class CompileService:
             return
         worker.alive = False
         code = worker.process.poll()
+        worker.failed = code != 0  # an idle worker leaves with 0: another may start
         for key in worker.outstanding:
             self._results[key] = Result(error=f"the compile worker exited (code {code})")
-        if worker.outstanding and worker in self._workers:
+        if worker.outstanding and worker.failed:
             warnings.warn(f"a kiln compile worker exited (code {code}) with "
                           f"{len(worker.outstanding)} kernel(s) to compile; they compile in "
                           f"this process", RuntimeWarning)

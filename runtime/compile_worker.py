@@ -4,12 +4,13 @@ object code exactly as the host JIT does (runtime/jit.py's compile_object), writ
 the job's kernel cache directory and replies on stdout, until stdin ends; a reply that
 cannot be written (the process that asked has exited) ends it quietly.
 
-    python -m runtime.compile_worker
+    python -m runtime.compile_worker [IDLE_SECONDS]    # exit after that long without a job
 """
 from __future__ import annotations
 
 import os
 import pickle
+import select
 import sys
 
 from runtime.cache import KernelCache
@@ -21,11 +22,14 @@ NICENESS = 10
 PHASES = ("ir", "parse", "optimise", "machine_code")
 
 
-def serve(jobs, replies) -> None:
-    """Compile every job read from `jobs` and write its reply to `replies` (while the
-    process reading them is there)."""
+def serve(jobs, replies, idle: float | None = None) -> None:
+    """Compile every job read from `jobs` (an unbuffered stream) and write its reply to
+    `replies` (while the process reading them is there); return at the end of `jobs`,
+    or when no job came for `idle` seconds."""
     machines, caches = {}, {}
     while True:
+        if idle is not None and not select.select([jobs], [], [], idle)[0]:
+            return
         message = receive(jobs)
         if message is None:
             return
@@ -79,7 +83,8 @@ def main() -> int:
     except (AttributeError, OSError):
         pass
     try:
-        serve(sys.stdin.buffer, replies)
+        idle = float(sys.argv[1]) if len(sys.argv) > 1 else None
+        serve(sys.stdin.buffer.raw, replies, idle)
     except KeyboardInterrupt:  # the terminal's ^C reaches the whole process group
         pass
     return 0

@@ -5,6 +5,7 @@ the calling process. The rest of the suite runs with KILN_COMPILE_WORKERS=0
 (tests/conftest.py)."""
 import os
 import signal
+import time
 import warnings
 
 import numpy as np
@@ -226,3 +227,19 @@ def test_lower_compiles_its_kernels_itself(workers):
     lowered = compiler.lower(fn, *inputs)
     assert lowered.kernels and all("define" in k.llvm_ir for k in lowered.kernels)
     assert any(isinstance(k, PointwiseNode) and k.artifacts for k in _kernels(fn))
+
+
+def test_an_idle_worker_exits_and_another_starts_for_the_next_kernel(workers, monkeypatch):
+    monkeypatch.setattr(workers, "idle_seconds", 0.2)
+    jit = HostJit()
+    for round in range(2):
+        name, delivered = unique_name(), []
+        workers.submit(_job(jit, name, str(add_one_module(jit, name))).message(),
+                       delivered.append)
+        assert workers.wait(timeout=60) and delivered[0].functions == (name,)
+        (worker,) = workers._workers
+        assert worker.process.wait(timeout=30) == 0  # left without work
+        deadline = time.monotonic() + 30
+        while worker.alive and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not worker.alive and not worker.failed
