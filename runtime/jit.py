@@ -165,20 +165,13 @@ def deferring_allowed() -> bool:
     return getattr(_local, "deferring", False) and not getattr(_local, "here", False)
 
 
-@contextmanager
 def compiling_here():
     """Inside the block (in this thread), every kernel compiles in this thread before it
     runs, `deferring()` or not: for callers that need the kernels themselves
     (compiler.lower)."""
-    before = getattr(_local, "here", False)
-    _local.here = True
-    try:
-        yield
-    finally:
-        _local.here = before
+    return _thread_setting("here", True)
 
 
-@contextmanager
 def deferring(allowed: bool = True):
     """Inside the block (in this thread), `load_spec` of a kernel that is neither in
     memory nor on disk builds its IR, hands it to a background compile worker
@@ -186,12 +179,17 @@ def deferring(allowed: bool = True):
     the worker is done, a later load links its object code. Without workers
     (KILN_COMPILE_WORKERS=0) kernels compile here as outside the block.
     `deferring(False)` turns it off for a block inside one."""
-    before = getattr(_local, "deferring", False)
-    _local.deferring = allowed
+    return _thread_setting("deferring", allowed)
+
+
+@contextmanager
+def _thread_setting(name: str, value: bool):
+    before = getattr(_local, name, False)
+    setattr(_local, name, value)
     try:
         yield
     finally:
-        _local.deferring = before
+        setattr(_local, name, before)
 
 
 def in_parallel(compiles: list[Callable[[], object]]) -> list:
