@@ -16,8 +16,9 @@ from runtime import compile_service
 
 
 @pytest.fixture(autouse=True)
-def interpreted_first(monkeypatch):
+def interpreted_first(monkeypatch, tmp_path):
     monkeypatch.setenv("KILN_COMPILE_WORKERS", "inline")
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))  # nothing compiled on disk
     compile_service.reset()
     yield
     compile_service.reset()
@@ -93,8 +94,9 @@ def test_compiled_training_steps_interpreted_then_native_match_eager(cases):
 
 
 def test_gemm_nodes_count_their_interpreted_calls_until_their_kernels_are_ready():
-    rng = np.random.default_rng(2)
-    a, b = (eager.tensor(rng.standard_normal((5, 5)).astype(np.float32)) for _ in range(2))
+    rng = np.random.default_rng(2)  # sizes no other test multiplies (kernels are kept)
+    a = eager.tensor(rng.standard_normal((37, 53)).astype(np.float32))
+    b = eager.tensor(rng.standard_normal((53, 41)).astype(np.float32))
     compiled = eager.compile(lambda a, b: (a @ b).relu())
     for _ in range(4):  # a product seen twice gets a kernel of its own: waited for too
         _same(compiled(a, b), (a @ b).relu())
