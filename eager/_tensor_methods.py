@@ -8,7 +8,8 @@ from collections import namedtuple
 
 from eager import _missing, autograd, indexing
 from eager.arguments import dtype_arg, int_arg
-from eager.autograd.function import register_tensor_hook, retain_grad
+from eager.autograd.function import (register_post_accumulate_grad_hook, register_tensor_hook,
+                                     retain_grad)
 from eager.backends import backend_for
 from eager.device import as_device
 from eager.dispatcher import ATEN
@@ -307,6 +308,7 @@ _METHODS = {
     "half": _half, "long": _long, "int": _int, "bool": _bool,
     "__format__": _format, "__getattr__": _missing_attribute, "backward": _backward,
     "register_hook": register_tensor_hook, "retain_grad": retain_grad,
+    "register_post_accumulate_grad_hook": register_post_accumulate_grad_hook,
     "__deepcopy__": _deepcopy,
     "__add__": ATEN[Op.ADD], "__radd__": ATEN[Op.ADD], "__sub__": ATEN[Op.SUB],
     "__rsub__": _rsub, "__mul__": ATEN[Op.MUL], "__rmul__": ATEN[Op.MUL],

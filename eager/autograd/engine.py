@@ -73,13 +73,33 @@ def _needed(roots, targets) -> set:
     return needed
 
 
+_final_callbacks = None  # while run_backward runs: the callbacks queue_callback added
+
+
+def queue_callback(callback) -> None:
+    """Run `callback()` once the backward pass now running has finished (after every
+    node, hooks and AccumulateGrad included), as PyTorch's
+    `Variable._execution_engine.queue_callback`: DistributedDataParallel waits there for
+    its gradient all-reduces."""
+    if _final_callbacks is None:
+        raise RuntimeError("Final callbacks can only be installed during backward pass.")
+    _final_callbacks.append(callback)
+
+
+def _run_final_callbacks(callbacks: list) -> None:
+    while callbacks:  # a callback may queue another
+        callbacks.pop(0)()
+
+
 def run_backward(roots, retain_graph: bool, create_graph: bool, capture=None,
                  accumulate: bool = True) -> dict:
     """Propagate gradients from `roots` [(node, output_nr, grad)].
 
     `capture` is a set of edges (node, output_nr); the gradients arriving there are
     returned as {edge: grad}. With accumulate=False, AccumulateGrad nodes do not run.
+    The callbacks queue_callback adds meanwhile run at the end.
     """
+    global _final_callbacks
     buffers: dict = {}
     root_nodes = []
     for node, nr, grad in roots:
@@ -94,6 +114,7 @@ def run_backward(roots, retain_graph: bool, create_graph: bool, capture=None,
     captured = {}
     handed = set()  # AccumulateGrad nodes whose gradient no one else holds (own_grads)
     prev_mode = tls.grad_enabled
+    outer_callbacks, _final_callbacks = _final_callbacks, []
     try:
         set_grad_enabled(create_graph)
         while ready:
@@ -131,7 +152,9 @@ def run_backward(roots, retain_graph: bool, create_graph: bool, capture=None,
                 deps[child] -= 1
                 if deps[child] == 0:
                     heapq.heappush(ready, (-child._seq, id(child), child))
+        _run_final_callbacks(_final_callbacks)
     finally:
+        _final_callbacks = outer_callbacks
         set_grad_enabled(prev_mode)
     return captured
 

@@ -50,12 +50,14 @@ class Node:
 
 
 class AccumulateGrad(Node):
-    """Adds the incoming gradient into a leaf tensor's `.grad`."""
-    __slots__ = ("_variable",)
+    """Adds the incoming gradient into a leaf tensor's `.grad`, then calls the hooks
+    registered with `Tensor.register_post_accumulate_grad_hook` on the tensor."""
+    __slots__ = ("_variable", "_post_hooks")
 
     def __init__(self, tensor):
         super().__init__()
         self._variable = weakref.ref(tensor)
+        self._post_hooks = None
 
     @property
     def variable(self):
@@ -76,6 +78,9 @@ class AccumulateGrad(Node):
             t.grad = grad if keep else grad.clone()
         else:
             t.grad = t.grad + grad
+        if self._post_hooks:
+            for hook in tuple(self._post_hooks):
+                hook(t)
         return ()
 
 
@@ -218,6 +223,20 @@ def register_tensor_hook(tensor, hook):
         hooks.remove(h)
         hooks.append(h)
     return _RemovableHandle(hooks, hook)
+
+
+def register_post_accumulate_grad_hook(tensor, hook):
+    """`hook(tensor)` runs each time backward has accumulated into the leaf's `.grad`."""
+    if not tensor._requires_grad:
+        raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+    if tensor.grad_fn is not None:
+        raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf "
+                           "tensors")
+    node = grad_accumulator(tensor)
+    if node._post_hooks is None:
+        node._post_hooks = []
+    node._post_hooks.append(hook)
+    return _RemovableHandle(node._post_hooks, hook)
 
 
 def move_retained_grad(tensor, old_node: Node, old_nr: int) -> None:
