@@ -30,6 +30,7 @@ from eager.derived_math import einsum, eye, searchsorted  # noqa: F401
 from eager.functional import __all__ as _functional_all
 from eager import testing as testing
 from eager import cuda as cuda
+from eager import distributed as distributed
 from eager import nn as nn
 from eager import optim as optim
 from eager import utils as utils

@@ -2,12 +2,13 @@
 from eager import _missing
 from eager.nn import functional as functional
 from eager.nn import init as init
+from eager.nn import parallel as parallel
 from eager.nn import utils as utils
 from eager.nn.modules import *  # noqa: F401,F403
 from eager.nn.modules import __all__ as _modules_all
 from eager.nn.parameter import Parameter
 
-__all__ = list(_modules_all) + ["Parameter", "functional", "init"]
+__all__ = list(_modules_all) + ["Parameter", "functional", "init", "parallel"]
 
 # PyTorch's names kiln lacks: NotSupportedYet (eager/_missing.py)
 __getattr__ = _missing.module_getattr("torch.nn", "eager.nn")
