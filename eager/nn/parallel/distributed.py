@@ -49,9 +49,10 @@ class _Bucket:
         self.work = None
 
     def describe(self, count: int) -> str:
-        megabytes = self.offsets[-1] * np.dtype(self.dtype).itemsize / 1e6
+        nbytes = self.offsets[-1] * np.dtype(self.dtype).itemsize
+        size = f"{nbytes / 1e6:.2f} MB" if nbytes >= 10_000 else f"{nbytes} bytes"
         return (f"DistributedDataParallel's gradient all_reduce (bucket {self.index + 1} of "
-                f"{count}: {len(self.params)} parameters, {megabytes:.2f} MB "
+                f"{count}: {len(self.params)} parameters, {size} of "
                 f"{np.dtype(self.dtype).name})")
 
     def put(self, position: int, grad) -> None:
@@ -174,9 +175,9 @@ def _zeros_like(p):
 
 
 def _buckets(params: list, cap_mb: float) -> list[_Bucket]:
-    """Buckets in reverse registration order, one dtype each: 1 MB for the first (the
-    last layers' gradients, ready first), `cap_mb` for the rest."""
-    buckets, current, size, cap = [], [], 0, FIRST_BUCKET_MB * 1e6
+    """Buckets in reverse registration order, one dtype each: 1 MB (or `cap_mb` if less)
+    for the first (the last layers' gradients, ready first), `cap_mb` for the rest."""
+    buckets, current, size, cap = [], [], 0, min(FIRST_BUCKET_MB, cap_mb) * 1e6
     for p in reversed(params):
         nbytes = p.numel() * p.dtype.itemsize
         if current and (size + nbytes > cap or p.dtype is not current[0].dtype):

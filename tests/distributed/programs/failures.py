@@ -1,0 +1,39 @@
+"""Collectives that cannot complete, under mpiexec with a 2 s timeout. The mode:
+
+shape     every rank all-reduces, the last one a tensor of another shape
+kind      the last rank broadcasts while the others all-reduce
+exits     the last rank leaves (sys.exit(0), MPI finalised) before an all-reduce
+crashes   the last rank dies (os._exit(3), no MPI finalise) before an all-reduce
+ddp       the last rank leaves before the backward of a DistributedDataParallel step
+"""
+import datetime
+import os
+import sys
+
+import eager
+import eager.distributed as dist
+
+mode = sys.argv[1]
+dist.init_process_group("mpi", timeout=datetime.timedelta(seconds=2))
+rank, world = dist.get_rank(), dist.get_world_size()
+last = rank == world - 1
+dist.barrier()
+print(f"rank {rank} ready", flush=True)
+if mode == "shape":
+    dist.all_reduce(eager.ones(4, 3 if not last else 2))
+elif mode == "kind":
+    t = eager.ones(4, 3)
+    dist.broadcast(t, src=0) if last else dist.all_reduce(t)
+elif mode in ("exits", "crashes"):
+    if last:
+        sys.exit(0) if mode == "exits" else os._exit(3)
+    dist.all_reduce(eager.ones(4, 3))
+elif mode == "ddp":
+    from eager.nn.parallel import DistributedDataParallel
+    from examples.mlp_classifier import make_model
+    model = DistributedDataParallel(make_model(8, 2, 3))
+    loss = model(eager.ones(5, 3)).sum()
+    if last:
+        sys.exit(0)
+    loss.backward()
+print(f"rank {rank} finished: the failure went unnoticed", flush=True)

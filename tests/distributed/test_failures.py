@@ -1,0 +1,68 @@
+"""Collectives that cannot complete end every rank, within the timeout (2 s in
+programs/failures.py), with an error naming the collective and the shapes; never a hang."""
+import time
+
+import pytest
+
+from tests.distributed.mpi import launch, requires_mpi
+
+TIMEOUT_S = 2.0
+
+
+def _ended(mode: str, ranks: int, flags=()):
+    start = time.monotonic()
+    result = launch("failures", ranks, mode, timeout=30, flags=flags)
+    elapsed = time.monotonic() - start
+    assert result.returncode != 0, result.stdout
+    assert "the failure went unnoticed" not in result.stdout
+    for rank in range(ranks):
+        assert f"rank {rank} ready" in result.stdout
+    return result.stderr, elapsed
+
+
+@requires_mpi
+def test_a_shape_mismatch_raises_on_every_rank_naming_each_ranks_shape():
+    err, elapsed = _ended("shape", 2)
+    for rank in range(2):
+        assert (f"DistError: all_reduce on rank {rank}: the ranks called different collectives "
+                f"or gave tensors that differ: rank 0: all_reduce(SUM, float32[4, 3]); "
+                f"rank 1: all_reduce(SUM, float32[4, 2])") in err
+    assert elapsed < TIMEOUT_S + 5  # found by the check, not by waiting
+
+
+@requires_mpi
+def test_different_collectives_on_different_ranks_raise_on_every_rank():
+    err, _ = _ended("kind", 3)
+    assert err.count("ranks 0, 1: all_reduce(SUM, float32[4, 3]); rank 2: "
+                     "broadcast(float32[4, 3], src=0)") == 3
+
+
+@requires_mpi
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["exits", "ddp"])
+def test_a_rank_that_leaves_ends_the_others_with_a_timeout_error(mode):
+    ranks = 3 if mode == "exits" else 2
+    err, elapsed = _ended(mode, ranks)
+    what = ("all_reduce(SUM, float32[4, 3])" if mode == "exits" else
+            "DistributedDataParallel's gradient all_reduce (bucket 1 of 1: 6 parameters")
+    for rank in range(ranks - 1):
+        assert f"DistBackendError: {what}" in err and f"on rank {rank} of {ranks} did not " \
+            f"complete within the 2 s timeout" in err
+        assert f"[rank {rank}] eager.distributed: aborting every rank" in err
+    assert elapsed < 2 * TIMEOUT_S + 5
+
+
+@requires_mpi
+def test_a_rank_that_crashes_ends_the_job_at_once():
+    """mpiexec (hydra) ends every rank when one dies without finalising MPI."""
+    _, elapsed = _ended("crashes", 2)
+    assert elapsed < TIMEOUT_S + 5
+
+
+@requires_mpi
+@pytest.mark.slow
+def test_a_crash_with_the_launcher_keeping_the_others_ends_them_with_the_error():
+    err, elapsed = _ended("crashes", 3, flags=("-disable-auto-cleanup",))
+    for rank in range(2):
+        assert f"all_reduce(SUM, float32[4, 3]) on rank {rank} of 3 did not complete" in err
+    assert elapsed < 2 * TIMEOUT_S + 5
