@@ -50,10 +50,13 @@ _OPS = list(ReduceOp)
 
 class Work:
     """A collective under way (async_op=True): `wait()` polls it to the deadline, then
-    runs what finishes it (copies out, AVG's division, version bumps)."""
+    runs what finishes it (copies out, AVG's division, version bumps). It holds the
+    arrays MPI reads and writes until then (mpi4py's requests do not)."""
 
-    def __init__(self, group: ProcessGroup, requests: list, what: str, finish=None):
+    def __init__(self, group: ProcessGroup, requests: list, what: str, finish=None,
+                 buffers: tuple = ()):
         self._group, self._requests, self._what, self._finish = group, requests, what, finish
+        self._buffers = buffers
         self._done = False
 
     def is_completed(self) -> bool:
@@ -70,6 +73,7 @@ class Work:
 
     def _complete(self) -> None:
         self._done = True
+        self._buffers = ()
         if self._finish is not None:
             self._finish()
 
@@ -187,8 +191,8 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False):
     what = _check(group, "all_reduce", op, tensor)
     a, put_back = _buffer(tensor)
     request = group.comm.Iallreduce(group.MPI.IN_PLACE, a, op=op.mpi(group.MPI))
-    return _finished(Work(group, [request], what, _averaged(op, [a], group.size, put_back)),
-                     async_op)
+    return _finished(Work(group, [request], what, _averaged(op, [a], group.size, put_back),
+                          (a,)), async_op)
 
 
 def broadcast(tensor, src: int = 0, group=None, async_op: bool = False):
@@ -198,7 +202,8 @@ def broadcast(tensor, src: int = 0, group=None, async_op: bool = False):
         raise ValueError(f"broadcast: src {src} is not a rank of a world of {group.size}")
     what = _check(group, "broadcast", None, tensor, root=src)
     a, put_back = _buffer(tensor)
-    return _finished(Work(group, [group.comm.Ibcast(a, root=src)], what, put_back), async_op)
+    return _finished(Work(group, [group.comm.Ibcast(a, root=src)], what, put_back, (a,)),
+                     async_op)
 
 
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bool = False):
@@ -212,7 +217,7 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bo
     send, _ = _buffer(input_tensor)
     out, put_back = _buffer(output_tensor)
     request = group.comm.Iallgather(send, out)
-    return _finished(Work(group, [request], what, put_back), async_op)
+    return _finished(Work(group, [request], what, put_back, (send, out)), async_op)
 
 
 def all_gather(tensor_list: list, tensor, group=None, async_op: bool = False):
@@ -228,7 +233,7 @@ def all_gather(tensor_list: list, tensor, group=None, async_op: bool = False):
         for t, part in zip(tensor_list, gathered):
             t._np()[...] = part
             t._bump()
-    return _finished(Work(group, [request], what, copy_out), async_op)
+    return _finished(Work(group, [request], what, copy_out, (send, gathered)), async_op)
 
 
 def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op: bool = False):
@@ -243,8 +248,8 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op: 
     send, _ = _buffer(input)
     out, put_back = _buffer(output)
     request = group.comm.Ireduce_scatter_block(send, out, op=op.mpi(group.MPI))
-    return _finished(Work(group, [request], what, _averaged(op, [out], group.size, put_back)),
-                     async_op)
+    return _finished(Work(group, [request], what, _averaged(op, [out], group.size, put_back),
+                          (send, out)), async_op)
 
 
 def reduce_scatter(output, input_list: list, op=ReduceOp.SUM, group=None,
@@ -258,8 +263,8 @@ def reduce_scatter(output, input_list: list, op=ReduceOp.SUM, group=None,
     send = np.stack([t._np() for t in input_list])
     out, put_back = _buffer(output)
     request = group.comm.Ireduce_scatter_block(send, out, op=op.mpi(group.MPI))
-    return _finished(Work(group, [request], what, _averaged(op, [out], group.size, put_back)),
-                     async_op)
+    return _finished(Work(group, [request], what, _averaged(op, [out], group.size, put_back),
+                          (send, out)), async_op)
 
 
 def _same_shapes(collective: str, name: str, tensors: list, like, size: int) -> None:
@@ -276,8 +281,8 @@ def start_all_reduce(group: ProcessGroup, array: np.ndarray, what: str) -> Work:
     """A SUM all-reduce of a contiguous array in place, started without the check (for
     DistributedDataParallel's buckets, whose layout was checked across ranks once)."""
     group.check_usable(what)
-    return Work(group, [group.comm.Iallreduce(group.MPI.IN_PLACE, array,
-                                              op=group.MPI.SUM)], what)
+    return Work(group, [group.comm.Iallreduce(group.MPI.IN_PLACE, array, op=group.MPI.SUM)],
+                what, buffers=(array,))
 
 
 def progress(works: list) -> None:

@@ -7,7 +7,8 @@ from tests.distributed.mpi import ROOT, launch, requires_mpi, succeeded
 
 
 @requires_mpi
-@pytest.mark.parametrize("ranks, options", [(2, ()), (3, ()), (3, ("--bucket-mb", "0.0005"))])
+@pytest.mark.parametrize("ranks, options", [
+    (2, ()), (3, ()), (3, ("--bucket-mb", "0.0005")), (2, ("--bucket-mb", "0.0005", "--bucket-view"))])
 def test_ddp_training_equals_one_process_on_the_combined_batch(ranks, options):
     out = succeeded(launch("ddp_mlp", ranks, *options))
     assert f"DDP on {ranks} ranks equals one process on the combined batch" in out

@@ -23,6 +23,7 @@ this module's Python behaves alike.
 from __future__ import annotations
 
 import contextlib
+import zlib
 
 import numpy as np
 
@@ -30,7 +31,7 @@ from eager.autograd.engine import queue_callback
 from eager.autograd.grad_mode import no_grad
 from eager.distributed import collectives
 from eager.distributed.process_group import DistError, default_group
-from eager.factories import from_numpy
+from eager.factories import from_numpy, tensor, zeros
 from eager.nn.modules.module import Module
 
 FIRST_BUCKET_MB = 1.0
@@ -44,7 +45,9 @@ class _Bucket:
         self.params = params
         self.offsets = np.cumsum([0] + [p.numel() for p in params]).tolist()
         self.dtype = params[0].dtype.np
-        self.buffer: np.ndarray | None = None  # this backward's, fresh each time
+        # kept from one backward to the next: MPI all-reduces a fresh 7.5 MB buffer here in
+        # 7 ms, one it has seen before in 1.6-2.7 ms
+        self.buffer = np.empty(self.offsets[-1], dtype=self.dtype)
         self.filled: set[int] = set()  # positions of the params whose gradient is in
         self.work = None
 
@@ -55,12 +58,24 @@ class _Bucket:
                 f"{count}: {len(self.params)} parameters, {size} of "
                 f"{np.dtype(self.dtype).name})")
 
+    def slice(self, position: int, shape) -> np.ndarray:
+        return self.buffer[self.offsets[position]:self.offsets[position + 1]].reshape(shape)
+
     def put(self, position: int, grad) -> None:
-        if self.buffer is None:
-            self.buffer = np.empty(self.offsets[-1], dtype=self.dtype)
-        start, end = self.offsets[position], self.offsets[position + 1]
-        self.buffer[start:end].reshape(grad.shape)[...] = grad._np()
+        self.slice(position, grad.shape)[...] = grad._np()
         self.filled.add(position)
+
+    def hand_back(self, size: int, as_view: bool) -> None:
+        """Each parameter's `.grad` becomes its slice of the summed bucket / `size`: the
+        slice itself (as_view), else written into the `.grad` it has."""
+        for position, p in enumerate(self.params):
+            averaged = self.slice(position, p.shape)
+            if as_view or p.grad is None:
+                averaged /= size
+                p.grad = from_numpy(averaged if as_view else averaged.copy())
+            else:
+                np.multiply(averaged, 1 / size, out=p.grad._np())
+                p.grad._bump()
 
     def full(self) -> bool:
         return len(self.filled) == len(self.params)
@@ -78,6 +93,7 @@ class DistributedDataParallel(Module):
         self.module = module
         object.__setattr__(self, "_group", default_group("DistributedDataParallel"))
         self.broadcast_buffers = broadcast_buffers
+        self.gradient_as_bucket_view = gradient_as_bucket_view
         self.require_backward_grad_sync = True
         self._verify_same_parameters()
         with no_grad():
@@ -137,17 +153,14 @@ class DistributedDataParallel(Module):
             for bucket in self._buckets[self._started:]:
                 for position, p in enumerate(bucket.params):
                     if position not in bucket.filled:  # no gradient reached it here
-                        bucket.put(position, _zeros_like(p))
+                        bucket.put(position, zeros(p.shape, dtype=p.dtype))
                 self._start(bucket)
             for bucket in self._buckets:
                 bucket.work.wait()
-                bucket.buffer /= self._group.size
-                for position, p in enumerate(bucket.params):
-                    start, end = bucket.offsets[position], bucket.offsets[position + 1]
-                    p.grad = from_numpy(bucket.buffer[start:end].reshape(p.shape))
+                bucket.hand_back(self._group.size, self.gradient_as_bucket_view)
         finally:
             for bucket in self._buckets:
-                bucket.buffer, bucket.work = None, None
+                bucket.work = None
                 bucket.filled.clear()
             object.__setattr__(self, "_started", 0)
             object.__setattr__(self, "_syncing", False)
@@ -155,8 +168,6 @@ class DistributedDataParallel(Module):
     def _verify_same_parameters(self) -> None:
         """Every rank's module has the same parameters and buffers (names, shapes, dtypes),
         or every rank raises naming the first difference."""
-        import zlib
-        from eager.factories import tensor
         layout = [(name, tuple(t.shape), t.dtype.name) for name, t in
                   list(self.module.named_parameters()) + list(self.module.named_buffers())]
         mine = tensor([len(layout), zlib.crc32(repr(layout).encode())])
@@ -167,11 +178,6 @@ class DistributedDataParallel(Module):
             raise DistError(f"DistributedDataParallel: the ranks' modules differ (parameters "
                             f"and buffers [count, hash of names, shapes, dtypes] per rank: "
                             f"{others}); this rank's: {layout}")
-
-
-def _zeros_like(p):
-    from eager.factories import zeros
-    return zeros(p.shape, dtype=p.dtype)
 
 
 def _buckets(params: list, cap_mb: float) -> list[_Bucket]:

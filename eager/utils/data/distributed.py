@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from eager import factories
+from eager import distributed, factories
 from eager.utils.data.sampler import Sampler
 
 
@@ -19,7 +19,6 @@ class DistributedSampler(Sampler):
     def __init__(self, dataset, num_replicas: int | None = None, rank: int | None = None,
                  shuffle: bool = True, seed: int = 0, drop_last: bool = False):
         if num_replicas is None or rank is None:
-            from eager import distributed
             if not distributed.is_initialized():
                 raise RuntimeError("DistributedSampler needs num_replicas and rank, or the "
                                    "default process group (eager.distributed."

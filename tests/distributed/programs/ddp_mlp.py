@@ -3,7 +3,8 @@ each rank on its slice of a global batch, against one process training on the wh
 batch: rank 0 trains the reference too and compares; every rank checks that it holds
 rank 0's weights. Options: --compile (eager.compile the DDP model), --compile-step
 (eager.compile the whole step: zero_grad, forward, loss, backward, optimiser step),
---bucket-mb (small: one bucket per parameter or so)."""
+--bucket-mb (small: one bucket per parameter or so), --bucket-view (each .grad a view of
+its bucket)."""
 import argparse
 import datetime
 
@@ -19,6 +20,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--compile", action="store_true")
 parser.add_argument("--compile-step", action="store_true")
 parser.add_argument("--bucket-mb", type=float, default=None)
+parser.add_argument("--bucket-view", action="store_true")
 args = parser.parse_args()
 STEPS, PER_RANK, INPUTS, HIDDEN, CLASSES = 20, 8, 6, 16, 4
 
@@ -48,7 +50,8 @@ def train(model, forward, part: slice, compile_step: bool = False) -> None:
 
 
 eager.manual_seed(rank)  # each rank starts elsewhere: DDP broadcasts rank 0's weights
-ddp = DistributedDataParallel(make_model(HIDDEN, CLASSES, INPUTS), bucket_cap_mb=args.bucket_mb)
+ddp = DistributedDataParallel(make_model(HIDDEN, CLASSES, INPUTS), bucket_cap_mb=args.bucket_mb,
+                              gradient_as_bucket_view=args.bucket_view)
 if args.bucket_mb is not None:
     assert len(ddp._buckets) > 1, "small buckets: several of them"
 train(ddp, eager.compile(ddp) if args.compile else ddp,
