@@ -3,7 +3,7 @@
 A contender is a name ("kiln eager", "numpy", "torch eager") and a check that returns
 None when it is available or the reason it is not. A missing contender is reported as
 skipped, never as failed. Suites use the same kind of check for their own needs
-(`compiler_missing`, `gpu_missing`).
+(`compiler_missing`, `gpu_missing`, `mpi_missing`).
 
 "kiln compiled" is `eager.compile` with its default backend, which runs what it can as
 generated kernels and the rest through the interpreter of eager ops (`explain()` on a
@@ -16,6 +16,7 @@ needs it, so a run that does not use it never pays its import time.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import shutil
 import sys
@@ -76,6 +77,21 @@ def compiler_missing() -> str | None:
         return "needs the compiler (not built yet)"
     except Exception as e:  # noqa: BLE001
         return f"needs the compiler ({type(e).__name__}: {e})"
+    return None
+
+
+def mpiexec() -> str | None:
+    """The mpiexec beside this Python (where the mpich wheel puts it), else on PATH."""
+    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    return beside if os.path.exists(beside) else shutil.which("mpiexec")
+
+
+def mpi_missing() -> str | None:
+    """None where mpi4py and an mpiexec are installed (the 'distributed' extra)."""
+    if importlib.util.find_spec("mpi4py") is None:
+        return "needs mpi4py and MPI (pip install -e '.[distributed]')"
+    if mpiexec() is None:
+        return "needs mpiexec, beside Python or on PATH (pip install -e '.[distributed]')"
     return None
 
 

@@ -30,32 +30,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from benchmarks.contenders import mpi_missing, mpiexec
+
 ROOT = Path(__file__).resolve().parents[1]
 INPUTS, HIDDEN, CLASSES, PER_RANK = 784, 1024, 10, 64
 MODEL = f"MLP {INPUTS}-{HIDDEN}-{HIDDEN}-{CLASSES}, {PER_RANK} samples per rank, SGD"
-
-
-def mpiexec() -> str | None:
-    """The mpiexec beside this Python (where the mpich wheel puts it), else on PATH."""
-    beside = Path(sys.executable).parent / "mpiexec"
-    return str(beside) if beside.exists() else shutil.which("mpiexec")
-
-
-def mpi_missing() -> str | None:
-    """Why the suite cannot run here, or None."""
-    import importlib.util
-    if importlib.util.find_spec("mpi4py") is None:
-        return "mpi4py is not installed (pip install -e '.[distributed]')"
-    if mpiexec() is None:
-        return "no mpiexec beside Python or on PATH (pip install -e '.[distributed]')"
-    return None
 
 
 def launch(ranks: int, *worker_args: str) -> dict:

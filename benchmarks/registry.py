@@ -17,6 +17,8 @@ import importlib
 from dataclasses import dataclass
 from typing import Callable
 
+from benchmarks.contenders import mpi_missing
+
 
 @dataclass(frozen=True)
 class Suite:
@@ -78,3 +80,5 @@ register("fusion", "benchmarks.fusion",
          "the passes on the suite's graphs: kernels, bytes moved, intermediate memory")
 register("compile_overhead", "benchmarks.compile_overhead",
          "cached compiled calls on tiny inputs; first-call (trace + compile) time")
+register("distributed", "benchmarks.distributed",
+         "DDP training step over MPI at 1 and 2 ranks (mpiexec)", requires=(mpi_missing,))

@@ -51,7 +51,8 @@ _OPS = list(ReduceOp)
 class Work:
     """A collective under way (async_op=True): `wait()` polls it to the deadline, then
     runs what finishes it (copies out, AVG's division, version bumps). It holds the
-    arrays MPI reads and writes until then (mpi4py's requests do not)."""
+    arrays MPI reads and writes until then (an in-place Iallreduce's mpi4py request does
+    not keep its array alive)."""
 
     def __init__(self, group: ProcessGroup, requests: list, what: str, finish=None,
                  buffers: tuple = ()):
