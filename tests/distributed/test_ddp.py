@@ -1,6 +1,7 @@
 """DistributedDataParallel under mpiexec: 20 steps equal one process training on the
 combined batch (float64), eagerly, with small buckets, compiled, as a compiled whole
-step; no_sync, a checkpoint from rank 0 and DistributedSampler; examples/ddp_train.py."""
+step; no_sync, a parameter only one rank uses, a checkpoint from rank 0 and
+DistributedSampler (programs/ddp_features.py); examples/ddp_train.py."""
 import pytest
 
 from tests.distributed.mpi import ROOT, launch, requires_mpi, succeeded
@@ -24,8 +25,7 @@ def test_compiled_ddp_training_equals_one_process_on_the_combined_batch(option):
 
 @requires_mpi
 @pytest.mark.parametrize("ranks", [2, 3])
-def test_no_sync_accumulates_then_syncs_and_a_rank0_checkpoint_loads_everywhere(ranks,
-                                                                                 tmp_path):
+def test_no_sync_a_parameter_one_rank_uses_and_a_rank0_checkpoint(ranks, tmp_path):
     out = succeeded(launch("ddp_features", ranks, str(tmp_path / "checkpoint.pt")))
     for rank in range(ranks):
         assert f"rank {rank}: no_sync, checkpoint and sampler ok" in out

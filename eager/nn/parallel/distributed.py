@@ -11,9 +11,14 @@ bucket starts a non-blocking MPI all-reduce at once, so it travels while backwar
 with the layers below; later hooks move the started ones on (MPI progresses requests only
 inside MPI calls). Buckets start in the same order on every rank, as MPI requires: a full
 bucket waits for the ones before it. When backward ends (autograd's `queue_callback`) the
-buckets still unstarted start (a parameter no gradient reached adds zeros), every
-all-reduce is waited for, with the group's timeout, and each `.grad` becomes its averaged
-slice of the bucket (a view: no copy back).
+buckets still unstarted start (a parameter no gradient reached on this rank adds zeros,
+and gets the average as its `.grad` too: PyTorch would ask for find_unused_parameters),
+every all-reduce is waited for, with the group's timeout, and each `.grad` gets its
+averaged slice of the bucket, written into it (or, with gradient_as_bucket_view, the slice
+itself: the next backward overwrites it). The bucket buffers are kept from one backward to
+the next. device_ids, output_device, dim, process_group (there is one group),
+find_unused_parameters, check_reduction and static_graph are accepted for PyTorch's
+signature and change nothing.
 
 `no_sync()` leaves the backward passes run inside it local (gradients accumulate in
 `.grad`); the first backward after it averages the sums. PyTorch decides at the forward
@@ -167,7 +172,7 @@ class DistributedDataParallel(Module):
 
     def _verify_same_parameters(self) -> None:
         """Every rank's module has the same parameters and buffers (names, shapes, dtypes),
-        or every rank raises naming the first difference."""
+        or every rank raises DistError showing its own list."""
         layout = [(name, tuple(t.shape), t.dtype.name) for name, t in
                   list(self.module.named_parameters()) + list(self.module.named_buffers())]
         mine = tensor([len(layout), zlib.crc32(repr(layout).encode())])

@@ -3,6 +3,9 @@
 no_sync: two backward passes inside it leave each rank's own gradient sums (they differ
 between ranks); the backward after it gives every rank the average over ranks of all
 three passes' sums, which each rank computes alone from every rank's data.
+A parameter only the last rank's backward reaches: every rank gets the last rank's
+gradient / world size for it (small buckets, so that the ranks' hooks fill them in
+different orders and the buckets must still start in one order).
 Checkpoint: rank 0 saves with eager.save, every rank loads it into a fresh model.
 DistributedSampler: the ranks' shards (gathered) are disjoint, of equal length, and with
 the padding cover the dataset; set_epoch changes the order the same way on every rank."""
@@ -55,6 +58,28 @@ for r in range(world):
 for (name, p), q in zip(ddp.module.named_parameters(), reference.parameters()):
     np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy() / world, rtol=1e-12,
                                err_msg=f"rank {rank}: {name}'s gradient after no_sync")
+
+# a parameter only the last rank's backward reaches
+class Branches(eager.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = eager.nn.Linear(3, 2), eager.nn.Linear(3, 2)
+
+    def forward(self, x, use_b: bool):
+        return self.a(x) + self.b(x) if use_b else self.a(x)
+
+
+branches = DistributedDataParallel(Branches(), bucket_cap_mb=1e-5)
+assert len(branches._buckets) == 4
+x, _ = micro_batch(rank, 3)
+branches(x, rank == world - 1).sum().backward()
+alone = Branches()
+alone.load_state_dict(branches.module.state_dict())
+alone(micro_batch(world - 1, 3)[0], True).sum().backward()
+np.testing.assert_allclose(branches.module.b.weight.grad.numpy(),
+                           alone.b.weight.grad.numpy() / world, rtol=1e-12)
+grads = gathered(branches.module.a.weight.grad.reshape(-1).tolist())
+assert (grads == grads[0]).all(), "every rank has the same averaged gradient"
 
 # a checkpoint from rank 0, loaded on every rank
 if rank == 0:
