@@ -13,16 +13,16 @@
 from eager import _missing
 from eager.utils.data.collate import default_collate, default_convert
 from eager.utils.data.dataloader import DataLoader
-from eager.utils.data.distributed import DistributedSampler
 from eager.utils.data.dataset import (ChainDataset, ConcatDataset, Dataset, IterableDataset,
                                       StackDataset, Subset, TensorDataset, random_split)
+from eager.utils.data.distributed import DistributedSampler
 from eager.utils.data.sampler import (BatchSampler, RandomSampler, Sampler, SequentialSampler,
                                       SubsetRandomSampler, WeightedRandomSampler)
 from eager.utils.data.worker import get_worker_info
 
 __all__ = ["BatchSampler", "ChainDataset", "ConcatDataset", "StackDataset", "DataLoader",
-           "Dataset", "DistributedSampler", "IterableDataset", "RandomSampler", "Sampler", "SequentialSampler",
-           "Subset", "SubsetRandomSampler", "TensorDataset", "WeightedRandomSampler",
+           "Dataset", "DistributedSampler", "IterableDataset", "RandomSampler", "Sampler",
+           "SequentialSampler", "Subset", "SubsetRandomSampler", "TensorDataset", "WeightedRandomSampler",
            "default_collate", "default_convert", "get_worker_info", "random_split"]
 
 # PyTorch's names kiln lacks: NotSupportedYet (eager/_missing.py)
