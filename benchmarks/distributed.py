@@ -163,8 +163,10 @@ def _comm_worker(repeat: int) -> dict:
 # the report and the suite -----------------------------------------------------------------
 def measure(quick: bool) -> dict:
     steps, repeat = (10, 10) if quick else (40, 40)
+    load = os.getloadavg()[0]  # other work on the cores skews every figure here
     one, two = launch(1, "step", str(steps)), launch(2, "step", str(steps))
-    return {"one_rank": one, "two_ranks": two, "comm": launch(2, "comm", str(repeat))}
+    return {"one_rank": one, "two_ranks": two, "comm": launch(2, "comm", str(repeat)),
+            "load_average": load, "cores": os.cpu_count()}
 
 
 def report(figures: dict) -> str:
@@ -175,7 +177,8 @@ def report(figures: dict) -> str:
         return comm["bytes"] / seconds / 1e9
     hidden = (two["backward_s"] + two["all_reduce_s"] - two["backward_with_sync_s"])
     lines = [
-        f"DDP step, {MODEL}:",
+        f"DDP step, {MODEL} (load average {figures.get('load_average', 0):.1f} on "
+        f"{figures.get('cores', '?')} cores before the run):",
         f"  1 rank  {one['step_s'] * 1e3:7.2f} ms/step   {PER_RANK / one['step_s']:7.0f} "
         f"samples/s",
         f"  2 ranks {two['step_s'] * 1e3:7.2f} ms/step   {2 * PER_RANK / two['step_s']:7.0f} "

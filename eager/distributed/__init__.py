@@ -6,6 +6,7 @@
                       on the tensors' own memory, each checked across ranks first
 
 Run a script as `mpiexec -n 4 python script.py`; without mpiexec it is a world of one.
+There is one group, the world: the `group` arguments are PyTorch's and left at None.
 nn.parallel.DistributedDataParallel and utils.data.DistributedSampler build on this.
 """
 from eager.distributed.collectives import (ReduceOp, Work, all_gather, all_gather_into_tensor,

@@ -37,6 +37,9 @@ for op, reduce in [("SUM", np.sum), ("AVG", np.mean), ("MAX", np.max), ("MIN", n
 t = eager.tensor(data(rank, dtype=np.int64))
 dist.all_reduce(t)
 check("all_reduce int64", t, everyone(dtype=np.int64).sum(0))
+t = eager.tensor(data(rank, dtype=np.int64))
+dist.all_reduce(t, op=dist.ReduceOp.BOR)
+check("all_reduce BOR", t, np.bitwise_or.reduce(everyone(dtype=np.int64), axis=0))
 t = eager.tensor(data(rank, (4, 3))).t()  # not contiguous: through a copy
 dist.all_reduce(t, op=dist.ReduceOp.MAX)
 check("all_reduce of a transposed view", t, everyone((4, 3)).max(0).T)
