@@ -36,7 +36,8 @@ def batches():
                rng.integers(0, CLASSES, PER_RANK * world))
 
 
-def train(model, forward, part: slice, compile_step: bool = False) -> None:
+def train(model, forward, part: slice, compile_step: bool = False):
+    """The step function it ran (compiled or not)."""
     opt = eager.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 
     def step(x, y):
@@ -47,6 +48,7 @@ def train(model, forward, part: slice, compile_step: bool = False) -> None:
     step = eager.compile(step) if compile_step else step
     for x, y in batches():
         step(eager.tensor(x[part]), eager.tensor(y[part]))
+    return step
 
 
 eager.manual_seed(rank)  # each rank starts elsewhere: DDP broadcasts rank 0's weights
@@ -54,8 +56,14 @@ ddp = DistributedDataParallel(make_model(HIDDEN, CLASSES, INPUTS), bucket_cap_mb
                               gradient_as_bucket_view=args.bucket_view)
 if args.bucket_mb is not None:
     assert len(ddp._buckets) > 1, "small buckets: several of them"
-train(ddp, eager.compile(ddp) if args.compile else ddp,
-      slice(rank * PER_RANK, (rank + 1) * PER_RANK), args.compile_step)
+forward = eager.compile(ddp) if args.compile else ddp
+step = train(ddp, forward, slice(rank * PER_RANK, (rank + 1) * PER_RANK), args.compile_step)
+if args.compile:  # one graph, forward and backward compiled, replayed without Python
+    explained = forward.explain()
+    assert "graph breaks: none" in explained and "replays its graph without running Python" \
+        in explained and f"backward ran {STEPS} time(s) compiled" in explained, explained
+if args.compile_step:  # DDP's hooks set .grad: the step re-runs its Python each call
+    assert "re-runs its Python under capture at each call" in step.explain(), step.explain()
 for name, p in ddp.module.state_dict().items():
     theirs = p.clone()
     dist.broadcast(theirs, src=0)
