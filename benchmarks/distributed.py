@@ -102,8 +102,9 @@ def _step_worker(steps: int) -> dict:
         return time.perf_counter() - start
 
     def all_reduces() -> None:
-        works = [collectives.start_all_reduce(model._group, np.ones(b.offsets[-1], b.dtype),
-                                              "all_reduce") for b in model._buckets]
+        """DDP's buckets all-reduced (their own buffers, as in backward), nothing else."""
+        works = [collectives.start_all_reduce(model._group, b.buffer, "all_reduce")
+                 for b in model._buckets]
         for w in works:
             w.wait()
 
