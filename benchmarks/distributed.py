@@ -10,8 +10,8 @@ the all-reduce hides behind backward.
 Every figure comes from `mpiexec -n N python -m benchmarks.distributed --worker ...`
 with one BLAS and one kiln thread per rank (OMP_NUM_THREADS=KILN_NUM_THREADS=1), so one
 rank leaves a core idle that two ranks use. The model: an MLP 784-1024-1024-10 (1.86 M
-float32 parameters, 7.5 MB of gradients), SGD, 64 samples per rank per step (weak
-scaling: the global batch grows with the ranks); scaling efficiency = 1-rank step time /
+float32 parameters, 7.5 MB of gradients, in 2 MB buckets), SGD, 64 samples per rank per
+step (weak scaling: the global batch grows with the ranks); scaling efficiency = 1-rank step time /
 N-rank step time (1.0: N times the samples per second).
 
 Bandwidths are algorithm bandwidths, bytes reduced / time. The ping-pong is osu_latency's
@@ -40,6 +40,7 @@ from benchmarks.contenders import mpi_missing, mpiexec
 
 ROOT = Path(__file__).resolve().parents[1]
 INPUTS, HIDDEN, CLASSES, PER_RANK = 784, 1024, 10, 64
+BUCKET_MB = 2  # buckets [last layer, b2], [w2], [b1], [w1]: w2's can travel during layer 1
 MODEL = f"MLP {INPUTS}-{HIDDEN}-{HIDDEN}-{CLASSES}, {PER_RANK} samples per rank, SGD"
 
 
@@ -84,7 +85,8 @@ def _step_worker(steps: int) -> dict:
     rng = np.random.default_rng(dist.get_rank())
     x = eager.tensor(rng.standard_normal((PER_RANK, INPUTS), dtype=np.float32))
     y = eager.tensor(rng.integers(0, CLASSES, PER_RANK))
-    model = DistributedDataParallel(make_model(HIDDEN, CLASSES, INPUTS))
+    model = DistributedDataParallel(make_model(HIDDEN, CLASSES, INPUTS),
+                                    bucket_cap_mb=BUCKET_MB)
     opt = eager.optim.SGD(model.parameters(), lr=1e-3)
 
     def step() -> None:

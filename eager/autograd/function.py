@@ -4,6 +4,7 @@ Leaves that require grad end in an AccumulateGrad node."""
 from __future__ import annotations
 
 import itertools
+import sys
 import weakref
 
 from eager.kernels.shape import detach
@@ -56,6 +57,10 @@ class AccumulateGrad(Node):
 
     def __init__(self, tensor):
         super().__init__()
+        # runs as soon as its gradient is complete, before any other ready node (the
+        # engine runs the latest-created first), as PyTorch gives it the largest sequence
+        # number: DistributedDataParallel's hooks then start all-reduces mid-backward
+        self._seq = sys.maxsize
         self._variable = weakref.ref(tensor)
         self._post_hooks = None
 

@@ -75,6 +75,13 @@ class ProcessGroup:
         """Poll `requests` until all complete; past the deadline, or on an MPI error,
         break the group and raise DistBackendError naming `what`."""
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        try:
+            self._poll(requests, what, timeout_s)
+        except KeyboardInterrupt:  # the request stays pending: abort at exit, not finalise
+            self.broken = f"{what} on rank {self.rank} of {self.size} was interrupted"
+            raise
+
+    def _poll(self, requests: list, what: str, timeout_s: float) -> None:
         start = time.monotonic()
         pause = 0.0
         while True:

@@ -53,6 +53,13 @@ def test_a_rank_that_leaves_ends_the_others_with_a_timeout_error(mode):
 
 
 @requires_mpi
+def test_a_forward_after_a_backward_that_raised_midway_says_the_ranks_are_out_of_step():
+    err, _ = _ended("raises", 2)
+    assert err.count("RuntimeError: DistributedDataParallel: the previous backward pass did "
+                     "not finish its gradient all-reduces") == 2
+
+
+@requires_mpi
 def test_a_rank_that_crashes_ends_the_job_at_once():
     """mpiexec (hydra) ends every rank when one dies without finalising MPI."""
     _, elapsed = _ended("crashes", 2)

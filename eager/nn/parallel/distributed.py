@@ -113,6 +113,10 @@ class DistributedDataParallel(Module):
                 p.register_post_accumulate_grad_hook(self._hook(bucket, position))
 
     def forward(self, *args, **kwargs):
+        if self._syncing:  # a backward raised after starting all-reduces: MPI holds them
+            raise RuntimeError("DistributedDataParallel: the previous backward pass did not "
+                               "finish its gradient all-reduces (it raised); the ranks' "
+                               "collectives are out of step and training cannot go on")
         if self.broadcast_buffers and self._group.size > 1:
             with no_grad():
                 for b in self.module.buffers():

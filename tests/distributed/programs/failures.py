@@ -5,6 +5,7 @@ kind      the last rank broadcasts while the others all-reduce
 exits     the last rank leaves (sys.exit(0), MPI finalised) before an all-reduce
 crashes   the last rank dies (os._exit(3), no MPI finalise) before an all-reduce
 ddp       the last rank leaves before the backward of a DistributedDataParallel step
+raises    backward raises on every rank after DDP started a bucket; the next forward says so
 """
 import datetime
 import os
@@ -36,4 +37,16 @@ elif mode == "ddp":
     if last:
         sys.exit(0)
     loss.backward()
+elif mode == "raises":
+    from eager.nn.parallel import DistributedDataParallel
+    from examples.mlp_classifier import make_model
+    model = DistributedDataParallel(make_model(8, 2, 3), bucket_cap_mb=1e-5)
+    hidden = model.module[0](eager.ones(5, 3))
+    hidden.register_hook(lambda grad: 1 / 0)  # after the later layers' buckets started
+    try:
+        model.module[4](model.module[3](model.module[2](model.module[1](hidden)))).sum() \
+            .backward()
+    except ZeroDivisionError:
+        print(f"rank {rank}: backward raised", flush=True)
+    model(eager.ones(5, 3))
 print(f"rank {rank} finished: the failure went unnoticed", flush=True)
