@@ -492,6 +492,36 @@ def test_narrower_vector_tiles(lanes_f32, monkeypatch):
             check(gemm(a, b, epilogue=epilogue, threads=2), a, b, epilogue=epilogue)
 
 
+@pytest.mark.parametrize("lanes_f32", [16, 8, 4])
+def test_a_transposed_b_packs_as_the_same_b_laid_out_by_rows(lanes_f32, monkeypatch):
+    """pack_b's transposing path (B's columns contiguous: linear's weight) and its
+    contiguous path put B's values in the same places, over partial panels and depths
+    that are not whole vectors."""
+    from runtime.pool import Items
+    chosen = {dtype: gemm_native.default_tile(dtype, lanes_f32)
+              for dtype in ("float32", "float64")}
+    monkeypatch.setattr(gemm_native, "default_tile", lambda dtype, lanes: chosen[dtype])
+    monkeypatch.setattr(gemm_native, "_kernels", {})
+    rng = np.random.default_rng(23)
+    for dtype in DTYPES:
+        pack_b = gemm_native.kernel(dtype, EpilogueSpec()).items["pack_b"]
+        nr = chosen[np.dtype(dtype).name].nr
+        for k, n in [(1, 1), (15, 7), (16, nr), (37, 2 * nr + 5), (160, 3 * nr)]:
+            b_t = rand(rng, (n, k), dtype)  # B = b_t.T: unit row stride
+            b = np.ascontiguousarray(b_t.T)
+            size = -(-n // nr) * nr * k
+            packings = []
+            for source, rs, cs in ((b_t, 1, k), (b, n, 1)):
+                dst = np.full(size, np.nan, dtype)
+                record = np.array([[source.ctypes.data, rs, cs, k, n, dst.ctypes.data]],
+                                  np.int64)
+                Items(None, (pack_b, record.ctypes.data, 1, record.strides[0])).run(1)
+                # panels (p, k, j) to columns: padding lanes (zeros or copies) dropped
+                panels = dst.reshape(-1, k, nr).transpose(1, 0, 2).reshape(k, -1)
+                packings.append(panels[:, :n])
+            assert np.array_equal(packings[0], b) and np.array_equal(packings[1], b)
+
+
 def test_kernels_call_no_library_functions():
     """No memset/memcpy/libm calls: a call through the GOT in one module has shifted the
     constant-pool addresses of modules the host JIT loaded after it."""
