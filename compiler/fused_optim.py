@@ -78,9 +78,8 @@ def step(spec: UpdateSpec, group_scalars: tuple, tensors: list, own_scalars: lis
     if not len(plan.owner):
         return  # only empty parameters
     with plan.lock:
-        for slot in range(len(tensors[0])):
-            plan.records[:, slot] = np.array([address(t[slot]) for t in tensors],
-                                             np.int64)[plan.owner]
+        addresses = np.array([[address(a) for a in arrays] for arrays in tensors], np.int64)
+        plan.records[:, :addresses.shape[1]] = addresses[plan.owner]
         plan.doubles[:, OWN:OWN + len(own_scalars[0])] = np.array(own_scalars)[plan.owner]
         plan.group[:len(group_scalars)] = group_scalars
         with record_function(f"kiln::fused_{spec.algorithm}_step"):

@@ -88,8 +88,8 @@ class Optimizer:
         first step) and the parameter's own scalars. Returns the parameters left over."""
         left, by_dtype = [], {}
         for p in params:
-            if fusable(p, p.grad) and all(fusable(t, p) for t in self.state.get(p, {}).values()
-                                          if isinstance(t, Tensor)):
+            if fusable(p, p._grad) and all([fusable(t, p) for t in self.state.get(p, {}).values()
+                                            if isinstance(t, Tensor)]):
                 by_dtype.setdefault(p.dtype.name, []).append(p)
             else:
                 left.append(p)
@@ -161,10 +161,14 @@ class Optimizer:
 
 def fusable(t: Tensor, like: Tensor) -> bool:
     """Whether a fused kernel can update `t` beside parameter `like`: float32 or float64
-    memory of the CPU, contiguous, of like's shape and dtype."""
-    return (t.device.type == "cpu" and t.dtype.name in ("float32", "float64")
-            and t.dtype is like.dtype and t.shape == like.shape and t.is_contiguous()
-            and t._storage.data is not None)
+    memory of the CPU, contiguous, of like's shape and dtype. (Read at every step for
+    every parameter, its gradient and state: the cheapest tests first.)"""
+    dtype = t.dtype
+    return (dtype is like.dtype and t._shape == like._shape and dtype.name in _FUSED_DTYPES
+            and t.device.type == "cpu" and t._storage.data is not None and t.is_contiguous())
+
+
+_FUSED_DTYPES = ("float32", "float64")
 
 
 _kernels = []
