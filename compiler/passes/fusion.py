@@ -74,6 +74,7 @@ class _Groups:
         self.group_kind = {i: "elementwise" if k == "gather" else k
                            for i, k in enumerate(self.kind)}
         self._sources: dict[int, frozenset[int]] = {}
+        self._readers: dict[int, frozenset[int]] | None = None
 
     def find(self, i: int) -> int:
         while self.parent[i] != i:
@@ -90,6 +91,18 @@ class _Groups:
         if found is None:
             found = self._sources[i] = frozenset(self._find_sources(i))
         return found
+
+    def readers(self, i: int) -> frozenset[int]:
+        """Non-free nodes that read node i's results (seeing through free nodes): the
+        inverse of `sources`, made for every node at the first question."""
+        if self._readers is None:
+            readers: dict[int, set[int]] = {}
+            for k in range(len(self.nodes)):
+                if self.kind[k] != "free":
+                    for p in self.sources(k):
+                        readers.setdefault(p, set()).add(k)
+            self._readers = {p: frozenset(ks) for p, ks in readers.items()}
+        return self._readers.get(i, frozenset())
 
     def _find_sources(self, i: int) -> set[int]:
         out, stack = set(), list(self.nodes[i].input_values())
@@ -165,23 +178,37 @@ def _fuse_reductions(g: _Groups) -> None:
             if other == space:
                 g.try_merge(j, i, "reduction")
         spaces[i] = space
-    for i, node in enumerate(g.nodes):  # elementwise ops over the same rows join
-        if g.kind[i] != "elementwise":
-            continue
-        joined = None  # an op between reductions over different rows joins the first:
-        for j, space in spaces.items():  # one kernel runs one set of rows
-            if joined in (None, space) and _in_rows(_shape(node), space) and \
-                    _touches(g, i, j) and g.try_merge(j, i, "reduction"):
-                joined = space
+    first, joining = True, True
+    while joining:  # elementwise ops over the same rows join (see _late_joiner for the
+        joining = False  # rounds after the first)
+        for i, node in enumerate(g.nodes):
+            if g.kind[i] != "elementwise" or g.group_kind[g.find(i)] != "elementwise":
+                continue
+            joined = None  # an op between reductions over different rows joins the first:
+            for j, space in spaces.items():  # one kernel runs one set of rows
+                if joined in (None, space) and _in_rows(_shape(node), space) and \
+                        (first or _late_joiner(node, space)) and _touches(g, i, j) and \
+                        g.try_merge(j, i, "reduction"):
+                    joined, joining = space, True
+        first = False
+
+
+def _late_joiner(node: Node, space) -> bool:
+    """Whether an op may join a reduction's group in a round after the first, where it
+    touches the group through an op that joined after it was looked at (cross_entropy's
+    mean: neg(x) * mask, then the sum; neg comes first): only an op over whole rows that
+    reads no per-row value, which a row kernel could not also read per element (layer
+    norm's backward stays the kernels the first round makes)."""
+    full = space[0]
+    return tuple(_shape(node)) == full and all(
+        not v.type.shape or tuple(v.type.shape) == full for v in node.input_values())
 
 
 def _touches(g: _Groups, i: int, j: int) -> bool:
     """Whether node i reads from group j or group j reads from node i."""
     rj = g.find(j)
-    if any(g.find(p) == rj for p in g.sources(i)):
-        return True
-    return any(i in g.sources(k) for k in range(len(g.nodes))
-               if g.kind[k] != "free" and g.find(k) == rj)
+    return any(g.find(p) == rj for p in g.sources(i)) or \
+        any(g.find(k) == rj for k in g.readers(i))
 
 
 def _fuse_gemm(g: _Groups) -> None:

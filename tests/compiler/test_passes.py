@@ -441,3 +441,23 @@ def test_reductions_over_different_rows_stay_in_kernels_of_their_own():
               for _ in range(2)]
     for a, b in zip(run(o, *arrays), run(g, *arrays)):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_an_op_that_reaches_a_reduction_only_through_a_later_op_joins_it_too():
+    """cross_entropy's mean: neg(x) * mask, then the sum. neg comes first and touches the
+    sum only through mul, which joins it after neg was looked at: it joins on the next
+    round, so the loss is one kernel instead of two."""
+    g = G("""
+        graph(%x: f32[8,1], %m: b8[8]):
+          %0: f32[8] = squeeze.dims(%x, dim=[1])
+          %1: f32[8] = neg(%0)
+          %2: f32[8] = mul(%1, %m)
+          %3: f32[] = sum(%2, dim=None, keepdim=False, dtype=None)
+          return (%3)
+        """)
+    o = fuse(g)
+    verify_types(o)
+    bodies = [[n.op.schema.name for n in node.attr["body"].nodes] for node in o.nodes]
+    assert bodies == [["squeeze", "neg", "mul", "sum"]]
+    arrays = [np.arange(8, dtype=np.float32).reshape(8, 1), np.arange(8) % 3 == 0]
+    np.testing.assert_allclose(run(o, *arrays)[0], run(g, *arrays)[0], rtol=1e-6)
