@@ -54,10 +54,9 @@ def prepare(graph: Graph, replace: dict | None = None):
     replace = replace or {}
     for index, node in enumerate(graph.nodes):
         if index in replace or node.op in _SPECIAL:
-            if index in replace:
-                kernel = replace[index]
-                handle, env_args, env_kwargs = (lambda *xs, k=kernel: k(list(xs))), \
-                    [_SlotMap(slot)[v] for v in node.inputs[0]], {}
+            if index in replace:  # called on the list of its inputs, read by slot number
+                handle, env_args, env_kwargs = replace[index], \
+                    tuple(slot[v] for v in node.inputs[0]), None
             else:
                 handle, env_args, env_kwargs = _SPECIAL[node.op](node, _SlotMap(slot))
             outs = []
@@ -81,8 +80,11 @@ def prepare(graph: Graph, replace: dict | None = None):
         env = list(inputs) + [None] * (n_slots - n_inputs)
         for node, handle, args, kwargs, outs in steps:
             try:
-                out = handle(*[_read(a, env) for a in args],
-                             **{k: _read(a, env) for k, a in kwargs.items()})
+                if kwargs is None:  # a replacing kernel
+                    out = handle([env[i] for i in args])
+                else:
+                    out = handle(*[_read(a, env) for a in args],
+                                 **{k: _read(a, env) for k, a in kwargs.items()})
             except Exception as e:  # the op's own error (IndexError stays IndexError)
                 e.add_note(f"while executing {node}")
                 raise
