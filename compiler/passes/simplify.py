@@ -8,7 +8,8 @@ Every rule keeps results bit-identical to eager execution:
 - neg(neg(x)) -> x; t(t(x)) -> x; transpose(transpose(x, a, b), a, b) -> x;
   permute(permute(x, p), q) -> one permute (or x);
 - view / expand / _to_copy to the type x already has -> x; view(view(x)) -> one view
-  when x is a freshly computed (contiguous) value;
+  when x is a freshly computed (contiguous) value; a view that drops the kept dims of a
+  sum, amax or amin with keepdim=True -> that reduction with keepdim=False;
 - x / c -> x * (1 / c) only when c is a power of two, where the reciprocal is exact;
 - an elementwise op reads x instead of expand(x) where its other operands alone give
   the result's shape: broadcasting repeats x as the expand did (x keeps at least one
@@ -200,6 +201,27 @@ def _through_view(rw, node, ins):
     return rw.emit(Op.VIEW, [inner], p[2], [out])[0]
 
 
+def _view_of_kept_dims(rw, node, ins):
+    """view(reduce(x, dims, keepdim=True)) -> reduce(x, dims, keepdim=False) where the
+    view only drops the kept dims (a bias's gradient: the sum over the batch, then its
+    view to the bias's shape): the same values, which the reduction's kernel then
+    writes in the view's shape, so no view runs after it."""
+    p = rw.producers.get(ins[0])
+    if p is None or p[0] not in (Op.SUM, Op.AMAX, Op.AMIN) or not dict(p[2])["keepdim"]:
+        return None
+    attrs = dict(p[2])
+    shape = tuple(p[1][0].type.shape)
+    dims = attrs["dim"]
+    dims = range(len(shape)) if dims is None or dims == () else \
+        ((dims,) if isinstance(dims, int) else dims)
+    reduced = {d % max(len(shape), 1) for d in dims}
+    out = node.outputs[0].type
+    if tuple(out.shape) != tuple(n for d, n in enumerate(shape) if d not in reduced):
+        return None
+    attrs["keepdim"] = False
+    return rw.emit(p[0], p[1], attrs, [out])[0]
+
+
 def _first_of(*rules):
     def rule(rw, node, ins):
         for r in rules:
@@ -212,7 +234,8 @@ def _first_of(*rules):
 
 RULES = {Op.MUL: _mul, Op.ADD: _first_of(_join_slice_grads, _add_sub), Op.SUB: _add_sub, Op.DIV: _div,
          Op.NEG: _involution, Op.T: _involution, Op.TRANSPOSE: _involution,
-         Op.PERMUTE: _permute, Op.VIEW: _same_type, Op.EXPAND: _same_type,
+         Op.PERMUTE: _permute, Op.VIEW: _first_of(_same_type, _view_of_kept_dims),
+         Op.EXPAND: _same_type,
          Op.TO_COPY: _same_type}
 RULES.update({op: _first_of(RULES[op], _broadcast_expands, _through_view) if op in RULES
               else _first_of(_broadcast_expands, _through_view) for op in pointwise_ops()})

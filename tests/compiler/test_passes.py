@@ -142,6 +142,27 @@ def test_view_chain_on_fresh_memory_becomes_one_view():
     assert [str(n).split(" = ")[1] for n in g.nodes] == ["exp(%x)", "view(%0, size=[12])"]
 
 
+def test_a_view_dropping_the_kept_dims_of_a_reduction_becomes_the_reduction_without_them():
+    """A bias's gradient (the sum over the batch, viewed as the bias) and a row maximum:
+    the kernel then writes the view's shape. A view to another shape stays."""
+    same(dce(simplify(G("""
+        graph(%g: f32[8,5], %x: f32[2,3,4]):
+          %0: f32[1,5] = sum(%g, dim=[0], keepdim=True, dtype=None)
+          %1: f32[5] = view(%0, size=[5])
+          %2: f32[2,3,1] = amax(%x, dim=[-1], keepdim=True)
+          %3: f32[2,3] = view(%2, size=[2, 3])
+          %4: f32[3,2] = view(%2, size=[3, 2])
+          return (%1, %3, %4)
+        """))), """
+        graph(%g: f32[8,5], %x: f32[2,3,4]):
+          %0: f32[5] = sum(%g, dim=[0], keepdim=False, dtype=None)
+          %1: f32[2,3,1] = amax(%x, dim=[-1], keepdim=True)
+          %2: f32[2,3] = amax(%x, dim=[-1], keepdim=False)
+          %3: f32[3,2] = view(%1, size=[3, 2])
+          return (%0, %2, %3)
+    """)
+
+
 ROW_EXPAND = """
     graph(%x: f32[4,6], %y: f32[4,6]):
       %0: f32[4,1] = sum(%x, dim=[1], keepdim=True, dtype=None)
