@@ -15,7 +15,7 @@ from compiler.backends.native.views import LeadingViews
 from eager.tensor import from_array
 from ir.graph import Graph, Node
 from ir.ops import VIEW, Op
-from runtime.jit import KernelPending, deferring
+from runtime.jit import KernelPending, deferring_call
 
 
 class GemmNode:
@@ -27,7 +27,6 @@ class GemmNode:
         self.plan = plan = plan_gemm_node(self.body)
         self.fallback_reason = ""
         self.calls_while_compiling = 0  # interpreted while a worker compiled its kernels
-        self._ready = False  # a call ran natively
         self.kind = "gemm"
         self._prologue = _prologue(plan.prologue) if plan.prologue else None
         self._rest = _elementwise_node(plan.rest) if plan.rest else None
@@ -50,16 +49,11 @@ class GemmNode:
         return self._rest.artifacts if self._rest else []
 
     def __call__(self, inputs: list) -> list:
-        if self._ready:
-            return self._native(inputs)
-        try:
-            with deferring():
-                outputs = self._native(inputs)
+        try:  # a product seen again gets a kernel of its own: that one is deferred too
+            return deferring_call(self._native, inputs)
         except KernelPending:  # a GEMM kernel compiling in the background
             self.calls_while_compiling += 1
             return self._interpreted(inputs)
-        self._ready = True  # its kernels are linked: no more deferring for this node
-        return outputs
 
     @functools.cached_property
     def _interpreted(self):
