@@ -6,7 +6,7 @@ Groups, merged greedily and never into a cycle (checked on the graph of groups, 
   read the same input (horizontal);
 - reductions (sum, amax, amin) with the elementwise ops around them that run over the
   same rows: producers shaped like the reduction's input, consumers shaped like its
-  input or its kept-dims output; several reductions over the same rows join (softmax
+  input or its output (reduced dims kept or dropped: a mean's divide); several reductions over the same rows join (softmax
   and layer norm become one kernel), reductions over different rows never do (an op
   between them joins the first);
 - a matrix product with its elementwise epilogue (bias, activation, residual, scale) and
@@ -162,10 +162,32 @@ def row_space(node: Node):
 
 
 def _in_rows(shape, space) -> bool:
-    """Whether an elementwise result of `shape` runs over the rows of `space`."""
+    """Whether an elementwise result of `shape` runs over the rows of `space`: the full
+    shape, or one value per row with the reduced dims kept or dropped (`x.mean(-1)`'s
+    divide)."""
     full, dims = space
     kept = tuple(1 if i in dims else s for i, s in enumerate(full))
-    return tuple(shape) in (full, kept)
+    return tuple(shape) in (full, kept, _dropped(space))
+
+
+def _dropped(space) -> tuple:
+    full, dims = space
+    return tuple(s for i, s in enumerate(full) if i not in dims)
+
+
+def _misread_row(g: _Groups, i: int, j: int, space) -> bool:
+    """Whether node i, of the full or kept shape, reads a per-row value of group j with
+    the reduced dims dropped that broadcasting lines up with other dims than its rows
+    (`x + s` for s = x.sum(-1) of a square x): the kernel would read it per row."""
+    full, dims = space
+    dropped = _dropped(space)
+    kept = tuple(1 if d in dims else s for d, s in enumerate(full))
+    if (1,) * (len(full) - len(dropped)) + dropped == kept or \
+            tuple(_shape(g.nodes[i])) == dropped:
+        return False
+    group = g.find(j)
+    return any(tuple(v.type.shape) == dropped and v in g.producer and
+               g.find(g.producer[v]) == group for v in g.nodes[i].input_values())
 
 
 def _fuse_reductions(g: _Groups) -> None:
@@ -187,6 +209,7 @@ def _fuse_reductions(g: _Groups) -> None:
             joined = None  # an op between reductions over different rows joins the first:
             for j, space in spaces.items():  # one kernel runs one set of rows
                 if joined in (None, space) and _in_rows(_shape(node), space) and \
+                        not _misread_row(g, i, j, space) and \
                         (first or _late_joiner(node, space)) and _touches(g, i, j) and \
                         g.try_merge(j, i, "reduction"):
                     joined, joining = space, True

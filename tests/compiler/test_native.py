@@ -504,3 +504,14 @@ def test_leading_views_made_directly_are_the_eager_views(n):
         got = views([x])
         _same_views(got, interpreter.run(graph, [x]))
         assert got[2] is x
+
+
+@pytest.mark.parametrize("fn, kernels", [
+    (lambda x: x.mean(-1), 1), (lambda x: x.mean(0), 1),
+    (lambda x: (x.sum(-1) * 2).exp(), 1),
+    (lambda x: x + x.sum(-1), 2),  # s broadcasts along the last dim of a square x: not a row
+    (lambda x: x + x.sum(0), 1)])  # ... along the kept dim: a row value
+def test_a_reduced_value_without_its_reduced_dims_is_finished_in_the_row_kernel(fn, kernels):
+    x = eager.tensor(np.random.default_rng(11).standard_normal((33, 33)).astype(np.float32))
+    _native_vs_eager(fn, x)
+    assert len(compiler.lower(fn, x).kernels) == kernels
