@@ -304,7 +304,9 @@ def test_every_row_kernel_assembles_without_spills(name, dtype):
     reductions = [k for k in lowered.cuda_kernels if k.kind == "reduction"]
     assert reductions
     for launch in lowered.cuda_kernels:
-        report = _report(launch)
+        # a double var divides twice (the mean, then the row's result): ptxas's double
+        # division routine, twice in one kernel, spills 8 bytes around its calls
+        report = _report(launch, spills=(name, dtype) == ("var_last", "float64"))
         if launch.kind == "reduction":
             assert 0 < report.shared_bytes <= 32 * 8 * 4  # warps' partial results
             assert launch.block == (256, 1, 1)
@@ -314,10 +316,9 @@ def test_every_row_kernel_assembles_without_spills(name, dtype):
 @pytest.mark.parametrize("shape", [(3, 7), (2, 100)], ids=["rows_shorter_than_a_block",
                                                           "rows_longer_than_a_block"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("name", [name for name in ROWS if name != "var_last"])
+@pytest.mark.parametrize("name", list(ROWS))
 def test_row_kernels_emulated_match_numpy(name, dtype, shape):
-    """Blocks of two warps, fewer blocks than rows (a block takes several rows). var is
-    two kernels (the row's sums, then an elementwise one): _emulate runs one."""
+    """Blocks of two warps, fewer blocks than rows (a block takes several rows)."""
     fn, reference = ROWS[name]
     x = _rows_input(shape if "first" not in name else shape[::-1], dtype)
     (got,), _, launch = _emulate(fn, x, threads=64, blocks=2)
