@@ -325,19 +325,23 @@ def fold_range(b: ir.IRBuilder, start, stop, step, values: list,
 
 
 def vector_loop(b: ir.IRBuilder, start, stop, width: int, body: Callable,
-                unroll: int = 1) -> None:
+                unroll: int = 1, numbered: bool = False) -> None:
     """body(i, None) for i = start, start + width, ... while a whole vector fits, with
     `unroll` vectors a trip while they fit (more loads in flight), then body(i, count)
-    once for the count < width elements left, if any (for masked loads and stores)."""
+    once for the count < width elements left, if any (for masked loads and stores).
+    `numbered`: body also takes the vector's place in its trip (0 to unroll - 1; the
+    vectors after the unrolled trips take 0), for accumulators kept in parts."""
+    def call(i, count, u):
+        return body(i, count, u) if numbered else body(i, count)
     i = start
     if unroll > 1:
         with for_range(b, i, stop, unroll * width, "unrolled", whole=True) as i:
             for u in range(unroll):
-                body(b.add(i, i64(u * width)), None)
+                call(b.add(i, i64(u * width)), None, u)
     with for_range(b, i, stop, width, "vectors", whole=True) as i:
-        body(i, None)
+        call(i, None, 0)
     with b.if_then(b.icmp_signed("<", i, _value(stop))):
-        body(i, b.sub(_value(stop), i))
+        call(i, b.sub(_value(stop), i), 0)
 
 
 def for_trips(b: ir.IRBuilder, first: int, trips: int, step: int, body: Callable,

@@ -1,6 +1,7 @@
 """The accumulators of a row kernel's reductions, as LLVM IR: a reduction keeps W
-partial results (argmax and argmin also their indices) in stack slots, takes W lanes a
-step, and folds the partials into the row's result at the end.
+partial results (in one or more independent parts; argmax and argmin also their
+indices; a float max or min a NaN flag per lane) in stack slots, takes W lanes a step,
+and folds the partials into the row's result at the end.
 """
 from __future__ import annotations
 
@@ -18,43 +19,73 @@ def _identity(kind: str) -> float:
             "argmax": float("-inf"), "argmin": float("inf")}[kind]
 
 
-def start(b: ir.IRBuilder, w: int, node: Node) -> tuple:
-    """The accumulator slots of a reduction: its W partial values (and for argmax /
-    argmin the W lanes' best indices)."""
+class Accumulator:
+    """A reduction's running state in stack slots: `parts` vectors of partial values
+    (independent chains, so that consecutive steps do not wait on each other's adds),
+    for argmax and argmin the best indices, and for a float max or min a flag per lane
+    of NaNs seen: the partials take plain maxima (one vmaxps a step, no NaN test per
+    element) and the flag makes the result NaN at the end."""
+    __slots__ = ("slots", "index", "nan", "dt", "kind")
+
+    def __init__(self, slots, index, nan, dt, kind):
+        self.slots, self.index, self.nan, self.dt, self.kind = slots, index, nan, dt, kind
+
+
+def start(b: ir.IRBuilder, w: int, node: Node, parts: int = 1) -> Accumulator:
+    """The accumulator slots of a reduction: `parts` vectors of W partial values (and for
+    argmax / argmin the W lanes' best indices, one part)."""
     kind = REDUCE_OPS[node.op]
     dt = _dtype_of(node)
     L = V.Lanes(b, w)
+    arg = kind.startswith("arg")
+    flagged = w is not None and not arg and kind != "sum" and dt.is_floating_point
     with b.goto_entry_block():
-        slot = b.alloca(L.type(dt))
-        index = b.alloca(L.type(dtypes.int64)) if kind.startswith("arg") else None
-    b.store(L.const(_identity(kind), dt), slot)
+        slots = [b.alloca(L.type(dt)) for _ in range(1 if arg else parts)]
+        index = b.alloca(L.type(dtypes.int64)) if arg else None
+        nan = b.alloca(L.type(dtypes.bool_)) if flagged else None
+    for slot in slots:
+        b.store(L.const(_identity(kind), dt), slot)
     if index is not None:
         b.store(L.const(0, dtypes.int64), index)
-    return slot, index, dt
+    if nan is not None:
+        b.store(L.const(0, dtypes.bool_), nan)
+    return Accumulator(slots, index, nan, dt, kind)
 
 
-def accumulate(b: ir.IRBuilder, w: int, node: Node, acc, x, positions,
-               active=None) -> None:
-    """One step of a reduction: the W lanes of x into its accumulator, `positions` their
-    indices along the reduced dim (for argmax and argmin). `active`: the lanes that
-    exist (the others never win and contribute the identity); None for all, as when the
-    lanes are rows (those past the last row are computed and never stored)."""
-    slot, index, dt = acc
+def accumulate(b: ir.IRBuilder, w: int, node: Node, acc: Accumulator, x, positions,
+               active=None, part: int = 0) -> None:
+    """One step of a reduction: the W lanes of x into its accumulator's partials `part`,
+    `positions` their indices along the reduced dim (for argmax and argmin). `active`:
+    the lanes that exist (the others never win and contribute the identity); None for
+    all, as when the lanes are rows (those past the last row are computed and never
+    stored)."""
     L = V.Lanes(b, w)
-    kind = REDUCE_OPS[node.op]
+    kind, dt = acc.kind, acc.dt
     x = L.cast(x, node.inputs[0].type.dtype, dt)
+    slot = acc.slots[part % len(acc.slots)]
     best = b.load(slot)
-    if kind.startswith("arg"):
+    if acc.index is not None:
         take = _beats(L, x, best, kind)
         if active is not None:
             take = b.and_(take, active)
         b.store(b.select(take, x, best), slot)
-        b.store(b.select(take, positions, b.load(index)), index)
+        b.store(b.select(take, positions, b.load(acc.index)), acc.index)
         return
     if active is not None:
         x = b.select(active, x, L.const(_identity(kind), dt))
-    new = b.fadd(best, x) if kind == "sum" else V._max_min(L, best, x, dt, kind == "max")
+    if kind == "sum":
+        new = b.fadd(best, x)
+    elif acc.nan is not None:
+        new = _plain_max_min(L, best, x, kind == "max")
+        b.store(b.or_(b.load(acc.nan), V._isnan(L, x)), acc.nan)
+    else:
+        new = V._max_min(L, best, x, dt, kind == "max")
     b.store(new, slot)
+
+
+def _plain_max_min(L: V.Lanes, best, x, is_max: bool):
+    """x where it beats `best`, else `best`: a NaN x never wins (vmaxps / vminps)."""
+    return L.b.select(L.b.fcmp_ordered(">" if is_max else "<", x, best), x, best)
 
 
 def _beats(L: V.Lanes, x, best, kind: str):
@@ -91,13 +122,35 @@ def _dtype_of(node: Node):
         node.outputs[0].type.dtype
 
 
-def finish(b: ir.IRBuilder, w: int, node: Node, acc):
+def lanes(b: ir.IRBuilder, node: Node, acc: Accumulator):
+    """The accumulator's W results, one per lane (its parts combined, NaN where one was
+    seen); for argmax and argmin their indices."""
+    if acc.index is not None:
+        return b.load(acc.index)
+    parts = [b.load(slot) for slot in acc.slots]
+    if acc.nan is None:
+        return llvm_ir.pairwise(parts, lambda x, y: combine(b, node, x, y))
+    L = V.Lanes(b, parts[0].type.count)
+    value = llvm_ir.pairwise(parts, lambda x, y: _plain_max_min(L, x, y, acc.kind == "max"))
+    return b.select(b.load(acc.nan), L.const(float("nan"), acc.dt), value)
+
+
+def finish(b: ir.IRBuilder, w: int, node: Node, acc: Accumulator):
     """Fold the W partial results of a row into one (pairwise, so the sum's error grows
     with log2(W) on top of the per-lane sums); argmax and argmin keep the lowest index
     among equal values."""
-    slot, index, _ = acc
-    if index is not None:
-        pairs = list(zip(llvm_ir.lanes_of(b, b.load(slot)),
-                         llvm_ir.lanes_of(b, b.load(index))))
+    if acc.index is not None:
+        pairs = list(zip(llvm_ir.lanes_of(b, b.load(acc.slots[0])),
+                         llvm_ir.lanes_of(b, b.load(acc.index))))
         return llvm_ir.pairwise(pairs, lambda x, y: combine(b, node, x, y))[1]
-    return llvm_ir.pairwise_lanes(b, b.load(slot), lambda x, y: combine(b, node, x, y))
+    if acc.nan is None:
+        parts = [b.load(slot) for slot in acc.slots]
+        value = llvm_ir.pairwise(parts, lambda x, y: combine(b, node, x, y))
+        return llvm_ir.pairwise_lanes(b, value, lambda x, y: combine(b, node, x, y))
+    L = V.Lanes(b, None)
+    is_max = acc.kind == "max"
+    parts = [b.load(slot) for slot in acc.slots]
+    value = llvm_ir.pairwise(parts, lambda x, y: _plain_max_min(L, x, y, is_max))
+    value = llvm_ir.pairwise_lanes(b, value, lambda x, y: _plain_max_min(L, x, y, is_max))
+    seen = llvm_ir.any_lane(b, b.load(acc.nan))
+    return b.select(seen, L.const(float("nan"), acc.dt), value)

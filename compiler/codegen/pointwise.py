@@ -21,7 +21,7 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from compiler.codegen import gather as G
-from compiler.codegen.accumulators import accumulate, finish, start
+from compiler.codegen.accumulators import accumulate, finish, lanes, start
 from compiler.codegen.kernel_spec import REDUCE_OPS, STRIDED, KernelSpec
 from compiler.codegen import values as V
 from ir import dtypes
@@ -33,6 +33,7 @@ from runtime import llvm_ir
 from runtime.llvm_ir import I64
 
 UNROLL = 4  # vectors per trip of an elementwise kernel's main loop
+ROW_PARTS = 4  # vectors per trip of a row's loop, each into its own partial results
 
 
 def compute_dtype(node: Node, scalar_values: set) -> DType:
@@ -267,16 +268,16 @@ class RowPasses:
                          [v for _, v in stores], known)
         return reductions, stores, needed
 
-    def run(self, k: _Builder, known: dict, L: V.Lanes, run_pass) -> None:
+    def run(self, k: _Builder, known: dict, L: V.Lanes, run_pass, parts: int = 1) -> None:
         """A row's passes: before each, the per-row values that `known` allows; a pass
-        with work gets its reductions' accumulators started and run_pass(needed, accs,
-        stores) emits it, leaving the reduced values in `known`; after the last, the
-        per-row values left."""
+        with work gets its reductions' accumulators started (in `parts` parts) and
+        run_pass(needed, accs, stores) emits it, leaving the reduced values in `known`;
+        after the last, the per-row values left."""
         for p in range(self.count):
             _row_scalars(k, self.spec, known, L)
             reductions, stores, needed = self.work(p, known)
             if reductions or stores:
-                run_pass(needed, {n: start(k.b, k.w, n) for n in reductions}, stores)
+                run_pass(needed, {n: start(k.b, k.w, n, parts) for n in reductions}, stores)
         _row_scalars(k, self.spec, known, L)
 
 
@@ -295,7 +296,7 @@ def _rows(k: _Builder) -> None:
         k.constants(known, S)
 
         def one_pass(needed, accs, stores):
-            def step(i, count):
+            def step(i, count, part):
                 L = V.Lanes(b, k.w)
                 env = {v: llvm_ir.splat(b, x, k.w) for v, x in known.items()}
                 for j, v in enumerate(spec.inputs):
@@ -308,14 +309,15 @@ def _rows(k: _Builder) -> None:
                                   ir.Constant(ir.VectorType(I64, k.w), list(range(k.w))))
                 active = None if count is None else llvm_ir.lane_mask(b, count, k.w)
                 for node, acc in accs.items():
-                    accumulate(b, k.w, node, acc, env[node.inputs[0]], positions, active)
+                    accumulate(b, k.w, node, acc, env[node.inputs[0]], positions, active,
+                               part)
                 for j, v in stores:
                     k.store(n_in + j, bases[n_in + j], i, env[v], count)
-            llvm_ir.vector_loop(b, k.i0, k.i1, k.w, step)
+            llvm_ir.vector_loop(b, k.i0, k.i1, k.w, step, unroll=ROW_PARTS, numbered=True)
             for node, acc in accs.items():
                 known[node.outputs[0]] = finish(b, k.w, node, acc)
 
-        plan.run(k, known, S, one_pass)
+        plan.run(k, known, S, one_pass, ROW_PARTS)
         for j, v in enumerate(spec.outputs):
             if v in spec.per_row:
                 b.store(S.to_memory(known[v], v.type.dtype), bases[n_in + j])
@@ -353,8 +355,8 @@ def _columns(k: _Builder) -> None:
                 for j, v in stores:
                     k.store_rows(n_in + j, k.inner_at(n_in + j, bases[n_in + j], i), env[v],
                                  count)
-            for node, (slot, index, _) in accs.items():
-                known[node.outputs[0]] = b.load(index if index is not None else slot)
+            for node, acc in accs.items():
+                known[node.outputs[0]] = lanes(b, node, acc)
 
         plan.run(k, known, L, one_pass)
         for j, v in enumerate(spec.outputs):

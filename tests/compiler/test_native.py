@@ -515,3 +515,17 @@ def test_a_reduced_value_without_its_reduced_dims_is_finished_in_the_row_kernel(
     x = eager.tensor(np.random.default_rng(11).standard_normal((33, 33)).astype(np.float32))
     _native_vs_eager(fn, x)
     assert len(compiler.lower(fn, x).kernels) == kernels
+
+
+@pytest.mark.parametrize("fn", [lambda x: x.amax(-1), lambda x: x.amin(-1), lambda x: x.amax(0),
+                                lambda x: x.amin(0, keepdim=True),
+                                lambda x: eager.softmax(x, -1), lambda x: x.amax(-1).exp()])
+@pytest.mark.parametrize("shape", [(7, 257), (70, 67), (19, 3)], ids=str)
+def test_a_nan_anywhere_in_a_row_makes_its_max_nan(fn, shape):
+    """Rows keep partial maxima in several parts, plain maxima with a NaN flag: a NaN in
+    any part, in the masked last step, first or last, still wins."""
+    a = np.random.default_rng(12).standard_normal(shape).astype(np.float32)
+    for r, i in [(0, 0), (1, shape[1] - 1), (2, 17), (3, 33), (4, 50), (5, 64), (6, 1)]:
+        a[r % shape[0], i % shape[1]] = np.nan
+    a[-1, :] = -np.inf
+    _native_vs_eager(fn, eager.tensor(a))

@@ -59,7 +59,7 @@ def block_reduce(k, node, acc):
     (accumulators.start at width None): for argmax and argmin the index. Every thread
     of the block must call it."""
     b, target = k.b, k.target
-    slot, index, _ = acc
+    slot, index = acc.slots[0], acc.index
     parts = [b.load(slot)] + ([b.load(index)] if index is not None else [])
 
     def fold(first, second):
