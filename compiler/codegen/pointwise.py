@@ -34,6 +34,7 @@ from runtime.llvm_ir import I64
 
 UNROLL = 4  # vectors per trip of an elementwise kernel's main loop
 ROW_PARTS = 4  # vectors per trip of a row's loop, each into its own partial results
+COLUMN_GROUPS = 4  # vectors of adjacent rows a column kernel walks together
 
 
 def compute_dtype(node: Node, scalar_values: set) -> DType:
@@ -273,12 +274,22 @@ class RowPasses:
         with work gets its reductions' accumulators started (in `parts` parts) and
         run_pass(needed, accs, stores) emits it, leaving the reduced values in `known`;
         after the last, the per-row values left."""
+        self.run_groups(k, [known], L, lambda needed, accs, stores: run_pass(
+            needed, accs[0], stores), parts)
+
+    def run_groups(self, k: _Builder, known: list, L: V.Lanes, run_pass,
+                   parts: int = 1) -> None:
+        """`run` for several groups of rows walked together, `known` one dict per group:
+        run_pass(needed, accs, stores) gets one accumulator dict per group."""
         for p in range(self.count):
-            _row_scalars(k, self.spec, known, L)
-            reductions, stores, needed = self.work(p, known)
+            for values in known:
+                _row_scalars(k, self.spec, values, L)
+            reductions, stores, needed = self.work(p, known[0])
             if reductions or stores:
-                run_pass(needed, {n: start(k.b, k.w, n, parts) for n in reductions}, stores)
-        _row_scalars(k, self.spec, known, L)
+                run_pass(needed, [{n: start(k.b, k.w, n, parts) for n in reductions}
+                                  for _ in known], stores)
+        for values in known:
+            _row_scalars(k, self.spec, values, L)
 
 
 def _rows(k: _Builder) -> None:
@@ -328,41 +339,55 @@ def _rows(k: _Builder) -> None:
 def _columns(k: _Builder) -> None:
     """A row kernel with its rows in the lanes: W adjacent rows at a time (a reduction
     over a leading dim, whose rows are adjacent in memory), walking the reduced dim one
-    element per step, so every load is a plain vector and no lanes need folding."""
+    element per step, so every load is a plain vector and no lanes need folding. Rows
+    go COLUMN_GROUPS x W at a time while they fit: each step then reads that many
+    adjacent vectors into as many independent accumulators."""
     spec, b = k.spec, k.b
     n_in = len(spec.inputs)
     plan = RowPasses(spec)
 
-    def block(r, count):
+    def block(r, count, groups):
         L = V.Lanes(b, k.w)
-        bases = [k.row_base(j, r) for j in range(len(k.operands))]
-        known = {v: k.rows_at(j, bases[j], count) for j, v in enumerate(spec.inputs)
-                 if v in spec.per_row}
-        k.constants(known, L)
+        first = [k.row_base(j, r) for j in range(len(k.operands))]
+        # group g's rows start g x W rows on (rows are adjacent: row stride 1 or 0)
+        bases = [[b.gep(base, [llvm_ir.i64(g * k.w * spec.row_strides[j])])
+                  for j, base in enumerate(first)] for g in range(groups)]
+        counts = [None if count is None else b.sub(count, llvm_ir.i64(g * k.w))
+                  for g in range(groups)]
+        known = [{v: k.rows_at(j, bases[g][j], counts[g]) for j, v in enumerate(spec.inputs)
+                  if v in spec.per_row} for g in range(groups)]
+        for values in known:
+            k.constants(values, L)
 
         def one_pass(needed, accs, stores):
             with llvm_ir.for_range(b, k.i0, k.i1, 1, "reduced") as i:
-                env = dict(known)
-                for j, v in enumerate(spec.inputs):
-                    if v not in spec.per_row:
-                        env[v] = k.rows_at(j, k.inner_at(j, bases[j], i), count)
-                for node in spec.nodes:
-                    if node.outputs[0] in needed:
-                        k.compute(node, env, L)
                 position = llvm_ir.splat(b, i, k.w)  # every lane (row) is at i
-                for node, acc in accs.items():
-                    accumulate(b, k.w, node, acc, env[node.inputs[0]], position)
-                for j, v in stores:
-                    k.store_rows(n_in + j, k.inner_at(n_in + j, bases[n_in + j], i), env[v],
-                                 count)
-            for node, acc in accs.items():
-                known[node.outputs[0]] = lanes(b, node, acc)
+                for g in range(groups):
+                    env = dict(known[g])
+                    for j, v in enumerate(spec.inputs):
+                        if v not in spec.per_row:
+                            env[v] = k.rows_at(j, k.inner_at(j, bases[g][j], i), counts[g])
+                    for node in spec.nodes:
+                        if node.outputs[0] in needed:
+                            k.compute(node, env, L)
+                    for node, acc in accs[g].items():
+                        accumulate(b, k.w, node, acc, env[node.inputs[0]], position)
+                    for j, v in stores:
+                        k.store_rows(n_in + j, k.inner_at(n_in + j, bases[g][n_in + j], i),
+                                     env[v], counts[g])
+            for g in range(groups):
+                for node, acc in accs[g].items():
+                    known[g][node.outputs[0]] = lanes(b, node, acc)
 
-        plan.run(k, known, L, one_pass)
-        for j, v in enumerate(spec.outputs):
-            if v in spec.per_row:
-                k.store_rows(n_in + j, bases[n_in + j], known[v], count)
-    llvm_ir.vector_loop(b, k.r0, k.r1, k.w, block)
+        plan.run_groups(k, known, L, one_pass)
+        for g in range(groups):
+            for j, v in enumerate(spec.outputs):
+                if v in spec.per_row:
+                    k.store_rows(n_in + j, bases[g][n_in + j], known[g][v], counts[g])
+    wide = COLUMN_GROUPS * k.w
+    with llvm_ir.for_range(b, k.r0, k.r1, wide, "blocks", whole=True) as r:
+        block(r, None, COLUMN_GROUPS)
+    llvm_ir.vector_loop(b, r, k.r1, k.w, lambda r, count: block(r, count, 1))
 
 
 def _row_scalars(k, spec, known, S) -> None:

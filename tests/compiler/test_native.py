@@ -529,3 +529,15 @@ def test_a_nan_anywhere_in_a_row_makes_its_max_nan(fn, shape):
         a[r % shape[0], i % shape[1]] = np.nan
     a[-1, :] = -np.inf
     _native_vs_eager(fn, eager.tensor(a))
+
+
+@pytest.mark.parametrize("columns", [1, 15, 16, 17, 63, 64, 65, 130])
+@pytest.mark.parametrize("fn", [lambda x: x.sum(0), lambda x: eager.softmax(x, 0),
+                                lambda x: x.amin(0) * x.mean(0), lambda x: x.argmax(0)])
+def test_column_kernels_take_groups_of_vectors_and_the_rows_left(fn, columns):
+    """Rows in the lanes go several vectors at a time, then one vector at a time, then
+    a masked one: every count of adjacent rows around those sizes, on either ISA."""
+    a = np.random.default_rng(13).standard_normal((23, columns)).astype(np.float32)
+    _native_vs_eager(fn, eager.tensor(a))
+    _native_vs_eager(fn, eager.tensor(a[:, :1]).expand(23, columns))  # one column, read again
+    _native_vs_eager(lambda x: fn(x + eager.tensor(a[:1])), eager.tensor(a))  # a broadcast row
