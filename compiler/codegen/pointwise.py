@@ -252,7 +252,7 @@ class RowPasses:
     """The plan of a row kernel's passes over its rows: pass p accumulates the reductions
     whose inputs it can compute and stores the full-row outputs available by then."""
 
-    def __init__(self, spec: KernelSpec):
+    def __init__(self, spec: KernelSpec, stash: bool = False):
         self.spec = spec
         self.level, self.acc_pass = _levels(spec)
         self.producer = {n.outputs[0]: n for n in spec.nodes}
@@ -260,34 +260,70 @@ class RowPasses:
                              if v not in spec.per_row]
         self.count = max([self.level[v] for _, v in self.full_outputs] +
                          list(self.acc_pass.values()) + [0]) + 1
+        self.stash = self._stash() if stash else None
+
+    def _targets(self, p: int) -> list:
+        return [n.inputs[0] for n, q in self.acc_pass.items() if q == p] + \
+            [v for _, v in self.full_outputs if self.level[v] == p]
+
+    def _stash(self):
+        """(value, output number): a full-row value that an earlier pass computes and the
+        last pass would compute again with two or more ops (softmax's exp(x - max)), kept
+        in the memory of the one output that the last pass stores, which reads it back
+        before writing there; None when there is none."""
+        last = self.count - 1
+        stores = [(j, v) for j, v in self.full_outputs if self.level[v] == last]
+        if last == 0 or len(stores) != 1:
+            return None
+        j, out = stores[0]
+        per_row = self.spec.per_row
+        best, best_ops = None, 1
+        for v in _needed(self.spec, self.producer, [out], per_row) - {out}:
+            ops = len(_needed(self.spec, self.producer, [v], per_row))
+            if self.level[v] < last and ops > best_ops and \
+                    v.type.dtype is out.type.dtype and \
+                    v in _needed(self.spec, self.producer, self._targets(self.level[v]),
+                                 per_row):
+                best, best_ops = v, ops
+        return None if best is None else (best, j)
 
     def work(self, p: int, known: dict):
-        """Pass p's reductions, stores, and the full-row values they need."""
+        """Pass p's reductions, stores, the full-row values they need, and the values it
+        reads back from an output's memory (the stash) instead of computing them."""
         reductions = [n for n, q in self.acc_pass.items() if q == p]
         stores = [(j, v) for j, v in self.full_outputs if self.level[v] == p]
+        reloads = []
+        if self.stash is not None:
+            v, j = self.stash
+            if p == self.level[v]:
+                stores.append((j, v))
+            elif p == self.count - 1:
+                reloads.append((j, v))
+                known = {**known, v: None}
         needed = _needed(self.spec, self.producer, [n.inputs[0] for n in reductions] +
                          [v for _, v in stores], known)
-        return reductions, stores, needed
+        return reductions, stores, needed, reloads
 
     def run(self, k: _Builder, known: dict, L: V.Lanes, run_pass, parts: int = 1) -> None:
         """A row's passes: before each, the per-row values that `known` allows; a pass
         with work gets its reductions' accumulators started (in `parts` parts) and
         run_pass(needed, accs, stores) emits it, leaving the reduced values in `known`;
-        after the last, the per-row values left."""
-        self.run_groups(k, [known], L, lambda needed, accs, stores: run_pass(
-            needed, accs[0], stores), parts)
+        after the last, the per-row values left. `reloads`: (output number, value) of
+        values to read from an output's memory (the stash)."""
+        self.run_groups(k, [known], L, lambda needed, accs, stores, reloads: run_pass(
+            needed, accs[0], stores, reloads), parts)
 
     def run_groups(self, k: _Builder, known: list, L: V.Lanes, run_pass,
                    parts: int = 1) -> None:
         """`run` for several groups of rows walked together, `known` one dict per group:
-        run_pass(needed, accs, stores) gets one accumulator dict per group."""
+        run_pass(needed, accs, stores, reloads) gets one accumulator dict per group."""
         for p in range(self.count):
             for values in known:
                 _row_scalars(k, self.spec, values, L)
-            reductions, stores, needed = self.work(p, known[0])
+            reductions, stores, needed, reloads = self.work(p, known[0])
             if reductions or stores:
                 run_pass(needed, [{n: start(k.b, k.w, n, parts) for n in reductions}
-                                  for _ in known], stores)
+                                  for _ in known], stores, reloads)
         for values in known:
             _row_scalars(k, self.spec, values, L)
 
@@ -295,7 +331,7 @@ class RowPasses:
 def _rows(k: _Builder) -> None:
     spec, b = k.spec, k.b
     n_in = len(spec.inputs)
-    plan = RowPasses(spec)
+    plan = RowPasses(spec, stash=True)
 
     def row(r):
         bases = [k.row_base(j, r) for j in range(len(k.operands))]
@@ -306,15 +342,21 @@ def _rows(k: _Builder) -> None:
                 known[v] = S.from_memory(b.load(bases[j]), v.type.dtype)
         k.constants(known, S)
 
-        def one_pass(needed, accs, stores):
+        def one_pass(needed, accs, stores, reloads):
+            scaled = _reciprocals(k, spec, needed, known)
+
             def step(i, count, part):
                 L = V.Lanes(b, k.w)
                 env = {v: llvm_ir.splat(b, x, k.w) for v, x in known.items()}
                 for j, v in enumerate(spec.inputs):
                     if v not in spec.per_row:
                         env[v] = k.load(j, bases[j], i, count)
+                for j, v in reloads:
+                    env[v] = k.load(n_in + j, bases[n_in + j], i, count)
                 for node in spec.nodes:
-                    if node.outputs[0] in needed:
+                    if node in scaled:
+                        env[node.outputs[0]] = b.fmul(env[node.inputs[0]], scaled[node])
+                    elif node.outputs[0] in needed:
                         k.compute(node, env, L)
                 positions = b.add(llvm_ir.splat(b, i, k.w),
                                   ir.Constant(ir.VectorType(I64, k.w), list(range(k.w))))
@@ -359,7 +401,7 @@ def _columns(k: _Builder) -> None:
         for values in known:
             k.constants(values, L)
 
-        def one_pass(needed, accs, stores):
+        def one_pass(needed, accs, stores, reloads):
             with llvm_ir.for_range(b, k.i0, k.i1, 1, "reduced") as i:
                 position = llvm_ir.splat(b, i, k.w)  # every lane (row) is at i
                 for g in range(groups):
@@ -388,6 +430,22 @@ def _columns(k: _Builder) -> None:
     with llvm_ir.for_range(b, k.r0, k.r1, wide, "blocks", whole=True) as r:
         block(r, None, COLUMN_GROUPS)
     llvm_ir.vector_loop(b, r, k.r1, k.w, lambda r, count: block(r, count, 1))
+
+
+def _reciprocals(k: _Builder, spec: KernelSpec, needed: set, known: dict) -> dict:
+    """{node: W lanes of 1 / d} for the needed float divides of a full-row value by a
+    per-row one d (softmax's e / sum): one divide a row, then a multiply per element
+    (as PyTorch's softmax does; the quotient may differ by one rounding)."""
+    b, out = k.b, {}
+    for node in spec.nodes:
+        if node.op is Op.DIV and node.outputs[0] in needed and node.inputs[1] in known and \
+                node.inputs[0] not in known:
+            dt = node.outputs[0].type.dtype
+            if dt.is_floating_point and all(v.type.dtype is dt for v in node.inputs):
+                S = V.Lanes(b, None)
+                out[node] = llvm_ir.splat(b, b.fdiv(S.const(1.0, dt), known[node.inputs[1]]),
+                                          k.w)
+    return out
 
 
 def _row_scalars(k, spec, known, S) -> None:

@@ -541,3 +541,34 @@ def test_column_kernels_take_groups_of_vectors_and_the_rows_left(fn, columns):
     _native_vs_eager(fn, eager.tensor(a))
     _native_vs_eager(fn, eager.tensor(a[:, :1]).expand(23, columns))  # one column, read again
     _native_vs_eager(lambda x: fn(x + eager.tensor(a[:1])), eager.tensor(a))  # a broadcast row
+
+
+def test_softmax_keeps_its_exponentials_in_its_output_between_passes():
+    """The last pass of softmax reads exp(x - max) back from the output's memory rather
+    than computing it again; log_softmax's x - max is one op, computed again."""
+    from compiler.codegen.pointwise import RowPasses
+    x = eager.tensor(np.random.default_rng(14).standard_normal((37, 53)).astype(np.float32))
+    stashes = {}
+    for name, fn in [("softmax", lambda t: eager.softmax(t, -1)),
+                     ("log_softmax", lambda t: eager.log_softmax(t, -1)),
+                     ("layer_norm", REDUCTIONS["layer_norm"])]:
+        (kernel,) = compiler.lower(fn, x).kernels
+        plan = RowPasses(kernel.spec, stash=True)
+        stashes[name] = None if plan.stash is None else plan.producer[plan.stash[0]].op
+    assert stashes == {"softmax": Op.EXP, "log_softmax": None, "layer_norm": None}
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: eager.softmax(x, -1).double(),  # an output of another type: no stash
+    lambda x: (eager.softmax(x, -1), (x - x.amax(-1, keepdim=True)).exp()),
+    lambda x: (x.exp() / x.exp().sum(-1, keepdim=True)) * 3,
+    lambda x: x / x.sum(-1, keepdim=True).double()])
+def test_row_kernels_stash_and_divide_only_where_they_may(fn):
+    x = eager.tensor(np.random.default_rng(15).standard_normal((19, 70)).astype(np.float32))
+    compiled = compiler.compile(fn, backend="native")
+    got, expected = compiled(x), fn(x)
+    for g, e in zip(got if isinstance(got, tuple) else [got],
+                    expected if isinstance(expected, tuple) else [expected]):
+        assert g.dtype == e.dtype
+        np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-5, atol=1e-6)
+    _assert_ran_natively(compiled)

@@ -66,7 +66,7 @@ def build_rows(spec: CudaSpec, threads: int | None = None) -> CudaKernel:
             stride = inner_strides[j]
             return b.add(bases[j], b.mul(i, i64(stride) if isinstance(stride, int) else stride))
 
-        def one_pass(needed, accs, stores):
+        def one_pass(needed, accs, stores, reloads):
             with llvm_ir.for_range(b, tid, inner, ntid, "element") as i:
                 env = dict(known)
                 for j, v in enumerate(kernel.inputs):
