@@ -3,6 +3,7 @@ and the row normalisations softmax / log_softmax, computed stably in numpy."""
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
@@ -17,6 +18,37 @@ from ir import dtypes
 from ir.ops import Op
 
 
+NATIVE_ELEMENTS = 1024
+"""From this many elements, float32 and float64 sum, mean, amax, amin, softmax and
+log_softmax run as the compiler's generated row kernels (compiler/backends/native/
+eager_rows.py, loaded at the first such call; set KILN_EAGER_NATIVE=0 to keep numpy).
+Measured, one thread, a layout seen before: at 1024 elements sum(-1) 6.3 us against
+numpy's 7.0-8.3, softmax 4.9 against 11.9-14.3; at 256 even (a new layout costs a plan,
+so small tensors stay with numpy)."""
+_NATIVE_DTYPES = frozenset({dtypes.float32, dtypes.float64})
+_native_rows = None  # that module once loaded, False where it cannot be
+
+
+def _native(op: Op, self, dims: tuple, keepdim: bool, dtype=None):
+    """op over `dims` of self from a generated kernel, or None: numpy runs it (small,
+    another dtype, dims that do not merge into one, a kernel still compiling)."""
+    global _native_rows
+    if self.numel() < NATIVE_ELEMENTS or self.dtype not in _NATIVE_DTYPES or \
+            (dtype is not None and dtype is not self.dtype) or _native_rows is False:
+        return None
+    if _native_rows is None:
+        _native_rows = False
+        if os.environ.get("KILN_EAGER_NATIVE", "1") != "0":
+            try:
+                from compiler.backends.native import eager_rows
+            except ImportError:  # no llvmlite: numpy serves
+                return None
+            _native_rows = eager_rows
+        else:
+            return None
+    return _native_rows.run(op, self, dims, keepdim)
+
+
 def sum_rule(self, dim=None, keepdim=False, *, dtype=None):
     dims = reduce_dims(dim, self.dim())
     out = dtype or (self.dtype if self.dtype.is_floating_point else dtypes.int64)
@@ -26,6 +58,9 @@ def sum_rule(self, dim=None, keepdim=False, *, dtype=None):
 def sum_cpu(self, dim=None, keepdim=False, *, dtype=None):
     shape, dt = sum_rule(self, dim, keepdim, dtype=dtype)
     dims = reduce_dims(dim, self.dim())
+    out = _native(Op.SUM, self, dims, keepdim, dtype)
+    if out is not None:
+        return out
     return result(np.sum(operand(self, compute_np(dt)), axis=dims, keepdims=keepdim), dt)
 
 
@@ -49,6 +84,9 @@ def _count(shape, dims) -> int:
 def mean_cpu(self, dim=None, keepdim=False, *, dtype=None):
     shape, dt = mean_rule(self, dim, keepdim, dtype=dtype)
     dims = reduce_dims(dim, self.dim())
+    out = _native(Op.MEAN, self, dims, keepdim, dtype)
+    if out is not None:
+        return out
     a = operand(self, compute_np(dt))
     with np.errstate(all="ignore"):  # an empty reduction is 0/0 = NaN, without a warning
         return result(np.sum(a, axis=dims, keepdims=keepdim) / _count(a.shape, dims), dt)
@@ -67,7 +105,7 @@ def _nonempty(name, shape, dims):
                          "== 0.")
 
 
-def _extremum(name, np_fn):
+def _extremum(op, name, np_fn):
     def rule(self, dim=(), keepdim=False):
         dims = reduce_dims(dim, self.dim())
         _nonempty(name, self._shape, dims)
@@ -76,13 +114,16 @@ def _extremum(name, np_fn):
     def kernel(self, dim=(), keepdim=False):
         shape, dt = rule(self, dim, keepdim)
         dims = reduce_dims(dim, self.dim())
+        out = _native(op, self, dims, keepdim)
+        if out is not None:
+            return out
         return result(np_fn(self._np(), axis=dims, keepdims=keepdim), dt)
     rule.__name__, kernel.__name__ = name, name + "_cpu"
     return rule, kernel
 
 
 for _op, _name, _fn in ((Op.AMAX, "amax", np.max), (Op.AMIN, "amin", np.min)):
-    _rule, _kernel = _extremum(_name, _fn)
+    _rule, _kernel = _extremum(_op, _name, _fn)
     register(_op, _kernel, meta_from_rule(_rule))
 
 
@@ -182,9 +223,13 @@ def _softmax_rule(name):
     return rule
 
 
-def _softmax_kernel(rule, log: bool):
+def _softmax_kernel(op, rule, log: bool):
     def kernel(self, dim, dtype=None):
         shape, dt = rule(self, dim, dtype)
+        if self.dim():
+            out = _native(op, self, (wrap_dim(dim, self.dim()),), True, dtype)
+            if out is not None:
+                return out
         a = operand(self, compute_np(dt))
         if a.ndim == 0:
             a = a.reshape(1)
@@ -204,7 +249,7 @@ def _softmax_kernel(rule, log: bool):
 
 for _op, _name, _log in ((Op.SOFTMAX, "softmax", False), (Op.LOG_SOFTMAX, "log_softmax", True)):
     _rule = _softmax_rule(_name)
-    register(_op, _softmax_kernel(_rule, _log), meta_from_rule(_rule))
+    register(_op, _softmax_kernel(_op, _rule, _log), meta_from_rule(_rule))
 
 
 # records: names and derivatives -----------------------------------------------------

@@ -63,6 +63,9 @@ ALLOWED = {
     ("eager.optim.optimizer", "compiler.fused_optim"): "the fused optimiser kernels load on "
                                                        "the first step: `import eager` must not "
                                                        "load llvmlite",
+    ("eager.kernels.reduction", "compiler.backends.native.eager_rows"):
+        "the generated row kernels load at the first float reduction or softmax of "
+        "NATIVE_ELEMENTS or more: `import eager` must not load llvmlite",
     ("eager.cuda", "runtime.cuda"): "the CUDA driver is looked for only when asked",
     ("eager.cuda", "runtime.cuda_allocator"): "device memory is looked at only when asked",
 }

@@ -1,0 +1,163 @@
+"""Generated row kernels as eager's CPU kernels for sum, mean, amax and amin over dims
+and for softmax and log_softmax (eager/kernels/reduction.py asks `run` from
+NATIVE_ELEMENTS elements on and keeps numpy where it gets None).
+
+Each op's body is the small graph the compiler's passes make of it (mean: a sum over
+the count; softmax and log_softmax: decompose.py's max, exp, sum), over rows of any
+length: the kernel is compiled once per op, dtype and pattern of strides (inner stride
+1, 0 or other; rows in the lanes over a leading dim), through codegen/pointwise.py and
+the kernel cache on disk, and serves every shape. A mean's count is an operand of one
+element read once per row. A layout (op, shape, strides, dims) is planned once: its
+offset tables and ctypes arguments are kept (runtime Launch), so a call repeated on the
+same layout costs the launch alone. While a background worker compiles the kernel,
+numpy runs.
+"""
+from __future__ import annotations
+
+import hashlib
+import threading
+
+import numpy as np
+
+from compiler.backends.native.launch import Launch
+from compiler.backends.native.pointwise import NotNative, _layout, _stride_class
+from compiler.codegen import kernel_spec as K
+from eager.tensor import Size, Tensor, contiguous_strides, from_array
+from ir import dtypes
+from ir.graph import GraphBuilder, TensorType
+from ir.ops import Op
+from runtime.jit import KernelPending, deferring
+
+OPS = frozenset({Op.SUM, Op.MEAN, Op.AMAX, Op.AMIN, Op.SOFTMAX, Op.LOG_SOFTMAX})
+"""The ops eager runs as generated row kernels (float32 and float64)."""
+FLOATS = frozenset({dtypes.float32, dtypes.float64})
+_MAX_LAYOUTS = 512  # planned layouts kept; past that the table starts again
+
+_lock = threading.Lock()
+_layouts: dict = {}  # (op, dtype, shape, strides, dims, keepdim) -> (Launch, extra operands)
+_kernels: dict = {}  # (op, dtype, classes, columns) -> kernel address
+
+
+class _Strided:
+    """A tensor's layout in numpy's terms (strides in bytes), as row_dims reads it."""
+    __slots__ = ("shape", "strides", "itemsize")
+
+    def __init__(self, shape, element_strides, itemsize: int):
+        self.shape, self.itemsize = tuple(shape), itemsize
+        self.strides = tuple(s * itemsize for s in element_strides)
+
+
+def run(op: Op, x: Tensor, dims: tuple, keepdim: bool) -> Tensor | None:
+    """op over `dims` of float tensor x (softmax: dims is its one dim, the result x's
+    shape) as one generated kernel; None where numpy must run it (dims that do not
+    merge into one, a kernel still compiling)."""
+    key = (op, x.dtype, x._shape, x._stride, dims, keepdim)
+    planned = _layouts.get(key)
+    if planned is None:
+        planned = _plan(op, x, dims, keepdim)
+        if planned is None:
+            return None
+        if len(_layouts) >= _MAX_LAYOUTS:
+            _layouts.clear()
+        _layouts[key] = planned
+    launch, extra = planned
+    return launch([x, *extra])[0]
+
+
+def _plan(op: Op, x: Tensor, dims: tuple, keepdim: bool):
+    full = tuple(x._shape)
+    rows_op = op not in (Op.SOFTMAX, Op.LOG_SOFTMAX)  # one value a row (else x's shape)
+    if not rows_op:
+        out_shape = full
+    elif keepdim:
+        out_shape = tuple(1 if d in dims else s for d, s in enumerate(full))
+    else:
+        out_shape = tuple(s for d, s in enumerate(full) if d not in dims)
+    item = x.dtype.itemsize
+    operands = [_Strided(full, x._stride, item)]
+    shapes, squeezed = [full], [False]
+    extra = []
+    if op is Op.MEAN:  # the count, one element read per row
+        count = 1
+        for d in dims:
+            count *= full[d]
+        extra.append(from_array(np.array(count, x.dtype.np)))
+        operands.append(_Strided((), (), item))
+        shapes.append(())
+        squeezed.append(False)
+    operands.append(_Strided(out_shape, contiguous_strides(out_shape), item))
+    shapes.append(out_shape)
+    squeezed.append(rows_op and not keepdim)
+    try:
+        rows, inner, offsets, strides, outer = _layout(operands, shapes, full, frozenset(dims),
+                                                       squeezed)
+    except NotNative:
+        return None
+    classes = tuple(_stride_class(s) for s in strides)
+    columns = ()
+    if K.STRIDED in classes and len(outer) == 1 and all(s in (0, 1) for s in outer[0]):
+        columns = tuple(outer[0])
+    address = _kernel(op, x.dtype, classes, columns)
+    if address is None:
+        return None
+    shape = Size(out_shape)
+    outputs = ((shape, contiguous_strides(shape), shape.numel(), x.dtype),)
+    return Launch(address, offsets, strides, rows, inner, False, outputs), extra
+
+
+def _kernel(op: Op, dt, classes: tuple, columns: tuple):
+    """The kernel's address, compiled (or loaded from the cache) once; None while a
+    background worker compiles it."""
+    key = (op, dt, classes, columns)
+    address = _kernels.get(key)
+    if address is not None:
+        return address
+    from compiler.backends.native.pointwise import SPEED_LEVEL, BuildKernel
+    from runtime.jit import host_jit, vector_width
+    width = vector_width()
+    name = f"kiln_eager_{op.name.lower()}_{dt.name}_{_digest(key, width)}"
+    spec = _body(op, dt, name, classes, columns)
+    try:
+        with _lock, deferring():
+            address = host_jit().load_spec(
+                name, f"{name} {key!r} {width}", BuildKernel(spec, width), [name],
+                SPEED_LEVEL)[name]
+    except KernelPending:
+        return None
+    _kernels[key] = address
+    return address
+
+
+def _digest(key, width: int) -> str:
+    return hashlib.sha256(repr((key, width)).encode()).hexdigest()[:12]
+
+
+def _body(op: Op, dt, name: str, classes: tuple, columns: tuple) -> K.KernelSpec:
+    """The op over rows of x as a KernelSpec (softmax and log_softmax as decompose.py
+    writes them, mean as a sum over the count)."""
+    g = GraphBuilder()
+    full, row = ("rows", "n"), ("rows", 1)
+    x = g.input(TensorType(full, dt), "x")
+    per_row = []
+
+    def node(node_op, *inputs, shape=full):
+        (v,) = g.add(node_op, inputs, {}, TensorType(shape, dt))
+        if shape == row:
+            per_row.append(v)
+        return v
+
+    if op in (Op.SUM, Op.AMAX, Op.AMIN):
+        out = node(op, x, shape=row)
+    elif op is Op.MEAN:
+        count = g.input(TensorType((), dt), "count")
+        per_row.append(count)
+        out = node(Op.DIV, node(Op.SUM, x, shape=row), count, shape=row)
+    else:
+        shifted = node(Op.SUB, x, node(Op.AMAX, x, shape=row))
+        exp = node(Op.EXP, shifted)
+        total = node(Op.SUM, exp, shape=row)
+        out = node(Op.DIV, exp, total) if op is Op.SOFTMAX else \
+            node(Op.SUB, shifted, node(Op.LOG, total, shape=row))
+    graph = g.build([out])
+    return K.KernelSpec(name, "reduction", graph.inputs, graph.nodes, graph.outputs, (),
+                        frozenset(per_row), classes, columns)
