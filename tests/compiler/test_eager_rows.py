@@ -1,4 +1,4 @@
-"""Eager sum, mean, amax, amin, softmax and log_softmax of float tensors from
+"""Eager sum, mean, var, amax, amin, softmax and log_softmax of float tensors from
 NATIVE_ELEMENTS elements on run as generated row kernels (compiler/backends/native/
 eager_rows.py): values against numpy float64 over layouts, dims and dtypes, NaN, and
 the cases numpy keeps (dims that do not merge, a dtype argument, empty dims)."""
@@ -21,6 +21,9 @@ def _softmax(z, d):
 OPS = {  # name: (eager, numpy float64 reference), over dim d
     "sum": (lambda t, d: t.sum(d), lambda z, d: z.sum(d)),
     "mean_keepdim": (lambda t, d: t.mean(d, keepdim=True), lambda z, d: z.mean(d, keepdims=True)),
+    "var": (lambda t, d: t.var(d), lambda z, d: z.var(d, ddof=1)),
+    "var_keepdim_biased": (lambda t, d: t.var(d, correction=0, keepdim=True),
+                           lambda z, d: z.var(d, keepdims=True)),
     "amax": (lambda t, d: t.amax(d), lambda z, d: z.max(d)),
     "amin_keepdim": (lambda t, d: t.amin(d, keepdim=True), lambda z, d: z.min(d, keepdims=True)),
     "softmax": (lambda t, d: F.softmax(t, d), _softmax),

@@ -1,13 +1,13 @@
-"""Generated row kernels as eager's CPU kernels for sum, mean, amax and amin over dims
-and for softmax and log_softmax (eager/kernels/reduction.py asks `run` from
+"""Generated row kernels as eager's CPU kernels for sum, mean, var, amax and amin over
+dims and for softmax and log_softmax (eager/kernels/reduction.py asks `run` from
 NATIVE_ELEMENTS elements on and keeps numpy where it gets None).
 
 Each op's body is the small graph the compiler's passes make of it (mean: a sum over
 the count; softmax and log_softmax: decompose.py's max, exp, sum), over rows of any
 length: the kernel is compiled once per op, dtype and pattern of strides (inner stride
 1, 0 or other; rows in the lanes over a leading dim), through codegen/pointwise.py and
-the kernel cache on disk, and serves every shape. A mean's count is an operand of one
-element read once per row. A layout (op, shape, strides, dims) is planned once: its
+the kernel cache on disk, and serves every shape. A mean's count and a var's count and
+divisor are operands of one element read once per row. A layout (op, shape, strides, dims) is planned once: its
 offset tables and ctypes arguments are kept (runtime Launch), so a call repeated on the
 same layout costs the launch alone. While a background worker compiles the kernel,
 numpy runs.
@@ -28,7 +28,7 @@ from ir.graph import GraphBuilder, TensorType
 from ir.ops import Op
 from runtime.jit import KernelPending, deferring
 
-OPS = frozenset({Op.SUM, Op.MEAN, Op.AMAX, Op.AMIN, Op.SOFTMAX, Op.LOG_SOFTMAX})
+OPS = frozenset({Op.SUM, Op.MEAN, Op.VAR, Op.AMAX, Op.AMIN, Op.SOFTMAX, Op.LOG_SOFTMAX})
 """The ops eager runs as generated row kernels (float32 and float64)."""
 FLOATS = frozenset({dtypes.float32, dtypes.float64})
 _MAX_LAYOUTS = 512  # planned layouts kept; past that the table starts again
@@ -47,14 +47,15 @@ class _Strided:
         self.strides = tuple(s * itemsize for s in element_strides)
 
 
-def run(op: Op, x: Tensor, dims: tuple, keepdim: bool) -> Tensor | None:
+def run(op: Op, x: Tensor, dims: tuple, keepdim: bool, numbers: tuple = ()) -> Tensor | None:
     """op over `dims` of float tensor x (softmax: dims is its one dim, the result x's
     shape) as one generated kernel; None where numpy must run it (dims that do not
-    merge into one, a kernel still compiling)."""
-    key = (op, x.dtype, x._shape, x._stride, dims, keepdim)
+    merge into one, a kernel still compiling). `numbers`: a mean's count, a var's count
+    and divisor."""
+    key = (op, x.dtype, x._shape, x._stride, dims, keepdim, numbers)
     planned = _layouts.get(key)
     if planned is None:
-        planned = _plan(op, x, dims, keepdim)
+        planned = _plan(op, x, dims, keepdim, numbers)
         if planned is None:
             return None
         if len(_layouts) >= _MAX_LAYOUTS:
@@ -64,7 +65,7 @@ def run(op: Op, x: Tensor, dims: tuple, keepdim: bool) -> Tensor | None:
     return launch([x, *extra])[0]
 
 
-def _plan(op: Op, x: Tensor, dims: tuple, keepdim: bool):
+def _plan(op: Op, x: Tensor, dims: tuple, keepdim: bool, numbers: tuple):
     full = tuple(x._shape)
     rows_op = op not in (Op.SOFTMAX, Op.LOG_SOFTMAX)  # one value a row (else x's shape)
     if not rows_op:
@@ -77,11 +78,8 @@ def _plan(op: Op, x: Tensor, dims: tuple, keepdim: bool):
     operands = [_Strided(full, x._stride, item)]
     shapes, squeezed = [full], [False]
     extra = []
-    if op is Op.MEAN:  # the count, one element read per row
-        count = 1
-        for d in dims:
-            count *= full[d]
-        extra.append(from_array(np.array(count, x.dtype.np)))
+    for number in numbers:  # one element, read once per row
+        extra.append(from_array(np.array(number, x.dtype.np)))
         operands.append(_Strided((), (), item))
         shapes.append(())
         squeezed.append(False)
@@ -134,7 +132,8 @@ def _digest(key, width: int) -> str:
 
 def _body(op: Op, dt, name: str, classes: tuple, columns: tuple) -> K.KernelSpec:
     """The op over rows of x as a KernelSpec (softmax and log_softmax as decompose.py
-    writes them, mean as a sum over the count)."""
+    writes them, mean as a sum over the count, var as the sum of squares about the mean
+    over its divisor)."""
     g = GraphBuilder()
     full, row = ("rows", "n"), ("rows", 1)
     x = g.input(TensorType(full, dt), "x")
@@ -146,12 +145,20 @@ def _body(op: Op, dt, name: str, classes: tuple, columns: tuple) -> K.KernelSpec
             per_row.append(v)
         return v
 
+    def number(name):
+        v = g.input(TensorType((), dt), name)
+        per_row.append(v)
+        return v
+
     if op in (Op.SUM, Op.AMAX, Op.AMIN):
         out = node(op, x, shape=row)
     elif op is Op.MEAN:
-        count = g.input(TensorType((), dt), "count")
-        per_row.append(count)
-        out = node(Op.DIV, node(Op.SUM, x, shape=row), count, shape=row)
+        out = node(Op.DIV, node(Op.SUM, x, shape=row), number("count"), shape=row)
+    elif op is Op.VAR:
+        count, divisor = number("count"), number("divisor")
+        centred = node(Op.SUB, x, node(Op.DIV, node(Op.SUM, x, shape=row), count, shape=row))
+        squares = node(Op.SUM, node(Op.MUL, centred, centred), shape=row)
+        out = node(Op.DIV, squares, divisor, shape=row)
     else:
         shifted = node(Op.SUB, x, node(Op.AMAX, x, shape=row))
         exp = node(Op.EXP, shifted)
