@@ -11,10 +11,13 @@ inner stride is specialised at compile time: 1 (contiguous: vector loads), 0 (on
 per row: loaded once, broadcast) or strided (gathered lane by lane). The inner loop runs
 W lanes at a time and finishes with one masked step, so no lane reads or writes past
 `i_end`. A row kernel (`reduction`) runs its row in passes: each pass accumulates the
-reductions whose inputs it can compute, and the elementwise ops between passes run once
-per row on the reduced values. When the reduced dim is the strided one and the rows are
+reductions whose inputs it can compute (ROW_PARTS vectors a trip, each into its own
+partial results), and the elementwise ops between passes run once per row on the
+reduced values; a value the last pass would compute again is read back from its output
+(RowPasses stash). When the reduced dim is the strided one and the rows are
 adjacent in memory (a reduction over a leading dim), the kernel puts W rows in the lanes
-instead (`_columns`) and walks the reduced dim one element per step.
+instead (`_columns`, COLUMN_GROUPS vectors of rows at a time) and walks the reduced dim
+one element per step.
 """
 from __future__ import annotations
 
@@ -307,9 +310,9 @@ class RowPasses:
     def run(self, k: _Builder, known: dict, L: V.Lanes, run_pass, parts: int = 1) -> None:
         """A row's passes: before each, the per-row values that `known` allows; a pass
         with work gets its reductions' accumulators started (in `parts` parts) and
-        run_pass(needed, accs, stores) emits it, leaving the reduced values in `known`;
-        after the last, the per-row values left. `reloads`: (output number, value) of
-        values to read from an output's memory (the stash)."""
+        run_pass(needed, accs, stores, reloads) emits it, leaving the reduced values in
+        `known`; after the last, the per-row values left. `reloads`: (output number,
+        value) of values to read from an output's memory (the stash)."""
         self.run_groups(k, [known], L, lambda needed, accs, stores, reloads: run_pass(
             needed, accs[0], stores, reloads), parts)
 
