@@ -21,9 +21,10 @@ from ir.dtypes import DType
 from ir.ops import Op
 
 # ops whose Python method has the schema's own signature (`t.exp()`, `t.mm(m)`): every op
-# whose record names a method
+# whose record names a method; methods and operators are the handles' plain functions
+# (OpHandle.entry), which bind to a tensor without a Python-level __get__
 for _name, _op in named("method").items():
-    setattr(Tensor, _name, ATEN[_op])
+    setattr(Tensor, _name, ATEN[_op].entry)
 
 
 def _sizes(args):
@@ -310,13 +311,16 @@ _METHODS = {
     "register_hook": register_tensor_hook, "retain_grad": retain_grad,
     "register_post_accumulate_grad_hook": register_post_accumulate_grad_hook,
     "__deepcopy__": _deepcopy,
-    "__add__": ATEN[Op.ADD], "__radd__": ATEN[Op.ADD], "__sub__": ATEN[Op.SUB],
-    "__rsub__": _rsub, "__mul__": ATEN[Op.MUL], "__rmul__": ATEN[Op.MUL],
-    "__truediv__": ATEN[Op.DIV], "__rtruediv__": _rdiv, "__pow__": ATEN[Op.POW],
-    "__rpow__": _rpow, "__matmul__": ATEN[Op.MATMUL], "__rmatmul__": _rmatmul,
-    "__neg__": ATEN[Op.NEG], "__pos__": _pos, "__abs__": ATEN[Op.ABS], "__invert__": _invert,
-    "__and__": _and, "__lt__": ATEN[Op.LT], "__le__": ATEN[Op.LE], "__gt__": ATEN[Op.GT],
-    "__ge__": ATEN[Op.GE], "__eq__": _eq, "__ne__": _ne,
+    "__add__": ATEN[Op.ADD].entry, "__radd__": ATEN[Op.ADD].entry,
+    "__sub__": ATEN[Op.SUB].entry, "__rsub__": _rsub,
+    "__mul__": ATEN[Op.MUL].entry, "__rmul__": ATEN[Op.MUL].entry,
+    "__truediv__": ATEN[Op.DIV].entry, "__rtruediv__": _rdiv,
+    "__pow__": ATEN[Op.POW].entry, "__rpow__": _rpow,
+    "__matmul__": ATEN[Op.MATMUL].entry, "__rmatmul__": _rmatmul,
+    "__neg__": ATEN[Op.NEG].entry, "__pos__": _pos, "__abs__": ATEN[Op.ABS].entry,
+    "__invert__": _invert, "__and__": _and,
+    "__lt__": ATEN[Op.LT].entry, "__le__": ATEN[Op.LE].entry, "__gt__": ATEN[Op.GT].entry,
+    "__ge__": ATEN[Op.GE].entry, "__eq__": _eq, "__ne__": _ne,
     "__iadd__": _iadd, "__isub__": _isub, "__imul__": _imul, "__itruediv__": _idiv,
     "__getitem__": indexing.getitem, "__setitem__": indexing.setitem,
     "gather": indexing.gather, "scatter": indexing.scatter, "scatter_": indexing.scatter_,

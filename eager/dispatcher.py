@@ -97,7 +97,7 @@ _fallbacks: dict = {}
 def register_fallback(key: DispatchKey, make) -> None:
     _fallbacks[DispatchKey(key)] = make
     for handle in set(_handles.values()):
-        handle._cache.clear()
+        handle._forget_kernels()
 
 
 # The profiler installs a callable here while it records; None costs one global lookup.
@@ -130,14 +130,21 @@ def _where(fn) -> str:
 
 
 class OpHandle:
-    """A callable operator: `handle(*args, **kwargs)` dispatches one call."""
+    """A callable operator: `handle(*args, **kwargs)` dispatches one call.
+
+    `entry` is the same call as a plain function (Tensor's methods and operators, and
+    `eager.tensor.ops`, are these: a function binds as a method with no Python-level
+    `__get__`). For an op whose tensors are its one or two leading arguments (exp, sum,
+    add, mm, ...), it finds the kernel in `_fast` by those tensors' keys and the thread's
+    masks alone; any other call, and the first call for a set of keys, takes the general
+    path (`_dispatch`), so both raise the same errors."""
 
     def __init__(self, schema: FunctionSchema, namespace: str = "aten", op: Op | None = None):
         self.schema = schema
         self.op = op
         self.name = f"{namespace}::{schema.name}"
         self.qualified_name = f"{namespace}::{schema.qualified_name}"
-        self.kernels: dict[DispatchKey, tuple] = {}  # key -> (fn, where)
+        self._kernels: dict[DispatchKey, tuple] = {}  # key -> (fn, where)
         self._cache: dict[int, object] = {}
         self._tensor_pos = tuple(i for i, a in enumerate(schema.arguments)
                                  if a.type.is_tensor and not a.kwarg_only)
@@ -146,6 +153,21 @@ class OpHandle:
         self._tensor_kw = tuple(a.name for a in schema.arguments if a.type.base == "Tensor")
         self._mutated = tuple(i for i, a in enumerate(schema.arguments) if a.type.mutable)
         self.devices_may_differ = False  # copy_: its source may be on another device
+        self._leading = self._leading_tensors()
+        # (mask << 8 | the leading tensors' keys) -> kernel, for keys naming one backend
+        self._fast: dict[int, object] = {}
+        self.entry = _entry(self)
+
+    def _leading_tensors(self) -> int:
+        """1 or 2 where the op's tensor arguments are exactly its first one or two and
+        nothing else adds keys (no Tensor[] argument, no argument written to), else 0."""
+        names = tuple(a.name for a in self.schema.arguments)
+        if self._list_pos or self._mutated:
+            return 0
+        for n in (1, 2):
+            if self._tensor_pos == tuple(range(n)) and self._tensor_kw == names[:n]:
+                return n
+        return 0
 
     def __repr__(self) -> str:
         return f"<OpHandle {self.qualified_name}>"
@@ -155,9 +177,25 @@ class OpHandle:
         return self if obj is None else types.MethodType(self, obj)
 
     # registration -------------------------------------------------------------------
+    @property
+    def kernels(self) -> dict:
+        """{key: (kernel, where registered)}; register() adds to it."""
+        return self._kernels
+
+    @kernels.setter
+    def kernels(self, table: dict) -> None:
+        self._kernels = table
+        self._forget_kernels()
+
     def register(self, key: DispatchKey, fn, where: str | None = None) -> None:
-        self.kernels[DispatchKey(key)] = (fn, where or _where(fn))
+        self._kernels[DispatchKey(key)] = (fn, where or _where(fn))
+        self._forget_kernels()
+
+    def _forget_kernels(self) -> None:
+        """Registrations changed: every mask's kernel is resolved again (the caches are
+        cleared, never replaced: `entry` holds `_fast`)."""
         self._cache.clear()
+        self._fast.clear()
 
     def _resolve(self, key: DispatchKey):
         """The kernel that runs for a runtime key, or None to fall through below it."""
@@ -244,22 +282,32 @@ class OpHandle:
                    for i in self._list_pos)
 
     def __call__(self, *args, **kwargs):
+        return self.entry(*args, **kwargs)
+
+    def _dispatch(self, args: tuple, kwargs: dict):
+        """The general path of a call: the recorder, if a profiler is active, else `call`."""
         if _recorder is not None:
             return _recorder(self, args, kwargs)
-        # the body of `call`, inlined: this is the hottest path of eager mode
+        return self.call(args, kwargs)
+
+    def call(self, args: tuple, kwargs: dict):
+        """One dispatched call (what a call runs when no profiler records it)."""
         mask, args, kwargs = self._key_mask(args, kwargs)
         out = (self._cache.get(mask) or self._kernel_for(mask))(*args, **kwargs)
         if self._mutated:
             self._bump_mutated(args, kwargs)
         return out
 
-    def call(self, args: tuple, kwargs: dict):
-        """One dispatched call (what `__call__` runs when no profiler records it)."""
-        mask, args, kwargs = self._key_mask(args, kwargs)
-        out = (self._cache.get(mask) or self._kernel_for(mask))(*args, **kwargs)
-        if self._mutated:
-            self._bump_mutated(args, kwargs)
-        return out
+    def _first_sight(self, keys: int, args: tuple, kwargs: dict):
+        """A call the fast path has no kernel for: remember the kernel of these leading
+        tensors' keys, when they name one backend, then take the general path."""
+        self._learn(keys, (keys | tls.include) & ~tls.exclude)
+        return self._dispatch(args, kwargs)
+
+    def _learn(self, keys: int, mask: int):
+        backends = keys & BACKEND_MASK
+        if backends and not backends & (backends - 1):
+            self._fast[mask << 8 | keys] = self._kernel_for(mask)
 
     def _bump_mutated(self, args: tuple, kwargs: dict) -> None:
         for i in self._mutated:
@@ -270,10 +318,19 @@ class OpHandle:
     def redispatch(self, below: DispatchKey, *args, **kwargs):
         """Run the kernel of the highest key strictly below `below` (below the alias
         key Autograd means below every Autograd key: the backend runs)."""
-        if below == DispatchKey.Autograd:
-            below = min(AUTOGRAD_KEYS)
+        n = self._leading
+        try:
+            keys = args[0]._keys | args[1]._keys if n == 2 else args[0]._keys if n == 1 else None
+        except (AttributeError, IndexError):
+            keys = None
+        if keys is not None:
+            mask = (keys | tls.include) & ~tls.exclude & _BELOW[below]
+            kernel = self._fast.get(mask << 8 | keys)
+            if kernel is not None:
+                return kernel(*args, **kwargs)
+            self._learn(keys, mask)
         mask, args, kwargs = self._key_mask(args, kwargs)
-        mask &= (1 << below) - 1
+        mask &= _BELOW[below]
         return (self._cache.get(mask) or self._kernel_for(mask))(*args, **kwargs)
 
     def call_key(self, key: DispatchKey, *args, **kwargs):
@@ -306,6 +363,47 @@ class OpHandle:
                 elif key in AUTOGRAD_KEYS or key == DispatchKey.Tracer:
                     lines.append(f"{key.name}: fallthrough")
         return "\n".join(lines) + "\n"
+
+
+# the keys strictly below a key (below the alias Autograd: below every Autograd key)
+_BELOW = {k: (1 << k) - 1 for k in DispatchKey}
+_BELOW[DispatchKey.Autograd] = (1 << min(AUTOGRAD_KEYS)) - 1
+
+
+def _entry(handle: OpHandle):
+    """`handle`'s call as a plain function, with the fast path of its leading tensors."""
+    fast, first_sight, dispatch = handle._fast, handle._first_sight, handle._dispatch
+    if handle._leading == 2:
+        def call(*args, **kwargs):
+            try:
+                keys = args[0]._keys | args[1]._keys
+            except (AttributeError, IndexError):  # a number, None, a wrong type
+                return dispatch(args, kwargs)
+            kernel = fast.get(((keys | tls.include) & ~tls.exclude) << 8 | keys)
+            if _recorder is not None:
+                return dispatch(args, kwargs)
+            if kernel is None:
+                return first_sight(keys, args, kwargs)
+            return kernel(*args, **kwargs)
+    elif handle._leading == 1:
+        def call(*args, **kwargs):
+            try:
+                keys = args[0]._keys
+            except (AttributeError, IndexError):
+                return dispatch(args, kwargs)
+            kernel = fast.get(((keys | tls.include) & ~tls.exclude) << 8 | keys)
+            if _recorder is not None:
+                return dispatch(args, kwargs)
+            if kernel is None:
+                return first_sight(keys, args, kwargs)
+            return kernel(*args, **kwargs)
+    else:
+        def call(*args, **kwargs):
+            return dispatch(args, kwargs)
+    call.__name__ = handle.schema.name
+    call.__qualname__ = handle.qualified_name
+    call.handle = handle
+    return call
 
 
 def _holds_tensor(args: tuple, kwargs: dict) -> bool:

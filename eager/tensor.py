@@ -77,6 +77,7 @@ _addressof, _char_at = ctypes.addressof, ctypes.c_char.from_buffer
 
 
 _BACKEND_KEY = {"cpu": DispatchKey.CPU, "cuda": DispatchKey.CUDA, "meta": DispatchKey.Meta}
+_BACKEND_BIT = {kind: 1 << key for kind, key in _BACKEND_KEY.items()}
 
 
 def _dispatch_keys(device_: device, requires_grad: bool) -> int:
@@ -150,11 +151,11 @@ class Tensor:
         t = object.__new__(cls)
         t._storage = storage
         t._shape = shape if type(shape) is Size else Size(shape)
-        t._stride = tuple(stride)
+        t._stride = stride if type(stride) is tuple else tuple(stride)
         t._offset = offset
         t.dtype = dtype
         t.device = device_
-        t._keys = 1 << _BACKEND_KEY[device_.type]
+        t._keys = _BACKEND_BIT[device_.type]
         t._requires_grad = False
         t._grad = None
         t.grad_fn = None
@@ -370,19 +371,48 @@ class Tensor:
 
 
 def from_array(a: np.ndarray, device_: device = CPU) -> Tensor:
-    """A new tensor over `a` (made contiguous first if it is not)."""
+    """A new tensor over `a` (made contiguous first if it is not).
+
+    Every op's result is made here, so this is Storage.__init__ and Tensor._make written
+    out in one function: two calls fewer, ~0.3 us of ~0.7 (a test checks that it sets
+    what they set)."""
     if not a.flags.c_contiguous:
         a = np.ascontiguousarray(a)  # (this would also turn a 0-d array into 1-d)
     dt = _DTYPE_OF_NP.get(a.dtype) or dtypes.from_numpy(a.dtype)
-    shape = a.shape
-    strides = _STRIDES.get(shape)
-    if strides is None:
-        if len(_STRIDES) > 4096:
-            _STRIDES.clear()
-        strides = _STRIDES[shape] = contiguous_strides(shape)
-    t = Tensor._make(Storage(a.reshape(-1), device_, a.nbytes), shape, strides, 0, dt, device_)
+    layout = _LAYOUTS.get(a.shape)
+    if layout is None:
+        if len(_LAYOUTS) > 4096:
+            _LAYOUTS.clear()
+        layout = _LAYOUTS[a.shape] = Size(a.shape), contiguous_strides(a.shape)
+    storage = _new(Storage)
+    storage.data = a.ravel()  # a view: `a` is contiguous
+    storage.version = 0
+    storage.device = device_
+    storage.nbytes = a.nbytes
+    storage._address = None
+    t = _new(Tensor)
+    t._storage = storage
+    t._shape, t._stride = layout
+    t._offset = 0
+    t.dtype = dt
+    t.device = device_
+    t._keys = _CPU_BIT if device_ is CPU else _BACKEND_BIT[device_.type]
+    t._requires_grad = False
+    t._grad = None
+    t.grad_fn = None
+    t.output_nr = 0
+    t._base = None
     t._np_cache = a
+    t._lazy = None
+    t._wrapped = False
+    t._hooks = None
+    t._retains_grad = False
+    t._grad_accumulator = None
     return t
+
+
+_new = object.__new__
+_CPU_BIT = _BACKEND_BIT["cpu"]
 
 
 def empty_cpu(shape: Size, strides: tuple, numel: int, dtype: DType) -> Tensor:
@@ -398,7 +428,7 @@ def meta_empty(shape, dt: DType) -> Tensor:
 
 
 _DTYPE_OF_NP = {d.np: d for d in dtypes.ALL}
-_STRIDES: dict = {}  # shape -> contiguous strides: shapes repeat, so remember them
+_LAYOUTS: dict = {}  # shape -> (Size, contiguous strides): shapes repeat, so remember them
 
 
 def share_array(a: np.ndarray) -> Tensor:
@@ -437,12 +467,13 @@ dispatcher.set_number_wrapper(wrap_scalar)
 
 
 class _Ops:
-    """`ops.mm(...)`: the aten handles by schema name (lazy attribute lookup)."""
+    """`ops.mm(...)`: the aten ops by schema name, each its handle's plain function
+    (OpHandle.entry: the same call, without the handle's own __call__ in between)."""
 
     def __getattr__(self, name):
-        handle = dispatcher.find(name)
-        setattr(self, name, handle)
-        return handle
+        entry = dispatcher.find(name).entry
+        setattr(self, name, entry)
+        return entry
 
 
 ops = _Ops()

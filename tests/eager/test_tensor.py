@@ -217,3 +217,21 @@ def test_assigning_data_swaps_the_contents_but_keeps_the_leaf():
     y = x * 2  # dispatches on the new device, and still records a graph
     assert y.device == eager.device("meta") and y.shape == (4,)
     assert type(y.grad_fn).__name__ == "MulBackward0"
+
+
+def test_from_array_sets_every_field_make_and_storage_set():
+    """from_array writes Storage.__init__ and Tensor._make out inline (the hot path)."""
+    from eager.device import CPU
+    from eager.tensor import Storage, Tensor, from_array
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    fast = from_array(a)
+    made = Tensor._make(Storage(a.ravel(), CPU, a.nbytes), (2, 3), (3, 1), 0, eager.float32, CPU)
+    made._np_cache = a
+    def same(u, v):
+        return np.array_equal(u, v) if isinstance(u, np.ndarray) else u == v
+    for name in Storage.__slots__[:-1]:
+        assert same(getattr(fast._storage, name), getattr(made._storage, name)), name
+    for name in Tensor.__slots__:
+        if name not in ("_storage", "__weakref__", "__dict__"):
+            assert same(getattr(fast, name), getattr(made, name)), name
+    assert type(fast._shape) is eager.Size and type(fast._stride) is tuple
