@@ -42,21 +42,26 @@ def float_of(dt: DType) -> DType:
     return dt if dt.is_floating_point else dtypes.get_default_dtype()
 
 
-def compute_np(dt: DType):
+_FLOAT32 = np.dtype(np.float32)
+
+
+def compute_np(dt: DType) -> np.dtype:
     """numpy type to compute in: float16 computes in float32 and rounds once, as PyTorch's
     CPU kernels do."""
-    return np.float32 if dt is dtypes.float16 else dt.np
+    return _FLOAT32 if dt is dtypes.float16 else dt.np
 
 
 def operand(t: Tensor, np_dtype) -> np.ndarray:
     a = t._np()
-    return a if a.dtype == np_dtype else a.astype(np_dtype)
+    # `is` first: numpy's dtypes of one type are one object, and `==` costs more
+    return a if a.dtype is np_dtype or a.dtype == np_dtype else a.astype(np_dtype)
 
 
 def result(a, dt: DType) -> Tensor:
     """A new CPU tensor holding numpy result `a` (a scalar or array) as type `dt`."""
-    a = np.asarray(a)
-    if a.dtype != dt.np:
+    if type(a) is not np.ndarray:
+        a = np.asarray(a)
+    if a.dtype is not dt.np and a.dtype != dt.np:
         with np.errstate(over="ignore"):  # float32 -> float16 overflows to inf, as it should
             a = a.astype(dt.np)
     return from_array(a)

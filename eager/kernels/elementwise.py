@@ -93,12 +93,14 @@ def _pointwise_kernel(record: OpRecord, split, shape_and_dtype):
         if attrs or len(args) != count:
             args, attrs = split(args, attrs)
         dt = shape_and_dtype(args, attrs)[1]
-        ct = (compute_np(_promoted(args)) if compare else
-              np.float32 if dt is dtypes.float16 else dt.np)
-        if count == 2:  # spelled out for the common cases: a call costs ~3 us in all
-            arrays = operand(args[0], ct), operand(args[1], ct)
+        ct = compute_np(_promoted(args)) if compare else compute_np(dt)
+        if count == 2:  # spelled out for the common cases: operand() inlined
+            a, b = args[0]._np(), args[1]._np()
+            arrays = (a if a.dtype is ct else operand(args[0], ct),
+                      b if b.dtype is ct else operand(args[1], ct))
         elif count == 1:
-            arrays = operand(args[0], ct),
+            a = args[0]._np()
+            arrays = a if a.dtype is ct else operand(args[0], ct),
         else:
             arrays = [operand(t, ct) for t in args]
         if attrs:
