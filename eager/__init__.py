@@ -3,8 +3,14 @@
 Tensors, the op registry and dispatcher, autograd, a numpy CPU backend and the
 profiler. The compiler (llvmlite, networkx) is imported only when compile() is used.
 The modules read in layers, bottom-up: docs/ARCHITECTURE.md, "eager, layer by layer".
+
+What a script may not use is imported on first use (module __getattr__ below):
+`eager.nn`, `eager.optim`, `eager.utils`, `eager.cuda`, `eager.distributed`, `eager.testing`,
+`eager.serialization` and its `eager.save` / `eager.load` are module attributes all the same.
 """
 # ruff: noqa: F401 - this module's imports are its public names
+import importlib
+
 from eager import _missing
 from eager import autograd as autograd
 from eager import _C, dispatcher, kernels, composite, _tensor_methods  # noqa: F401
@@ -28,13 +34,6 @@ from eager.derived_shapes import concatenate, moveaxis, swapaxes, swapdims  # no
 from eager.derived_math import *  # noqa: F401,F403 - cumsum, logsumexp, norm, isnan, ...
 from eager.derived_math import einsum, eye, searchsorted  # noqa: F401
 from eager.functional import __all__ as _functional_all
-from eager import testing as testing
-from eager import cuda as cuda
-from eager import distributed as distributed
-from eager import nn as nn
-from eager import optim as optim
-from eager import utils as utils
-from eager.serialization import load, save
 from ir.dtypes import (bool_ as bool, float16, float32, float64, int32, int64,  # noqa: A004
                        get_default_dtype, set_default_dtype)
 from ir.dtypes import DType as dtype
@@ -57,5 +56,22 @@ def compile(fn=None, **options):  # noqa: A001 - PyTorch's name
     import compiler
     return compiler.compile(fn, **options)
 
+_SUBMODULES = ("nn", "optim", "utils", "cuda", "distributed", "testing", "serialization")
+_FROM_MODULE = {"load": "eager.serialization", "save": "eager.serialization"}
 # PyTorch's names kiln lacks: NotSupportedYet (eager/_missing.py)
-__getattr__ = _missing.module_getattr("torch", "eager")
+_missing_name = _missing.module_getattr("torch", "eager")
+
+
+def __getattr__(name: str):
+    """The lazy names above (importing a submodule makes it an attribute of this
+    package, so each is looked up here once); any other is one kiln lacks."""
+    if name in _SUBMODULES:
+        return importlib.import_module(f"eager.{name}")
+    if name in _FROM_MODULE:
+        value = globals()[name] = getattr(importlib.import_module(_FROM_MODULE[name]), name)
+        return value
+    return _missing_name(name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_SUBMODULES) | set(_FROM_MODULE))

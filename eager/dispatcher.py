@@ -123,10 +123,14 @@ def _where(fn) -> str:
     code = getattr(fn, "__code__", None)
     if code is None:
         return repr(fn)
+    return _site(code.co_filename, code.co_firstlineno)
+
+
+def _site(filename: str, line: int) -> str:
+    """`file:line`, the file relative to the repository when it is inside it."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    path = os.path.relpath(code.co_filename, root) if code.co_filename.startswith(root) \
-        else code.co_filename
-    return f"{path}:{code.co_firstlineno}"
+    path = os.path.relpath(filename, root) if filename.startswith(root) else filename
+    return f"{path}:{line}"
 
 
 class OpHandle:
@@ -144,7 +148,8 @@ class OpHandle:
         self.op = op
         self.name = f"{namespace}::{schema.name}"
         self.qualified_name = f"{namespace}::{schema.qualified_name}"
-        self._kernels: dict[DispatchKey, tuple] = {}  # key -> (fn, where)
+        # key -> (fn, where): where as given to register, made text when a dump asks
+        self._kernels: dict[DispatchKey, tuple] = {}
         self._cache: dict[int, object] = {}
         self._tensor_pos = tuple(i for i, a in enumerate(schema.arguments)
                                  if a.type.is_tensor and not a.kwarg_only)
@@ -187,9 +192,17 @@ class OpHandle:
         self._kernels = table
         self._forget_kernels()
 
-    def register(self, key: DispatchKey, fn, where: str | None = None) -> None:
-        self._kernels[DispatchKey(key)] = (fn, where or _where(fn))
+    def register(self, key: DispatchKey, fn, where: str | tuple | None = None) -> None:
+        """`where`: text, a (file, line) pair, or None for the kernel's definition (made
+        text only when a dump asks: ~2 ms of `import eager` otherwise)."""
+        self._kernels[DispatchKey(key)] = (fn, where)
         self._forget_kernels()
+
+    def _registered_at(self, key: DispatchKey) -> str:
+        fn, where = self._kernels[key]
+        if where is None:
+            return _where(fn)
+        return where if isinstance(where, str) else _site(*where)
 
     def _forget_kernels(self) -> None:
         """Registrations changed: every mask's kernel is resolved again (the caches are
@@ -342,7 +355,7 @@ class OpHandle:
         lines = [f"name: {self.qualified_name}", f"schema: {self.schema}"]
         for key in sorted(self.kernels, key=lambda k: k.value):
             alias = "[alias]" if key.value >= DispatchKey.CompositeImplicitAutograd else ""
-            lines.append(f"{key.name}{alias}: registered at {self.kernels[key][1]}")
+            lines.append(f"{key.name}{alias}: registered at {self._registered_at(key)}")
         return "\n".join(lines) + "\n"
 
     def dump_table(self) -> str:
@@ -350,12 +363,13 @@ class OpHandle:
         lines = []
         for key in RUNTIME_KEYS:
             if key in self.kernels:
-                lines.append(f"{key.name}: registered at {self.kernels[key][1]} [kernel]")
+                lines.append(f"{key.name}: registered at {self._registered_at(key)} [kernel]")
                 continue
             for alias, kind in ((DispatchKey.Autograd, "autograd kernel"),
                                 (DispatchKey.CompositeImplicitAutograd, "math kernel")):
                 if alias in self.kernels and key in _ALIAS_TARGETS[alias]:
-                    lines.append(f"{key.name}: registered at {self.kernels[alias][1]} [{kind}]")
+                    lines.append(f"{key.name}: registered at {self._registered_at(alias)} "
+                                 f"[{kind}]")
                     break
             else:
                 if key in _fallbacks:

@@ -131,6 +131,18 @@ _TYPE_RE = re.compile(r"^(\w+)(?:\((\w+)(!?)(?:\s*->\s*(\*|\w+))?\))?"
 
 
 def _parse_type(text: str) -> Type:
+    """A Type, one object per text (Types are immutable; ~300 are parsed at import, of
+    ~40 texts)."""
+    known = _TYPES.get(text)
+    if known is None:
+        known = _TYPES[text] = _new_type(text)
+    return known
+
+
+_TYPES: dict[str, Type] = {}
+
+
+def _new_type(text: str) -> Type:
     m = _TYPE_RE.match(text.strip())
     if not m:
         raise ValueError(f"bad type in schema: {text!r}")
@@ -163,6 +175,9 @@ def _format_default(value) -> str:
 
 def _split_top(text: str) -> list[str]:
     """Split on commas that are not inside brackets or parentheses."""
+    if "(" not in text and "[" not in text:
+        parts = [p.strip() for p in text.split(",")]
+        return parts if parts[-1] else parts[:-1]  # as below: a blank last part is dropped
     parts, depth, cur = [], 0, []
     for ch in text:
         if ch in "([":

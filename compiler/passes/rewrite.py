@@ -101,6 +101,6 @@ def node_types(node: Node, scalars: dict) -> tuple[TensorType, ...]:
 
 def verify_types(graph: Graph) -> Graph:
     """ir.verify with result types checked against the Meta kernels."""
-    from ir.verify import verify
+    from ir.verifier import verify
     scalars = scalar_values(graph)
     return verify(graph, infer=lambda node: node_types(node, scalars))

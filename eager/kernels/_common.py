@@ -3,7 +3,6 @@ and registration of a CPU kernel together with its Meta twin (shape arithmetic, 
 broadcasting and dim normalisation, is in eager/shapes.py)."""
 from __future__ import annotations
 
-import os
 import sys
 
 import numpy as np
@@ -13,9 +12,6 @@ from eager.tensor import Tensor, from_array, meta_empty
 from ir import dtypes
 from ir.dtypes import DType
 from ir.ops import Op
-
-
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def promote(*tensors: Tensor) -> DType:
@@ -70,7 +66,7 @@ def result(a, dt: DType) -> Tensor:
 def register(op: Op, cpu, meta=None) -> None:
     """Register a CPU kernel and, where given, its Meta twin for `op`."""
     caller = sys._getframe(1)
-    where = f"{os.path.relpath(caller.f_code.co_filename, _ROOT)}:{caller.f_lineno}"
+    where = caller.f_code.co_filename, caller.f_lineno
     ATEN[op].register(DispatchKey.CPU, cpu, where)
     if meta is not None:
         ATEN[op].register(DispatchKey.Meta, meta, where)
