@@ -6,7 +6,7 @@ from __future__ import annotations
 import heapq
 
 from eager.autograd.function import AccumulateGrad, gradient_edge
-from eager.autograd.grad_mode import set_grad_enabled
+from eager.autograd.grad_mode import _set as _set_grad_mode
 from eager.dispatcher import tls
 from eager.factories import ones_like, tensor
 from eager.profiler import profile, record_function
@@ -116,7 +116,7 @@ def run_backward(roots, retain_graph: bool, create_graph: bool, capture=None,
     prev_mode = tls.grad_enabled
     outer_callbacks, _final_callbacks = _final_callbacks, []
     try:
-        set_grad_enabled(create_graph)
+        _set_grad_mode(create_graph)
         while ready:
             _, _, node = heapq.heappop(ready)
             grads = buffers.pop(node, {})
@@ -128,20 +128,23 @@ def run_backward(roots, retain_graph: bool, create_graph: bool, capture=None,
                         captured[(node, nr)] = g
             given = grads if node.takes_all_grads else grads.get(0)
             has_grad = bool(grads) if node.takes_all_grads else given is not None
-            run = (needed is None or node in needed) and has_grad and not (
-                isinstance(node, AccumulateGrad) and not accumulate)
-            owned = node in handed and not node._pre_hooks and capture is None
-            outputs = _evaluate(node, given, create_graph, owned) if run else ()
-            if run and not retain_graph:
-                node.release()
-            own_grads = node.own_grads
+            run = has_grad and (needed is None or node in needed) and (
+                accumulate or not isinstance(node, AccumulateGrad))
+            if run:
+                owned = node in handed and not node._pre_hooks and capture is None
+                outputs = _evaluate(node, given, create_graph, owned)
+                if not retain_graph:
+                    node.release()
+            else:
+                outputs = ()
+            own_grads, metas = node.own_grads, node._input_meta
             for i, (child, nr) in enumerate(node.next_functions):
                 if child is None:
                     continue
                 g = outputs[i] if i < len(outputs) else None
                 if g is not None:
-                    if node._input_meta:
-                        g = _check_grad(node, i, g, node._input_meta[i])
+                    if metas and (g._shape != metas[i][0] or g.dtype is not metas[i][1]):
+                        g = _check_grad(node, i, g, metas[i])
                     slot = buffers.setdefault(child, {})
                     if slot.get(nr) is None:
                         slot[nr] = g
@@ -155,7 +158,7 @@ def run_backward(roots, retain_graph: bool, create_graph: bool, capture=None,
         _run_final_callbacks(_final_callbacks)
     finally:
         _final_callbacks = outer_callbacks
-        set_grad_enabled(prev_mode)
+        _set_grad_mode(prev_mode)
     return captured
 
 

@@ -173,9 +173,11 @@ class FormulaNode(Node):
         return grads
 
     def release(self) -> None:
-        if any(isinstance(v, SavedTensor) for v in self._saved.values()):
-            self._released = True
-            self._saved = {}
+        for v in self._saved.values():
+            if isinstance(v, SavedTensor):
+                self._released = True
+                self._saved = {}
+                return
 
 
 _node_classes: dict[tuple[str, object], type] = {}

@@ -6,8 +6,9 @@ from __future__ import annotations
 from eager.autograd.derivatives import DERIVATIVES, Derivative, rule_for
 from eager.autograd.function import (SavedTensor, grad_accumulator, move_retained_grad,
                                      node_class)
+from eager.device import device
 from eager.dispatcher import ATEN, DispatchKey
-from eager.tensor import Tensor, ops
+from eager.tensor import Tensor, _dispatch_keys, ops
 from ir.ops import INPLACE, Op
 
 _BELOW = DispatchKey.AutogradMeta  # the lowest Autograd key: redispatch reaches backends
@@ -28,6 +29,8 @@ class _Plan:
         self.index = {n: i for i, n in enumerate(self.names)}
         self.defaults = [a.default if a.has_default else _MISSING for a in schema.arguments]
         self.inputs = [self.index[n] for n in d.inputs]
+        # whether an input is a Tensor[] (cat's): flat_inputs then expands lists
+        self.lists = any(schema.arguments[i].type.is_list for i in self.inputs)
         self.saves = []
         for name in d.save:
             if name in ("result", "result1"):
@@ -37,6 +40,8 @@ class _Plan:
             else:
                 arg, _, fact = name.rpartition("_")
                 self.saves.append((name, "fact", self.index[arg], _FACTS[fact]))
+        self.args_only = all(kind == "arg" for _, kind, _, _ in self.saves)
+        self.save_args = [(name, i) for name, _, i, _ in self.saves]
 
     def values(self, args: tuple, kwargs: dict) -> list:
         if not kwargs and len(args) == len(self.names):
@@ -61,6 +66,11 @@ class _Plan:
 
     def save(self, vals: list, out, primary) -> dict:
         saved = {}
+        if self.args_only:  # only arguments (mm's self and mat2): the common case
+            for name, i in self.save_args:
+                v = vals[i]
+                saved[name] = SavedTensor(v, False) if isinstance(v, Tensor) else v
+            return saved
         for name, kind, i, get in self.saves:
             if kind == "result":
                 saved[name] = SavedTensor(primary, is_output=True)
@@ -78,18 +88,23 @@ class _Plan:
 def record(plan: _Plan, cls, vals: list, out, saved_vals: list | None = None):
     """Attach a backward node for `out` if any differentiable input requires grad. The
     node's edges come from `vals`; what it saves from `saved_vals` (default `vals`)."""
-    inputs = plan.flat_inputs(vals)
+    inputs = plan.flat_inputs(vals) if plan.lists else [vals[i] for i in plan.inputs]
     needs, edges, metas = [], [], []
     for t in inputs:
         if isinstance(t, Tensor):
-            needs.append(t._requires_grad)
             # gradient_edge(t), inlined: this loop runs for every recorded op
-            edges.append((t.grad_fn, t.output_nr) if t.grad_fn is not None else
-                         (grad_accumulator(t), 0) if t._requires_grad else (None, 0))
+            if t._requires_grad:
+                needs.append(True)
+                node = t.grad_fn
+                edges.append((node, t.output_nr) if node is not None else
+                             (t._grad_accumulator or grad_accumulator(t), 0))
+            else:
+                needs.append(False)
+                edges.append(_NO_EDGE)
             metas.append((t._shape, t.dtype, t.device))
         else:
             needs.append(False)
-            edges.append((None, 0))
+            edges.append(_NO_EDGE)
             metas.append(None)
     primary = out[0] if isinstance(out, tuple) else out
     if True not in needs or not primary.dtype.is_floating_point:
@@ -99,11 +114,14 @@ def record(plan: _Plan, cls, vals: list, out, saved_vals: list | None = None):
     node._input_meta = tuple(metas)
     primary.grad_fn = node
     primary.output_nr = 0
-    primary._set_requires_grad(True)
+    # _set_requires_grad(True), inlined: the dtype is a float's, checked above
+    primary._requires_grad = True
+    primary._keys = _GRAD_KEYS[primary.device.type]
     return out
 
 
-
+_NO_EDGE = (None, 0)
+_GRAD_KEYS = {kind: _dispatch_keys(device(kind), True) for kind in ("cpu", "cuda", "meta")}
 
 
 def _node_chooser(plan: _Plan):

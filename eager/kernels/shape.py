@@ -7,7 +7,7 @@ from eager.dispatcher import ATEN, DispatchKey
 from eager.kernels.gradients import sum_to
 from eager.records import declare
 from eager.shapes import infer_size, view_strides, wrap_dim
-from eager.tensor import Tensor, ops
+from eager.tensor import Size, Tensor, ops
 from ir.ops import Op
 
 
@@ -43,6 +43,9 @@ def transpose(self, dim0, dim1):
 
 
 def t(self):
+    if len(self._shape) == 2:  # the common case, without transpose's general steps
+        (rows, cols), (row_stride, col_stride) = self._shape, self._stride
+        return _view_of(self, Size((cols, rows)), (col_stride, row_stride), self._offset)
     if self.dim() > 2:
         raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {self.dim()}D")
     return transpose(self, 0, 1) if self.dim() == 2 else _view_of(self, self._shape,
