@@ -25,6 +25,8 @@ def _composite(op: Op, **names):
 def matmul(self, other):
     """Pick dot / mv / mm / bmm by rank, as torch.matmul documents."""
     da, db = len(self._shape), len(other._shape)
+    if da == 2 and db == 2:  # the common case first
+        return ops.mm(self, other)
     if da == 0 or db == 0:
         raise RuntimeError(f"both arguments to matmul need to be at least 1D, but they are "
                            f"{da}D and {db}D")
@@ -34,8 +36,6 @@ def matmul(self, other):
         return ops.mv(self, other)
     if da == 1 and db == 2:
         return ops.squeeze(ops.mm(ops.unsqueeze(self, 0), other), [0])
-    if da == 2 and db == 2:
-        return ops.mm(self, other)
     if da >= 3 and db <= 2:
         # fold the batch into rows: one mm instead of a batched product
         rows = self.reshape(_numel(self._shape[:-1]), self._shape[-1])  # no -1: k may be 0

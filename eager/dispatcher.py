@@ -162,6 +162,7 @@ class OpHandle:
         # (mask << 8 | the leading tensors' keys) -> kernel, for keys naming one backend
         self._fast: dict[int, object] = {}
         self.entry = _entry(self)
+        self._below_entries: dict[DispatchKey, object] = {}  # see below()
 
     def _leading_tensors(self) -> int:
         """1 or 2 where the op's tensor arguments are exactly its first one or two and
@@ -331,17 +332,16 @@ class OpHandle:
     def redispatch(self, below: DispatchKey, *args, **kwargs):
         """Run the kernel of the highest key strictly below `below` (below the alias
         key Autograd means below every Autograd key: the backend runs)."""
-        n = self._leading
-        try:
-            keys = args[0]._keys | args[1]._keys if n == 2 else args[0]._keys if n == 1 else None
-        except (AttributeError, IndexError):
-            keys = None
-        if keys is not None:
-            mask = (keys | tls.include) & ~tls.exclude & _BELOW[below]
-            kernel = self._fast.get(mask << 8 | keys)
-            if kernel is not None:
-                return kernel(*args, **kwargs)
-            self._learn(keys, mask)
+        return self.below(below)(*args, **kwargs)
+
+    def below(self, key: DispatchKey):
+        """`redispatch(key, ...)` as a plain function (an Autograd kernel keeps one)."""
+        entry = self._below_entries.get(key)
+        if entry is None:
+            entry = self._below_entries[key] = _entry_below(self, key)
+        return entry
+
+    def _redispatch_general(self, below: DispatchKey, args: tuple, kwargs: dict):
         mask, args, kwargs = self._key_mask(args, kwargs)
         mask &= _BELOW[below]
         return (self._cache.get(mask) or self._kernel_for(mask))(*args, **kwargs)
@@ -417,6 +417,30 @@ def _entry(handle: OpHandle):
     call.__name__ = handle.schema.name
     call.__qualname__ = handle.qualified_name
     call.handle = handle
+    return call
+
+
+def _entry_below(handle: OpHandle, below: DispatchKey):
+    """`handle.redispatch(below, ...)` as a plain function: the same fast path, its mask
+    limited to the keys below `below` (no recorder: a redispatch is not an op call)."""
+    fast, learn, general = handle._fast, handle._learn, handle._redispatch_general
+    limit, n = _BELOW[below], handle._leading
+
+    def call(*args, **kwargs):
+        try:
+            keys = args[0]._keys | args[1]._keys if n == 2 else args[0]._keys if n else None
+        except (AttributeError, IndexError):
+            keys = None
+        if keys is None:
+            return general(below, args, kwargs)
+        mask = (keys | tls.include) & ~tls.exclude & limit
+        kernel = fast.get(mask << 8 | keys)
+        if kernel is None:
+            learn(keys, mask)
+            return general(below, args, kwargs)
+        return kernel(*args, **kwargs)
+    call.__name__ = f"{handle.schema.name}_below_{below.name}"
+    call.__qualname__ = call.__name__
     return call
 
 

@@ -150,8 +150,10 @@ def _autograd_kernel(op: Op):
     fixed = None if plan.d.overloads else node_class(plan.d.name, plan.d.formula)
     n_args = len(plan.names)
 
+    below = handle.below(_BELOW)
+
     def kernel(*args, **kwargs):
-        out = handle.redispatch(_BELOW, *args, **kwargs)
+        out = below(*args, **kwargs)
         vals = list(args) if not kwargs and len(args) == n_args else plan.values(args, kwargs)
         return record(plan, fixed or choose(vals), vals, out)
     kernel.__name__ = f"{schema.name}_autograd"

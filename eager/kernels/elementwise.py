@@ -13,7 +13,7 @@ from eager.kernels._common import (compute_np, float_of, meta_from_rule, operand
                                    register, result, scalar_value, type_word)
 from eager.records import OpRecord
 from eager.shapes import broadcast_shapes
-from eager.tensor import Tensor
+from eager.tensor import Tensor, from_array
 from ir import dtypes
 
 
@@ -66,7 +66,10 @@ def _shape_and_dtype(record: OpRecord):
             if to_float:
                 dt = float_of(dt)
         if check is not None:
-            check(dt, *tensors, **attrs)
+            if attrs:
+                check(dt, *tensors, **attrs)
+            else:
+                check(dt, *tensors)
         if float_only:  # the op's input: its last tensor (gelu_backward's self)
             floating_only(tensors[-1], float_only)
         shape = tensors[0]._shape
@@ -110,9 +113,13 @@ def _pointwise_kernel(record: OpRecord, split, shape_and_dtype):
             else:
                 attrs.pop(scaled, None)
         if quiet:
-            return result(numpy(*arrays, **attrs), dt)
-        with np.errstate(all="ignore"):  # inf, nan and overflow are results, not warnings
-            return result(numpy(*arrays, **attrs), dt)
+            out = numpy(*arrays, **attrs) if attrs else numpy(*arrays)
+        else:
+            with np.errstate(all="ignore"):  # inf, nan and overflow are results, not warnings
+                out = numpy(*arrays, **attrs)
+        # result(out, dt), its common case first
+        return from_array(out) if type(out) is np.ndarray and out.dtype is dt.np else \
+            result(out, dt)
     kernel.__name__ = record.op.schema.name + "_cpu"
     return kernel
 

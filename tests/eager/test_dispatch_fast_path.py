@@ -20,7 +20,7 @@ def twice():
 
     def first(x):
         ran.append("first")
-        return eager.from_numpy(x.numpy() * 2)
+        return eager.from_numpy(x.detach().numpy() * 2)
     handle.register(DispatchKey.CPU, first)
     handle.ran = ran
     yield handle
@@ -49,7 +49,7 @@ def test_registering_again_reaches_calls_already_on_the_fast_path(twice):
 
     def second(x):
         twice.ran.append("second")
-        return eager.from_numpy(x.numpy() * 2)
+        return eager.from_numpy(x.detach().numpy() * 2)
     twice.register(DispatchKey.CPU, second)
     assert not twice._fast
     twice(x)
@@ -137,3 +137,22 @@ def test_methods_operators_and_ops_are_the_handles_entries():
     x = eager.tensor([[1.0, 2.0]])
     np.testing.assert_array_equal(x.mm(x.t()).numpy(), [[5.0]])
     assert eager.Tensor.exp(x).shape == (1, 2)
+
+
+def test_a_redispatch_finds_a_kernel_registered_after_it_ran(twice):
+    """An Autograd kernel's redispatch (OpHandle.below) shares the fast path's cache."""
+    twice.register(DispatchKey.Autograd, lambda x: twice.redispatch(DispatchKey.Autograd, x))
+    x = eager.ones(2, requires_grad=True)
+    twice(x)
+    twice(x)
+    assert twice.below(DispatchKey.Autograd) is twice.below(DispatchKey.Autograd)
+
+    def second(x):
+        twice.ran.append("second")
+        return eager.from_numpy(x.detach().numpy() * 2)
+    twice.register(DispatchKey.CPU, second)
+    twice(x)
+    assert twice.ran == ["first", "first", "second"]
+    with eager.no_grad():  # the Autograd key masked: the CPU kernel straight away
+        twice(x)
+    assert twice.ran[-1] == "second" and len(twice.ran) == 4
