@@ -398,7 +398,7 @@ def _entry(handle: OpHandle):
                 return dispatch(args, kwargs)
             if kernel is None:
                 return first_sight(keys, args, kwargs)
-            return kernel(*args, **kwargs)
+            return kernel(*args, **kwargs) if kwargs else kernel(*args)
     elif handle._leading == 1:
         def call(*args, **kwargs):
             try:
@@ -410,7 +410,7 @@ def _entry(handle: OpHandle):
                 return dispatch(args, kwargs)
             if kernel is None:
                 return first_sight(keys, args, kwargs)
-            return kernel(*args, **kwargs)
+            return kernel(*args, **kwargs) if kwargs else kernel(*args)
     else:
         def call(*args, **kwargs):
             return dispatch(args, kwargs)
