@@ -7,6 +7,7 @@ import itertools
 import sys
 import weakref
 
+from eager.dispatcher import tls
 from eager.kernels.shape import detach
 
 _sequence = itertools.count()
@@ -73,7 +74,10 @@ class AccumulateGrad(Node):
         t = self._variable()
         if t is None or grad is None:
             return ()
-        if not create_graph:
+        if not create_graph and (tls.grad_enabled or owned):
+            # kept as it is, or computed with grad mode on: without history. (With grad
+            # mode off, as the engine runs it, the clone or sum below has none: a
+            # detach there would cost a dispatched op per leaf.)
             grad = grad.detach()
         if t.grad is None:
             # a copy, as backward may hand one tensor to several leaves, unless the
