@@ -159,7 +159,9 @@ class OpHandle:
         self._mutated = tuple(i for i, a in enumerate(schema.arguments) if a.type.mutable)
         self.devices_may_differ = False  # copy_: its source may be on another device
         self._leading = self._leading_tensors()
-        # (mask << 8 | the leading tensors' keys) -> kernel, for keys naming one backend
+        # (mask << 8 | the leading tensors' keys) -> kernel: the mask chooses the kernel;
+        # the keys (runtime keys are bits 0-6) are there because only keys naming one
+        # backend are remembered, so a call whose keys are found needs no device check
         self._fast: dict[int, object] = {}
         self.entry = _entry(self)
         self._below_entries: dict[DispatchKey, object] = {}  # see below()
