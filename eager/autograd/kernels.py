@@ -3,6 +3,8 @@ alias key. Each one runs the op below Autograd and, when an input needs a gradie
 records the op's backward node on the output with what the formula saved."""
 from __future__ import annotations
 
+from operator import itemgetter
+
 from eager.autograd.derivatives import DERIVATIVES, Derivative, rule_for
 from eager.autograd.function import (SavedTensor, grad_accumulator, move_retained_grad,
                                      node_class)
@@ -31,6 +33,9 @@ class _Plan:
         self.inputs = [self.index[n] for n in d.inputs]
         # whether an input is a Tensor[] (cat's): flat_inputs then expands lists
         self.lists = any(schema.arguments[i].type.is_list for i in self.inputs)
+        # the differentiable inputs out of the argument values, as a tuple (no list pass)
+        self.pick = (itemgetter(*self.inputs) if len(self.inputs) > 1 else
+                     lambda vals, i=self.inputs[0]: (vals[i],))
         self.saves = []
         for name in d.save:
             if name in ("result", "result1"):
@@ -88,7 +93,7 @@ class _Plan:
 def record(plan: _Plan, cls, vals: list, out, saved_vals: list | None = None):
     """Attach a backward node for `out` if any differentiable input requires grad. The
     node's edges come from `vals`; what it saves from `saved_vals` (default `vals`)."""
-    inputs = plan.flat_inputs(vals) if plan.lists else [vals[i] for i in plan.inputs]
+    inputs = plan.flat_inputs(vals) if plan.lists else plan.pick(vals)
     needs, edges, metas = [], [], []
     for t in inputs:
         if isinstance(t, Tensor):
