@@ -166,21 +166,24 @@ def test_every_allowed_import_is_still_made():
 
 
 def test_import_eager_defers_the_libraries_and_still_gives_them_as_attributes():
-    """`import eager` (its time is a benchmark) loads no nn, optim, utils, cuda, testing,
-    serialization, graph IR, json or PyTorch name table; each is there when asked for."""
+    """`import eager` (its time is a benchmark) loads no nn, optim, utils, cuda,
+    distributed, testing, serialization, graph IR, json or PyTorch name table; each is
+    there when asked for."""
     import subprocess
     import sys
-    deferred = ["eager.nn", "eager.optim", "eager.utils", "eager.cuda", "eager.testing",
-                "eager.serialization", "eager._torch_names", "ir.graph", "ir.parser",
-                "ir.verifier", "json"]
+    deferred = ["eager.nn", "eager.optim", "eager.utils", "eager.cuda", "eager.distributed",
+                "eager.testing", "eager.serialization", "eager._torch_names", "ir.graph",
+                "ir.parser", "ir.verifier", "json"]
     code = ("import sys, eager; print(sorted(m for m in %r if m in sys.modules)); "
             "print(eager.nn.Linear.__name__, eager.optim.SGD.__name__, eager.save.__name__, "
             "eager.load.__name__, eager.cuda.is_available(), eager.testing.assert_close.__name__, "
-            "eager.utils.data.DataLoader.__name__, eager.serialization.__name__); "
+            "eager.utils.data.DataLoader.__name__, eager.serialization.__name__, "
+            "eager.distributed.get_world_size.__name__); "
             "from eager import nn; import ir; print(nn.ReLU.__name__, ir.verify.__name__)"
             % deferred)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True, cwd=ROOT)
     assert done.stdout.splitlines() == [
-        "[]", "Linear SGD save load False assert_close DataLoader eager.serialization",
+        "[]", "Linear SGD save load False assert_close DataLoader eager.serialization "
+        "get_world_size",
         "ReLU verify"]
