@@ -142,7 +142,7 @@ class Job:
 @dataclass
 class Result:
     """A finished job: the object code and its function names, or the worker's error;
-    `seconds` is the worker's time per phase (parse, optimise, machine_code)."""
+    `seconds` is the worker's time per phase (ir, parse, optimise, machine_code)."""
     functions: tuple = ()
     object_code: bytes = b""
     error: str | None = None
@@ -220,7 +220,6 @@ class CompileService:
         self._changed = threading.Condition()
         self._results: dict[str, Result | None] = {}  # None: submitted, not back yet
         self.submitted = 0
-        self.worker_seconds: dict[str, float] = {}
 
     def submit(self, message: tuple, deliver: Callable[[Result], None]) -> None:
         """Have the least busy worker compile a job (its `message()`), once per key;
@@ -316,8 +315,6 @@ class CompileService:
                     self._results.pop(key, None)
                 else:
                     self._results[key] = result
-                for phase, spent in (seconds or {}).items():
-                    self.worker_seconds[phase] = self.worker_seconds.get(phase, 0.0) + spent
                 self._changed.notify_all()
         try:  # its output is closed: it is exiting (outside the lock: a wait)
             worker.process.wait(timeout=5)

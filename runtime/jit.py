@@ -261,8 +261,6 @@ class HostJit:
         self.cache: KernelCache[dict[str, int]] = cache if cache is not None else KernelCache()
         self._lock = threading.RLock()
         self._machines = threading.local()
-        self.from_workers = 0  # kernels background workers compiled and this engine linked
-        self.background_seconds = 0.0  # the workers' time for them
 
     @functools.cached_property
     def target_machine(self) -> llvm.TargetMachine:
@@ -433,9 +431,6 @@ class HostJit:
         worker wrote it, or written there if the worker could not."""
         self.cache.get_or_build(key, lambda: Entry(done.functions, done.object_code),
                                 self._link)
-        with self._lock:
-            self.background_seconds += sum(done.seconds.values())
-            self.from_workers += 1
 
     def _build(self, text: str, speed_level: int = 3) -> Entry:
         """Object code for `text`, compiled with this thread's TargetMachine (in an LLVM
