@@ -34,6 +34,7 @@ from compiler.codegen.cuda.pointwise import (MAX_BLOCKS, THREADS, CudaSpec, Kern
                                              blocks_for, build_elementwise)
 from compiler.codegen.cuda.reduce import WARP
 from compiler.codegen.cuda.rows import MAX_THREADS, build_rows
+from compiler.codegen.row_ops import row_op_graph
 from compiler.eager_cuda import argreduce
 from compiler.eager_cuda import device as D
 from compiler.eager_cuda.elementwise import layout, operand
@@ -44,7 +45,6 @@ from eager.shapes import contiguous_strides, reduce_dims
 from eager.tensor import ops
 from ir import dtypes
 from ir.dtypes import DType
-from ir.graph import GraphBuilder, TensorType
 from ir.ops import Op
 from runtime.llvm_ir import fold_range, i64, offsets
 
@@ -76,44 +76,10 @@ def row_kernel(spec: RowSpec) -> CudaKernel:
 
 
 def _row_body(spec: RowSpec, name: str) -> K.KernelSpec:
-    """The op over rows of x as a KernelSpec: softmax and log_softmax as decompose.py
-    writes them, mean as a sum over the count, var as the sum of squares about the
-    mean over its divisor."""
-    g, op = GraphBuilder(), spec.op
-    full, row = ("rows", "n"), ("rows", 1)
-    x = g.input(TensorType(full, spec.source), "x")
-    per_row = []
-
-    def node(node_op, *inputs, dt=spec.out, shape=full):
-        (v,) = g.add(node_op, inputs, {}, TensorType(shape, dt))
-        if shape == row:
-            per_row.append(v)
-        return v
-
-    def divisor(name):
-        v = g.input(TensorType((), spec.out), name)
-        per_row.append(v)
-        return v
-
-    if op in (Op.SUM, Op.AMAX, Op.AMIN, Op.ARGMAX, Op.ARGMIN):
-        out = node(op, x, shape=row)
-    elif op is Op.MEAN:
-        count = divisor("count")
-        out = node(Op.DIV, node(Op.SUM, x, shape=row), count, shape=row)
-    elif op is Op.VAR:
-        count, correction = divisor("count"), divisor("corrected_count")
-        centred = node(Op.SUB, x, node(Op.DIV, node(Op.SUM, x, shape=row), count, shape=row))
-        squares = node(Op.SUM, node(Op.MUL, centred, centred), shape=row)
-        out = node(Op.DIV, squares, correction, shape=row)
-    else:
-        shifted = node(Op.SUB, x, node(Op.AMAX, x, shape=row))
-        exp = node(Op.EXP, shifted)
-        total = node(Op.SUM, exp, shape=row)
-        out = node(Op.DIV, exp, total) if op is Op.SOFTMAX else \
-            node(Op.SUB, shifted, node(Op.LOG, total, shape=row))
-    graph = g.build([out])
+    """The op over rows of x as a KernelSpec (codegen/row_ops.py's graph)."""
+    graph, per_row = row_op_graph(spec.op, spec.source, spec.out, ("count", "corrected_count"))
     return K.KernelSpec(name, "reduction", graph.inputs, graph.nodes, graph.outputs, (),
-                        frozenset(per_row), ())
+                        per_row, ())
 
 
 def rows(op: Op, self, dims: tuple, out, numbers=()) -> bool:

@@ -22,9 +22,9 @@ import numpy as np
 from compiler.backends.native.launch import Launch
 from compiler.backends.native.pointwise import NotNative, _layout, _stride_class
 from compiler.codegen import kernel_spec as K
+from compiler.codegen.row_ops import row_op_graph
 from eager.tensor import Size, Tensor, contiguous_strides, from_array
 from ir import dtypes
-from ir.graph import GraphBuilder, TensorType
 from ir.ops import Op
 from runtime.jit import KernelPending, deferring
 
@@ -131,40 +131,7 @@ def _digest(key, width: int) -> str:
 
 
 def _body(op: Op, dt, name: str, classes: tuple, columns: tuple) -> K.KernelSpec:
-    """The op over rows of x as a KernelSpec (softmax and log_softmax as decompose.py
-    writes them, mean as a sum over the count, var as the sum of squares about the mean
-    over its divisor)."""
-    g = GraphBuilder()
-    full, row = ("rows", "n"), ("rows", 1)
-    x = g.input(TensorType(full, dt), "x")
-    per_row = []
-
-    def node(node_op, *inputs, shape=full):
-        (v,) = g.add(node_op, inputs, {}, TensorType(shape, dt))
-        if shape == row:
-            per_row.append(v)
-        return v
-
-    def number(name):
-        v = g.input(TensorType((), dt), name)
-        per_row.append(v)
-        return v
-
-    if op in (Op.SUM, Op.AMAX, Op.AMIN):
-        out = node(op, x, shape=row)
-    elif op is Op.MEAN:
-        out = node(Op.DIV, node(Op.SUM, x, shape=row), number("count"), shape=row)
-    elif op is Op.VAR:
-        count, divisor = number("count"), number("divisor")
-        centred = node(Op.SUB, x, node(Op.DIV, node(Op.SUM, x, shape=row), count, shape=row))
-        squares = node(Op.SUM, node(Op.MUL, centred, centred), shape=row)
-        out = node(Op.DIV, squares, divisor, shape=row)
-    else:
-        shifted = node(Op.SUB, x, node(Op.AMAX, x, shape=row))
-        exp = node(Op.EXP, shifted)
-        total = node(Op.SUM, exp, shape=row)
-        out = node(Op.DIV, exp, total) if op is Op.SOFTMAX else \
-            node(Op.SUB, shifted, node(Op.LOG, total, shape=row))
-    graph = g.build([out])
+    """The op over rows of x as a KernelSpec (codegen/row_ops.py's graph)."""
+    graph, per_row = row_op_graph(op, dt, dt)
     return K.KernelSpec(name, "reduction", graph.inputs, graph.nodes, graph.outputs, (),
-                        frozenset(per_row), classes, columns)
+                        per_row, classes, columns)
