@@ -392,8 +392,15 @@ def _entry(handle: OpHandle):
     if handle._leading == 2:
         def call(*args, **kwargs):
             try:
-                keys = args[0]._keys | args[1]._keys
-            except (AttributeError, IndexError):  # a number, None, a wrong type
+                if args[1].__class__ in _NUMBERS:  # `x + 1`: the number wrapped, the
+                    keys = args[0]._keys           # tensor's keys choose the kernel
+                    args = (args[0], _wrap_number(args[1]), *args[2:])
+                elif args[0].__class__ in _NUMBERS:  # `1 - x`
+                    keys = args[1]._keys
+                    args = (_wrap_number(args[0]), *args[1:])
+                else:
+                    keys = args[0]._keys | args[1]._keys
+            except (AttributeError, IndexError):  # None, a wrong type, two numbers
                 return dispatch(args, kwargs)
             kernel = fast.get(((keys | tls.include) & ~tls.exclude) << 8 | keys)
             if _recorder is not None:
@@ -444,6 +451,9 @@ def _entry_below(handle: OpHandle, below: DispatchKey):
     call.__name__ = f"{handle.schema.name}_below_{below.name}"
     call.__qualname__ = call.__name__
     return call
+
+
+_NUMBERS = frozenset({float, int, bool})  # Python numbers the fast path wraps itself
 
 
 def _holds_tensor(args: tuple, kwargs: dict) -> bool:

@@ -453,16 +453,32 @@ def share_array(a: np.ndarray) -> Tensor:
 
 def wrap_scalar(value) -> Tensor:
     """A Python number as a zero-dim 'wrapped number': it takes part in type promotion
-    as a scalar and carries no dispatch key of its own."""
-    dt = dtypes.scalar_dtype(value)
-    np_dtype = np.float64 if dt.is_floating_point else dt.np
-    t = from_array(np.asarray(value, dtype=np_dtype))
+    as a scalar and carries no dispatch key of its own. Each call makes a new tensor;
+    the read-only array under it is kept per (type, value) for the numbers met again
+    (`x * 0.5` in a loop)."""
+    key = (value.__class__, value)
+    try:
+        dt, a = _NUMBER_ARRAYS[key]
+    except (KeyError, TypeError):  # TypeError: an unhashable number-like
+        dt = dtypes.scalar_dtype(value)
+        a = np.asarray(value, dtype=np.float64 if dt.is_floating_point else dt.np)
+        # floats equal to zero are not kept: 0.0 and -0.0 are one key
+        if value == value and (value or not dt.is_floating_point):
+            a.flags.writeable = False
+            if len(_NUMBER_ARRAYS) >= 1024:
+                _NUMBER_ARRAYS.clear()
+            # a float's dtype is the default dtype of the moment, not kept
+            _NUMBER_ARRAYS[key] = None if dt.is_floating_point else dt, a
+    if dt is None:
+        dt = dtypes.get_default_dtype()
+    t = from_array(a)
     t.dtype = dt
     t._wrapped = True
     t._keys = 0
     return t
 
 
+_NUMBER_ARRAYS: dict = {}  # (type, value) -> (dtype, read-only zero-dim array)
 dispatcher.set_number_wrapper(wrap_scalar)
 
 

@@ -10,7 +10,8 @@ import numpy as np
 
 from eager.dispatcher import ATEN, DispatchKey
 from eager.kernels._common import (compute_np, float_of, meta_from_rule, operand, promote,
-                                   register, result, scalar_value, type_word)
+                                   quiet_off, quiet_on, register, result, scalar_value,
+                                   type_word)
 from eager.records import OpRecord
 from eager.shapes import broadcast_shapes
 from eager.tensor import Tensor, from_array
@@ -73,9 +74,13 @@ def _shape_and_dtype(record: OpRecord):
         if float_only:  # the op's input: its last tensor (gelu_backward's self)
             floating_only(tensors[-1], float_only)
         shape = tensors[0]._shape
-        for t in tensors:
-            if t._shape != shape:
-                return broadcast_shapes(*(t._shape for t in tensors)), dt
+        for t in tensors:  # equal shapes, and zero-dim tensors, which take any shape
+            s = t._shape
+            if s != shape:
+                if not shape:
+                    shape = s
+                elif s:
+                    return broadcast_shapes(*(t._shape for t in tensors)), dt
         return shape, dt
     return shape_and_dtype
 
@@ -114,9 +119,12 @@ def _pointwise_kernel(record: OpRecord, split, shape_and_dtype):
                 attrs.pop(scaled, None)
         if quiet:
             out = numpy(*arrays, **attrs) if attrs else numpy(*arrays)
-        else:
-            with np.errstate(all="ignore"):  # inf, nan and overflow are results, not warnings
+        else:  # inf, nan and overflow are results, not warnings
+            token = quiet_on()
+            try:
                 out = numpy(*arrays, **attrs)
+            finally:
+                quiet_off(token)
         # result(out, dt), its common case first
         return from_array(out) if type(out) is np.ndarray and out.dtype is dt.np else \
             result(out, dt)

@@ -102,12 +102,61 @@ def test_a_tensors_keys_and_the_grad_mode_choose_the_kernel():
     assert (x.to("meta") + y.to("meta")).device.type == "meta"
 
 
-def test_python_numbers_take_the_general_path_each_time():
+def test_python_numbers_give_the_same_answers_on_every_call():
     x = eager.tensor([1.0, 2.0])
-    for _ in range(2):
+    for _ in range(3):
         assert (x + 1).tolist() == [2.0, 3.0]
         assert (2 * x).tolist() == [2.0, 4.0]
+        assert (1 - x).tolist() == [0.0, -1.0]
         assert eager.add(x, 1, alpha=2).tolist() == [3.0, 4.0]
+
+
+def test_a_tensor_and_a_number_take_the_fast_path_with_the_tensors_keys():
+    handle = ATEN[Op.MUL]
+    handle._forget_kernels()
+    x = eager.ones(2)
+    x * 3.0
+    mask = (x._keys | dispatcher.tls.include) & ~dispatcher.tls.exclude
+    assert list(handle._fast) == [mask << 8 | x._keys]
+    y = eager.ones(2, requires_grad=True)
+    out = 3.0 * y
+    assert type(out.grad_fn).__name__ == "MulBackward0"
+    grad_mask = (y._keys | dispatcher.tls.include) & ~dispatcher.tls.exclude
+    assert handle._fast[grad_mask << 8 | y._keys].__name__ == "mul_autograd"
+    out.sum().backward()
+    assert y.grad.tolist() == [3.0, 3.0]
+    with profiler.profile() as prof:  # the profiler still records number calls
+        x * 3.0
+    assert [e.name for e in prof.events()] == ["aten::mul"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64", "int32", "bool"])
+@pytest.mark.parametrize("number", [2, 2.5, True, -0.0, float("nan"), -3])
+def test_a_number_on_either_side_promotes_as_pytorch_does(dtype, number):
+    torch = pytest.importorskip("torch")
+    values = [0, 1, 1] if dtype == "bool" else [1, -2, 3]
+    x = eager.tensor(values, dtype=getattr(eager, dtype))
+    t = torch.tensor(values, dtype=getattr(torch, dtype))
+    for _ in range(2):  # the first call learns the kernel, the second takes the fast path
+        pairs = [(x + number, t + number), (number * x, number * t), (x * number, t * number)]
+        if dtype != "bool" and not isinstance(number, bool):  # PyTorch refuses bool - x
+            pairs += [(x - number, t - number), (number - x, number - t)]
+        for ours, theirs in pairs:
+            assert str(ours.dtype) == str(theirs.dtype).replace("torch.", "eager.")
+            np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+
+
+def test_kept_numbers_keep_their_sign_and_type():
+    """wrap_scalar keeps the array of a number met before: -0.0 and 0.0, 1 and 1.0 and
+    True are different numbers to it."""
+    x = eager.tensor([1.0, -1.0])
+    assert np.signbit((x * 0.0).numpy()).tolist() == [False, True]
+    assert np.signbit((x * -0.0).numpy()).tolist() == [True, False]
+    assert np.signbit((x * 0.0).numpy()).tolist() == [False, True]
+    i = eager.tensor([3])
+    assert (i * 1).dtype == eager.int64 and (i * 1.0).dtype == eager.float32
+    assert (i * True).dtype == eager.int64 and (i * 1).dtype == eager.int64
+    assert (x + float("nan")).isnan().all().item()
 
 
 def test_the_profiler_records_calls_the_fast_path_has_seen():
