@@ -46,7 +46,7 @@ def format_limits(limits) -> str:
     return (f"machine limits ({limits.cpu}, <{limits.vector_width} x float> FMA): "
             f"peak {limits.peak_gflops_1t:.0f} GFLOP/s on 1 thread, "
             f"{limits.peak_gflops:.0f} GFLOP/s on {limits.threads}; "
-            f"copy (read + write) {copies}")
+            f"bandwidth (best of copy, add, sum, memcpy; read + write) {copies}")
 
 
 def format_bytes(size: float) -> str:
