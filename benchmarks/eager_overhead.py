@@ -49,6 +49,11 @@ def cases(quick: bool) -> list[Case]:
             Impl(NUMPY, lambda: _binary(x, y, lambda p, q: p + q)),
             Impl(TORCH, lambda: _binary(_torch(x), _torch(y), lambda p, q: p + q)),
         ], expected=lambda: x.astype(np.float64) + y, reference=(TORCH, NUMPY)),
+        Case("mul 8 * 0.5 (a Python number)", [
+            Impl(KILN, lambda: _binary(_kiln(x), 0.5, lambda p, q: p * q)),
+            Impl(NUMPY, lambda: _binary(x, 0.5, lambda p, q: p * q)),
+            Impl(TORCH, lambda: _binary(_torch(x), 0.5, lambda p, q: p * q)),
+        ], expected=lambda: x.astype(np.float64) * 0.5, reference=(TORCH, NUMPY)),
         _profiler_case(a, b, a64 @ b64),
         Case("import time, fresh process", [
             Impl(KILN, lambda: _import_time("eager"), label="import eager"),
