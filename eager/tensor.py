@@ -417,9 +417,35 @@ _CPU_BIT = _BACKEND_BIT["cpu"]
 
 def empty_cpu(shape: Size, strides: tuple, numel: int, dtype: DType) -> Tensor:
     """A new contiguous CPU tensor of uninitialised memory, for hot paths (compiled
-    kernels' outputs) that compute its Size, strides and element count once."""
+    kernels' outputs) that compute its Size, strides and element count once: Storage
+    and Tensor._make written out, as in from_array."""
     a = np.empty(numel, dtype.np)
-    return Tensor._make(Storage(a, CPU, a.nbytes), shape, strides, 0, dtype, CPU)
+    storage = _new(Storage)
+    storage.data = a
+    storage.version = 0
+    storage.device = CPU
+    storage.nbytes = a.nbytes
+    storage._address = None
+    t = _new(Tensor)
+    t._storage = storage
+    t._shape = shape
+    t._stride = strides
+    t._offset = 0
+    t.dtype = dtype
+    t.device = CPU
+    t._keys = _CPU_BIT
+    t._requires_grad = False
+    t._grad = None
+    t.grad_fn = None
+    t.output_nr = 0
+    t._base = None
+    t._np_cache = None
+    t._lazy = None
+    t._wrapped = False
+    t._hooks = None
+    t._retains_grad = False
+    t._grad_accumulator = None
+    return t
 
 
 def meta_empty(shape, dt: DType) -> Tensor:

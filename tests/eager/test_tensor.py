@@ -235,3 +235,20 @@ def test_from_array_sets_every_field_make_and_storage_set():
         if name not in ("_storage", "__weakref__", "__dict__"):
             assert same(getattr(fast, name), getattr(made, name)), name
     assert type(fast._shape) is eager.Size and type(fast._stride) is tuple
+
+
+def test_empty_cpu_sets_every_field_make_and_storage_set():
+    """empty_cpu, the compiled kernels' output, writes them out inline too."""
+    from eager.device import CPU
+    from eager.tensor import Storage, Tensor, empty_cpu
+    shape = eager.Size((2, 3))
+    fast = empty_cpu(shape, (3, 1), 6, eager.float64)
+    made = Tensor._make(Storage(fast._storage.data, CPU, 48), shape, (3, 1), 0, eager.float64,
+                        CPU)
+    for name in Storage.__slots__[:-1]:
+        assert getattr(fast._storage, name) is getattr(made._storage, name) or \
+            getattr(fast._storage, name) == getattr(made._storage, name), name
+    for name in Tensor.__slots__:
+        if name not in ("_storage", "__weakref__", "__dict__"):
+            assert getattr(fast, name) == getattr(made, name), name
+    assert fast._storage.data.shape == (6,) and fast.dtype is eager.float64
