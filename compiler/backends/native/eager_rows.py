@@ -7,15 +7,18 @@ the count; softmax and log_softmax: decompose.py's max, exp, sum), over rows of 
 length: the kernel is compiled once per op, dtype and pattern of strides (inner stride
 1, 0 or other; rows in the lanes over a leading dim), through codegen/pointwise.py and
 the kernel cache on disk, and serves every shape. A mean's count and a var's count and
-divisor are operands of one element read once per row. A layout (op, shape, strides, dims) is planned once: its
-offset tables and ctypes arguments are kept (runtime Launch), so a call repeated on the
-same layout costs the launch alone. While a background worker compiles the kernel,
-numpy runs.
+divisor are operands of one element read once per row. A layout (op, shape, strides,
+dims) is planned once: its offset tables and ctypes arguments are kept (runtime Launch),
+so a call repeated on the same layout costs the launch alone; a layout the kernels do
+not take is remembered as numpy's. While a background worker compiles the kernel, numpy
+runs, and the layout is planned again only every RETRY_SECONDS (under load a niced
+worker took seconds, and every call planning again cost ~0.8 ms).
 """
 from __future__ import annotations
 
 import hashlib
 import threading
+import time
 
 import numpy as np
 
@@ -33,8 +36,14 @@ OPS = frozenset({Op.SUM, Op.MEAN, Op.VAR, Op.AMAX, Op.AMIN, Op.SOFTMAX, Op.LOG_S
 FLOATS = frozenset({dtypes.float32, dtypes.float64})
 _MAX_LAYOUTS = 512  # planned layouts kept; past that the table starts again
 
+RETRY_SECONDS = 0.05
+"""How long a layout whose kernel is compiling in the background is left to numpy before
+it is planned again (planning costs ~0.8 ms: the op's graph, the disk cache's lookup)."""
+
 _lock = threading.Lock()
 _layouts: dict = {}  # (op, dtype, shape, strides, dims, keepdim) -> (Launch, extra operands)
+_NUMPY = object()  # in _layouts: a layout the kernels do not take, numpy's from then on
+_retry_at: dict = {}  # layouts whose kernel is compiling -> when to plan them again
 _kernels: dict = {}  # (op, dtype, classes, columns) -> kernel address
 
 
@@ -55,12 +64,18 @@ def run(op: Op, x: Tensor, dims: tuple, keepdim: bool, numbers: tuple = ()) -> T
     key = (op, x.dtype, x._shape, x._stride, dims, keepdim, numbers)
     planned = _layouts.get(key)
     if planned is None:
+        if _retry_at.get(key, 0.0) > time.monotonic():
+            return None  # its kernel was compiling a moment ago: not planned again yet
         planned = _plan(op, x, dims, keepdim, numbers)
-        if planned is None:
+        if planned is None:  # compiling in the background: numpy runs meanwhile
+            _retry_at[key] = time.monotonic() + RETRY_SECONDS
             return None
         if len(_layouts) >= _MAX_LAYOUTS:
             _layouts.clear()
         _layouts[key] = planned
+        _retry_at.pop(key, None)
+    if planned is _NUMPY:
+        return None
     launch, extra = planned
     return launch([x, *extra])[0]
 
@@ -90,7 +105,7 @@ def _plan(op: Op, x: Tensor, dims: tuple, keepdim: bool, numbers: tuple):
         rows, inner, offsets, strides, outer = _layout(operands, shapes, full, frozenset(dims),
                                                        squeezed)
     except NotNative:
-        return None
+        return _NUMPY
     classes = tuple(_stride_class(s) for s in strides)
     columns = ()
     if K.STRIDED in classes and len(outer) == 1 and all(s in (0, 1) for s in outer[0]):
