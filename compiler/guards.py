@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import types
 
-from eager.autograd.grad_mode import is_grad_enabled
+from eager.autograd.grad_mode import is_grad_enabled, tls
 from eager.nn.modules.module import Module
 from eager.tensor import Tensor
 
@@ -199,6 +199,9 @@ class GuardSet:
         self.globals = global_reads(fn)
         self.closures = closure_reads(fn)
         self.attributes = module_attributes(module) if module is not None else []
+        # no globals, closures, module: a call's key is its arguments' and the grad mode
+        self._plain = not (self.globals or self.closures or self.attributes) and \
+            module is None
 
     def key(self, args: tuple, kwargs: dict, dynamic=frozenset()) -> tuple:
         """The call's guard key; sizes at `dynamic` (leaf, dim) positions read as -1."""
@@ -206,6 +209,20 @@ class GuardSet:
 
     def key_and_leaves(self, args: tuple, kwargs: dict, dynamic=frozenset()):
         """The guard key and the values of the arguments' leaves, in order."""
+        if self._plain and not kwargs and not dynamic:  # the common case spelled out:
+            metas = []                                    # positional tensors, nothing else
+            for a in args:
+                if type(a) is not Tensor:
+                    break
+                device = a.device
+                metas.append((a._shape, a.dtype, device.type if device.index is None else
+                              str(device), a._requires_grad))
+            else:
+                n = len(args)
+                tree, in_order = _TREES.get(n) or _positional_tree(n)
+                aliases = in_order if n == 1 or len(set(map(id, args))) == n else \
+                    _alias_pattern(args)
+                return (tree, tuple(metas), aliases, tls.grad_enabled, (), (), ()), args
         metas = None if kwargs else _tensor_metas(args)
         if metas is not None:  # plain positional tensors: their own leaves, nothing to walk
             leaves = args
