@@ -116,6 +116,9 @@ def addmm_cpu(self, mat1, mat2, *, beta=1, alpha=1):
     if beta == 0:  # PyTorch: self is ignored, so NaN/inf in it do not propagate
         return result(prod, dt)
     bias = operand(self, ct)
+    if type(prod) is np.ndarray and prod.shape == np.broadcast_shapes(prod.shape, bias.shape):
+        np.add(prod, bias if beta == 1 else beta * bias, out=prod)  # into the fresh product
+        return result(prod, dt)
     return result(prod + (bias if beta == 1 else beta * bias), dt)
 
 
