@@ -203,6 +203,11 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
             scores = ops.where(attn_mask, scores, -math.inf)
         else:
             scores = scores + attn_mask
+    if is_causal and k_len > 0:  # every query sees the first key: no row is all -inf
+        weights = ops.softmax(scores, -1)
+        if dropout_p > 0.0:
+            weights = dropout(weights, dropout_p)
+        return ops.matmul(weights, value)
     # PyTorch gives a query that may see no key zero weights, and so a zero output and no
     # gradient, where a plain softmax would give NaN
     blind = ops.eq(ops.amax(scores.detach(), [-1], True), -math.inf)
