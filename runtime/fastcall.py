@@ -7,10 +7,11 @@ METH_FASTCALL signature
     PyObject *fn(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 wrapped as a builtin function object (PyCFunction_NewEx on a PyMethodDef) is called by
-the interpreter directly, for about 30 ns. `Entry` builds such functions in llvmlite IR
-for kernels on ndarrays: it reads each array's data pointer from the object (at
-ARRAY_DATA_OFFSET, where numpy's C API keeps it) and returns one of the arguments as a
-new reference. `builtin(address, name, words)` wraps one; its `self`, an int64 ndarray,
+the interpreter directly, for about 30 ns. runtime/fastcall_ir.py's `Entry` builds such
+functions in llvmlite IR for kernels on ndarrays: it reads each array's data pointer
+from the object (at ARRAY_DATA_OFFSET, where numpy's C API keeps it) or an int's value,
+and returns one of the arguments as a new reference. `builtin(address, name, words)`
+wraps one; its `self`, an int64 ndarray,
 holds what the code reads that differs between processes and so cannot be compiled in
 (the kernel cache shares object code across processes): `words` (a thread pool's
 address), after PyErr_SetString's address and TypeError's.
@@ -19,7 +20,8 @@ Such a function runs holding the GIL, with the arguments' types and layouts unch
 its caller guarantees them (compiler/gemm/plans.py does, by its request keys). Their number is
 checked: a wrong one raises TypeError. `available()` says whether this interpreter
 allows all this: CPython with a GIL, its object header and numpy's array layout as
-probed.
+probed. `launcher` makes one for a native backend kernel (compiler/backends/native/
+launch.py). This module imports no llvmlite: a builtin whose code is on disk costs none.
 """
 from __future__ import annotations
 
@@ -28,12 +30,8 @@ import functools
 import sys
 import sysconfig
 
-import llvmlite.ir as ir
 import numpy as np
 
-from runtime.llvm_ir import I8, I8P, I64, VOID, at, define, i64
-
-FASTCALL = ir.FunctionType(I8P, [I8P, I8P.as_pointer(), I64])
 METH_FASTCALL = 0x0080
 
 
@@ -85,7 +83,7 @@ def _c_api() -> tuple:
 
 
 def builtin(address: int, name: str, words=()):
-    """The native METH_FASTCALL function at `address` (built with an Entry) as a Python
+    """The native METH_FASTCALL function at `address` (built with fastcall_ir.Entry) as a Python
     builtin called `name`, reading `words` (ints) through Entry.words."""
     if not available():
         raise RuntimeError("runtime.fastcall: this interpreter is not CPython with a GIL "
@@ -98,58 +96,36 @@ def builtin(address: int, name: str, words=()):
     return new_builtin(ctypes.addressof(method), self, None)
 
 
-class Entry:
-    """A METH_FASTCALL function `name` being built (its code at `b`): `arrays(count)`
-    gives the data pointers of its `count` ndarray arguments (after checking there are
-    that many), `words(count)` the words given to `builtin`, `give(index)` returns
-    argument `index`."""
+# kernel launchers -------------------------------------------------------------------
+_launchers: dict[int, int] = {}
 
-    def __init__(self, module: ir.Module, name: str):
-        self.module, self.name = module, name
-        self.fn, self.b = define(module, name, FASTCALL)
-        self.self_, self.args, self.count = self.fn.args
 
-    def arrays(self, count: int) -> list:
-        """The data pointers (i8*) of arguments 0 .. count-1; a call with another number
-        of arguments raises TypeError here."""
-        b = self.b
-        wrong, right = (self.fn.append_basic_block(name) for name in ("wrong", "right"))
-        b.cbranch(b.icmp_signed("!=", self.count, i64(count)), wrong, right)
-        b.position_at_end(wrong)
-        set_error, type_error = self._words(HIDDEN_WORDS)
-        text = f"{self.name}() takes {count} arrays\0".encode()
-        message = ir.GlobalVariable(self.module, ir.ArrayType(I8, len(text)),
-                                    f"{self.name}.message")
-        message.global_constant, message.linkage = True, "internal"
-        message.initializer = ir.Constant(message.type.pointee, bytearray(text))
-        set_type = ir.FunctionType(VOID, [I8P, I8P])
-        b.call(b.inttoptr(set_error, set_type.as_pointer()),
-               [b.inttoptr(type_error, I8P), b.bitcast(message, I8P)])
-        b.ret(ir.Constant(I8P, None))
-        b.position_at_end(right)
-        return [self._data(self._argument(index)) for index in range(count)]
+def launcher(address: int, count: int, offsets: int, strides: int, rows: int, inner: int):
+    """The fastcall_ir.KERNEL at `address` over every row and element as a builtin of `count` data
+    pointers (ints): ~0.3 us less a call than ctypes with prepared arguments. The
+    addresses of the offset tables and strides must outlive it. None where this
+    interpreter does not allow it (available())."""
+    if not available():
+        return None
+    code = _launchers.get(count)
+    if code is None:
+        from runtime.jit import compiling_here, host_jit
+        name = f"kiln_launch_{count}"
+        with compiling_here():  # once per count and machine: the disk cache keeps it
+            code = host_jit().load_spec(name, f"{name} fastcall", _BuildLauncher(count),
+                                        [name])[name]
+        _launchers[count] = code
+    as_pointer = ctypes.cast(ctypes.pythonapi.PyLong_AsVoidPtr, ctypes.c_void_p).value
+    return builtin(code, "kiln_launch", (as_pointer, address, offsets, strides, rows, inner))
 
-    def words(self, count: int) -> list:
-        """The first `count` words given to `builtin`, as i64."""
-        return self._words(HIDDEN_WORDS + count)[HIDDEN_WORDS:]
 
-    def _words(self, count: int) -> list:
-        b = self.b
-        base = b.bitcast(self._data(self.self_), I64.as_pointer())
-        return [b.load(at(b, base, i)) for i in range(count)]
+class _BuildLauncher:
+    """load_spec's build of kiln_launch_<count> (fastcall_ir.build_launcher, imported
+    only when it is built: a launcher on disk loads without llvmlite)."""
 
-    def give(self, index: int) -> None:
-        """Return argument `index`, its reference count incremented (a new reference)."""
-        b = self.b
-        obj = self._argument(index)
-        count = b.bitcast(obj, I64.as_pointer())
-        b.store(b.add(b.load(count), i64(1)), count)
-        b.ret(obj)
+    def __init__(self, count: int):
+        self.count = count
 
-    def _argument(self, index: int):
-        return self.b.load(at(self.b, self.args, index))
-
-    def _data(self, obj):
-        b = self.b
-        slot = at(b, obj, ARRAY_DATA_OFFSET)
-        return b.load(b.bitcast(slot, I8P.as_pointer()), align=8)
+    def __call__(self, module) -> None:
+        from runtime.fastcall_ir import build_launcher
+        build_launcher(module, self.count)

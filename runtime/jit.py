@@ -103,10 +103,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GENERATORS = ("compiler/codegen", "compiler/gemm", "compiler/backends/native",
               "compiler/fused_optim.py", "eager/kernels", "ir/dtypes.py", "runtime/jit.py",
               "runtime/llvm_ir.py", "runtime/llvm_passes.py", "runtime/pool.py",
-              "runtime/target.py")
+              "runtime/target.py", "runtime/fastcall.py", "runtime/fastcall_ir.py")
 """The source that decides what IR a kernel spec becomes and how it is compiled: the CPU
 code generators and what they call (eager's op records carry the pointwise emitters),
-the IR toolkit, the pass pipeline. CUDA's generators are left out: PTX is keyed by its
+the IR toolkit, the pass pipeline, the builtins' entries (fastcall: the words a GEMM's
+entry reads are numbered there). CUDA's generators are left out: PTX is keyed by its
 IR text."""
 
 

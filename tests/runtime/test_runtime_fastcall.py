@@ -1,11 +1,11 @@
-"""runtime/fastcall.py: native functions called as Python builtins, on one built here:
-`add_words(x, y)` adds self's two words to x's first two int64 elements and returns y."""
+"""runtime/fastcall.py and fastcall_ir.py: native functions called as Python builtins, on one
+built here: `add_words(x, y)` adds self's two words to x's first two int64 elements and returns y."""
 import sys
 
 import numpy as np
 import pytest
 
-from runtime import fastcall
+from runtime import fastcall, fastcall_ir
 
 pytestmark = pytest.mark.skipif(not fastcall.available(),
                                 reason="runtime.fastcall needs CPython with a GIL")
@@ -17,12 +17,12 @@ def _add_words(words):
     from runtime.jit import host_jit
     jit = host_jit()
     module = jit.new_module("fastcall_test_add_words")
-    entry = fastcall.Entry(module, "fastcall_test_add_words")
+    entry = fastcall_ir.Entry(module, "fastcall_test_add_words")
     b = entry.b
     x, _ = entry.arrays(2)
-    target = b.bitcast(x, fastcall.I64.as_pointer())
+    target = b.bitcast(x, fastcall_ir.I64.as_pointer())
     for index, word in enumerate(entry.words(2)):
-        slot = b.gep(target, [ir.Constant(fastcall.I64, index)])
+        slot = b.gep(target, [ir.Constant(fastcall_ir.I64, index)])
         b.store(b.add(b.load(slot), word), slot)
     entry.give(1)
     address = jit.load(module)["fastcall_test_add_words"]
@@ -56,3 +56,36 @@ def test_the_array_layout_is_the_one_numpy_reports():
     import ctypes
     found = ctypes.c_void_p.from_address(id(x) + fastcall.ARRAY_DATA_OFFSET).value
     assert found == x.__array_interface__["data"][0]
+
+
+def _recorder_kernel() -> int:
+    """A fastcall_ir.KERNEL that writes what it was called with into the first data
+    pointer's memory: the second data pointer, offsets, strides, then the four ranges."""
+    import llvmlite.ir as ir
+
+    from runtime.jit import host_jit
+    from runtime.llvm_ir import I8P, I64, define
+    jit = host_jit()
+    module = jit.new_module("fastcall_test_recorder")
+    fn, b = define(module, "fastcall_test_recorder", fastcall_ir.KERNEL)
+    table = b.bitcast(fn.args[0], I8P.as_pointer())
+    out = b.bitcast(b.load(table), I64.as_pointer())
+    second = b.load(b.gep(table, [ir.Constant(I64, 1)]))
+    values = [b.ptrtoint(second, I64), b.ptrtoint(fn.args[1], I64),
+              b.ptrtoint(fn.args[2], I64), *fn.args[3:]]
+    for index, value in enumerate(values):
+        b.store(value, b.gep(out, [ir.Constant(I64, index)]))
+    b.ret_void()
+    return jit.load(module)["fastcall_test_recorder"]
+
+
+def test_a_launcher_calls_a_kernel_over_every_row_with_the_pointers_given():
+    launch = fastcall.launcher(_recorder_kernel(), 2, offsets=1111, strides=2222, rows=33,
+                               inner=44)
+    record = np.zeros(7, np.int64)
+    other = np.zeros(1)
+    argument = record.ctypes.data
+    assert launch(argument, other.ctypes.data) == argument
+    assert record.tolist() == [other.ctypes.data, 1111, 2222, 0, 33, 0, 44]
+    with pytest.raises(TypeError, match=r"kiln_launch_2\(\) takes 2 ints"):
+        launch(argument)

@@ -13,7 +13,7 @@ from compiler.codegen.values import emit_activation
 from compiler.gemm.ir.tools import PACK_ALIGN
 from compiler.gemm.ir.kernel import KERNEL_ARGS, Tile, export_item
 from compiler.gemm.ir.store import TileStore, Update
-from runtime import fastcall
+from runtime import fastcall, fastcall_ir
 from runtime.llvm_ir import (I1, I8P, I32, I64, VOID, at, claim_loop, define, fold_range,
                              for_range, for_trips, i32, i64, load_vector, masked_load,
                              store_vector)
@@ -74,7 +74,7 @@ class SmallGemm(TileStore):
         """`name`, a runtime.fastcall function on the operands' ndarrays in key.args'
         order, returning out; its words are the pool's cell and run function for a
         kernel on threads."""
-        entry = fastcall.Entry(self.module, name)
+        entry = fastcall_ir.Entry(self.module, name)
         pointers = [entry.b.bitcast(data, self.P)
                     for data in entry.arrays(len(self.key.args))]
         pool = [] if self.key.cut.threads == 1 else [entry.b.inttoptr(word, I8P)

@@ -1,0 +1,103 @@
+"""The IR side of runtime/fastcall.py: `Entry` builds a METH_FASTCALL function in
+llvmlite IR (its arguments' data pointers, its words, its return value), and
+`build_launcher` the launcher of the native backend's kernels. Kept apart so that
+calling a builtin whose code is on disk loads no llvmlite."""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from runtime.fastcall import ARRAY_DATA_OFFSET, HIDDEN_WORDS
+from runtime.llvm_ir import I8, I8P, I64, VOID, at, define, i64
+
+FASTCALL = ir.FunctionType(I8P, [I8P, I8P.as_pointer(), I64])
+
+
+class Entry:
+    """A METH_FASTCALL function `name` being built (its code at `b`): `arrays(count)`
+    gives the data pointers of its `count` ndarray arguments (after checking there are
+    that many), `words(count)` the words given to `builtin`, `give(index)` returns
+    argument `index`."""
+
+    def __init__(self, module: ir.Module, name: str):
+        self.module, self.name = module, name
+        self.fn, self.b = define(module, name, FASTCALL)
+        self.self_, self.args, self.count = self.fn.args
+
+    def arrays(self, count: int) -> list:
+        """The data pointers (i8*) of arguments 0 .. count-1; a call with another number
+        of arguments raises TypeError here."""
+        self._expect(count, "arrays")
+        return [self._data(self._argument(index)) for index in range(count)]
+
+    def ints(self, count: int, as_pointer) -> list:
+        """Arguments 0 .. count-1, Python ints (addresses), as i8* through CPython's
+        PyLong_AsVoidPtr (`as_pointer`: its address, an i64 word); a call with another
+        number of arguments raises TypeError here."""
+        self._expect(count, "ints")
+        b = self.b
+        convert = b.inttoptr(as_pointer, ir.FunctionType(I8P, [I8P]).as_pointer())
+        return [b.call(convert, [self._argument(index)]) for index in range(count)]
+
+    def _expect(self, count: int, what: str) -> None:
+        b = self.b
+        wrong, right = (self.fn.append_basic_block(name) for name in ("wrong", "right"))
+        b.cbranch(b.icmp_signed("!=", self.count, i64(count)), wrong, right)
+        b.position_at_end(wrong)
+        set_error, type_error = self._words(HIDDEN_WORDS)
+        text = f"{self.name}() takes {count} {what}\0".encode()
+        message = ir.GlobalVariable(self.module, ir.ArrayType(I8, len(text)),
+                                    f"{self.name}.message")
+        message.global_constant, message.linkage = True, "internal"
+        message.initializer = ir.Constant(message.type.pointee, bytearray(text))
+        set_type = ir.FunctionType(VOID, [I8P, I8P])
+        b.call(b.inttoptr(set_error, set_type.as_pointer()),
+               [b.inttoptr(type_error, I8P), b.bitcast(message, I8P)])
+        b.ret(ir.Constant(I8P, None))
+        b.position_at_end(right)
+
+    def words(self, count: int) -> list:
+        """The first `count` words given to `builtin`, as i64."""
+        return self._words(HIDDEN_WORDS + count)[HIDDEN_WORDS:]
+
+    def _words(self, count: int) -> list:
+        b = self.b
+        base = b.bitcast(self._data(self.self_), I64.as_pointer())
+        return [b.load(at(b, base, i)) for i in range(count)]
+
+    def give(self, index: int) -> None:
+        """Return argument `index`, its reference count incremented (a new reference)."""
+        b = self.b
+        obj = self._argument(index)
+        count = b.bitcast(obj, I64.as_pointer())
+        b.store(b.add(b.load(count), i64(1)), count)
+        b.ret(obj)
+
+    def _argument(self, index: int):
+        return self.b.load(at(self.b, self.args, index))
+
+    def _data(self, obj):
+        b = self.b
+        slot = at(b, obj, ARRAY_DATA_OFFSET)
+        return b.load(b.bitcast(slot, I8P.as_pointer()), align=8)
+
+
+KERNEL = ir.FunctionType(VOID, [I8P] * 3 + [I64] * 4)
+"""The native backend's row and elementwise kernels: (data pointers, row offset tables,
+inner strides, row start, row end, inner start, inner end); see compiler/codegen."""
+
+
+def build_launcher(module: ir.Module, count: int) -> None:
+    """`kiln_launch_<count>`(count ints): the data pointers (Python ints) into a table on
+    the stack, then one call of a KERNEL over every row and element; its words are
+    PyLong_AsVoidPtr's address, the kernel's, its offset tables', its strides', the rows
+    and the inner size. Returns its first argument."""
+    entry = Entry(module, f"kiln_launch_{count}")
+    b = entry.b
+    table = b.alloca(ir.ArrayType(I8P, count), name="pointers")
+    as_pointer, kernel, offsets, strides, rows, inner = entry.words(6)
+    for index, pointer in enumerate(entry.ints(count, as_pointer)):
+        b.store(pointer, b.gep(table, [i64(0), i64(index)]))
+    b.call(b.inttoptr(kernel, KERNEL.as_pointer()),
+           [b.bitcast(table, I8P), b.inttoptr(offsets, I8P), b.inttoptr(strides, I8P),
+            i64(0), rows, i64(0), inner])
+    entry.give(0)
