@@ -29,9 +29,9 @@ _KERNEL_PREPARED = ctypes.CFUNCTYPE(None)
 # 2.5x at 256K (where each core's half stays in its own L2)
 PARALLEL_ELEMENTS = 1 << 16
 # up to this size a kernel on the calling thread is called through a runtime.fastcall
-# builtin, which keeps the GIL (tens of microseconds at most); larger ones through ctypes,
-# which lets it go while they run
-FASTCALL_ELEMENTS = 1 << 16
+# builtin, which keeps the GIL (1 MiB of float32: ~10 us at most); larger ones through
+# ctypes, which lets it go while they run
+FASTCALL_ELEMENTS = 1 << 18
 
 
 class OutOfRange(Exception):
