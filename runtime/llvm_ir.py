@@ -267,6 +267,25 @@ def pairwise_lanes(b: ir.IRBuilder, vector_value, combine: Callable):
     return b.extract_element(v, i32(0))
 
 
+def pairwise_lanes_each(b: ir.IRBuilder, vectors: list, combine: Callable):
+    """pairwise_lanes of each of several vectors (a power-of-two count, at most their
+    lane count) as one vector of their results, in order. Each level combines the even
+    lanes of two vectors with their odd ones (one two-source shuffle each): the same
+    pairs as pairwise_lanes takes, so each result is bitwise what it gives, in fewer
+    vector steps than reducing the vectors one by one."""
+    n, rows = vectors[0].type.count, len(vectors)
+    while len(vectors) > 1:  # two vectors' lanes into one: each keeps half its partials
+        vectors = [combine(*[b.shuffle_vector(x, y, ir.Constant(
+            ir.VectorType(I32, n), list(range(first, 2 * n, 2)))) for first in (0, 1)])
+            for x, y in zip(vectors[::2], vectors[1::2])]
+    v = vectors[0]
+    while n > rows:  # each vector's partials side by side: halve them all at once
+        v = combine(*[b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined), ir.Constant(
+            ir.VectorType(I32, n // 2), list(range(first, n, 2)))) for first in (0, 1)])
+        n //= 2
+    return v
+
+
 # loops --------------------------------------------------------------------------------
 def _blocks(b: ir.IRBuilder, name: str) -> tuple:
     return tuple(b.append_basic_block(f"{name}.{part}") for part in ("head", "body", "done"))

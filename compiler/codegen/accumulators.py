@@ -127,11 +127,10 @@ def lanes(b: ir.IRBuilder, node: Node, acc: Accumulator):
     seen); for argmax and argmin their indices."""
     if acc.index is not None:
         return b.load(acc.index)
-    parts = [b.load(slot) for slot in acc.slots]
+    value = _parts(b, acc, _fold(b, node, acc))
     if acc.nan is None:
-        return llvm_ir.pairwise(parts, lambda x, y: combine(b, node, x, y))
-    L = V.Lanes(b, parts[0].type.count)
-    value = llvm_ir.pairwise(parts, lambda x, y: _plain_max_min(L, x, y, acc.kind == "max"))
+        return value
+    L = V.Lanes(b, value.type.count)
     return b.select(b.load(acc.nan), L.const(float("nan"), acc.dt), value)
 
 
@@ -143,14 +142,39 @@ def finish(b: ir.IRBuilder, w: int, node: Node, acc: Accumulator):
         pairs = list(zip(llvm_ir.lanes_of(b, b.load(acc.slots[0])),
                          llvm_ir.lanes_of(b, b.load(acc.index))))
         return llvm_ir.pairwise(pairs, lambda x, y: combine(b, node, x, y))[1]
+    fold = _fold(b, node, acc)
+    return _flag_nan(b, acc, llvm_ir.pairwise_lanes(b, _parts(b, acc, fold), fold))
+
+
+def finish_rows(b: ir.IRBuilder, w: int, node: Node, accs: list) -> list:
+    """`finish` for several rows (a power-of-two count up to W), their results folded
+    together: the rows' final vectors combine level by level into one vector of the
+    rows' results (llvm_ir.pairwise_lanes_each: the same pairs, so the same values as
+    `finish` row by row, in fewer steps)."""
+    if accs[0].index is not None or len(accs) == 1:
+        return [finish(b, w, node, acc) for acc in accs]
+    fold = _fold(b, node, accs[0])
+    values = llvm_ir.pairwise_lanes_each(b, [_parts(b, acc, fold) for acc in accs], fold)
+    return [_flag_nan(b, acc, value) for acc, value in zip(accs, llvm_ir.lanes_of(b, values))]
+
+
+def _fold(b: ir.IRBuilder, node: Node, acc: Accumulator):
+    """How two partial results of the accumulator combine (vectors or scalars): plain
+    maxima or minima where a NaN flag is kept, else `combine`."""
     if acc.nan is None:
-        parts = [b.load(slot) for slot in acc.slots]
-        value = llvm_ir.pairwise(parts, lambda x, y: combine(b, node, x, y))
-        return llvm_ir.pairwise_lanes(b, value, lambda x, y: combine(b, node, x, y))
-    L = V.Lanes(b, None)
-    is_max = acc.kind == "max"
-    parts = [b.load(slot) for slot in acc.slots]
-    value = llvm_ir.pairwise(parts, lambda x, y: _plain_max_min(L, x, y, is_max))
-    value = llvm_ir.pairwise_lanes(b, value, lambda x, y: _plain_max_min(L, x, y, is_max))
+        return lambda x, y: combine(b, node, x, y)
+    L = V.Lanes(b, None)  # (select and compare: any width)
+    return lambda x, y: _plain_max_min(L, x, y, acc.kind == "max")
+
+
+def _parts(b: ir.IRBuilder, acc: Accumulator, fold):
+    """The accumulator's parts folded into one vector of W partial results."""
+    return llvm_ir.pairwise([b.load(slot) for slot in acc.slots], fold)
+
+
+def _flag_nan(b: ir.IRBuilder, acc: Accumulator, value):
+    """A row's folded result, NaN where its flag saw one."""
+    if acc.nan is None:
+        return value
     seen = llvm_ir.any_lane(b, b.load(acc.nan))
-    return b.select(seen, L.const(float("nan"), acc.dt), value)
+    return b.select(seen, V.Lanes(b, None).const(float("nan"), acc.dt), value)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from compiler.codegen import gather as G
-from compiler.codegen.accumulators import accumulate, finish, lanes, start
+from compiler.codegen.accumulators import accumulate, finish_rows, lanes, start
 from compiler.codegen.kernel_spec import REDUCE_OPS, STRIDED, KernelSpec
 from compiler.codegen import values as V
 from ir import dtypes
@@ -37,6 +37,8 @@ from runtime.llvm_ir import I64
 
 UNROLL = 4  # vectors per trip of an elementwise kernel's main loop
 ROW_PARTS = 4  # vectors per trip of a row's loop, each into its own partial results
+GROUP_ROWS = 4  # rows walked together while they are short, each with its own results
+GROUP_ELEMENTS = 1024  # rows from this length on go one at a time
 COLUMN_GROUPS = 4  # vectors of adjacent rows a column kernel walks together
 
 
@@ -332,30 +334,50 @@ class RowPasses:
 
 
 def _rows(k: _Builder) -> None:
+    """Rows one at a time, or, while the rows are shorter than GROUP_ELEMENTS,
+    GROUP_ROWS at a time: each row keeps its own accumulators and the rows' final
+    vectors fold together (accumulators.finish_rows), so a short row is not left
+    waiting on its own horizontal reduction."""
+    b = k.b
+    plan = RowPasses(k.spec, stash=True)
+    group = min(GROUP_ROWS, k.w)
+    r = k.r0
+    if group > 1:
+        short = b.icmp_signed("<", b.sub(k.i1, k.i0), llvm_ir.i64(GROUP_ELEMENTS))
+        with llvm_ir.for_range(b, k.r0, b.select(short, k.r1, k.r0), group, "row_groups",
+                               whole=True) as r:
+            _row_group(k, plan, [b.add(r, llvm_ir.i64(g)) for g in range(group)])
+    with llvm_ir.for_range(b, r, k.r1, 1, "row") as r:
+        _row_group(k, plan, [r])
+
+
+def _row_group(k: _Builder, plan: RowPasses, rows: list) -> None:
+    """Every pass of `rows` (row numbers), a pass walking one row after the other
+    (ROW_PARTS vectors a trip, each into its own partial results) and then folding
+    their reductions together."""
     spec, b = k.spec, k.b
     n_in = len(spec.inputs)
-    plan = RowPasses(spec, stash=True)
-
-    def row(r):
-        bases = [k.row_base(j, r) for j in range(len(k.operands))]
-        S = V.Lanes(b, None)
-        known = {}  # per-row scalars
+    S = V.Lanes(b, None)
+    bases = [[k.row_base(j, r) for j in range(len(k.operands))] for r in rows]
+    known = [{} for _ in rows]  # per-row scalars, a dict per row
+    for values, base in zip(known, bases):
         for j, v in enumerate(spec.inputs):
             if v in spec.per_row:
-                known[v] = S.from_memory(b.load(bases[j]), v.type.dtype)
-        k.constants(known, S)
+                values[v] = S.from_memory(b.load(base[j]), v.type.dtype)
+        k.constants(values, S)
 
-        def one_pass(needed, accs, stores, reloads):
-            scaled = _reciprocals(k, spec, needed, known)
+    def one_pass(needed, accs, stores, reloads):
+        for g, base in enumerate(bases):  # row after row: the reads stay in memory order
+            scaled = _reciprocals(k, spec, needed, known[g])
 
             def step(i, count, part):
                 L = V.Lanes(b, k.w)
-                env = {v: llvm_ir.splat(b, x, k.w) for v, x in known.items()}
+                env = {v: llvm_ir.splat(b, x, k.w) for v, x in known[g].items()}
                 for j, v in enumerate(spec.inputs):
                     if v not in spec.per_row:
-                        env[v] = k.load(j, bases[j], i, count)
+                        env[v] = k.load(j, base[j], i, count)
                 for j, v in reloads:
-                    env[v] = k.load(n_in + j, bases[n_in + j], i, count)
+                    env[v] = k.load(n_in + j, base[n_in + j], i, count)
                 for node in spec.nodes:
                     if node in scaled:
                         env[node.outputs[0]] = b.fmul(env[node.inputs[0]], scaled[node])
@@ -364,21 +386,22 @@ def _rows(k: _Builder) -> None:
                 positions = b.add(llvm_ir.splat(b, i, k.w),
                                   ir.Constant(ir.VectorType(I64, k.w), list(range(k.w))))
                 active = None if count is None else llvm_ir.lane_mask(b, count, k.w)
-                for node, acc in accs.items():
+                for node, acc in accs[g].items():
                     accumulate(b, k.w, node, acc, env[node.inputs[0]], positions, active,
                                part)
                 for j, v in stores:
-                    k.store(n_in + j, bases[n_in + j], i, env[v], count)
+                    k.store(n_in + j, base[n_in + j], i, env[v], count)
             llvm_ir.vector_loop(b, k.i0, k.i1, k.w, step, unroll=ROW_PARTS, numbered=True)
-            for node, acc in accs.items():
-                known[node.outputs[0]] = finish(b, k.w, node, acc)
+        for node in accs[0]:
+            results = finish_rows(b, k.w, node, [acc[node] for acc in accs])
+            for values, result in zip(known, results):
+                values[node.outputs[0]] = result
 
-        plan.run(k, known, S, one_pass, ROW_PARTS)
+    plan.run_groups(k, known, S, one_pass, ROW_PARTS)
+    for values, base in zip(known, bases):
         for j, v in enumerate(spec.outputs):
             if v in spec.per_row:
-                b.store(S.to_memory(known[v], v.type.dtype), bases[n_in + j])
-    with llvm_ir.for_range(b, k.r0, k.r1, 1, "row") as r:
-        row(r)
+                b.store(S.to_memory(values[v], v.type.dtype), base[n_in + j])
 
 
 def _columns(k: _Builder) -> None:

@@ -1,0 +1,113 @@
+"""Row kernels over short rows take GROUP_ROWS rows a trip and fold the rows' results
+together (codegen/pointwise._rows, accumulators.finish_rows), the rows left over and
+long rows one at a time: values against numpy float64 for row counts that are not a
+multiple of the group, row lengths around the vector width, empty rows, strided and
+transposed inputs, keepdim, float64, NaN in some rows only; and the grouped rows give
+bitwise what a row alone gives."""
+import numpy as np
+import pytest
+
+import compiler
+import eager
+from compiler.backends.native import eager_rows
+from compiler.codegen import pointwise
+from ir.ops import Op
+from tests.compiler.test_native import _assert_ran_natively
+
+ROWS = [1, 3, 5, 7, 513]
+LENGTHS = [1, 3, 15, 16, 17, 255, 256, 257]
+LONG = pointwise.GROUP_ELEMENTS + 3  # one row at a time
+
+
+def _softmax(z):
+    e = np.exp(z - z.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+OPS = {  # op: (numbers the kernel takes for n elements a row, numpy float64 reference)
+    Op.SUM: (lambda n: (), lambda z: z.sum(-1)),
+    Op.MEAN: (lambda n: (n,), lambda z: z.mean(-1)),
+    Op.VAR: (lambda n: (n, n - 1), lambda z: z.var(-1, ddof=1)),
+    Op.AMAX: (lambda n: (), lambda z: z.max(-1)),
+    Op.AMIN: (lambda n: (), lambda z: z.min(-1)),
+    Op.SOFTMAX: (lambda n: (), _softmax),
+    Op.LOG_SOFTMAX: (lambda n: (), lambda z: np.log(_softmax(z))),
+}
+
+
+def _rows(op, x, keepdim=False):
+    """op over x's last dim as the generated row kernel (asserting that it ran)."""
+    n = x.shape[-1]
+    out = eager_rows.run(op, x, (x.dim() - 1,), keepdim, OPS[op][0](n))
+    assert out is not None, "the generated kernel did not run"
+    return out
+
+
+def _check(got, want, dtype):
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    assert got.shape == np.shape(want)
+    np.testing.assert_allclose(got.numpy(), want, rtol=tol * 10, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("length", LENGTHS + [LONG])
+@pytest.mark.parametrize("op", list(OPS), ids=lambda op: op.name.lower())
+def test_row_groups_match_numpy_in_float64(op, length, dtype):
+    rng = np.random.default_rng(length)
+    for rows in ROWS:
+        if op is Op.VAR and length == 1:
+            continue  # n - 1 = 0: numpy warns, the kernel gives what 0 / 0 gives
+        a = rng.standard_normal((rows, length)).astype(dtype)
+        _check(_rows(op, eager.tensor(a)), OPS[op][1](a.astype(np.float64)), dtype)
+
+
+@pytest.mark.parametrize("op", [Op.SUM, Op.MEAN, Op.AMAX, Op.SOFTMAX])
+def test_row_groups_over_strided_transposed_and_kept_dims(op):
+    a = np.random.default_rng(1).standard_normal((7, 17)).astype(np.float32)
+    want = OPS[op][1](a.astype(np.float64))
+    wide = np.zeros((7, 34), np.float32)
+    wide[:, ::2] = a
+    strided = eager.tensor(wide)[:, ::2]
+    transposed = eager.tensor(np.ascontiguousarray(a.T)).t()
+    for x in (strided, transposed):
+        _check(_rows(op, x), want, np.float32)
+    if op is not Op.SOFTMAX:
+        _check(_rows(op, eager.tensor(a), keepdim=True), want[:, None], np.float32)
+
+
+@pytest.mark.parametrize("op", [Op.AMAX, Op.AMIN])
+def test_row_groups_give_nan_exactly_in_the_rows_that_hold_one(op):
+    for length in (3, 16, 17, 256, LONG):
+        a = np.random.default_rng(length).standard_normal((7, length)).astype(np.float32)
+        a[1, length // 2] = np.nan
+        a[4, -1] = np.nan
+        a[6, 0] = np.inf if op is Op.AMAX else -np.inf
+        got = _rows(op, eager.tensor(a)).numpy()
+        want = OPS[op][1](a.astype(np.float64))
+        assert np.isnan(got[[1, 4]]).all()
+        np.testing.assert_array_equal(np.delete(got, [1, 4]), np.delete(want, [1, 4]))
+
+
+def test_row_groups_of_empty_rows():
+    x = eager.zeros(5, 0)
+    assert (_rows(Op.SUM, x).numpy() == 0).all()
+    assert np.isnan(_rows(Op.MEAN, x).numpy()).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("op", [Op.SUM, Op.AMAX, Op.VAR, Op.SOFTMAX])
+def test_a_row_in_a_group_gives_bitwise_what_it_gives_alone(op, dtype):
+    row = np.random.default_rng(5).standard_normal(255).astype(dtype)
+    alone = _rows(op, eager.tensor(row[None].copy())).numpy()[0]
+    together = _rows(op, eager.tensor(np.tile(row, (7, 1)))).numpy()  # 4 grouped, 3 alone
+    for r in range(7):
+        np.testing.assert_array_equal(together[r], alone)
+
+
+def test_compiled_row_groups_with_rows_left_over():
+    for rows in (5, 7, 513):
+        f = compiler.compile(lambda x: (x * 2.0).sum(-1) + x.amax(-1), backend="native")
+        a = np.random.default_rng(rows).standard_normal((rows, 17)).astype(np.float32)
+        z = a.astype(np.float64)
+        _check(f(eager.tensor(a)), (z * 2).sum(-1) + z.max(-1), np.float32)
+        _assert_ran_natively(f)
