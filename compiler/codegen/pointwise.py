@@ -37,8 +37,9 @@ from runtime.llvm_ir import I64
 
 UNROLL = 4  # vectors per trip of an elementwise kernel's main loop
 ROW_PARTS = 4  # vectors per trip of a row's loop, each into its own partial results
-GROUP_ROWS = 4  # rows walked together while they are short, each with its own results
-GROUP_ELEMENTS = 1024  # rows from this length on go one at a time
+GROUP_ROWS = 4  # rows a row kernel walks together, each into its own results
+GROUP_BYTES = 16 << 10  # a kernel of several passes walks rows together while their
+# bytes fit this (in L1, 48 KiB here, from one pass to the next), else one at a time
 COLUMN_GROUPS = 4  # vectors of adjacent rows a column kernel walks together
 
 
@@ -334,18 +335,23 @@ class RowPasses:
 
 
 def _rows(k: _Builder) -> None:
-    """Rows one at a time, or, while the rows are shorter than GROUP_ELEMENTS,
-    GROUP_ROWS at a time: each row keeps its own accumulators and the rows' final
-    vectors fold together (accumulators.finish_rows), so a short row is not left
-    waiting on its own horizontal reduction."""
+    """Rows GROUP_ROWS at a time, each row into its own accumulators, the rows' final
+    vectors folded together (accumulators.finish_rows), so that a short row is not left
+    waiting on its own horizontal reduction; then the rows left over one at a time. A
+    kernel of several passes groups only rows short enough that the group stays in L1
+    from one pass to the next (GROUP_BYTES)."""
     b = k.b
     plan = RowPasses(k.spec, stash=True)
     group = min(GROUP_ROWS, k.w)
     r = k.r0
     if group > 1:
-        short = b.icmp_signed("<", b.sub(k.i1, k.i0), llvm_ir.i64(GROUP_ELEMENTS))
-        with llvm_ir.for_range(b, k.r0, b.select(short, k.r1, k.r0), group, "row_groups",
-                               whole=True) as r:
+        stop = k.r1
+        if plan.count > 1:
+            itemsize = max(v.type.dtype.itemsize for v in k.operands)
+            short = b.icmp_signed("<", b.sub(k.i1, k.i0),
+                                  llvm_ir.i64(GROUP_BYTES // (group * itemsize)))
+            stop = b.select(short, k.r1, k.r0)
+        with llvm_ir.for_range(b, k.r0, stop, group, "row_groups", whole=True) as r:
             _row_group(k, plan, [b.add(r, llvm_ir.i64(g)) for g in range(group)])
     with llvm_ir.for_range(b, r, k.r1, 1, "row") as r:
         _row_group(k, plan, [r])
