@@ -155,7 +155,8 @@ def finish_rows(b: ir.IRBuilder, w: int, node: Node, accs: list) -> list:
         return [finish(b, w, node, acc) for acc in accs]
     fold = _fold(b, node, accs[0])
     values = llvm_ir.pairwise_lanes_each(b, [_parts(b, acc, fold) for acc in accs], fold)
-    return [_flag_nan(b, acc, value) for acc, value in zip(accs, llvm_ir.lanes_of(b, values))]
+    return [_flag_nan(b, acc, value)
+            for acc, value in zip(accs, llvm_ir.lanes_of(b, values))]
 
 
 def _fold(b: ir.IRBuilder, node: Node, acc: Accumulator):

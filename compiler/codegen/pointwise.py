@@ -14,10 +14,11 @@ W lanes at a time and finishes with one masked step, so no lane reads or writes 
 reductions whose inputs it can compute (ROW_PARTS vectors a trip, each into its own
 partial results), and the elementwise ops between passes run once per row on the
 reduced values; a value the last pass would compute again is read back from its output
-(RowPasses stash). When the reduced dim is the strided one and the rows are
-adjacent in memory (a reduction over a leading dim), the kernel puts W rows in the lanes
-instead (`_columns`, COLUMN_GROUPS vectors of rows at a time) and walks the reduced dim
-one element per step.
+(RowPasses stash). Rows go GROUP_ROWS at a time, each into its own accumulators, their
+final vectors folded together (accumulators.finish_rows). When the reduced dim is the
+strided one and the rows are adjacent in memory (a reduction over a leading dim), the
+kernel puts W rows in the lanes instead (`_columns`, COLUMN_GROUPS vectors of rows at a
+time) and walks the reduced dim one element per step.
 """
 from __future__ import annotations
 
