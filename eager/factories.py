@@ -12,7 +12,8 @@ import numpy as np
 from eager.arguments import bool_arg, dtype_arg, int_arg, int_list, number_arg, size_args
 from eager.backends import backend_for
 from eager.device import as_device
-from eager.tensor import Size, Tensor, from_array, meta_empty, share_array
+from eager.tensor import (Size, Tensor, aligned, aligned_empty, from_array, meta_empty,
+                          share_array)
 from ir import dtypes
 
 
@@ -129,7 +130,7 @@ def _place(fn: str, a: np.ndarray, dtype, device, requires_grad, random: bool = 
     dev = as_device(device)
     requires_grad = bool_arg(fn, "requires_grad", requires_grad)
     if dev.type == "cpu":
-        t = from_array(a.astype(dt.np, copy=False))
+        t = from_array(aligned(a.astype(dt.np, copy=False)))
     elif dev.type == "meta":
         t = meta_empty(a.shape, dt)
     else:
@@ -165,7 +166,8 @@ def tensor(data, *, dtype=None, device=None, requires_grad: bool = False) -> Ten
         a = data.detach()._host_np().copy()
         dt = dtype or data.dtype
     elif isinstance(data, np.ndarray):
-        a = data.copy()
+        a = aligned_empty(data.shape, data.dtype)
+        np.copyto(a, data)
         dt = dtype or dtypes.from_numpy(a.dtype)
     else:
         dt = dtype or _infer_dtype(data)
@@ -213,7 +215,9 @@ def _filled(fn: str, size: tuple, value, dtype, device, requires_grad) -> Tensor
     if as_device(device).type == "meta":
         t = meta_empty(shape, dt)
         return t.requires_grad_(True) if bool_arg(fn, "requires_grad", requires_grad) else t
-    return _place(fn, np.full(shape, value, dtype=dt.np), dt, device, requires_grad)
+    a = aligned_empty(shape, dt.np)
+    a.fill(value)
+    return _place(fn, a, dt, device, requires_grad)
 
 
 def zeros(*size, dtype=None, device=None, requires_grad=False) -> Tensor:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import math
 import threading
 
 import numpy as np
@@ -415,11 +416,42 @@ _new = object.__new__
 _CPU_BIT = _BACKEND_BIT["cpu"]
 
 
+ALIGN = 64
+ALIGN_FROM = 1 << 14
+"""kiln allocates host memory of ALIGN_FROM bytes or more on a cache line (ALIGN bytes):
+numpy's large allocations start 16 bytes past one, and row kernels reading them ran
+20-30% slower (a compiled 512x256 row sum: 6.62 us against 5.35 aligned)."""
+
+
+def aligned_empty(shape, np_dtype) -> np.ndarray:
+    """np.empty(shape, np_dtype), starting on an ALIGN-byte boundary from ALIGN_FROM bytes
+    on (numbers only: bool, integers, floats)."""
+    dt = np.dtype(np_dtype)
+    count = shape if isinstance(shape, int) else math.prod(shape)
+    nbytes = count * dt.itemsize
+    if nbytes < ALIGN_FROM or dt.kind not in "biuf":
+        return np.empty(shape, dt)
+    raw = np.empty(nbytes + ALIGN, np.uint8)
+    skip = -_addressof(_char_at(raw)) % ALIGN
+    return raw[skip:skip + nbytes].view(dt).reshape(shape)
+
+
+def aligned(a: np.ndarray) -> np.ndarray:
+    """`a`, or a copy of it on an ALIGN-byte boundary where it is large and not on one."""
+    if a.nbytes < ALIGN_FROM or a.dtype.kind not in "biuf" or \
+            a.__array_interface__["data"][0] % ALIGN == 0:
+        return a
+    out = aligned_empty(a.shape, a.dtype)
+    np.copyto(out, a)
+    return out
+
+
 def empty_cpu(shape: Size, strides: tuple, numel: int, dtype: DType) -> Tensor:
     """A new contiguous CPU tensor of uninitialised memory, for hot paths (compiled
     kernels' outputs) that compute its Size, strides and element count once: Storage
     and Tensor._make written out, as in from_array."""
-    a = np.empty(numel, dtype.np)
+    a = np.empty(numel, dtype.np) if numel * dtype.itemsize < ALIGN_FROM else \
+        aligned_empty(numel, dtype.np)
     storage = _new(Storage)
     storage.data = a
     storage.version = 0
