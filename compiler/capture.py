@@ -335,6 +335,13 @@ class Trace:
                 reason = f"{handle.qualified_name}: a tensor given as scalar '{scalar_tensor}'"
         if reason is not None:
             return self.break_and_run(handle, args, kwargs, reason)
+        meta_args = tuple(_meta_arg(a) for a in args)
+        meta_kwargs = {k: _meta_arg(v) for k, v in kwargs.items()}
+        out = handle.call_key(DispatchKey.Meta, *meta_args, **meta_kwargs)
+        metas = list(out) if isinstance(out, (tuple, list)) else [out]
+        if any(m is None for m in metas):  # (native_layer_norm_backward's masked-out gradients)
+            return self.break_and_run(handle, args, kwargs, f"{handle.qualified_name}: an "
+                                      "undefined (None) output, which a graph has no value for")
         region = self.region
         if dispatcher.tls.grad_enabled != self.grad_enabled:
             region.grad_mode_changed = True
@@ -349,10 +356,6 @@ class Trace:
                 inputs.append(tuple(region.value_for(t) for t in v))
             else:
                 inputs.append(None if v is None else region.value_for(v))
-        meta_args = tuple(_meta_arg(a) for a in args)
-        meta_kwargs = {k: _meta_arg(v) for k, v in kwargs.items()}
-        out = handle.call_key(DispatchKey.Meta, *meta_args, **meta_kwargs)
-        metas = list(out) if isinstance(out, (tuple, list)) else [out]
         device = tensors[0].device if tensors else META
         lazies = region.add(op, inputs, attrs, metas, device)
         return tuple(lazies) if isinstance(out, tuple) else (

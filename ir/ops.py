@@ -69,6 +69,16 @@ class Op(enum.Enum):
            " bool keepdim=False) -> Tensor")
     SOFTMAX = "softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor"
     LOG_SOFTMAX = "log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor"
+    SOFTMAX_BACKWARD_DATA = ("_softmax_backward_data(Tensor grad_output, Tensor output, int dim,"
+                             " ScalarType input_dtype) -> Tensor")
+    LOG_SOFTMAX_BACKWARD_DATA = ("_log_softmax_backward_data(Tensor grad_output, Tensor output,"
+                                 " int dim, ScalarType input_dtype) -> Tensor")
+    NATIVE_LAYER_NORM = ("native_layer_norm(Tensor input, SymInt[] normalized_shape,"
+                         " Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor, Tensor)")
+    NATIVE_LAYER_NORM_BACKWARD = (
+        "native_layer_norm_backward(Tensor grad_out, Tensor input, SymInt[] normalized_shape,"
+        " Tensor mean, Tensor rstd, Tensor? weight, Tensor? bias, bool[3] output_mask)"
+        " -> (Tensor, Tensor, Tensor)")
     # linear algebra
     DOT = "dot(Tensor self, Tensor tensor) -> Tensor"
     MV = "mv(Tensor self, Tensor vec) -> Tensor"
@@ -150,7 +160,7 @@ class Op(enum.Enum):
 
 REDUCTION = frozenset({Op.SUM, Op.MEAN, Op.AMAX, Op.AMIN, Op.MAX_DIM, Op.MIN_DIM, Op.ARGMAX,
                        Op.ARGMIN, Op.VAR})
-NORMALIZATION = frozenset({Op.SOFTMAX, Op.LOG_SOFTMAX})
+NORMALIZATION = frozenset({Op.SOFTMAX, Op.LOG_SOFTMAX, Op.NATIVE_LAYER_NORM})
 MATMUL_FAMILY = frozenset({Op.DOT, Op.MV, Op.MM, Op.BMM, Op.ADDMM})
 VIEW = frozenset(op for op in Op if op.schema.is_view)
 INPLACE = frozenset(op for op in Op if op.schema.is_mutable)

@@ -1,7 +1,10 @@
 """Decompositions to a small core, so fusion sees primitives: softmax -> amax, sub, exp,
-sum, div; log_softmax; mean -> sum / n; var; addmm -> mm + bias; gelu_backward ->
-elementwise primitives. gelu and silu stay whole: elementwise kernels emit them as
-they are, and a GEMM's store takes them as its activation.
+sum, div; log_softmax; their backward (_softmax_backward_data, ...) -> sum, mul, sub;
+native_layer_norm -> mean, var, rsqrt and elementwise ops; mean -> sum / n; var;
+addmm -> mm + bias; gelu_backward -> elementwise primitives. gelu and silu stay whole:
+elementwise kernels emit them as they are, and a GEMM's store takes them as its
+activation. (A compiled backward captures NativeLayerNormBackward0's formula in ops,
+eager/kernels/normalization.py; native_layer_norm_backward decomposes when called itself.)
 
 Each decomposition is written in eager ops and captured into a graph (the same capture
 compile() uses), then inlined. Only float32 and float64 ops decompose: eager computes
@@ -14,6 +17,7 @@ import math
 
 from compiler.capture import trace_to_graph
 from compiler.passes.rewrite import Rewriter
+from eager.kernels.normalization import layer_norm_backward_ops
 from eager.tensor import ops
 from ir.graph import Graph
 from ir.ops import Op
@@ -56,6 +60,39 @@ def var(x, dim=None, *, correction=None, keepdim=False):
     return ops.sum(centred * centred, dim, keepdim) / max(n - correction, 0)
 
 
+def native_layer_norm(x, normalized_shape, weight, bias, eps):
+    """The ops layer_norm was written in before it was one op, which fusion makes one
+    row kernel (mean and rstd among its outputs where backward saves them)."""
+    dims = list(range(x.dim() - len(normalized_shape), x.dim()))
+    m = mean(x, dims, True)
+    rstd = ops.rsqrt(var(x, dims, correction=0, keepdim=True) + eps)
+    out = (x - m) * rstd
+    if weight is not None:
+        out = out * weight
+    if bias is not None:
+        out = out + bias
+    return out, m, rstd
+
+
+def native_layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bias,
+                               output_mask):
+    """As NativeLayerNormBackward0 computes under capture (a graph's node has every output
+    defined: capture breaks at an undefined one)."""
+    return layer_norm_backward_ops(grad, x, normalized_shape, mean, rstd, weight, output_mask)
+
+
+def softmax_backward(grad, out, dim, input_dtype):
+    return _cast(out * (grad - ops.sum(grad * out, [dim], True)), input_dtype)
+
+
+def log_softmax_backward(grad, out, dim, input_dtype):
+    return _cast(grad - ops.exp(out) * ops.sum(grad, [dim], True), input_dtype)
+
+
+def _cast(t, dtype):
+    return t if t.dtype is dtype else ops._to_copy(t, dtype=dtype)
+
+
 def addmm(bias, mat1, mat2, *, beta=1, alpha=1):
     product = ops.mm(mat1, mat2)
     product = product if alpha == 1 else product * alpha
@@ -76,7 +113,11 @@ def gelu_backward(grad, x, *, approximate="none"):
 
 
 DECOMPOSITIONS = {Op.SOFTMAX: softmax, Op.LOG_SOFTMAX: log_softmax, Op.MEAN: mean,
-                  Op.VAR: var, Op.ADDMM: addmm, Op.GELU_BACKWARD: gelu_backward}
+                  Op.VAR: var, Op.ADDMM: addmm, Op.GELU_BACKWARD: gelu_backward,
+                  Op.NATIVE_LAYER_NORM: native_layer_norm,
+                  Op.NATIVE_LAYER_NORM_BACKWARD: native_layer_norm_backward,
+                  Op.SOFTMAX_BACKWARD_DATA: softmax_backward,
+                  Op.LOG_SOFTMAX_BACKWARD_DATA: log_softmax_backward}
 _FLOATS = ("float32", "float64")
 
 
@@ -90,8 +131,10 @@ def decompose(graph: Graph) -> Graph:
             rw.copy(node)
             continue
         inputs = [rw.map(i) for i in node.inputs]
-        sub = trace_to_graph(fn, node.op.schema, inputs, node.attrs, rw.scalars)
-        env = dict(zip(sub.inputs, inputs))
+        # (decomposed in turn: a decomposition may be written in ops that decompose)
+        sub = decompose(trace_to_graph(fn, node.op.schema, inputs, node.attrs, rw.scalars))
+        given = [v for i in inputs for v in (i if isinstance(i, tuple) else (i,))]
+        env = dict(zip(sub.inputs, [v for v in given if v is not None]))  # (no None weight)
         for n in sub.nodes:
             outs = rw.emit(n.op, [_sub_map(env, i) for i in n.inputs], n.attrs,
                            [v.type for v in n.outputs])

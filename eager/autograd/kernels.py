@@ -19,6 +19,7 @@ _FACTS = {"sizes": lambda t: tuple(t._shape), "dtype": lambda t: t.dtype,
 
 
 _MISSING = object()
+_LATER_RESULTS = {"result1": 1, "result2": 2}  # the outputs after the first, by position
 
 
 class _Plan:
@@ -38,7 +39,7 @@ class _Plan:
                      lambda vals, i=self.inputs[0]: (vals[i],))
         self.saves = []
         for name in d.save:
-            if name in ("result", "result1"):
+            if name == "result" or name in _LATER_RESULTS:
                 self.saves.append((name, name, None, None))
             elif name in self.index:
                 self.saves.append((name, "arg", self.index[name], None))
@@ -79,8 +80,8 @@ class _Plan:
         for name, kind, i, get in self.saves:
             if kind == "result":
                 saved[name] = SavedTensor(primary, is_output=True)
-            elif kind == "result1":
-                saved[name] = SavedTensor(out[1], is_output=False)
+            elif kind in _LATER_RESULTS:  # (not the node's output: no grad_fn cycle)
+                saved[name] = SavedTensor(out[_LATER_RESULTS[kind]], is_output=False)
             elif kind == "arg":
                 v = vals[i]
                 saved[name] = SavedTensor(v, is_output=False) if isinstance(v, Tensor) else v

@@ -8,7 +8,7 @@ Pointwise ops get their kernels made from their records here. Importing this pac
 registers them all.
 """
 from eager.kernels import (binary, copies, elementwise, indexing, linalg,  # noqa: F401
-                           reduction, shape, unary)
+                           normalization, reduction, shape, unary)
 from eager.records import RECORDS
 
 for _record in RECORDS.values():

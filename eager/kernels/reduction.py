@@ -29,13 +29,10 @@ _NATIVE_DTYPES = frozenset({dtypes.float32, dtypes.float64})
 _native_rows = None  # that module once loaded, False where it cannot be
 
 
-def _native(op: Op, self, dims: tuple, keepdim: bool, dtype=None, numbers: tuple = ()):
-    """op over `dims` of self from a generated kernel, or None: numpy runs it (small,
-    another dtype, dims that do not merge into one, a kernel still compiling)."""
+def native_rows():
+    """compiler/backends/native/eager_rows.py, loaded at the first call; None where
+    numpy must serve (KILN_EAGER_NATIVE=0, no llvmlite)."""
     global _native_rows
-    if self.numel() < NATIVE_ELEMENTS or self.dtype not in _NATIVE_DTYPES or \
-            (dtype is not None and dtype is not self.dtype) or _native_rows is False:
-        return None
     if _native_rows is None:
         _native_rows = False
         if os.environ.get("KILN_EAGER_NATIVE", "1") != "0":
@@ -44,9 +41,17 @@ def _native(op: Op, self, dims: tuple, keepdim: bool, dtype=None, numbers: tuple
             except ImportError:  # no llvmlite: numpy serves
                 return None
             _native_rows = eager_rows
-        else:
-            return None
-    return _native_rows.run(op, self, dims, keepdim, numbers)
+    return _native_rows or None
+
+
+def _native(op: Op, self, dims: tuple, keepdim: bool, dtype=None, numbers: tuple = ()):
+    """op over `dims` of self from a generated kernel, or None: numpy runs it (small,
+    another dtype, dims that do not merge into one, a kernel still compiling)."""
+    if self.numel() < NATIVE_ELEMENTS or self.dtype not in _NATIVE_DTYPES or \
+            (dtype is not None and dtype is not self.dtype) or _native_rows is False:
+        return None
+    rows = _native_rows or native_rows()
+    return None if rows is None else rows.run(op, self, dims, keepdim, numbers)
 
 
 def sum_rule(self, dim=None, keepdim=False, *, dtype=None):
@@ -337,15 +342,14 @@ def _(ctx, g):
 SOFTMAX = declare(Op.SOFTMAX, function=True, method=True)
 
 
-@SOFTMAX.derivative("SoftmaxBackward0", "self", save="result dim")
+@SOFTMAX.derivative("SoftmaxBackward0", "self", save="result dim self_dtype")
 def _(ctx, g):
-    y = ctx.result
-    return y * (g - ops.sum(g * y, [ctx.dim], True))
+    return ops._softmax_backward_data(g, ctx.result, ctx.dim, ctx.self_dtype)
 
 
 LOG_SOFTMAX = declare(Op.LOG_SOFTMAX, function=True, method=True)
 
 
-@LOG_SOFTMAX.derivative("LogSoftmaxBackward0", "self", save="result dim")
+@LOG_SOFTMAX.derivative("LogSoftmaxBackward0", "self", save="result dim self_dtype")
 def _(ctx, g):
-    return g - ops.exp(ctx.result) * ops.sum(g, [ctx.dim], True)
+    return ops._log_softmax_backward_data(g, ctx.result, ctx.dim, ctx.self_dtype)

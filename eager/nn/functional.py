@@ -57,20 +57,8 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
 
 def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
                bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
-    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-    if tuple(input.shape[input.dim() - len(shape):]) != shape:
-        raise RuntimeError(f"Given normalized_shape={list(shape)}, expected input with shape "
-                           f"[*, {', '.join(str(s) for s in shape)}], but got input of size "
-                           f"{list(input.shape)}")
-    dims = list(range(input.dim() - len(shape), input.dim()))
-    mean = ops.mean(input, dims, True)
-    var = ops.var(input, dims, correction=0, keepdim=True)
-    out = (input - mean) * ops.rsqrt(var + eps)
-    if weight is not None:
-        out = out * weight
-    if bias is not None:
-        out = out + bias
-    return out
+    shape = [normalized_shape] if isinstance(normalized_shape, int) else list(normalized_shape)
+    return ops.native_layer_norm(input, shape, weight, bias, eps)[0]
 
 
 def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> Tensor:

@@ -333,4 +333,93 @@ LINALG = [
            tolerance={"float16": (1e-3, 1e-2)}),  # matmul, then add: rounded twice
 ]
 
-CASES = ELEMENTWISE + REDUCTIONS + LINALG
+# layer norm and softmax backward -------------------------------------------------------
+LAYER_NORM_SHAPES = [((3, 5), [5]), ((2, 3, 4), [3, 4]), ((4, 1), [1]), ((0, 3), [3]),
+                     ((3,), [3]), ((3, 1025), [1025])]  # the last one through the native kernels
+
+
+def _layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    dims = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    mean = x.mean(dims, keepdims=True) if x.size else np.zeros(
+        x.shape[:x.ndim - len(dims)] + (1,) * len(dims))
+    rstd = 1 / np.sqrt(((x - mean) ** 2).mean(dims, keepdims=True) + eps) if x.size else mean
+    out = (x - mean) * rstd
+    out = out if weight is None else out * weight
+    return (out if bias is None else out + bias), mean, rstd
+
+
+def layer_norm_samples(make):
+    for shape, normalized in LAYER_NORM_SHAPES:
+        yield S(make(shape), normalized, make(normalized), make(normalized), 1e-5)
+    yield S(make((3, 5)), [5], None, None, 1e-3)
+    yield S(make((2, 3, 4)), [4], make((4,)), None, 1e-5)
+    yield S(make((2, 255)), [255], None, make((255,)), 1e-5)
+
+
+def _layer_norm_backward(g, x, normalized_shape, mean, rstd, weight=None, bias=None,
+                         output_mask=(True, True, True)):
+    axis = x.ndim - len(normalized_shape)
+    dims, batch = tuple(range(axis, x.ndim)), tuple(range(axis))
+    xhat = (x - mean) * rstd
+    gw = g if weight is None else g * weight
+    out = []
+    if output_mask[0]:
+        out.append((gw - gw.mean(dims, keepdims=True)
+                    - xhat * (gw * xhat).mean(dims, keepdims=True)) * rstd)
+    if output_mask[1] and weight is not None:
+        out.append((g * xhat).sum(batch))
+    if output_mask[2] and bias is not None:
+        out.append(g.sum(batch))
+    return tuple(out)
+
+
+def layer_norm_backward_samples(make):
+    for shape, normalized in LAYER_NORM_SHAPES:
+        if 0 in shape:
+            continue
+        stats = shape[:len(shape) - len(normalized)] + (1,) * len(normalized)
+        yield S(make(shape), make(shape), normalized, make(stats), make(stats, positive=True),
+                make(normalized), make(normalized), [True, True, True])
+    yield S(make((3, 5)), make((3, 5)), [5], make((3, 1)), make((3, 1), positive=True), None,
+            None, [True, False, False])
+    yield S(make((2, 3, 4)), make((2, 3, 4)), [4], make((2, 3, 1)),
+            make((2, 3, 1), positive=True), make((4,)), None, [False, True, False])
+
+
+def _defined(out):
+    return tuple(t for t in out if t is not None)  # (the masked-out gradients are None)
+
+
+def softmax_backward_samples(make):
+    for shape, dim in [((3, 5), 1), ((3, 5), 0), ((2, 3, 4), -1), ((0, 3), 1), ((3, 1025), 1),
+                       ((1025, 3), 0)]:
+        yield S(make(shape), make(shape, positive=True), dim, make.dtype.name)
+
+
+def _softmax_backward(g, y, dim, input_dtype, log=False):
+    if log:
+        return g - np.exp(y) * g.sum(dim, keepdims=True)
+    return y * (g - (g * y).sum(dim, keepdims=True))
+
+
+NORMALIZATION = [
+    OpCase("native_layer_norm", (Op.NATIVE_LAYER_NORM,),
+           lambda lib, *a: aten(lib).native_layer_norm(*a), _layer_norm, layer_norm_samples,
+           tolerance={"float32": (1e-4, 1e-5)}),
+    OpCase("native_layer_norm_backward", (Op.NATIVE_LAYER_NORM_BACKWARD,),
+           lambda lib, *a: _defined(aten(lib).native_layer_norm_backward(*a)),
+           lambda *a: _layer_norm_backward(*a), layer_norm_backward_samples,
+           tolerance={"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2)}),
+    OpCase("softmax_backward_data", (Op.SOFTMAX_BACKWARD_DATA,),
+           lambda lib, g, y, dim, dt: aten(lib)._softmax_backward_data(g, y, dim,
+                                                                       getattr(lib, dt)),
+           _softmax_backward, softmax_backward_samples,
+           tolerance={"float32": (1e-4, 1e-4)}),
+    OpCase("log_softmax_backward_data", (Op.LOG_SOFTMAX_BACKWARD_DATA,),
+           lambda lib, g, y, dim, dt: aten(lib)._log_softmax_backward_data(g, y, dim,
+                                                                           getattr(lib, dt)),
+           lambda *a: _softmax_backward(*a, log=True), softmax_backward_samples,
+           tolerance={"float32": (1e-4, 1e-4)}),
+]
+
+CASES = ELEMENTWISE + REDUCTIONS + NORMALIZATION + LINALG

@@ -170,6 +170,22 @@ CASES = [
     Case(Op.LOG_SOFTMAX, "last", lambda x: ops.log_softmax(x, 1),
          lambda m: (m.x(3, 4, layout="step"),)),
     Case(Op.LOG_SOFTMAX, "first", lambda x: ops.log_softmax(x, 0), lambda m: (m.x(2, 3, 4),)),
+    Case(Op.SOFTMAX_BACKWARD_DATA, "last",
+         lambda g, y: ops._softmax_backward_data(g, y, 1, eager.float64),
+         lambda m: (m.x(3, 4), m.x(3, 4, low=0.1, layout="t"))),
+    Case(Op.LOG_SOFTMAX_BACKWARD_DATA, "first",
+         lambda g, y: ops._log_softmax_backward_data(g, y, 0, eager.float64),
+         lambda m: (m.x(3, 4, layout="step"), m.x(3, 4, low=-2.0, high=0.0))),
+    # layer norm
+    Case(Op.NATIVE_LAYER_NORM, "affine",
+         lambda x, w, b: ops.native_layer_norm(x, [4], w, b, 1e-5)[0],
+         lambda m: (m.x(3, 4), m.x(4), m.x(4))),
+    Case(Op.NATIVE_LAYER_NORM, "two-dims-transposed",
+         lambda x, w: ops.native_layer_norm(x, [3, 2], w, None, 1e-3)[0],
+         lambda m: (m.x(2, 3, 2, layout="t"), m.x(3, 2))),
+    Case(Op.NATIVE_LAYER_NORM, "plain-stepped",
+         lambda x: ops.native_layer_norm(x, [3], None, None, 1e-5)[0],
+         lambda m: (m.x(2, 3, layout="step"),)),
     # linear algebra
     Case(Op.DOT, "strided", ops.dot, lambda m: (m.x(5), m.x(1, 5, layout="step")[0])),
     Case(Op.MV, "transposed", ops.mv, lambda m: (m.x(3, 4, layout="t"), m.x(4))),
@@ -313,7 +329,8 @@ def test_gradcheck_inplace(case):
 GRADGRAD_OPS = {Op.NEG, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.TANH, Op.SIGMOID, Op.SILU, Op.ERF,
                 Op.GELU, Op.ABS, Op.RELU, Op.CLAMP, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.POW,
                 Op.MAXIMUM, Op.MINIMUM, Op.WHERE, Op.MM, Op.SUM, Op.MEAN, Op.AMAX, Op.AMIN,
-                Op.MAX_DIM, Op.MIN_DIM, Op.VAR, Op.SOFTMAX, Op.LOG_SOFTMAX}
+                Op.MAX_DIM, Op.MIN_DIM, Op.VAR, Op.SOFTMAX, Op.LOG_SOFTMAX,
+                Op.SOFTMAX_BACKWARD_DATA, Op.LOG_SOFTMAX_BACKWARD_DATA, Op.NATIVE_LAYER_NORM}
 GRADGRAD_CASES = [c for c in CASES if c.op in GRADGRAD_OPS] + INPLACE_CASES
 
 

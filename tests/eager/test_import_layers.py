@@ -21,7 +21,8 @@ LAYERS = [
     ("kernels: op records, CPU and Meta kernels per op family, composite kernels", [
         "eager.kernels._common", "eager.kernels._erf", "eager.kernels.gradients",
         "eager.kernels.elementwise", "eager.kernels.unary", "eager.kernels.binary",
-        "eager.kernels.indexing", "eager.kernels.reduction", "eager.kernels.shape",
+        "eager.kernels.indexing", "eager.kernels.reduction", "eager.kernels.normalization",
+        "eager.kernels.shape",
         "eager.kernels.copies", "eager.kernels.linalg", "eager.kernels", "eager.composite"]),
     ("autograd: grad mode, nodes, derivative rules, Autograd kernels, the engine", [
         "eager.autograd.grad_mode", "eager.autograd.function", "eager.autograd.derivatives",

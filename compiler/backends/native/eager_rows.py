@@ -1,18 +1,22 @@
-"""Generated row kernels as eager's CPU kernels for sum, mean, var, amax and amin over
-dims and for softmax and log_softmax (eager/kernels/reduction.py asks `run` from
-NATIVE_ELEMENTS elements on and keeps numpy where it gets None).
+"""Generated row kernels as eager's CPU kernels: sum, mean, var, amax and amin over
+dims, softmax and log_softmax (eager/kernels/reduction.py asks `run` from
+NATIVE_ELEMENTS elements on and keeps numpy where it gets None), and layer norm forward
+and backward and softmax's and log_softmax's backward (eager/kernels/normalization.py
+asks `run_graph`).
 
-Each op's body is the small graph the compiler's passes make of it (mean: a sum over
-the count; softmax and log_softmax: decompose.py's max, exp, sum), over rows of any
-length: the kernel is compiled once per op, dtype and pattern of strides (inner stride
-1, 0 or other; rows in the lanes over a leading dim), through codegen/pointwise.py and
-the kernel cache on disk, and serves every shape. A mean's count and a var's count and
-divisor are operands of one element read once per row. A layout (op, shape, strides,
-dims) is planned once: its offset tables and ctypes arguments are kept (runtime Launch),
-so a call repeated on the same layout costs the launch alone; a layout the kernels do
-not take is remembered as numpy's. While a background worker compiles the kernel, numpy
-runs, and the layout is planned again only every RETRY_SECONDS (under load a niced
-worker took seconds, and every call planning again cost ~0.8 ms).
+Each body is a small graph of codegen/row_ops.py (mean: a sum over the count; softmax
+and log_softmax: decompose.py's max, exp, sum; layer norm: mean, the mean of squares
+about it, the normalised, scaled and shifted output), over rows of any length: the
+kernel is compiled once per graph, dtype and pattern of strides (inner stride 1, 0 or
+other; rows in the lanes over a leading dim, as layer norm's grad_weight and grad_bias
+sum over the batch), through codegen/pointwise.py and the kernel cache on disk, and
+serves every shape. Counts, divisors and epsilons are operands of one element read once
+per row. A layout (graph, shapes, strides, dims) is planned once: its offset tables and
+ctypes arguments are kept (runtime Launch), so a call repeated on the same layout costs
+the launch alone; a layout the kernels do not take is remembered as numpy's. While a
+background worker compiles the kernel, numpy runs, and the layout is planned again only
+every RETRY_SECONDS (under load a niced worker took seconds, and every call planning
+again cost ~0.8 ms).
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ import numpy as np
 from compiler.backends.native.launch import Launch
 from compiler.backends.native.pointwise import NotNative, _layout, _stride_class
 from compiler.codegen import kernel_spec as K
-from compiler.codegen.row_ops import row_op_graph
+from compiler.codegen import row_ops
 from eager.tensor import Size, Tensor, contiguous_strides, from_array
 from ir import dtypes
 from ir.ops import Op
@@ -41,10 +45,11 @@ RETRY_SECONDS = 0.05
 it is planned again (planning costs ~0.8 ms: the op's graph, the disk cache's lookup)."""
 
 _lock = threading.Lock()
-_layouts: dict = {}  # (op, dtype, shape, strides, dims, keepdim) -> (Launch, extra operands)
+_layouts: dict = {}  # (graph name, dtype, dims, outputs, numbers, shapes and strides)
+#                     -> (Launch, extra operands)
 _NUMPY = object()  # in _layouts: a layout the kernels do not take, numpy's from then on
 _retry_at: dict = {}  # layouts whose kernel is compiling -> when to plan them again
-_kernels: dict = {}  # (op, dtype, classes, columns) -> kernel address
+_kernels: dict = {}  # (graph name, dtype, classes, columns) -> kernel address
 
 
 class _Strided:
@@ -61,12 +66,44 @@ def run(op: Op, x: Tensor, dims: tuple, keepdim: bool, numbers: tuple = ()) -> T
     shape) as one generated kernel; None where numpy must run it (dims that do not
     merge into one, a kernel still compiling). `numbers`: a mean's count, a var's count
     and divisor."""
-    key = (op, x.dtype, x._shape, x._stride, dims, keepdim, numbers)
+    full = tuple(x._shape)
+    if op in (Op.SOFTMAX, Op.LOG_SOFTMAX):  # x's shape
+        out = (full, False)
+    elif keepdim:
+        out = (tuple(1 if d in dims else s for d, s in enumerate(full)), False)
+    else:
+        out = (tuple(s for d, s in enumerate(full) if d not in dims), True)
+    outs = run_graph(op, _OpGraph(op, x.dtype), [x], numbers, dims, (out,))
+    return None if outs is None else outs[0]
+
+
+class _OpGraph:
+    """row_op_graph of one op and dtype, as run_graph's `graph` (a plain callable
+    class: its key is (op, dtype), with no closure made per call)."""
+    __slots__ = ("op", "dtype")
+
+    def __init__(self, op: Op, dtype):
+        self.op, self.dtype = op, dtype
+
+    def __call__(self):
+        return row_ops.row_op_graph(self.op, self.dtype, self.dtype)
+
+
+def run_graph(name, graph, tensors: list, numbers: tuple, dims: tuple, outputs: tuple
+              ) -> list | None:
+    """A row graph (compiler/codegen/row_ops.py: `graph()` gives (graph, per-row values);
+    `name` keys it with the dtype) over `tensors` (the first one's shape is the
+    iteration's; the others broadcast to it or hold one value per row, its reduced
+    `dims` kept as 1s) and zero-dim `numbers`, writing `outputs`, each (shape, whether
+    the reduced dims are dropped from it), as one generated kernel; None where numpy must
+    run it (dims that do not merge into one, a kernel still compiling)."""
+    x = tensors[0]
+    key = (name, x.dtype, dims, outputs, numbers, *[(t._shape, t._stride) for t in tensors])
     planned = _layouts.get(key)
     if planned is None:
         if _retry_at.get(key, 0.0) > time.monotonic():
             return None  # its kernel was compiling a moment ago: not planned again yet
-        planned = _plan(op, x, dims, keepdim, numbers)
+        planned = _plan(name, graph, tensors, numbers, dims, outputs)
         if planned is None:  # compiling in the background: numpy runs meanwhile
             _retry_at[key] = time.monotonic() + RETRY_SECONDS
             return None
@@ -77,30 +114,24 @@ def run(op: Op, x: Tensor, dims: tuple, keepdim: bool, numbers: tuple = ()) -> T
     if planned is _NUMPY:
         return None
     launch, extra = planned
-    return launch([x, *extra])[0]
+    return launch([*tensors, *extra])
 
 
-def _plan(op: Op, x: Tensor, dims: tuple, keepdim: bool, numbers: tuple):
-    full = tuple(x._shape)
-    rows_op = op not in (Op.SOFTMAX, Op.LOG_SOFTMAX)  # one value a row (else x's shape)
-    if not rows_op:
-        out_shape = full
-    elif keepdim:
-        out_shape = tuple(1 if d in dims else s for d, s in enumerate(full))
-    else:
-        out_shape = tuple(s for d, s in enumerate(full) if d not in dims)
-    item = x.dtype.itemsize
-    operands = [_Strided(full, x._stride, item)]
-    shapes, squeezed = [full], [False]
+def _plan(name, graph, tensors: list, numbers: tuple, dims: tuple, outputs: tuple):
+    x = tensors[0]
+    full, item = tuple(x._shape), x.dtype.itemsize
+    operands = [_Strided(t._shape, t._stride, item) for t in tensors]
+    shapes, squeezed = [tuple(t._shape) for t in tensors], [False] * len(tensors)
     extra = []
     for number in numbers:  # one element, read once per row
         extra.append(from_array(np.array(number, x.dtype.np)))
         operands.append(_Strided((), (), item))
         shapes.append(())
         squeezed.append(False)
-    operands.append(_Strided(out_shape, contiguous_strides(out_shape), item))
-    shapes.append(out_shape)
-    squeezed.append(rows_op and not keepdim)
+    for shape, dropped in outputs:
+        operands.append(_Strided(shape, contiguous_strides(shape), item))
+        shapes.append(shape)
+        squeezed.append(dropped)
     try:
         rows, inner, offsets, strides, outer = _layout(operands, shapes, full, frozenset(dims),
                                                        squeezed)
@@ -110,31 +141,32 @@ def _plan(op: Op, x: Tensor, dims: tuple, keepdim: bool, numbers: tuple):
     columns = ()
     if K.STRIDED in classes and len(outer) == 1 and all(s in (0, 1) for s in outer[0]):
         columns = tuple(outer[0])
-    address = _kernel(op, x.dtype, classes, columns)
+    address = _kernel(name, graph, x.dtype, classes, columns)
     if address is None:
         return None
-    shape = Size(out_shape)
-    outputs = ((shape, contiguous_strides(shape), shape.numel(), x.dtype),)
-    return Launch(address, offsets, strides, rows, inner, False, outputs), extra
+    specs = tuple((Size(shape), contiguous_strides(shape), Size(shape).numel(), x.dtype)
+                  for shape, _ in outputs)
+    return Launch(address, offsets, strides, rows, inner, False, specs), extra
 
 
-def _kernel(op: Op, dt, classes: tuple, columns: tuple):
+def _kernel(name, graph, dt, classes: tuple, columns: tuple):
     """The kernel's address, compiled (or loaded from the cache) once; None while a
     background worker compiles it."""
-    key = (op, dt, classes, columns)
+    key = (name, dt, classes, columns)
     address = _kernels.get(key)
     if address is not None:
         return address
     from compiler.backends.native.pointwise import SPEED_LEVEL, BuildKernel
     from runtime.jit import host_jit, vector_width
     width = vector_width()
-    name = f"kiln_eager_{op.name.lower()}_{dt.name}_{_digest(key, width)}"
-    spec = _body(op, dt, name, classes, columns)
+    label = name.name.lower() if isinstance(name, Op) else name
+    symbol = f"kiln_eager_{label}_{dt.name}_{_digest(key, width)}"
+    spec = _body(graph, symbol, classes, columns)
     try:
         with _lock, deferring():
             address = host_jit().load_spec(
-                name, f"{name} {key!r} {width}", BuildKernel(spec, width), [name],
-                SPEED_LEVEL)[name]
+                symbol, f"{symbol} {key!r} {width}", BuildKernel(spec, width), [symbol],
+                SPEED_LEVEL)[symbol]
     except KernelPending:
         return None
     _kernels[key] = address
@@ -145,8 +177,8 @@ def _digest(key, width: int) -> str:
     return hashlib.sha256(repr((key, width)).encode()).hexdigest()[:12]
 
 
-def _body(op: Op, dt, name: str, classes: tuple, columns: tuple) -> K.KernelSpec:
-    """The op over rows of x as a KernelSpec (codegen/row_ops.py's graph)."""
-    graph, per_row = row_op_graph(op, dt, dt)
+def _body(graph, name: str, classes: tuple, columns: tuple) -> K.KernelSpec:
+    """A row graph (codegen/row_ops.py's) as a KernelSpec."""
+    graph, per_row = graph()
     return K.KernelSpec(name, "reduction", graph.inputs, graph.nodes, graph.outputs, (),
                         per_row, classes, columns)
