@@ -35,8 +35,8 @@ class Derivative(NamedTuple):
     """An op's backward rule. `inputs` names the differentiable arguments; the formula
     returns one gradient (or None) for each, in order (a Tensor[] argument contributes one
     per element). `save` names what backward needs: arguments, `result` (the output),
-    `result1`, `result2` (a second, a third output), or `<arg>_sizes` / `<arg>_dtype` / `<arg>_device` when
-    only that fact is needed. Formulas are written in eager ops, so backward is itself a
+    `result1`, `result2` (a second, a third output), or `<arg>_sizes` / `<arg>_dtype` /
+    `<arg>_device` when only that fact is needed. Formulas are written in eager ops, so backward is itself a
     run of ordinary ops: it can be differentiated again (create_graph=True) and traced by
     the compiler. Where one kiln op stands for several PyTorch overloads (`x.sum()` and
     `x.sum(1)`), `overloads` maps the node name PyTorch gives an overload to a test of the
