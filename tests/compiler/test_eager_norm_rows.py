@@ -249,3 +249,13 @@ def test_ops_have_cpu_and_meta_kernels_that_agree_on_shapes():
     grads = ops.native_layer_norm_backward(x, x, [4, 5], mean, rstd, None, None,
                                            [True, False, False])
     assert grads[0].shape == x.shape and grads[1] is None and grads[2] is None
+
+
+def test_an_expanded_weight_and_a_strided_bias_are_read_in_place(ran):
+    a = np.random.default_rng(3).standard_normal((64, 256))
+    w = eager.tensor(np.array([1.5])).expand(256)  # inner stride 0
+    b = eager.tensor(np.random.default_rng(4).standard_normal(512))[::2]  # inner stride 2
+    y = F.layer_norm(eager.tensor(a), (256,), w, b)
+    want = (a - a.mean(1, keepdims=True)) / np.sqrt(a.var(1, keepdims=True) + 1e-5) * 1.5
+    _close(y, want + b.numpy(), np.float64)
+    assert ran == ["layer_norm"]
