@@ -45,8 +45,9 @@ RETRY_SECONDS = 0.05
 it is planned again (planning costs ~0.8 ms: the op's graph, the disk cache's lookup)."""
 
 _lock = threading.Lock()
-_layouts: dict = {}  # (graph name, dtype, dims, outputs, numbers, shapes and strides)
-#                     -> (Launch, extra operands)
+_layouts: dict = {}  # (op, dtype, shape, strides, dims, keepdim, numbers) or (graph
+#                     name, dtype, dims, outputs, numbers, shapes and strides)
+#                     -> (Launch, extra operands), or _NUMPY
 _NUMPY = object()  # in _layouts: a layout the kernels do not take, numpy's from then on
 _retry_at: dict = {}  # layouts whose kernel is compiling -> when to plan them again
 _kernels: dict = {}  # (graph name, dtype, classes, columns) -> kernel address
@@ -66,15 +67,25 @@ def run(op: Op, x: Tensor, dims: tuple, keepdim: bool, numbers: tuple = ()) -> T
     shape) as one generated kernel; None where numpy must run it (dims that do not
     merge into one, a kernel still compiling). `numbers`: a mean's count, a var's count
     and divisor."""
+    key = (op, x.dtype, x._shape, x._stride, dims, keepdim, numbers)
+    planned = _layouts.get(key)  # (a plain key: a repeated call costs the launch alone)
+    if planned is None:
+        planned = _planned(key, lambda: _plan(op, _OpGraph(op, x.dtype), [x], numbers, dims,
+                                              (_op_output(op, x, dims, keepdim),)))
+    if planned is None or planned is _NUMPY:
+        return None
+    launch, extra = planned
+    return launch([x, *extra])[0]
+
+
+def _op_output(op: Op, x: Tensor, dims: tuple, keepdim: bool) -> tuple:
+    """(shape, whether the reduced dims are dropped) of op's result."""
     full = tuple(x._shape)
     if op in (Op.SOFTMAX, Op.LOG_SOFTMAX):  # x's shape
-        out = (full, False)
-    elif keepdim:
-        out = (tuple(1 if d in dims else s for d, s in enumerate(full)), False)
-    else:
-        out = (tuple(s for d, s in enumerate(full) if d not in dims), True)
-    outs = run_graph(op, _OpGraph(op, x.dtype), [x], numbers, dims, (out,))
-    return None if outs is None else outs[0]
+        return full, False
+    if keepdim:
+        return tuple(1 if d in dims else s for d, s in enumerate(full)), False
+    return tuple(s for d, s in enumerate(full) if d not in dims), True
 
 
 class _OpGraph:
@@ -97,24 +108,31 @@ def run_graph(name, graph, tensors: list, numbers: tuple, dims: tuple, outputs: 
     `dims` kept as 1s) and zero-dim `numbers`, writing `outputs`, each (shape, whether
     the reduced dims are dropped from it), as one generated kernel; None where numpy must
     run it (dims that do not merge into one, a kernel still compiling)."""
-    x = tensors[0]
-    key = (name, x.dtype, dims, outputs, numbers, *[(t._shape, t._stride) for t in tensors])
+    key = (name, tensors[0].dtype, dims, outputs, numbers,
+           *[(t._shape, t._stride) for t in tensors])
     planned = _layouts.get(key)
     if planned is None:
-        if _retry_at.get(key, 0.0) > time.monotonic():
-            return None  # its kernel was compiling a moment ago: not planned again yet
-        planned = _plan(name, graph, tensors, numbers, dims, outputs)
-        if planned is None:  # compiling in the background: numpy runs meanwhile
-            _retry_at[key] = time.monotonic() + RETRY_SECONDS
-            return None
-        if len(_layouts) >= _MAX_LAYOUTS:
-            _layouts.clear()
-        _layouts[key] = planned
-        _retry_at.pop(key, None)
-    if planned is _NUMPY:
+        planned = _planned(key, lambda: _plan(name, graph, tensors, numbers, dims, outputs))
+    if planned is None or planned is _NUMPY:
         return None
     launch, extra = planned
     return launch([*tensors, *extra])
+
+
+def _planned(key, plan):
+    """The layout `key` planned by `plan()` and kept; None while its kernel compiles in
+    the background (planned again only RETRY_SECONDS later: numpy runs meanwhile)."""
+    if _retry_at.get(key, 0.0) > time.monotonic():
+        return None  # its kernel was compiling a moment ago: not planned again yet
+    planned = plan()
+    if planned is None:
+        _retry_at[key] = time.monotonic() + RETRY_SECONDS
+        return None
+    if len(_layouts) >= _MAX_LAYOUTS:
+        _layouts.clear()
+    _layouts[key] = planned
+    _retry_at.pop(key, None)
+    return planned
 
 
 def _plan(name, graph, tensors: list, numbers: tuple, dims: tuple, outputs: tuple):
