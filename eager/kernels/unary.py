@@ -236,8 +236,26 @@ def _gelu_backward(g, x, approximate="none"):
     return g * (cdf + x * pdf)
 
 
+def _emit_gelu_backward(E, g, x, approximate="none"):
+    """g * d gelu(x) / dx, as _gelu_backward computes it."""
+    if approximate == "tanh":
+        square = E.mul(x, x)
+        t = E.math("tanh", E.mul(E.const(_SQRT_2_OVER_PI),
+                                 E.add(x, E.mul(E.const(0.044715), E.mul(square, x)))))
+        d_inner = E.mul(E.const(_SQRT_2_OVER_PI),
+                        E.add(E.const(1.0), E.mul(E.const(3 * 0.044715), square)))
+        slope = E.mul(E.mul(E.mul(E.const(0.5), x), E.sub(E.const(1.0), E.mul(t, t))), d_inner)
+        return E.mul(g, E.add(E.mul(E.const(0.5), E.add(E.const(1.0), t)), slope))
+    cdf = E.mul(E.const(0.5), E.add(E.const(1.0),
+                                    E.math("erf", E.mul(x, E.const(0.7071067811865476)))))
+    pdf = E.mul(E.math("exp", E.mul(E.const(-0.5), E.mul(x, x))),
+                E.const(1 / math.sqrt(2 * math.pi)))
+    return E.mul(g, E.add(cdf, E.mul(x, pdf)))
+
+
 GELU_BACKWARD = declare(Op.GELU_BACKWARD, pointwise=Pointwise(
-    "promote", _gelu_backward, float_only="GeluKernelImpl", check=_check_approximate))
+    "promote", _gelu_backward, emit=_emit_gelu_backward, float_only="GeluKernelImpl",
+    float_math=True, check=_check_approximate))
 
 
 @GELU_BACKWARD.derivative("GeluBackwardBackward0", "grad_output self",
