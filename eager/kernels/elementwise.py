@@ -6,6 +6,8 @@ compute as their out-of-place twin and write `self`. The records themselves are 
 unary.py and binary.py."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from eager.dispatcher import ATEN, DispatchKey
@@ -92,22 +94,59 @@ def _pointwise_rule(record: OpRecord, split, shape_and_dtype):
     return rule
 
 
+NATIVE_ELEMENTS = 1024
+"""From this many elements in an operand, float32 and float64 pointwise ops whose record
+has an emitter are offered to the compiler's generated kernels (compiler/backends/native/
+eager_pointwise.py, loaded at the first such call, which takes each op from its own
+measured size on; set KILN_EAGER_NATIVE=0 to keep numpy)."""
+_NATIVE_DTYPES = frozenset({dtypes.float32, dtypes.float64})
+_native_pointwise = None  # that module once loaded, False where it cannot be
+
+
+def _native(record: OpRecord, tensors, attrs: dict, shape, dt):
+    """The op from a generated kernel, or None: numpy runs it."""
+    global _native_pointwise
+    if _native_pointwise is None:
+        _native_pointwise = False
+        if os.environ.get("KILN_EAGER_NATIVE", "1") == "0":
+            return None
+        try:
+            from compiler.backends.native import eager_pointwise
+        except ImportError:  # no llvmlite: numpy serves
+            return None
+        _native_pointwise = eager_pointwise
+    if _native_pointwise is False:
+        return None
+    return _native_pointwise.run(record, tensors, attrs, shape, dt)
+
+
 def _pointwise_kernel(record: OpRecord, split, shape_and_dtype):
     numpy, compare = record.pointwise.numpy, record.pointwise.rule == "compare"
     quiet, scaled = record.pointwise.quiet, record.pointwise.scaled
     count = _tensor_count(record)
+    native = record.pointwise.emit is not None and \
+        record.pointwise.rule not in ("compare", "logical")
 
     def kernel(*args, **attrs):
         if attrs or len(args) != count:
             args, attrs = split(args, attrs)
-        dt = shape_and_dtype(args, attrs)[1]
+        shape, dt = shape_and_dtype(args, attrs)
         ct = compute_np(_promoted(args)) if compare else compute_np(dt)
         if count == 2:  # spelled out for the common cases: operand() inlined
             a, b = args[0]._np(), args[1]._np()
+            if (a.size >= NATIVE_ELEMENTS or b.size >= NATIVE_ELEMENTS) and native and \
+                    dt in _NATIVE_DTYPES:
+                out = _native(record, args, attrs, shape, dt)
+                if out is not None:
+                    return out
             arrays = (a if a.dtype is ct else operand(args[0], ct),
                       b if b.dtype is ct else operand(args[1], ct))
         elif count == 1:
             a = args[0]._np()
+            if a.size >= NATIVE_ELEMENTS and native and dt in _NATIVE_DTYPES:
+                out = _native(record, args, attrs, shape, dt)
+                if out is not None:
+                    return out
             arrays = a if a.dtype is ct else operand(args[0], ct),
         else:
             arrays = [operand(t, ct) for t in args]

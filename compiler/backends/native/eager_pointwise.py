@@ -1,0 +1,171 @@
+"""Generated elementwise kernels as eager's CPU kernels for float32 and float64 pointwise
+ops whose record has an emitter (eager/kernels/elementwise.py asks `run` when an operand
+has NATIVE_ELEMENTS elements or more and keeps numpy where it gets None).
+
+A kernel is one node, the op's record emitter (compiler/codegen/values.py, as in the
+compiled path's kernels and eager CUDA's), over operands of the result's dtype: tensors
+of that dtype, and zero-dim tensors and Python numbers of any (read once per row, as
+numpy reads them, cast to the result's dtype first). A scaled operand (add's and sub's
+alpha) is multiplied by one more such operand inside the kernel, so a changing number
+never makes a new kernel. It is compiled once per op, dtype, attributes (gelu's
+approximate) and pattern of inner strides (1, 0 or other), through codegen/pointwise.py
+and the kernel cache on disk, and serves every shape; contiguous, broadcast,
+transposed and sliced operands are read in place through eager_rows' layout machinery
+(backends/native/pointwise.py `_layout`), and the result is contiguous. A layout (op,
+shapes, strides) is planned once and its Launch kept. While a background worker
+compiles the kernel, numpy runs. Ops with numbers compiled into the emitter (clamp's
+bounds), comparisons and other dtypes keep numpy.
+
+Where it pays, measured on one thread with a layout seen before (numpy / native, us,
+float32): an op whose numpy function is composed of several numpy calls (gelu, sigmoid,
+silu, relu, erf, gelu_backward, pow, ...) runs natively from COMPOSED_ELEMENTS on (gelu
+at 1024 elements 81 / 5.8, at 256K 12186 / 137; relu at 1024 4.7 / 4.3, at 256K 998 /
+26). An op that numpy computes in one ufunc stays with numpy (UFUNC_ELEMENTS): its SIMD
+loop is at memory bandwidth or faster than kiln's vmath (at 256K: add 30 / 34, mul 31 /
+33, log 61 / 64, tanh 44 / 110; at 1M add 132 / 134), with exp (76 / 54) and sqrt (75 /
+25) the exceptions not worth a table of their own.
+"""
+from __future__ import annotations
+
+import hashlib
+import threading
+
+import numpy as np
+
+from compiler.backends.native.eager_rows import _Strided
+from compiler.backends.native.launch import Launch
+from compiler.backends.native.pointwise import NotNative, _layout, _stride_class
+from compiler.codegen import kernel_spec as K
+from eager.kernels._common import scalar_value
+from eager.records import OpRecord
+from eager.tensor import Size, contiguous_strides, from_array
+from ir.graph import GraphBuilder, TensorType
+from ir.ops import Op
+from runtime.jit import KernelPending, deferring
+
+COMPOSED_ELEMENTS = 1024
+UFUNC_ELEMENTS = float("inf")
+_MAX_LAYOUTS = 512  # planned layouts kept; past that the table starts again
+
+_lock = threading.Lock()
+_layouts: dict = {}  # (op, dtype, attrs, scaled, shapes and strides) -> Launch
+_kernels: dict = {}  # (op, dtype, attrs, scaled, count, classes) -> kernel address
+_thresholds: dict = {}  # op -> the size from which it runs natively
+calls = 0  # kernels launched (tests check that the native path ran)
+
+
+def run(record: OpRecord, tensors, attrs: dict, shape, dt) -> object:
+    """record's op over `tensors` (broadcast to `shape`, the result of dtype `dt`) as one
+    generated kernel; None where numpy must run it."""
+    global calls
+    pointwise = record.pointwise
+    op, scale = record.op, None
+    if attrs:
+        attrs = dict(attrs)
+        if pointwise.scaled:
+            scale = attrs.pop(pointwise.scaled, 1)
+            if isinstance(scale, (int, float)) and scale == 1:
+                scale = None
+        if any(not isinstance(v, str) for v in attrs.values()):
+            return None  # a number the emitter compiles in (clamp's bounds)
+    threshold = _thresholds.get(op)
+    if threshold is None:
+        threshold = _threshold(record)
+    if threshold > COMPOSED_ELEMENTS and _numel(shape) < threshold:
+        return None  # (the caller asks from COMPOSED_ELEMENTS on)
+    operands = []
+    for t in tensors:
+        if not t._shape:  # a number (its memory float64 when wrapped), read in dt
+            value = t._np()
+            if value.dtype != dt.np:
+                t = from_array(value.astype(dt.np))
+        elif t.dtype is not dt:
+            return None  # an int tensor promoted to float: numpy casts it
+        operands.append(t)
+    if scale is not None:
+        operands.append(from_array(np.asarray(scalar_value(scale), dt.np)))
+    key = (op, dt, tuple(attrs.items()), scale is not None, shape,
+           tuple([(t._shape, t._stride) for t in operands]))
+    launch = _layouts.get(key)
+    if launch is None:
+        launch = _plan(op, dt, attrs, scale is not None, operands, shape)
+        if launch is None:
+            return None
+        if len(_layouts) >= _MAX_LAYOUTS:
+            _layouts.clear()
+        _layouts[key] = launch
+    calls += 1
+    return launch(operands)[0]
+
+
+def _threshold(record: OpRecord) -> float:
+    """The size from which record's op runs natively (see the module's docstring)."""
+    one_ufunc = isinstance(record.pointwise.numpy, np.ufunc)
+    found = _thresholds[record.op] = UFUNC_ELEMENTS if one_ufunc else COMPOSED_ELEMENTS
+    return found
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _plan(op: Op, dt, attrs: dict, scaled: bool, operands: list, shape):
+    item = dt.itemsize
+    shape = tuple(shape)
+    arrays = [_Strided(t._shape, t._stride, item) for t in operands]
+    arrays.append(_Strided(shape, contiguous_strides(shape), item))
+    shapes = [tuple(t._shape) for t in operands] + [shape]
+    try:
+        rows, inner, offsets, strides, _ = _layout(arrays, shapes, shape, frozenset(),
+                                                   [False] * len(arrays))
+    except NotNative:
+        return None
+    classes = tuple(_stride_class(s) for s in strides)
+    address = _kernel(op, dt, tuple(attrs.items()), scaled, len(operands), classes)
+    if address is None:
+        return None
+    size = Size(shape)
+    outputs = ((size, contiguous_strides(size), size.numel(), dt),)
+    return Launch(address, offsets, strides, rows, inner, True, outputs)
+
+
+def _kernel(op: Op, dt, attrs: tuple, scaled: bool, count: int, classes: tuple):
+    """The kernel's address, compiled (or loaded from the cache) once; None while a
+    background worker compiles it."""
+    key = (op, dt, attrs, scaled, count, classes)
+    address = _kernels.get(key)
+    if address is not None:
+        return address
+    from compiler.backends.native.pointwise import SPEED_LEVEL, BuildKernel
+    from runtime.jit import host_jit, vector_width
+    width = vector_width()
+    digest = hashlib.sha256(repr((key, width)).encode()).hexdigest()[:12]
+    name = f"kiln_eager_{op.name.lower()}_{dt.name}_{digest}"
+    spec = _body(op, dt, name, dict(attrs), scaled, count, classes)
+    try:
+        with _lock, deferring():
+            address = host_jit().load_spec(
+                name, f"{name} {key!r} {width}", BuildKernel(spec, width), [name],
+                SPEED_LEVEL)[name]
+    except KernelPending:
+        return None
+    _kernels[key] = address
+    return address
+
+
+def _body(op: Op, dt, name: str, attrs: dict, scaled: bool, count: int,
+          classes: tuple) -> K.KernelSpec:
+    """op over `count` operands (the last one the scale when `scaled`) as a KernelSpec."""
+    g = GraphBuilder()
+    full = TensorType(("n",), dt)
+    xs = [g.input(full, f"x{j}") for j in range(count)]
+    if scaled:  # the last tensor times the scale, before the op sees it
+        scale = xs.pop()
+        (xs[-1],) = g.add(Op.MUL, (xs[-1], scale), {}, full)
+    (result,) = g.add(op, tuple(xs), attrs, full)
+    graph = g.build([result])
+    return K.KernelSpec(name, "elementwise", graph.inputs, graph.nodes, graph.outputs, (),
+                        frozenset(), classes)
