@@ -58,7 +58,8 @@ def _(ctx, g):
 
 
 ABS = declare(Op.ABS, function=True, method=True, pointwise=Pointwise(
-    "same", np.abs, emit=lambda E, x: E.select(_below_zero(E, x), E.neg(x), x)))
+    "same", np.abs,  # 0 - x where x <= 0: abs(-0.0) is 0.0, not -0.0
+    emit=lambda E, x: E.select(E.le(x, E.const(0)), E.sub(E.const(0), x), x)))
 
 
 @ABS.derivative("AbsBackward0", "self", save="self")
