@@ -149,6 +149,11 @@ def _pointwise_kernel(record: OpRecord, split, shape_and_dtype):
                     return out
             arrays = a if a.dtype is ct else operand(args[0], ct),
         else:
+            if native and dt in _NATIVE_DTYPES and \
+                    any(t._np().size >= NATIVE_ELEMENTS for t in args):
+                out = _native(record, args, attrs, shape, dt)
+                if out is not None:
+                    return out
             arrays = [operand(t, ct) for t in args]
         if attrs:
             attrs = {k: scalar_value(v) for k, v in attrs.items()}

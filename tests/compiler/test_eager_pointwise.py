@@ -290,3 +290,27 @@ def test_gradients_through_native_kernels_match_finite_differences(name):
         assert ran == 2  # gelu and gelu_backward, each one kernel
     elif name != "tanh":
         assert ran >= 1
+
+
+def test_operands_of_other_dtypes_are_cast_in_the_kernel_as_numpy_casts_them():
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((45, 47)).astype(np.float32)
+    b = rng.standard_normal((45, 47))
+    mask = rng.standard_normal((45, 47)) > 0
+    ints = rng.integers(-5, 5, (45, 47))
+    cases = [  # (eager result, torch result)
+        (eager.where(eager.tensor(mask), eager.tensor(a), eager.tensor(b)),
+         torch.where(torch.tensor(mask), torch.tensor(a), torch.tensor(b))),
+        (eager.where(eager.tensor(mask).t(), eager.tensor(a).t(), 0.0),
+         torch.where(torch.tensor(mask).t(), torch.tensor(a).t(), 0.0)),
+        (eager.sigmoid(eager.tensor(ints)), torch.sigmoid(torch.tensor(ints))),
+        (eager.pow(eager.tensor(np.abs(a)), eager.tensor(b)),
+         torch.pow(torch.tensor(np.abs(a)), torch.tensor(b))),
+    ]
+    for got, want in cases:
+        assert str(got.dtype).split(".")[-1] == str(want.dtype).split(".")[-1]
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=2e-6, atol=1e-6)
+    before = eager_pointwise.calls
+    eager.where(eager.tensor(mask), eager.tensor(a), eager.tensor(b))
+    eager.sigmoid(eager.tensor(ints))
+    assert eager_pointwise.calls == before + 2

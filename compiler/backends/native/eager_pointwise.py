@@ -3,9 +3,10 @@ ops whose record has an emitter (eager/kernels/elementwise.py asks `run` when an
 has NATIVE_ELEMENTS elements or more and keeps numpy where it gets None).
 
 A kernel is one node, the op's record emitter (compiler/codegen/values.py, as in the
-compiled path's kernels and eager CUDA's), over operands of the result's dtype: tensors
-of that dtype, and zero-dim tensors and Python numbers of any (read once per row, as
-numpy reads them, cast to the result's dtype first). A scaled operand (add's and sub's
+compiled path's kernels and eager CUDA's), over its operands each cast to the compute
+type in the kernel, as numpy's path casts them first (where's bool condition, an int
+tensor in a float op); zero-dim tensors and Python numbers are made the result's dtype
+and read once per row. A scaled operand (add's and sub's
 alpha) is multiplied by one more such operand inside the kernel, so a changing number
 never makes a new kernel. It is compiled once per op, dtype, attributes (gelu's
 approximate) and pattern of inner strides (1, 0 or other), through codegen/pointwise.py
@@ -48,8 +49,8 @@ UFUNC_ELEMENTS = float("inf")
 _MAX_LAYOUTS = 512  # planned layouts kept; past that the table starts again
 
 _lock = threading.Lock()
-_layouts: dict = {}  # (op, dtype, attrs, scaled, shapes and strides) -> Launch
-_kernels: dict = {}  # (op, dtype, attrs, scaled, count, classes) -> kernel address
+_layouts: dict = {}  # (op, dtype, attrs, scaled, shape, operands' layouts) -> Launch
+_kernels: dict = {}  # (op, dtype, attrs, scaled, operand dtypes, classes) -> address
 _thresholds: dict = {}  # op -> the size from which it runs natively
 calls = 0  # kernels launched (tests check that the native path ran)
 
@@ -77,15 +78,15 @@ def run(record: OpRecord, tensors, attrs: dict, shape, dt) -> object:
     for t in tensors:
         if not t._shape:  # a number (its memory float64 when wrapped), read in dt
             value = t._np()
-            if value.dtype != dt.np:
+            if value.dtype != dt.np or t.dtype is not dt:
                 t = from_array(value.astype(dt.np))
-        elif t.dtype is not dt:
-            return None  # an int tensor promoted to float: numpy casts it
+        elif t.dtype is not dt and t.dtype.name not in K.SUPPORTED:
+            return None  # float16: numpy
         operands.append(t)
     if scale is not None:
         operands.append(from_array(np.asarray(scalar_value(scale), dt.np)))
     key = (op, dt, tuple(attrs.items()), scale is not None, shape,
-           tuple([(t._shape, t._stride) for t in operands]))
+           tuple([(t.dtype, t._shape, t._stride) for t in operands]))
     launch = _layouts.get(key)
     if launch is None:
         launch = _plan(op, dt, attrs, scale is not None, operands, shape)
@@ -113,10 +114,9 @@ def _numel(shape) -> int:
 
 
 def _plan(op: Op, dt, attrs: dict, scaled: bool, operands: list, shape):
-    item = dt.itemsize
     shape = tuple(shape)
-    arrays = [_Strided(t._shape, t._stride, item) for t in operands]
-    arrays.append(_Strided(shape, contiguous_strides(shape), item))
+    arrays = [_Strided(t._shape, t._stride, t.dtype.itemsize) for t in operands]
+    arrays.append(_Strided(shape, contiguous_strides(shape), dt.itemsize))
     shapes = [tuple(t._shape) for t in operands] + [shape]
     try:
         rows, inner, offsets, strides, _ = _layout(arrays, shapes, shape, frozenset(),
@@ -124,7 +124,8 @@ def _plan(op: Op, dt, attrs: dict, scaled: bool, operands: list, shape):
     except NotNative:
         return None
     classes = tuple(_stride_class(s) for s in strides)
-    address = _kernel(op, dt, tuple(attrs.items()), scaled, len(operands), classes)
+    address = _kernel(op, dt, tuple(attrs.items()), scaled,
+                      tuple(t.dtype for t in operands), classes)
     if address is None:
         return None
     size = Size(shape)
@@ -132,10 +133,10 @@ def _plan(op: Op, dt, attrs: dict, scaled: bool, operands: list, shape):
     return Launch(address, offsets, strides, rows, inner, True, outputs)
 
 
-def _kernel(op: Op, dt, attrs: tuple, scaled: bool, count: int, classes: tuple):
+def _kernel(op: Op, dt, attrs: tuple, scaled: bool, reads: tuple, classes: tuple):
     """The kernel's address, compiled (or loaded from the cache) once; None while a
     background worker compiles it."""
-    key = (op, dt, attrs, scaled, count, classes)
+    key = (op, dt, attrs, scaled, reads, classes)
     address = _kernels.get(key)
     if address is not None:
         return address
@@ -144,7 +145,7 @@ def _kernel(op: Op, dt, attrs: tuple, scaled: bool, count: int, classes: tuple):
     width = vector_width()
     digest = hashlib.sha256(repr((key, width)).encode()).hexdigest()[:12]
     name = f"kiln_eager_{op.name.lower()}_{dt.name}_{digest}"
-    spec = _body(op, dt, name, dict(attrs), scaled, count, classes)
+    spec = _body(op, dt, name, dict(attrs), scaled, reads, classes)
     try:
         with _lock, deferring():
             address = host_jit().load_spec(
@@ -156,12 +157,13 @@ def _kernel(op: Op, dt, attrs: tuple, scaled: bool, count: int, classes: tuple):
     return address
 
 
-def _body(op: Op, dt, name: str, attrs: dict, scaled: bool, count: int,
+def _body(op: Op, dt, name: str, attrs: dict, scaled: bool, reads: tuple,
           classes: tuple) -> K.KernelSpec:
-    """op over `count` operands (the last one the scale when `scaled`) as a KernelSpec."""
+    """op over operands of dtypes `reads` (the last one the scale when `scaled`), its
+    result of dtype dt, as a KernelSpec."""
     g = GraphBuilder()
     full = TensorType(("n",), dt)
-    xs = [g.input(full, f"x{j}") for j in range(count)]
+    xs = [g.input(TensorType(("n",), read), f"x{j}") for j, read in enumerate(reads)]
     if scaled:  # the last tensor times the scale, before the op sees it
         scale = xs.pop()
         (xs[-1],) = g.add(Op.MUL, (xs[-1], scale), {}, full)
