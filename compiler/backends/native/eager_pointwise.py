@@ -28,12 +28,11 @@ loop is at memory bandwidth or faster than kiln's vmath (at 256K: add 30 / 34, m
 """
 from __future__ import annotations
 
-import hashlib
-import threading
+import math
 
 import numpy as np
 
-from compiler.backends.native.eager_rows import _Strided
+from compiler.backends.native.eager_rows import _Strided, load_kernel
 from compiler.backends.native.launch import Launch
 from compiler.backends.native.pointwise import NotNative, _layout, _stride_class
 from compiler.codegen import kernel_spec as K
@@ -42,15 +41,12 @@ from eager.records import OpRecord
 from eager.tensor import Size, contiguous_strides, from_array
 from ir.graph import GraphBuilder, TensorType
 from ir.ops import Op
-from runtime.jit import KernelPending, deferring
 
 COMPOSED_ELEMENTS = 1024
 UFUNC_ELEMENTS = float("inf")
 _MAX_LAYOUTS = 512  # planned layouts kept; past that the table starts again
 
-_lock = threading.Lock()
 _layouts: dict = {}  # (op, dtype, attrs, scaled, shape, operands' layouts) -> Launch
-_kernels: dict = {}  # (op, dtype, attrs, scaled, operand dtypes, classes) -> address
 _thresholds: dict = {}  # op -> the size from which it runs natively
 calls = 0  # kernels launched (tests check that the native path ran)
 
@@ -72,7 +68,7 @@ def run(record: OpRecord, tensors, attrs: dict, shape, dt) -> object:
     threshold = _thresholds.get(op)
     if threshold is None:
         threshold = _threshold(record)
-    if threshold > COMPOSED_ELEMENTS and _numel(shape) < threshold:
+    if threshold > COMPOSED_ELEMENTS and math.prod(shape) < threshold:
         return None  # (the caller asks from COMPOSED_ELEMENTS on)
     operands = []
     for t in tensors:
@@ -106,13 +102,6 @@ def _threshold(record: OpRecord) -> float:
     return found
 
 
-def _numel(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
-
-
 def _plan(op: Op, dt, attrs: dict, scaled: bool, operands: list, shape):
     shape = tuple(shape)
     arrays = [_Strided(t._shape, t._stride, t.dtype.itemsize) for t in operands]
@@ -134,27 +123,8 @@ def _plan(op: Op, dt, attrs: dict, scaled: bool, operands: list, shape):
 
 
 def _kernel(op: Op, dt, attrs: tuple, scaled: bool, reads: tuple, classes: tuple):
-    """The kernel's address, compiled (or loaded from the cache) once; None while a
-    background worker compiles it."""
-    key = (op, dt, attrs, scaled, reads, classes)
-    address = _kernels.get(key)
-    if address is not None:
-        return address
-    from compiler.backends.native.pointwise import SPEED_LEVEL, BuildKernel
-    from runtime.jit import host_jit, vector_width
-    width = vector_width()
-    digest = hashlib.sha256(repr((key, width)).encode()).hexdigest()[:12]
-    name = f"kiln_eager_{op.name.lower()}_{dt.name}_{digest}"
-    spec = _body(op, dt, name, dict(attrs), scaled, reads, classes)
-    try:
-        with _lock, deferring():
-            address = host_jit().load_spec(
-                name, f"{name} {key!r} {width}", BuildKernel(spec, width), [name],
-                SPEED_LEVEL)[name]
-    except KernelPending:
-        return None
-    _kernels[key] = address
-    return address
+    return load_kernel((op, dt, attrs, scaled, reads, classes), f"{op.name.lower()}_{dt.name}",
+                       lambda name: _body(op, dt, name, dict(attrs), scaled, reads, classes))
 
 
 def _body(op: Op, dt, name: str, attrs: dict, scaled: bool, reads: tuple,

@@ -50,7 +50,7 @@ _layouts: dict = {}  # (op, dtype, shape, strides, dims, keepdim, numbers) or (g
 #                     -> (Launch, extra operands), or _NUMPY
 _NUMPY = object()  # in _layouts: a layout the kernels do not take, numpy's from then on
 _retry_at: dict = {}  # layouts whose kernel is compiling -> when to plan them again
-_kernels: dict = {}  # (graph name, dtype, classes, columns) -> kernel address
+_kernels: dict = {}  # a kernel's key (load_kernel) -> its address
 
 
 class _Strided:
@@ -168,23 +168,27 @@ def _plan(name, graph, tensors: list, numbers: tuple, dims: tuple, outputs: tupl
 
 
 def _kernel(name, graph, dt, classes: tuple, columns: tuple):
-    """The kernel's address, compiled (or loaded from the cache) once; None while a
-    background worker compiles it."""
-    key = (name, dt, classes, columns)
+    label = name.name.lower() if isinstance(name, Op) else name
+    return load_kernel((name, dt, classes, columns), f"{label}_{dt.name}",
+                       lambda symbol: _body(graph, symbol, classes, columns))
+
+
+def load_kernel(key: tuple, label: str, body) -> int | None:
+    """The address of eager's generated kernel `key` (named after `label`; `body(name)`
+    makes its KernelSpec), compiled (or loaded from the cache) once; None while a
+    background worker compiles it. eager_pointwise.py's kernels are loaded here too."""
     address = _kernels.get(key)
     if address is not None:
         return address
     from compiler.backends.native.pointwise import SPEED_LEVEL, BuildKernel
     from runtime.jit import host_jit, vector_width
     width = vector_width()
-    label = name.name.lower() if isinstance(name, Op) else name
-    symbol = f"kiln_eager_{label}_{dt.name}_{_digest(key, width)}"
-    spec = _body(graph, symbol, classes, columns)
+    name = f"kiln_eager_{label}_{_digest(key, width)}"
     try:
         with _lock, deferring():
             address = host_jit().load_spec(
-                symbol, f"{symbol} {key!r} {width}", BuildKernel(spec, width), [symbol],
-                SPEED_LEVEL)[symbol]
+                name, f"{name} {key!r} {width}", BuildKernel(body(name), width), [name],
+                SPEED_LEVEL)[name]
     except KernelPending:
         return None
     _kernels[key] = address
