@@ -7,6 +7,7 @@ unary.py and binary.py."""
 from __future__ import annotations
 
 import os
+from math import prod
 
 import numpy as np
 
@@ -149,8 +150,7 @@ def _pointwise_kernel(record: OpRecord, split, shape_and_dtype):
                     return out
             arrays = a if a.dtype is ct else operand(args[0], ct),
         else:
-            if native and dt in _NATIVE_DTYPES and \
-                    any(t._np().size >= NATIVE_ELEMENTS for t in args):
+            if native and dt in _NATIVE_DTYPES and prod(shape) >= NATIVE_ELEMENTS:
                 out = _native(record, args, attrs, shape, dt)
                 if out is not None:
                     return out
