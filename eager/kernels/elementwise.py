@@ -97,9 +97,16 @@ def _pointwise_rule(record: OpRecord, split, shape_and_dtype):
 
 NATIVE_ELEMENTS = 1024
 """From this many elements in an operand, float32 and float64 pointwise ops whose record
-has an emitter are offered to the compiler's generated kernels (compiler/backends/native/
-eager_pointwise.py, loaded at the first such call, which takes each op from its own
-measured size on; set KILN_EAGER_NATIVE=0 to keep numpy)."""
+has an emitter and whose numpy function is composed of several numpy calls (gelu,
+gelu_backward, sigmoid, silu, relu, erf, pow, where, ...) run as the compiler's generated
+kernels (compiler/backends/native/eager_pointwise.py, loaded at the first such call; set
+KILN_EAGER_NATIVE=0 to keep numpy). An op numpy runs as one ufunc (add, mul, exp, tanh,
+...) is never offered: numpy's loop is at memory bandwidth or faster than kiln's vmath.
+Measured on one thread, numpy / native in us, float32, a layout seen before: gelu at 1024
+elements 81 / 5.8, at 256K 12186 / 137; sigmoid at 1024 8.0 / 4.7; relu at 1024 4.6 /
+4.3, at 256K 998 / 26; one ufunc at 256K: add 30 / 34, mul 31 / 33, log 61 / 64, tanh 44
+/ 110, and the exceptions not worth a table, exp 76 / 54 and sqrt 75 / 25. Below 1024 a
+layout's first sight (a plan, ~25 us) costs more than numpy's cheaper composed ops."""
 _NATIVE_DTYPES = frozenset({dtypes.float32, dtypes.float64})
 _native_pointwise = None  # that module once loaded, False where it cannot be
 
@@ -125,7 +132,7 @@ def _pointwise_kernel(record: OpRecord, split, shape_and_dtype):
     numpy, compare = record.pointwise.numpy, record.pointwise.rule == "compare"
     quiet, scaled = record.pointwise.quiet, record.pointwise.scaled
     count = _tensor_count(record)
-    native = record.pointwise.emit is not None and \
+    native = record.pointwise.emit is not None and not isinstance(numpy, np.ufunc) and \
         record.pointwise.rule not in ("compare", "logical")
 
     def kernel(*args, **attrs):

@@ -3,8 +3,8 @@ gelu_backward, sigmoid, silu, erf, ...) run from NATIVE_ELEMENTS elements on as 
 kernels (compiler/backends/native/eager_pointwise.py): values against the op's own numpy
 function in float64 and against PyTorch, over sizes, layouts, Python numbers, NaN and
 inf; which path ran (eager_pointwise.calls); numpy where it must; gradients by finite
-differences. One-ufunc ops (add, exp, tanh, ...) stay with numpy; with UFUNC_ELEMENTS
-lowered they run natively too, and are checked the same way."""
+differences. One-ufunc ops (add, exp, tanh, ...) stay with numpy in eager; through
+eager_pointwise.run itself they are checked the same way."""
 import numpy as np
 import pytest
 import torch
@@ -13,7 +13,7 @@ import eager
 from compiler.backends.native import eager_pointwise
 from eager.kernels import elementwise
 from eager.records import RECORDS
-from eager.tensor import ops
+from eager.tensor import ops, wrap_scalar
 from ir.ops import Op
 from runtime import compile_service
 
@@ -41,32 +41,43 @@ BINARY = {
                            {"approximate": "tanh"}),
     "pow": (Op.POW, eager.pow, torch.pow, {}),
 }
-UFUNCS = {  # one-ufunc ops, native only with UFUNC_ELEMENTS lowered
-    "exp": (Op.EXP, eager.exp, torch.exp, {}),
-    "tanh": (Op.TANH, eager.tanh, torch.tanh, {}),
-    "log": (Op.LOG, eager.log, torch.log, {}),
-    "sqrt": (Op.SQRT, eager.sqrt, torch.sqrt, {}),
-    "neg": (Op.NEG, eager.neg, torch.neg, {}),
-    "abs": (Op.ABS, eager.abs, torch.abs, {}),
+
+
+def _natively(op: Op, like, **attrs):
+    """op through eager_pointwise.run itself, as elementwise.py calls it (it keeps
+    one-ufunc ops with numpy); `like` (numpy's eager op) gives the result's shape and
+    dtype. Python numbers are given as eager gives them, wrapped."""
+    def call(*args):
+        expected = like(*args)
+        tensors = [a if isinstance(a, eager.Tensor) else wrap_scalar(a) for a in args]
+        out = eager_pointwise.run(RECORDS[op], tensors, attrs, expected._shape,
+                                  expected.dtype)
+        assert out is not None
+        return out
+    return call
+
+
+UFUNCS = {  # one-ufunc ops: numpy in eager, here natively
+    "exp": (Op.EXP, _natively(Op.EXP, eager.exp), torch.exp, {}),
+    "tanh": (Op.TANH, _natively(Op.TANH, eager.tanh), torch.tanh, {}),
+    "log": (Op.LOG, _natively(Op.LOG, eager.log), torch.log, {}),
+    "sqrt": (Op.SQRT, _natively(Op.SQRT, eager.sqrt), torch.sqrt, {}),
+    "neg": (Op.NEG, _natively(Op.NEG, eager.neg), torch.neg, {}),
+    "abs": (Op.ABS, _natively(Op.ABS, eager.abs), torch.abs, {}),
 }
 UFUNCS2 = {
-    "add": (Op.ADD, eager.add, torch.add, {}),
-    "add_alpha": (Op.ADD, lambda a, b: eager.add(a, b, alpha=0.37),
+    "add": (Op.ADD, _natively(Op.ADD, eager.add), torch.add, {}),
+    "add_alpha": (Op.ADD, _natively(Op.ADD, lambda a, b: eager.add(a, b, alpha=0.37),
+                                    alpha=0.37),
                   lambda a, b: torch.add(a, b, alpha=0.37), {}),
-    "sub_alpha": (Op.SUB, lambda a, b: eager.sub(a, b, alpha=2),
+    "sub_alpha": (Op.SUB, _natively(Op.SUB, lambda a, b: eager.sub(a, b, alpha=2), alpha=2),
                   lambda a, b: torch.sub(a, b, alpha=2), {}),
-    "mul": (Op.MUL, eager.mul, torch.mul, {}),
-    "div": (Op.DIV, eager.div, torch.div, {}),
-    "maximum": (Op.MAXIMUM, eager.maximum, torch.maximum, {}),
+    "mul": (Op.MUL, _natively(Op.MUL, eager.mul), torch.mul, {}),
+    "div": (Op.DIV, _natively(Op.DIV, eager.div), torch.div, {}),
+    "maximum": (Op.MAXIMUM, _natively(Op.MAXIMUM, eager.maximum), torch.maximum, {}),
 }
 POSITIVE = {"rsqrt", "log", "sqrt", "pow"}  # compared on positive inputs (their domain)
 DTYPES = {"float32": (np.float32, 2e-6, 1e-6), "float64": (np.float64, 1e-13, 1e-14)}
-
-
-@pytest.fixture
-def ufuncs_native(monkeypatch):
-    monkeypatch.setattr(eager_pointwise, "UFUNC_ELEMENTS", 0)
-    monkeypatch.setattr(eager_pointwise, "_thresholds", {})
 
 
 def _data(shape, dtype, seed, positive=False):
@@ -160,14 +171,13 @@ def test_composed_binary_ops_run_natively_over_broadcast_and_strided_operands(na
 
 @pytest.mark.parametrize("dtype", sorted(DTYPES))
 @pytest.mark.parametrize("name", sorted(UFUNCS))
-def test_one_ufunc_unary_ops_match_through_vmath_when_asked_natively(name, dtype,
-                                                                     ufuncs_native):
+def test_one_ufunc_unary_ops_match_through_vmath_when_run_natively(name, dtype):
     _run_unary(UFUNCS, name, dtype, (37, 61))
 
 
 @pytest.mark.parametrize("dtype", sorted(DTYPES))
 @pytest.mark.parametrize("name", sorted(UFUNCS2))
-def test_one_ufunc_binary_ops_and_alpha_match_when_asked_natively(name, dtype, ufuncs_native):
+def test_one_ufunc_binary_ops_and_alpha_match_when_run_natively(name, dtype):
     _run_binary(UFUNCS2, name, dtype, (37, 61))
 
 
@@ -179,17 +189,21 @@ def test_one_ufunc_ops_stay_with_numpy_by_default():
 
 
 @pytest.mark.parametrize("dtype", sorted(DTYPES))
-def test_python_numbers_and_zero_dim_operands_give_pytorchs_dtypes(dtype, ufuncs_native):
+def test_python_numbers_and_zero_dim_operands_give_pytorchs_dtypes(dtype):
     np_dtype, rtol, atol = DTYPES[dtype]
     a = _data((4099,), np_dtype, 4, positive=True)
     x, t = eager.tensor(a), torch.tensor(a)
-    cases = [(lambda u: u * 0.5, lambda u: u * 0.5), (lambda u: 1 - u, lambda u: 1 - u),
+    mul = _natively(Op.MUL, eager.mul)
+    cases = [(lambda u: mul(u, 0.5), lambda u: u * 0.5),
+             (lambda u: _natively(Op.SUB, lambda a, b: a - b)(1, u), lambda u: 1 - u),
              (lambda u: u ** 1.5, lambda u: u ** 1.5), (lambda u: 2.0 ** u, lambda u: 2.0 ** u),
-             (lambda u: u / 3, lambda u: u / 3), (lambda u: eager.add(u, 2, alpha=0.5),
-                                                  lambda u: torch.add(u, 2, alpha=0.5)),
-             (lambda u: u * eager.tensor(0.25, dtype=eager.float64),
+             (lambda u: _natively(Op.DIV, eager.div)(u, 3), lambda u: u / 3),
+             (lambda u: _natively(Op.ADD, lambda a, b: eager.add(a, b, alpha=0.5),
+                                  alpha=0.5)(u, 2), lambda u: torch.add(u, 2, alpha=0.5)),
+             (lambda u: eager.where(u > 1, u, 0.0), lambda u: torch.where(u > 1, u, 0.0)),
+             (lambda u: mul(u, eager.tensor(0.25, dtype=eager.float64)),
               lambda u: u * torch.tensor(0.25, dtype=torch.float64)),
-             (lambda u: u * eager.tensor(3), lambda u: u * torch.tensor(3))]
+             (lambda u: mul(u, eager.tensor(3)), lambda u: u * torch.tensor(3))]
     for fn, tfn in cases:
         before = eager_pointwise.calls
         got, want = fn(x), tfn(t)
@@ -199,7 +213,7 @@ def test_python_numbers_and_zero_dim_operands_give_pytorchs_dtypes(dtype, ufuncs
 
 
 @pytest.mark.parametrize("dtype", sorted(DTYPES))
-def test_nan_and_inf_come_out_as_numpy_and_torch_give_them(dtype, ufuncs_native):
+def test_nan_and_inf_come_out_as_numpy_and_torch_give_them(dtype):
     np_dtype, rtol, atol = DTYPES[dtype]
     a = _data((2048,), np_dtype, 5)
     a[:8] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e30, -1e30, 88.9]
@@ -214,7 +228,8 @@ def test_nan_and_inf_come_out_as_numpy_and_torch_give_them(dtype, ufuncs_native)
             _check(fn(x), _reference(op, attrs, [a]), want, dtype, rtol, atol, name)
         except AssertionError as e:
             raise AssertionError(name) from e
-    for fn, tfn in ((eager.rsqrt, torch.rsqrt), (eager.log, torch.log), (eager.sqrt, torch.sqrt)):
+    for name, tfn in (("rsqrt", torch.rsqrt), ("log", torch.log), ("sqrt", torch.sqrt)):
+        fn = {**UNARY, **UFUNCS}[name][1]
         np.testing.assert_allclose(fn(x.abs()).numpy(), tfn(t.abs()).numpy(), rtol=rtol,
                                    atol=atol, equal_nan=True)
     g = eager.tensor(a[::-1].copy())
@@ -233,6 +248,8 @@ def test_small_empty_integer_and_half_tensors_keep_numpy():
     assert eager.pow(eager.arange(1, 5000), 2).dtype == eager.int64
     assert eager.clamp(eager.randn(5000), -1, 1).abs().max().item() <= 1  # bounds compiled in
     assert eager_pointwise.calls == before
+    empty = eager.pow(eager.rand(1025), eager.rand(0, 1))  # a broadcast with no elements
+    assert empty.shape == (0, 1025) and empty.dtype == eager.float32
 
 
 def test_keeping_numpy_with_kiln_eager_native_0(monkeypatch):
@@ -283,7 +300,7 @@ def _directional_gradient_check(fn, x: np.ndarray, seed: int):
 
 @pytest.mark.parametrize("name", ["gelu", "gelu_tanh", "tanh", "sigmoid", "silu"])
 def test_gradients_through_native_kernels_match_finite_differences(name):
-    fn = {**UNARY, **UFUNCS}[name][1]
+    fn = eager.tanh if name == "tanh" else UNARY[name][1]  # (tanh itself: numpy)
     x = _data((48, 67), np.float64, 7)
     ran = _directional_gradient_check(fn, x, 8)
     if name.startswith("gelu"):

@@ -1,34 +1,24 @@
 """Generated elementwise kernels as eager's CPU kernels for float32 and float64 pointwise
-ops whose record has an emitter (eager/kernels/elementwise.py asks `run` when an operand
-has NATIVE_ELEMENTS elements or more and keeps numpy where it gets None).
+ops (eager/kernels/elementwise.py asks `run`, and keeps numpy where it gets None; which
+ops it offers, and from which size, is its choice: NATIVE_ELEMENTS, with the
+measurements).
 
 A kernel is one node, the op's record emitter (compiler/codegen/values.py, as in the
 compiled path's kernels and eager CUDA's), over its operands each cast to the compute
 type in the kernel, as numpy's path casts them first (where's bool condition, an int
 tensor in a float op); zero-dim tensors and Python numbers are made the result's dtype
-and read once per row. A scaled operand (add's and sub's
-alpha) is multiplied by one more such operand inside the kernel, so a changing number
-never makes a new kernel. It is compiled once per op, dtype, attributes (gelu's
-approximate) and pattern of inner strides (1, 0 or other), through codegen/pointwise.py
-and the kernel cache on disk, and serves every shape; contiguous, broadcast,
-transposed and sliced operands are read in place through eager_rows' layout machinery
-(backends/native/pointwise.py `_layout`), and the result is contiguous. A layout (op,
-shapes, strides) is planned once and its Launch kept. While a background worker
-compiles the kernel, numpy runs. Ops with numbers compiled into the emitter (clamp's
-bounds), comparisons and other dtypes keep numpy.
-
-Where it pays, measured on one thread with a layout seen before (numpy / native, us,
-float32): an op whose numpy function is composed of several numpy calls (gelu, sigmoid,
-silu, relu, erf, gelu_backward, pow, ...) runs natively from COMPOSED_ELEMENTS on (gelu
-at 1024 elements 81 / 5.8, at 256K 12186 / 137; relu at 1024 4.7 / 4.3, at 256K 998 /
-26). An op that numpy computes in one ufunc stays with numpy (UFUNC_ELEMENTS): its SIMD
-loop is at memory bandwidth or faster than kiln's vmath (at 256K: add 30 / 34, mul 31 /
-33, log 61 / 64, tanh 44 / 110; at 1M add 132 / 134), with exp (76 / 54) and sqrt (75 /
-25) the exceptions not worth a table of their own.
+and read once per row. A scaled operand (add's and sub's alpha) is multiplied by one
+more such operand inside the kernel, so a changing number never makes a new kernel. A
+kernel is compiled once per op, dtypes, string attributes (gelu's approximate) and
+pattern of inner strides (1, 0 or other), through codegen/pointwise.py and the kernel
+cache on disk (eager_rows.load_kernel), and serves every shape; contiguous, broadcast,
+transposed and sliced operands are read in place through the row kernels' layout
+machinery (backends/native/pointwise.py `_layout`), and the result is contiguous. A
+layout (op, shapes, strides) is planned once and its Launch kept. While a background
+worker compiles the kernel, numpy runs. Numbers the emitter would compile in (clamp's
+bounds) and float16 operands keep numpy.
 """
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
@@ -42,12 +32,9 @@ from eager.tensor import Size, contiguous_strides, from_array
 from ir.graph import GraphBuilder, TensorType
 from ir.ops import Op
 
-COMPOSED_ELEMENTS = 1024
-UFUNC_ELEMENTS = float("inf")
 _MAX_LAYOUTS = 512  # planned layouts kept; past that the table starts again
 
 _layouts: dict = {}  # (op, dtype, attrs, scaled, shape, operands' layouts) -> Launch
-_thresholds: dict = {}  # op -> the size from which it runs natively
 calls = 0  # kernels launched (tests check that the native path ran)
 
 
@@ -65,11 +52,6 @@ def run(record: OpRecord, tensors, attrs: dict, shape, dt) -> object:
                 scale = None
         if any(not isinstance(v, str) for v in attrs.values()):
             return None  # a number the emitter compiles in (clamp's bounds)
-    threshold = _thresholds.get(op)
-    if threshold is None:
-        threshold = _threshold(record)
-    if threshold > COMPOSED_ELEMENTS and math.prod(shape) < threshold:
-        return None  # (the caller asks from COMPOSED_ELEMENTS on)
     operands = []
     for t in tensors:
         if not t._shape:  # a number (its memory float64 when wrapped), read in dt
@@ -93,13 +75,6 @@ def run(record: OpRecord, tensors, attrs: dict, shape, dt) -> object:
         _layouts[key] = launch
     calls += 1
     return launch(operands)[0]
-
-
-def _threshold(record: OpRecord) -> float:
-    """The size from which record's op runs natively (see the module's docstring)."""
-    one_ufunc = isinstance(record.pointwise.numpy, np.ufunc)
-    found = _thresholds[record.op] = UFUNC_ELEMENTS if one_ufunc else COMPOSED_ELEMENTS
-    return found
 
 
 def _plan(op: Op, dt, attrs: dict, scaled: bool, operands: list, shape):
