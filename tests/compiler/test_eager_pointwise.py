@@ -331,3 +331,14 @@ def test_operands_of_other_dtypes_are_cast_in_the_kernel_as_numpy_casts_them():
     eager.where(eager.tensor(mask), eager.tensor(a), eager.tensor(b))
     eager.sigmoid(eager.tensor(ints))
     assert eager_pointwise.calls == before + 2
+
+
+def test_large_tensors_split_across_threads_give_the_same_values(monkeypatch):
+    monkeypatch.setenv("KILN_NUM_THREADS", "2")  # from launch.PARALLEL_ELEMENTS on
+    a = _data((70001, 3), np.float32, 10)
+    for x in (eager.tensor(a), eager.tensor(np.ascontiguousarray(a.T)).t()):
+        before = eager_pointwise.calls
+        got = F.gelu(x)
+        assert eager_pointwise.calls == before + 1
+        np.testing.assert_allclose(got.numpy(), _reference(Op.GELU, {}, [a]), rtol=2e-6,
+                                   atol=1e-6)  # (PyTorch's float32 gelu is 1e-6 off here)
