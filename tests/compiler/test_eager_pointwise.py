@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import eager
-from compiler.backends.native import eager_pointwise
+from compiler.backends.native import eager_pointwise, eager_rows
 from eager.kernels import elementwise
 from eager.records import RECORDS
 from eager.tensor import ops, wrap_scalar
@@ -265,6 +265,7 @@ def test_keeping_numpy_with_kiln_eager_native_0(monkeypatch):
 def test_numpy_runs_while_the_kernel_compiles_in_the_background(monkeypatch, tmp_path):
     monkeypatch.setenv("KILN_COMPILE_WORKERS", "inline")  # each new kernel: one call pending
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(eager_pointwise, "RETRY_SECONDS", 0.0)  # the next call plans again
     compile_service.reset()
     try:
         a = _data((53, 71), np.float64, 6)
@@ -342,3 +343,22 @@ def test_large_tensors_split_across_threads_give_the_same_values(monkeypatch):
         assert eager_pointwise.calls == before + 1
         np.testing.assert_allclose(got.numpy(), _reference(Op.GELU, {}, [a]), rtol=2e-6,
                                    atol=1e-6)  # (PyTorch's float32 gelu is 1e-6 off here)
+
+
+def test_a_layout_is_planned_again_only_after_a_pause_while_its_kernel_compiles(monkeypatch):
+    """While a background worker compiles the kernel numpy runs, and the layout is not
+    planned on every call (as eager_rows)."""
+    planned = []
+    clock = [100.0]
+    monkeypatch.setattr(eager_pointwise.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(eager_pointwise, "_kernel", lambda *key: planned.append(key))
+    a = _data((4096, 5), np.float32, 11)
+    x = eager.tensor(a)
+    before = eager_pointwise.calls
+    for _ in range(3):
+        np.testing.assert_allclose(F.silu(x).numpy(), _reference(Op.SILU, {}, [a]),
+                                   rtol=2e-6, atol=1e-6)
+    assert len(planned) == 1 and eager_pointwise.calls == before
+    clock[0] += eager_rows.RETRY_SECONDS
+    F.silu(x)
+    assert len(planned) == 2

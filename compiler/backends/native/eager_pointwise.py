@@ -15,14 +15,17 @@ cache on disk (eager_rows.load_kernel), and serves every shape; contiguous, broa
 transposed and sliced operands are read in place through the row kernels' layout
 machinery (backends/native/pointwise.py `_layout`), and the result is contiguous. A
 layout (op, shapes, strides) is planned once and its Launch kept. While a background
-worker compiles the kernel, numpy runs. Numbers the emitter would compile in (clamp's
+worker compiles the kernel, numpy runs, and the layout is planned again only every
+eager_rows.RETRY_SECONDS. Numbers the emitter would compile in (clamp's
 bounds) and float16 operands keep numpy.
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
-from compiler.backends.native.eager_rows import _Strided, load_kernel
+from compiler.backends.native.eager_rows import RETRY_SECONDS, _Strided, load_kernel
 from compiler.backends.native.launch import Launch
 from compiler.backends.native.pointwise import NotNative, _layout, _stride_class
 from compiler.codegen import kernel_spec as K
@@ -35,6 +38,8 @@ from ir.ops import Op
 _MAX_LAYOUTS = 512  # planned layouts kept; past that the table starts again
 
 _layouts: dict = {}  # (op, dtype, attrs, scaled, shape, operands' layouts) -> Launch
+_NUMPY = object()  # in _layouts: a layout the kernels do not take, numpy's from then on
+_retry_at: dict = {}  # layouts whose kernel is compiling -> when to plan them again
 calls = 0  # kernels launched (tests check that the native path ran)
 
 
@@ -67,12 +72,18 @@ def run(record: OpRecord, tensors, attrs: dict, shape, dt) -> object:
            tuple([(t.dtype, t._shape, t._stride) for t in operands]))
     launch = _layouts.get(key)
     if launch is None:
+        if _retry_at.get(key, 0.0) > time.monotonic():
+            return None  # its kernel was compiling a moment ago: not planned again yet
         launch = _plan(op, dt, attrs, scale is not None, operands, shape)
-        if launch is None:
+        if launch is None:  # compiling in the background: numpy runs meanwhile
+            _retry_at[key] = time.monotonic() + RETRY_SECONDS
             return None
         if len(_layouts) >= _MAX_LAYOUTS:
             _layouts.clear()
         _layouts[key] = launch
+        _retry_at.pop(key, None)
+    if launch is _NUMPY:
+        return None
     calls += 1
     return launch(operands)[0]
 
@@ -86,7 +97,7 @@ def _plan(op: Op, dt, attrs: dict, scaled: bool, operands: list, shape):
         rows, inner, offsets, strides, _ = _layout(arrays, shapes, shape, frozenset(),
                                                    [False] * len(arrays))
     except NotNative:
-        return None
+        return _NUMPY
     classes = tuple(_stride_class(s) for s in strides)
     address = _kernel(op, dt, tuple(attrs.items()), scaled,
                       tuple(t.dtype for t in operands), classes)
