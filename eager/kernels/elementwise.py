@@ -142,8 +142,8 @@ def _pointwise_kernel(record: OpRecord, split, shape_and_dtype):
         ct = compute_np(_promoted(args)) if compare else compute_np(dt)
         if count == 2:  # spelled out for the common cases: operand() inlined
             a, b = args[0]._np(), args[1]._np()
-            if (a.size >= NATIVE_ELEMENTS or b.size >= NATIVE_ELEMENTS) and native and \
-                    dt in _NATIVE_DTYPES:
+            if native and (a.size >= NATIVE_ELEMENTS or b.size >= NATIVE_ELEMENTS) and \
+                    dt in _NATIVE_DTYPES:  # (`native` first: add, mul, ... never are)
                 out = _native(record, args, attrs, shape, dt)
                 if out is not None:
                     return out
@@ -151,7 +151,7 @@ def _pointwise_kernel(record: OpRecord, split, shape_and_dtype):
                       b if b.dtype is ct else operand(args[1], ct))
         elif count == 1:
             a = args[0]._np()
-            if a.size >= NATIVE_ELEMENTS and native and dt in _NATIVE_DTYPES:
+            if native and a.size >= NATIVE_ELEMENTS and dt in _NATIVE_DTYPES:
                 out = _native(record, args, attrs, shape, dt)
                 if out is not None:
                     return out
