@@ -195,7 +195,7 @@ def test_a_kernel_still_compiling_leaves_the_call_to_numpy(monkeypatch, ran):
     def pending(*args, **kwargs):
         raise KernelPending("compiling in a worker")
     monkeypatch.setattr(eager_rows, "_kernels", {})
-    monkeypatch.setattr(eager_rows, "_layouts", {})
+    monkeypatch.setattr(eager_rows, "layouts", {})
     monkeypatch.setattr(host_jit(), "load_spec", pending)
     a = np.random.default_rng(2).standard_normal((40, 77))
     x = eager.tensor(a, requires_grad=True)
@@ -204,7 +204,7 @@ def test_a_kernel_still_compiling_leaves_the_call_to_numpy(monkeypatch, ran):
     out, gi, _, _ = _reference(a, (77,), None, None, np.ones((40, 77)))
     _close(y.detach(), out, np.float64)
     _close(x.grad, gi, np.float64)
-    assert ran == [] and eager_rows._layouts == {}
+    assert ran == [] and eager_rows.layouts == {}
 
 
 def test_profiler_and_autograd_name_the_ops_as_pytorch():

@@ -265,7 +265,7 @@ def test_keeping_numpy_with_kiln_eager_native_0(monkeypatch):
 def test_numpy_runs_while_the_kernel_compiles_in_the_background(monkeypatch, tmp_path):
     monkeypatch.setenv("KILN_COMPILE_WORKERS", "inline")  # each new kernel: one call pending
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(eager_pointwise, "RETRY_SECONDS", 0.0)  # the next call plans again
+    monkeypatch.setattr(eager_rows, "RETRY_SECONDS", 0.0)  # the next call plans again
     compile_service.reset()
     try:
         a = _data((53, 71), np.float64, 6)
@@ -350,7 +350,7 @@ def test_a_layout_is_planned_again_only_after_a_pause_while_its_kernel_compiles(
     planned on every call (as eager_rows)."""
     planned = []
     clock = [100.0]
-    monkeypatch.setattr(eager_pointwise.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(eager_rows.time, "monotonic", lambda: clock[0])
     monkeypatch.setattr(eager_pointwise, "_kernel", lambda *key: planned.append(key))
     a = _data((4096, 5), np.float32, 11)
     x = eager.tensor(a)

@@ -21,11 +21,10 @@ bounds) and float16 operands keep numpy.
 """
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
-from compiler.backends.native.eager_rows import RETRY_SECONDS, _Strided, load_kernel
+from compiler.backends.native import eager_rows
+from compiler.backends.native.eager_rows import NUMPY, _Strided, load_kernel, planned
 from compiler.backends.native.launch import Launch
 from compiler.backends.native.pointwise import NotNative, _layout, _stride_class
 from compiler.codegen import kernel_spec as K
@@ -35,11 +34,8 @@ from eager.tensor import Size, contiguous_strides, from_array
 from ir.graph import GraphBuilder, TensorType
 from ir.ops import Op
 
-_MAX_LAYOUTS = 512  # planned layouts kept; past that the table starts again
-
-_layouts: dict = {}  # (op, dtype, attrs, scaled, shape, operands' layouts) -> Launch
-_NUMPY = object()  # in _layouts: a layout the kernels do not take, numpy's from then on
-_retry_at: dict = {}  # layouts whose kernel is compiling -> when to plan them again
+# layouts (op, dtype, attrs, scaled, shape, operands' layouts) -> Launch, kept in
+# eager_rows.layouts with the row kernels' (eager_rows.planned)
 calls = 0  # kernels launched (tests check that the native path ran)
 
 
@@ -70,19 +66,10 @@ def run(record: OpRecord, tensors, attrs: dict, shape, dt) -> object:
         operands.append(from_array(np.asarray(scalar_value(scale), dt.np)))
     key = (op, dt, tuple(attrs.items()), scale is not None, shape,
            tuple([(t.dtype, t._shape, t._stride) for t in operands]))
-    launch = _layouts.get(key)
+    launch = eager_rows.layouts.get(key)
     if launch is None:
-        if _retry_at.get(key, 0.0) > time.monotonic():
-            return None  # its kernel was compiling a moment ago: not planned again yet
-        launch = _plan(op, dt, attrs, scale is not None, operands, shape)
-        if launch is None:  # compiling in the background: numpy runs meanwhile
-            _retry_at[key] = time.monotonic() + RETRY_SECONDS
-            return None
-        if len(_layouts) >= _MAX_LAYOUTS:
-            _layouts.clear()
-        _layouts[key] = launch
-        _retry_at.pop(key, None)
-    if launch is _NUMPY:
+        launch = planned(key, lambda: _plan(op, dt, attrs, scale is not None, operands, shape))
+    if launch is None or launch is NUMPY:
         return None
     calls += 1
     return launch(operands)[0]
@@ -97,7 +84,7 @@ def _plan(op: Op, dt, attrs: dict, scaled: bool, operands: list, shape):
         rows, inner, offsets, strides, _ = _layout(arrays, shapes, shape, frozenset(),
                                                    [False] * len(arrays))
     except NotNative:
-        return _NUMPY
+        return NUMPY
     classes = tuple(_stride_class(s) for s in strides)
     address = _kernel(op, dt, tuple(attrs.items()), scaled,
                       tuple(t.dtype for t in operands), classes)

@@ -45,10 +45,10 @@ RETRY_SECONDS = 0.05
 it is planned again (planning costs ~0.8 ms: the op's graph, the disk cache's lookup)."""
 
 _lock = threading.Lock()
-_layouts: dict = {}  # (op, dtype, shape, strides, dims, keepdim, numbers) or (graph
+layouts: dict = {}  # (op, dtype, shape, strides, dims, keepdim, numbers) or (graph
 #                     name, dtype, dims, outputs, numbers, shapes and strides)
-#                     -> (Launch, extra operands), or _NUMPY
-_NUMPY = object()  # in _layouts: a layout the kernels do not take, numpy's from then on
+#                     -> (Launch, extra operands), or NUMPY
+NUMPY = object()  # in layouts: a layout the kernels do not take, numpy's from then on
 _retry_at: dict = {}  # layouts whose kernel is compiling -> when to plan them again
 _kernels: dict = {}  # a kernel's key (load_kernel) -> its address
 
@@ -68,13 +68,13 @@ def run(op: Op, x: Tensor, dims: tuple, keepdim: bool, numbers: tuple = ()) -> T
     merge into one, a kernel still compiling). `numbers`: a mean's count, a var's count
     and divisor."""
     key = (op, x.dtype, x._shape, x._stride, dims, keepdim, numbers)
-    planned = _layouts.get(key)  # (a plain key: a repeated call costs the launch alone)
-    if planned is None:
-        planned = _planned(key, lambda: _plan(op, _OpGraph(op, x.dtype), [x], numbers, dims,
-                                              (_op_output(op, x, dims, keepdim),)))
-    if planned is None or planned is _NUMPY:
+    found = layouts.get(key)  # (a plain key: a repeated call costs the launch alone)
+    if found is None:
+        found = planned(key, lambda: _plan(op, _OpGraph(op, x.dtype), [x], numbers, dims,
+                                           (_op_output(op, x, dims, keepdim),)))
+    if found is None or found is NUMPY:
         return None
-    launch, extra = planned
+    launch, extra = found
     return launch([x, *extra])[0]
 
 
@@ -110,29 +110,31 @@ def run_graph(name, graph, tensors: list, numbers: tuple, dims: tuple, outputs: 
     run it (dims that do not merge into one, a kernel still compiling)."""
     key = (name, tensors[0].dtype, dims, outputs, numbers,
            *[(t._shape, t._stride) for t in tensors])
-    planned = _layouts.get(key)
-    if planned is None:
-        planned = _planned(key, lambda: _plan(name, graph, tensors, numbers, dims, outputs))
-    if planned is None or planned is _NUMPY:
+    found = layouts.get(key)
+    if found is None:
+        found = planned(key, lambda: _plan(name, graph, tensors, numbers, dims, outputs))
+    if found is None or found is NUMPY:
         return None
-    launch, extra = planned
+    launch, extra = found
     return launch([*tensors, *extra])
 
 
-def _planned(key, plan):
-    """The layout `key` planned by `plan()` and kept; None while its kernel compiles in
-    the background (planned again only RETRY_SECONDS later: numpy runs meanwhile)."""
+def planned(key, plan):
+    """The layout `key` planned by `plan()` and kept in `layouts` (NUMPY: one the kernels
+    do not take); None while its kernel compiles in the background (planned again only
+    RETRY_SECONDS later: numpy runs meanwhile). eager_pointwise.py's layouts are kept
+    here too."""
     if _retry_at.get(key, 0.0) > time.monotonic():
         return None  # its kernel was compiling a moment ago: not planned again yet
-    planned = plan()
-    if planned is None:
+    made = plan()
+    if made is None:
         _retry_at[key] = time.monotonic() + RETRY_SECONDS
         return None
-    if len(_layouts) >= _MAX_LAYOUTS:
-        _layouts.clear()
-    _layouts[key] = planned
+    if len(layouts) >= _MAX_LAYOUTS:
+        layouts.clear()
+    layouts[key] = made
     _retry_at.pop(key, None)
-    return planned
+    return made
 
 
 def _plan(name, graph, tensors: list, numbers: tuple, dims: tuple, outputs: tuple):
@@ -154,7 +156,7 @@ def _plan(name, graph, tensors: list, numbers: tuple, dims: tuple, outputs: tupl
         rows, inner, offsets, strides, outer = _layout(operands, shapes, full, frozenset(dims),
                                                        squeezed)
     except NotNative:
-        return _NUMPY
+        return NUMPY
     classes = tuple(_stride_class(s) for s in strides)
     columns = ()
     if K.STRIDED in classes and len(outer) == 1 and all(s in (0, 1) for s in outer[0]):
