@@ -54,9 +54,11 @@ def test_a_rank_that_leaves_ends_the_others_with_a_timeout_error(mode):
 
 @requires_mpi
 def test_a_forward_after_a_backward_that_raised_midway_says_the_ranks_are_out_of_step():
+    """The first rank to find it raises and the abort ends the other, which may not have
+    got as far (under load it had not): one report at least, and no rank went on."""
     err, _ = _ended("raises", 2)
     assert err.count("RuntimeError: DistributedDataParallel: the previous backward pass did "
-                     "not finish its gradient all-reduces") == 2
+                     "not finish its gradient all-reduces") >= 1
 
 
 @requires_mpi
