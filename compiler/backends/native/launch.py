@@ -67,13 +67,26 @@ class Launch:
         self.plain = len(outputs) == 1 and not (checked or self.parallel or self.empty)
         # a small plain case through a runtime.fastcall builtin on the data pointers
         # (~0.9 us of a compiled call less than ctypes; it keeps the GIL while the
-        # kernel runs, so not for kernels that run long)
-        self.fast = launcher(address, len(offsets), ctypes.addressof(self.offs),
-                             ctypes.addressof(self.strides), rows, inner) \
+        # kernel runs, so not for kernels that run long), made at the second call: its
+        # launcher, even from the disk cache, costs ~1 ms, which one call should not pay
+        self.fast = None
+        self._fast_later = (address, len(offsets), rows, inner) \
             if self.plain and rows * inner <= FASTCALL_ELEMENTS else None
+        self._called = False
         self.prepared = _KERNEL_PREPARED(address)
         self.whole = (self.offs, self.strides, ctypes.c_int64(0), ctypes.c_int64(rows),
                       ctypes.c_int64(0), ctypes.c_int64(inner))  # every row, every element
+
+    def _make_fast(self) -> None:
+        address, count, rows, inner = self._fast_later
+        self._fast_later = None
+        self.fast = launcher(address, count, ctypes.addressof(self.offs),
+                             ctypes.addressof(self.strides), rows, inner)
+        if self.fast is None:  # (this interpreter does not allow it: ctypes from now on)
+            self.fast = self._through_ctypes
+
+    def _through_ctypes(self, *pointers) -> None:
+        self.prepared(self.pack_pointers(*pointers), *self.whole)
 
     def _prepare_items(self, address: int, count: int, rows: int, inner: int) -> None:
         from runtime.pool import Items
@@ -93,9 +106,14 @@ class Launch:
             out = empty_cpu(*self.outputs[0])
             if self.fast is not None:
                 self.fast(*map(_data_ptr, operands), out.data_ptr())
-            else:
-                self.prepared(self.pack_pointers(*map(_data_ptr, operands), out.data_ptr()),
-                              *self.whole)
+                return [out]
+            if self._fast_later is not None and self._called:
+                self._make_fast()
+                self.fast(*map(_data_ptr, operands), out.data_ptr())
+                return [out]
+            self._called = True
+            self.prepared(self.pack_pointers(*map(_data_ptr, operands), out.data_ptr()),
+                          *self.whole)
             return [out]
         outs = [empty_cpu(*spec) for spec in self.outputs]
         if self.empty:
