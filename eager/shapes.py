@@ -103,7 +103,13 @@ def reduce_dims(dim, ndim: int) -> tuple[int, ...]:
     """`dim` (None, an int or a sequence; empty means all) as sorted non-negative dims."""
     if dim is None:
         return tuple(range(ndim))
-    if isinstance(dim, int):
+    if dim.__class__ is int:
+        if 0 <= dim < ndim:  # the common case first
+            return (dim,)
+        if -ndim <= dim < 0:
+            return (dim + ndim,)
+        dim = (dim,)
+    elif isinstance(dim, int):
         dim = (dim,)
     if len(dim) == 0:
         return tuple(range(ndim))

@@ -61,11 +61,12 @@ def sum_rule(self, dim=None, keepdim=False, *, dtype=None):
 
 
 def sum_cpu(self, dim=None, keepdim=False, *, dtype=None):
-    shape, dt = sum_rule(self, dim, keepdim, dtype=dtype)
+    # the dims first (their errors), then the native path, which needs no more of the rule
     dims = reduce_dims(dim, self.dim())
     out = _native(Op.SUM, self, dims, keepdim, dtype)
     if out is not None:
         return out
+    shape, dt = sum_rule(self, dim, keepdim, dtype=dtype)
     return result(np.sum(operand(self, compute_np(dt)), axis=dims, keepdims=keepdim), dt)
 
 
@@ -87,12 +88,12 @@ def _count(shape, dims) -> int:
 
 
 def mean_cpu(self, dim=None, keepdim=False, *, dtype=None):
-    shape, dt = mean_rule(self, dim, keepdim, dtype=dtype)
-    dims = reduce_dims(dim, self.dim())
+    dims = reduce_dims(dim, self.dim())  # (the native path takes float tensors only)
     n = _count(self._shape, dims)
     out = _native(Op.MEAN, self, dims, keepdim, dtype, (n,))
     if out is not None:
         return out
+    shape, dt = mean_rule(self, dim, keepdim, dtype=dtype)
     a = operand(self, compute_np(dt))
     with np.errstate(all="ignore"):  # an empty reduction is 0/0 = NaN, without a warning
         return result(np.sum(a, axis=dims, keepdims=keepdim) / n, dt)
@@ -118,11 +119,12 @@ def _extremum(op, name, np_fn):
         return reduced_shape(self._shape, dims, keepdim), self.dtype
 
     def kernel(self, dim=(), keepdim=False):
-        shape, dt = rule(self, dim, keepdim)
         dims = reduce_dims(dim, self.dim())
-        out = _native(op, self, dims, keepdim)
-        if out is not None:
-            return out
+        if self.numel():  # (an empty dim raises in the rule)
+            out = _native(op, self, dims, keepdim)
+            if out is not None:
+                return out
+        shape, dt = rule(self, dim, keepdim)
         return result(np_fn(self._np(), axis=dims, keepdims=keepdim), dt)
     rule.__name__, kernel.__name__ = name, name + "_cpu"
     return rule, kernel
