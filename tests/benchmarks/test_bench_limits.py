@@ -119,7 +119,10 @@ def test_the_limits_are_at_least_what_simple_kernels_reach():
     when the peak is right; the old AVX2 measurement read 43 GFLOP/s while the GEMM ran
     at 112), and each working set's copy rate against numpy adds moving about as many
     bytes (a 1 MB add ran at 490% of the memory-sized limit it was held to). A measured
-    rate may exceed a limit by the run-to-run noise of a shared machine (15%), no more."""
+    rate may exceed a limit by the run-to-run noise of a shared machine (15%), no more; a
+    rate over it is measured again with the limits, twice (the L3 is shared with other
+    machines: once a 3 MB add read 117 GB/s against a 2 MiB limit measured at 102 while
+    the suite ran beside it)."""
     from compiler.gemm.api import gemm
     measured = limits.measure(threads=1, quick=True)
     rng = np.random.default_rng(0)
@@ -135,6 +138,10 @@ def test_the_limits_are_at_least_what_simple_kernels_reach():
                                   ("copy", lambda: np.copyto(z, x), 8 * floats),
                                   ("sum", lambda: x.sum(), 4 * floats)):
             calls = max(1, (64 << 20) // moved)
-            rate = moved / _best_seconds(call, 5, calls) / 1e9
-            limit = measured.for_work("GB/s", moved)
-            assert rate <= 1.15 * limit, (name, floats, rate, measured.copy_gbs)
+            for attempt in range(3):  # a rate over the limit is measured again, with the
+                rate = moved / _best_seconds(call, 5, calls) / 1e9  # limits, twice
+                if rate <= 1.15 * measured.for_work("GB/s", moved):
+                    break
+                measured = limits.measure(threads=1, quick=True)
+            assert rate <= 1.15 * measured.for_work("GB/s", moved), \
+                (name, floats, rate, measured.copy_gbs)
