@@ -379,6 +379,14 @@ def submitted() -> int:
     return found.submitted if found is not None and found.pid == os.getpid() else 0
 
 
+def pending() -> int:
+    """Kernels handed to this process's background workers and not back yet."""
+    found = _service
+    if found is None or found.pid != os.getpid() or found.inline:
+        return 0
+    return found.pending()
+
+
 def wait_for_kernels(timeout: float | None = None) -> bool:
     """Block until every kernel submitted to the background workers is compiled (True),
     or `timeout` seconds pass (False). The next call of a compiled function then runs

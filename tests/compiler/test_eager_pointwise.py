@@ -352,6 +352,8 @@ def test_a_layout_is_planned_again_only_after_a_pause_while_its_kernel_compiles(
     clock = [100.0]
     monkeypatch.setattr(eager_rows.time, "monotonic", lambda: clock[0])
     monkeypatch.setattr(eager_pointwise, "_kernel", lambda *key: planned.append(key))
+    busy = [1]  # kernels the workers have not delivered yet
+    monkeypatch.setattr(eager_rows.compile_service, "pending", lambda: busy[0])
     a = _data((4096, 5), np.float32, 11)
     x = eager.tensor(a)
     before = eager_pointwise.calls

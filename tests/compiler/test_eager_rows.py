@@ -107,12 +107,14 @@ def test_eager_rows_propagate_nan_and_keep_numpy_cases():
 
 def test_a_layout_is_planned_again_only_after_a_pause_while_its_kernel_compiles(monkeypatch):
     """While a background worker compiles a row kernel numpy runs, and the layout is not
-    planned on every call (planning costs ~0.8 ms); one the kernels do not take is
-    planned once."""
+    planned on every call (planning costs ~0.8 ms) until the pause is over or the workers
+    have delivered everything; one the kernels do not take is planned once."""
     planned = []
     clock = [100.0]
     monkeypatch.setattr(eager_rows.time, "monotonic", lambda: clock[0])
     monkeypatch.setattr(eager_rows, "_kernel", lambda *key: planned.append(key))  # pending
+    busy = [1]  # kernels the workers have not delivered yet
+    monkeypatch.setattr(eager_rows.compile_service, "pending", lambda: busy[0])
     x = eager.tensor(np.arange(4096 * 3, dtype=np.float32).reshape(4096, 3))
     for _ in range(3):
         np.testing.assert_array_equal(x.sum(-1).numpy(), x.numpy().sum(-1))
@@ -120,6 +122,9 @@ def test_a_layout_is_planned_again_only_after_a_pause_while_its_kernel_compiles(
     clock[0] += eager_rows.RETRY_SECONDS
     x.sum(-1)
     assert len(planned) == 2
+    busy[0] = 0  # the workers delivered everything: planned at the next call, no pause
+    x.sum(-1)
+    assert len(planned) == 3
     calls = []
     original = eager_rows._plan
     monkeypatch.setattr(eager_rows, "_plan", lambda *a: calls.append(a) or original(*a))

@@ -83,6 +83,7 @@ def test_deferred_load_raises_pending_then_links_the_workers_object_code(workers
             jit.load_spec(name, f"add_one {name}", build, [name])
         assert built == [name]  # built here, once
         assert workers.wait(timeout=60)
+        assert compile_service.pending() == 0
         address = jit.load_spec(name, f"add_one {name}", build, [name])[name]
     _adds_one(address)
     assert built == [name] and workers.submitted == 1
@@ -187,6 +188,7 @@ def test_no_workers_means_no_service(monkeypatch):
     try:
         assert compile_service.service() is None
         assert compile_service.wait_for_kernels() and compile_service.submitted() == 0
+        assert compile_service.pending() == 0
     finally:
         compile_service.reset()
 

@@ -33,6 +33,7 @@ from compiler.codegen import row_ops
 from eager.tensor import Size, Tensor, contiguous_strides, from_array
 from ir import dtypes
 from ir.ops import Op
+from runtime import compile_service
 from runtime.jit import KernelPending, deferring
 
 OPS = frozenset({Op.SUM, Op.MEAN, Op.VAR, Op.AMAX, Op.AMIN, Op.SOFTMAX, Op.LOG_SOFTMAX})
@@ -121,10 +122,10 @@ def run_graph(name, graph, tensors: list, numbers: tuple, dims: tuple, outputs: 
 
 def planned(key, plan):
     """The layout `key` planned by `plan()` and kept in `layouts` (NUMPY: one the kernels
-    do not take); None while its kernel compiles in the background (planned again only
-    RETRY_SECONDS later: numpy runs meanwhile). eager_pointwise.py's layouts are kept
-    here too."""
-    if _retry_at.get(key, 0.0) > time.monotonic():
+    do not take); None while its kernel compiles in the background (planned again
+    RETRY_SECONDS later, or as soon as the workers have nothing pending: numpy runs
+    meanwhile). eager_pointwise.py's layouts are kept here too."""
+    if _retry_at.get(key, 0.0) > time.monotonic() and compile_service.pending():
         return None  # its kernel was compiling a moment ago: not planned again yet
     made = plan()
     if made is None:
