@@ -95,6 +95,19 @@ def test_calibrate_sizes_batches_to_the_target():
     assert calibrate(lambda: None, 1e-4) > 1
 
 
+def test_calibrate_is_not_fooled_by_one_slow_call():
+    """One call that stalls (a launcher loaded at a kernel's second call) must not size
+    every batch at one call."""
+    import time
+    calls = []
+
+    def fn():
+        calls.append(1)
+        if len(calls) == 1:
+            time.sleep(0.05)
+    assert calibrate(fn, 2e-3) > 1
+
+
 def test_labels_within_a_case_are_unique():
     with pytest.raises(ValueError, match="share a label"):
         Case("tiny", [Impl("A", constant(1.0)), Impl("A", constant(1.0))])
