@@ -209,21 +209,13 @@ class GuardSet:
 
     def key_and_leaves(self, args: tuple, kwargs: dict, dynamic=frozenset()):
         """The guard key and the values of the arguments' leaves, in order."""
-        if self._plain and not kwargs and not dynamic:  # the common case spelled out:
-            metas = []                                    # positional tensors, nothing else
-            for a in args:
-                if type(a) is not Tensor:
-                    break
-                device = a.device
-                metas.append((a._shape, a.dtype, device.type if device.index is None else
-                              str(device), a._requires_grad))
-            else:
-                n = len(args)
-                tree, in_order = _TREES.get(n) or _positional_tree(n)
-                aliases = in_order if n == 1 or len(set(map(id, args))) == n else \
-                    _alias_pattern(args)
-                return (tree, tuple(metas), aliases, tls.grad_enabled, (), (), ()), args
         metas = None if kwargs else _tensor_metas(args)
+        if metas is not None and self._plain and not dynamic:  # the common case spelled
+            n = len(args)                                       # out: positional tensors
+            tree, in_order = _TREES.get(n) or _positional_tree(n)
+            aliases = in_order if n == 1 or len(set(map(id, args))) == n else \
+                _alias_pattern(args)
+            return (tree, metas, aliases, tls.grad_enabled, (), (), ()), args
         if metas is not None:  # plain positional tensors: their own leaves, nothing to walk
             leaves = args
             tree, in_order = _TREES.get(len(args)) or _positional_tree(len(args))
