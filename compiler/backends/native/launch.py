@@ -69,7 +69,7 @@ class Launch:
         # (~0.9 us of a compiled call less than ctypes; it keeps the GIL while the
         # kernel runs, so not for kernels that run long), made at the second call: its
         # launcher, even from the disk cache, costs ~1 ms, which one call should not pay
-        self.fast = None
+        self.fast = self._through_ctypes  # a plain call, on the data pointers
         self._fast_later = (address, len(offsets), rows, inner) \
             if self.plain and rows * inner <= FASTCALL_ELEMENTS else None
         self._called = False
@@ -80,10 +80,10 @@ class Launch:
     def _make_fast(self) -> None:
         address, count, rows, inner = self._fast_later
         self._fast_later = None
-        self.fast = launcher(address, count, ctypes.addressof(self.offs),
-                             ctypes.addressof(self.strides), rows, inner)
-        if self.fast is None:  # (this interpreter does not allow it: ctypes from now on)
-            self.fast = self._through_ctypes
+        # (None where this interpreter does not allow it: ctypes from now on)
+        made = launcher(address, count, ctypes.addressof(self.offs),
+                        ctypes.addressof(self.strides), rows, inner)
+        self.fast = made or self._through_ctypes
 
     def _through_ctypes(self, *pointers) -> None:
         self.prepared(self.pack_pointers(*pointers), *self.whole)
@@ -104,16 +104,11 @@ class Launch:
     def __call__(self, operands) -> list:
         if self.plain:  # the common case spelled out: one output, this thread, unchecked
             out = empty_cpu(*self.outputs[0])
-            if self.fast is not None:
-                self.fast(*map(_data_ptr, operands), out.data_ptr())
-                return [out]
-            if self._fast_later is not None and self._called:
-                self._make_fast()
-                self.fast(*map(_data_ptr, operands), out.data_ptr())
-                return [out]
-            self._called = True
-            self.prepared(self.pack_pointers(*map(_data_ptr, operands), out.data_ptr()),
-                          *self.whole)
+            if self._fast_later is not None:  # the builtin is made at the second call
+                if self._called:
+                    self._make_fast()
+                self._called = True
+            self.fast(*map(_data_ptr, operands), out.data_ptr())
             return [out]
         outs = [empty_cpu(*spec) for spec in self.outputs]
         if self.empty:
