@@ -58,7 +58,7 @@ def float_of(dt: DType) -> DType:
 _FLOAT32 = np.dtype(np.float32)
 
 try:  # numpy 2 keeps np.errstate's state in a context variable: set directly, it costs
-    # ~0.25 us where `with np.errstate(all="ignore")` costs ~0.9 (QUIET_TOKEN, below)
+    # ~0.25 us where `with np.errstate(all="ignore")` costs ~0.9
     from numpy._core._ufunc_config import _extobj_contextvar, _make_extobj
     _QUIET = _make_extobj(all="ignore")
     quiet_on, quiet_off = functools.partial(_extobj_contextvar.set, _QUIET), \
