@@ -72,6 +72,10 @@ class Entry:
         b.store(b.add(b.load(count), i64(1)), count)
         b.ret(obj)
 
+    def give_new(self, obj) -> None:
+        """Return `obj`, a new reference the function made (through the C API)."""
+        self.b.ret(obj)
+
     def _argument(self, index: int):
         return self.b.load(at(self.b, self.args, index))
 
@@ -101,3 +105,14 @@ def build_launcher(module: ir.Module, count: int) -> None:
            [b.bitcast(table, I8P), b.inttoptr(offsets, I8P), b.inttoptr(strides, I8P),
             i64(0), rows, i64(0), inner])
     entry.give(0)
+
+
+def build_address_reader(module: ir.Module) -> None:
+    """`kiln_address`(an ndarray): its data pointer as a Python int, made by
+    PyLong_FromVoidPtr (its address: the one word)."""
+    entry = Entry(module, "kiln_address")
+    b = entry.b
+    (pointer,) = entry.arrays(1)
+    (from_pointer,) = entry.words(1)
+    make = b.inttoptr(from_pointer, ir.FunctionType(I8P, [I8P]).as_pointer())
+    entry.give_new(b.call(make, [pointer]))

@@ -165,6 +165,43 @@ def test_closure_counter_is_guarded():
         assert cf(x).tolist() == [float(count)] * 2
 
 
+WEIGHT = eager.ones(1)
+DROP = nn.Dropout(0.5)
+
+
+def test_a_global_tensor_or_module_changed_in_place_is_guarded_at_every_call():
+    """A global's key is made once per value (compiler/guards.py _Reads), except a
+    tensor's and a module's, whose keys hold state that changes in place."""
+    cf = compiler.compile(lambda x: DROP(x * WEIGHT), backend="eager")
+    x = eager.ones(1000)
+    DROP.eval()
+    assert not cf(x).requires_grad and cf(x).tolist() == [1.0] * 1000
+    WEIGHT.requires_grad_(True)
+    try:
+        assert cf(x).requires_grad
+        DROP.train()
+        trained = cf(x).tolist()
+        assert set(trained) == {0.0, 2.0}
+    finally:
+        WEIGHT.requires_grad_(False)
+        DROP.eval()
+    assert cf(x).tolist() == [1.0] * 1000 and not cf(x).requires_grad
+
+
+def test_a_global_function_rebound_recompiles():
+    global _flagged
+    cf = compiler.compile(lambda x: _flagged(x) * 2, backend="eager")
+    x = eager.zeros(2)
+    before = _flagged
+    assert cf(x).tolist() == [2.0, 2.0]
+    _flagged = lambda x: x + 5  # noqa: E731
+    try:
+        assert cf(x).tolist() == [10.0, 10.0]
+    finally:
+        _flagged = before
+    assert cf(x).tolist() == [2.0, 2.0] and len(cf.entries) == 2
+
+
 def test_python_if_on_a_scalar_argument():
     cf = compiler.compile(lambda x, n: x * 2 if n > 3 else x, backend="eager")
     x = eager.ones(2)

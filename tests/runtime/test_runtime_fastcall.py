@@ -89,3 +89,31 @@ def test_a_launcher_calls_a_kernel_over_every_row_with_the_pointers_given():
     assert record.tolist() == [other.ctypes.data, 1111, 2222, 0, 33, 0, 44]
     with pytest.raises(TypeError, match=r"kiln_launch_2\(\) takes 2 ints"):
         launch(argument)
+
+
+def test_the_address_reader_gives_numpys_data_pointer_as_a_new_int():
+    read = fastcall.address_reader()
+    base = np.arange(10.0)
+    frozen = np.arange(4.0)
+    frozen.flags.writeable = False
+    for a in (base, base[3:], base[::-2], frozen, np.empty(0), np.zeros((3, 0))):
+        assert read(a) == a.__array_interface__["data"][0]
+    before = sys.getrefcount(base)
+    assert read(base) == read(base) and sys.getrefcount(base) == before
+    with pytest.raises(TypeError, match=r"kiln_address\(\) takes 1 arrays"):
+        read(base, base)
+
+
+def test_tensors_read_their_addresses_natively_once_a_kernel_launched(monkeypatch):
+    import importlib
+
+    import eager
+    from compiler.backends.native import launch
+    tensor_module = importlib.import_module("eager.tensor")  # (eager.tensor: the factory)
+    launch._read_addresses_natively()
+    assert tensor_module._native_address is fastcall.address_reader()
+    x = eager.arange(12.0).reshape(3, 4)[1:, ::2]
+    assert x.data_ptr() == x.numpy().__array_interface__["data"][0]
+    calls = []
+    monkeypatch.setattr(tensor_module, "_native_address", lambda a: calls.append(a) or 7)
+    assert eager.ones(3).data_ptr() == 7 and len(calls) == 1

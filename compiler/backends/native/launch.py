@@ -17,8 +17,8 @@ import threading
 
 import numpy as np
 
-from eager.tensor import Size, Tensor, contiguous_strides, empty_cpu
-from runtime.fastcall import launcher
+from eager.tensor import Size, Tensor, contiguous_strides, empty_cpu, read_addresses_with
+from runtime.fastcall import address_reader, launcher
 from runtime.threads import chunks, num_threads
 
 # the kernels called with every argument already a ctypes value (made once per layout):
@@ -80,6 +80,7 @@ class Launch:
     def _make_fast(self) -> None:
         address, count, rows, inner = self._fast_later
         self._fast_later = None
+        _read_addresses_natively()
         # (None where this interpreter does not allow it: ctypes from now on)
         made = launcher(address, count, ctypes.addressof(self.offs),
                         ctypes.addressof(self.strides), rows, inner)
@@ -131,6 +132,13 @@ class Launch:
 
 
 _data_ptr = Tensor.data_ptr
+
+
+@functools.cache
+def _read_addresses_natively() -> None:
+    """New tensors' addresses read through runtime.fastcall's builtin from now on (made
+    with the first launcher: each fresh output's address is asked once it is passed)."""
+    read_addresses_with(address_reader())
 
 
 @functools.cache
