@@ -116,3 +116,37 @@ def build_address_reader(module: ir.Module) -> None:
     (from_pointer,) = entry.words(1)
     make = b.inttoptr(from_pointer, ir.FunctionType(I8P, [I8P]).as_pointer())
     entry.give_new(b.call(make, [pointer]))
+
+
+def build_parallel_launcher(module: ir.Module, count: int) -> None:
+    """`kiln_launch_parallel_<count>`(count ints): the data pointers (Python ints) into a
+    Launch's pointer table, which its runtime.pool items read, the counters of its
+    run_items job zeroed, and the job run: on the pool at runtime.pool's current cell,
+    or alone on this thread where that holds none (a child after fork). Its words are
+    PyLong_AsVoidPtr's address, the table's, the job's, kiln_pool_items', kiln_pool_run's,
+    the current cell's and the thread count. Returns its first argument."""
+    from runtime.pool import CLAIM_FIRST, ITEMS_SLOTS
+    entry = Entry(module, f"kiln_launch_parallel_{count}")
+    b = entry.b
+    as_pointer, table, job, items, run, cell, threads = entry.words(7)
+    slots = b.inttoptr(table, I8P.as_pointer())
+    for index, pointer in enumerate(entry.ints(count, as_pointer)):
+        b.store(pointer, at(b, slots, index))
+    counters = b.inttoptr(job, I64.as_pointer())
+    for slot in range(CLAIM_FIRST, ITEMS_SLOTS):
+        b.store(i64(0), at(b, counters, slot))
+    task_type = ir.FunctionType(VOID, [I8P, I64, I64])
+    task, context = b.inttoptr(items, task_type.as_pointer()), b.inttoptr(job, I8P)
+    pool = b.load(b.inttoptr(cell, I64.as_pointer()))
+    alone, shared, done = (entry.fn.append_basic_block(n) for n in ("alone", "shared", "done"))
+    b.cbranch(b.icmp_unsigned("==", pool, i64(0)), alone, shared)
+    b.position_at_end(alone)
+    b.call(task, [context, i64(0), i64(1)])
+    b.branch(done)
+    b.position_at_end(shared)
+    run_type = ir.FunctionType(VOID, [I64.as_pointer(), task_type.as_pointer(), I8P, I64])
+    b.call(b.inttoptr(run, run_type.as_pointer()),
+           [b.inttoptr(pool, I64.as_pointer()), task, context, threads])
+    b.branch(done)
+    b.position_at_end(done)
+    entry.give(0)

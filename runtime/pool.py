@@ -238,6 +238,12 @@ def run_address() -> int:
     return _functions()["kiln_pool_run"]
 
 
+def items_address() -> int:
+    """The address of kiln_pool_items(job, worker, threads), the task that runs an
+    Items job (its `address`), for native code that runs one itself."""
+    return _functions()["kiln_pool_items"]
+
+
 def current_cell() -> int:
     """The address of a word holding the address of the process's pool (the `address`
     of the latest `pool()`), 0 while there is none: in a child after fork until a pool

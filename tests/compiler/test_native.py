@@ -197,7 +197,7 @@ def test_one_long_row_splits_its_inner_range_over_the_pool():
         assert launch.split_inner and launch.parallel
         lows, highs = launch._records[:, 6], launch._records[:, 7]
         assert lows[0] == 0 and highs[-1] == 300_001 and (lows[1:] == highs[:-1]).all()
-    launch.parallel = False  # the same kernel on this thread alone
+    launch.fast = launch._through_ctypes  # the same kernel on this thread alone
     np.testing.assert_array_equal(compiled(x).numpy(), got)
     np.testing.assert_allclose(got, np.exp(x.numpy() * 1.5) - x.numpy(), rtol=1e-5)
 
@@ -235,6 +235,64 @@ def test_python_threads_may_share_a_kernel_on_the_pool():
         thread.join()
     for i, result in enumerate(results):
         assert (result == 2 * i + 1).all()
+
+
+def _rows_sum_on_two_threads(monkeypatch):
+    """A compiled sum of 513 x 257 rows on two threads (a Launch between PARALLEL_ELEMENTS
+    and FASTCALL_ELEMENTS), the Launch, and its input."""
+    from compiler.backends.native import launch as launch_module
+    monkeypatch.setenv("KILN_NUM_THREADS", "2")
+    x = eager.tensor(np.random.default_rng(8).random((513, 257)).astype(np.float32))
+    assert launch_module.PARALLEL_ELEMENTS <= x.numel() <= launch_module.FASTCALL_ELEMENTS
+    compiled = compiler.compile(lambda x: x.sum(-1), backend="native")
+    first = compiled(x).numpy()
+    run = next(iter(compiled.region_cache.values()))
+    (launch,) = [launch for k in run.kernels.values() for launch in k._layouts.values()]
+    return compiled, launch, x, first
+
+
+def test_a_small_kernel_on_the_pool_is_handed_to_it_by_a_builtin(monkeypatch):
+    """A small one-output kernel on threads runs alone through ctypes at its first call
+    (the builtin that hands runtime.pool its job is made at the second), on the pool
+    after: the same bits as one thread's, every row."""
+    from runtime import fastcall
+    if not (pool_available() and fastcall.available()):
+        pytest.skip("needs runtime.pool (Linux on x86-64) and runtime.fastcall (CPython)")
+    compiled, launch, x, first = _rows_sum_on_two_threads(monkeypatch)
+    assert launch.parallel and launch.plain and launch.threads == 2
+    assert launch.fast == launch._through_ctypes  # one call: alone, no launcher loaded
+    second, third = compiled(x).numpy(), compiled(x).numpy()
+    assert getattr(launch.fast, "__name__", "") == "kiln_launch_parallel"
+    np.testing.assert_array_equal(second, first)
+    np.testing.assert_array_equal(third, first)
+    np.testing.assert_allclose(first, x.numpy().astype(np.float64).sum(-1), rtol=1e-5)
+    assert launch._records[0, 4] == 0 and launch._records[-1, 5] == 513  # both halves ran
+
+
+def _pool_launch_in_child(queue, compiled, x, expected) -> None:
+    try:
+        queue.put(bool((compiled(x).numpy() == expected).all()))
+    except BaseException as e:  # reported to the parent, which asserts
+        queue.put(repr(e))
+
+
+def test_a_pool_launch_builtin_runs_alone_in_a_forked_child(monkeypatch):
+    """The builtin reads the pool at runtime.pool's current cell at each call: in a
+    forked child, which has none of the parent's workers, it runs the job alone."""
+    import multiprocessing
+
+    from runtime import fastcall
+    if not (pool_available() and fastcall.available()):
+        pytest.skip("needs runtime.pool (Linux on x86-64) and runtime.fastcall (CPython)")
+    compiled, launch, x, first = _rows_sum_on_two_threads(monkeypatch)
+    compiled(x), compiled(x)
+    assert getattr(launch.fast, "__name__", "") == "kiln_launch_parallel"
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_pool_launch_in_child, args=(queue, compiled, x, first))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0 and queue.get(timeout=5) is True
 
 
 def test_row_kernels_tell_row_operands_from_broadcast_rows():

@@ -1,9 +1,10 @@
 """Launching the native backend's elementwise and row kernels: a kernel call prepared
 for one layout of its operands (offset tables, strides and ranges made ctypes values
 once; each call brings fresh outputs and the data pointers), on the calling thread or,
-from PARALLEL_ELEMENTS on, one range per thread of runtime.pool. A kernel with one output
-on the calling thread, up to FASTCALL_ELEMENTS, is called through a runtime.fastcall
-builtin on the data pointers (~30 ns of call where ctypes takes ~1 us).
+from PARALLEL_ELEMENTS on, one range per thread of runtime.pool. A kernel with one output,
+up to FASTCALL_ELEMENTS, is called through a runtime.fastcall builtin on the data pointers
+(~30 ns of call where ctypes takes ~1 us; on threads, the builtin hands runtime.pool the
+job itself: ~2 us of Python and ctypes less).
 
 Every kernel takes (data pointers, per-operand row offsets, inner strides, row range,
 inner range); see compiler/codegen/pointwise.py.
@@ -18,7 +19,7 @@ import threading
 import numpy as np
 
 from eager.tensor import Size, Tensor, contiguous_strides, empty_cpu, read_addresses_with
-from runtime.fastcall import address_reader, launcher
+from runtime.fastcall import address_reader, launcher, parallel_launcher
 from runtime.threads import chunks, num_threads
 
 # the kernels called with every argument already a ctypes value (made once per layout):
@@ -64,14 +65,19 @@ class Launch:
         if self.parallel:
             self._prepare_items(address, len(offsets), rows, inner)
         self.empty = rows == 0 or (split_inner and inner == 0)  # nothing to read or write
-        self.plain = len(outputs) == 1 and not (checked or self.parallel or self.empty)
-        # a small plain case through a runtime.fastcall builtin on the data pointers
-        # (~0.9 us of a compiled call less than ctypes; it keeps the GIL while the
-        # kernel runs, so not for kernels that run long), made at the second call: its
-        # launcher, even from the disk cache, costs ~1 ms, which one call should not pay
-        self.fast = self._through_ctypes  # a plain call, on the data pointers
+        self.plain = len(outputs) == 1 and not (checked or self.empty)
+        # `fast` runs a plain call on the data pointers. A small one goes through a
+        # runtime.fastcall builtin (~0.9 us of a compiled call less than ctypes on one
+        # thread, ~2 us on the pool; it keeps the GIL while the kernel runs, so not for
+        # kernels that run long), made at the second call: its launcher, even from the
+        # disk cache, costs ~1 ms, which one call should not pay. Before that a small
+        # call on threads runs alone through ctypes, touching nothing shared (the
+        # builtin, holding the GIL, writes `pointers` without taking `busy`).
+        small = rows * inner <= FASTCALL_ELEMENTS
+        self.fast = self._on_threads if self.parallel and not small else \
+            self._through_ctypes
         self._fast_later = (address, len(offsets), rows, inner) \
-            if self.plain and rows * inner <= FASTCALL_ELEMENTS else None
+            if self.plain and small else None
         self._called = False
         self.prepared = _KERNEL_PREPARED(address)
         self.whole = (self.offs, self.strides, ctypes.c_int64(0), ctypes.c_int64(rows),
@@ -82,12 +88,31 @@ class Launch:
         self._fast_later = None
         _read_addresses_natively()
         # (None where this interpreter does not allow it: ctypes from now on)
-        made = launcher(address, count, ctypes.addressof(self.offs),
-                        ctypes.addressof(self.strides), rows, inner)
-        self.fast = made or self._through_ctypes
+        if self.parallel:
+            from runtime import pool
+            pool.pool(self.threads)
+            made = parallel_launcher(count, ctypes.addressof(self.pointers),
+                                     self.items.address, pool.items_address(),
+                                     pool.run_address(), pool.current_cell(), self.threads)
+        else:
+            made = launcher(address, count, ctypes.addressof(self.offs),
+                            ctypes.addressof(self.strides), rows, inner)
+        self.fast = made or (self._on_threads if self.parallel else self._through_ctypes)
 
     def _through_ctypes(self, *pointers) -> None:
         self.prepared(self.pack_pointers(*pointers), *self.whole)
+
+    def _on_threads(self, *pointers) -> None:
+        """The kernel on the pool's threads (alone on this one where another call has
+        the pointer table)."""
+        if self.busy.acquire(blocking=False):
+            try:
+                self.pointers[:] = pointers
+                self.items.run(self.threads)
+            finally:
+                self.busy.release()
+        else:
+            self._through_ctypes(*pointers)
 
     def _prepare_items(self, address: int, count: int, rows: int, inner: int) -> None:
         from runtime.pool import Items
@@ -103,7 +128,7 @@ class Launch:
         self.busy = threading.Lock()
 
     def __call__(self, operands) -> list:
-        if self.plain:  # the common case spelled out: one output, this thread, unchecked
+        if self.plain:  # the common case spelled out: one output, unchecked
             out = empty_cpu(*self.outputs[0])
             if self._fast_later is not None:  # the builtin is made at the second call
                 if self._called:
@@ -118,14 +143,7 @@ class Launch:
         if self.checked:
             status = np.zeros(1, np.int64)
             pointers.append(status.ctypes.data)
-        if self.parallel and self.busy.acquire(blocking=False):
-            try:
-                self.pointers[:] = pointers
-                self.items.run(self.threads)
-            finally:
-                self.busy.release()
-        else:
-            self.prepared(self.pack_pointers(*pointers), *self.whole)
+        (self._on_threads if self.parallel else self._through_ctypes)(*pointers)
         if self.checked and status[0]:
             raise OutOfRange()
         return outs
