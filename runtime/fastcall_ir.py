@@ -26,25 +26,29 @@ class Entry:
     def arrays(self, count: int) -> list:
         """The data pointers (i8*) of arguments 0 .. count-1; a call with another number
         of arguments raises TypeError here."""
-        self._expect(count, "arrays")
+        self._expect(count, f"{count} arrays")
         return [self._data(self._argument(index)) for index in range(count)]
 
-    def ints(self, count: int, as_pointer) -> list:
+    def ints(self, count: int, as_pointer, arrays: int = 0) -> list:
         """Arguments 0 .. count-1, Python ints (addresses), as i8* through CPython's
-        PyLong_AsVoidPtr (`as_pointer`: its address, an i64 word); a call with another
-        number of arguments raises TypeError here."""
-        self._expect(count, "ints")
+        PyLong_AsVoidPtr (`as_pointer`: its address, an i64 word), then the data
+        pointers of `arrays` ndarray arguments after them; a call with another number of
+        arguments raises TypeError here."""
+        self._expect(count + arrays, f"{count} ints and {arrays} arrays" if arrays else
+                     f"{count} ints")
         b = self.b
         convert = b.inttoptr(as_pointer, ir.FunctionType(I8P, [I8P]).as_pointer())
-        return [b.call(convert, [self._argument(index)]) for index in range(count)]
+        return [b.call(convert, [self._argument(index)]) for index in range(count)] + \
+            [self._data(self._argument(count + index)) for index in range(arrays)]
 
     def _expect(self, count: int, what: str) -> None:
+        """Raise TypeError (`what` the function takes) unless there are `count` arguments."""
         b = self.b
         wrong, right = (self.fn.append_basic_block(name) for name in ("wrong", "right"))
         b.cbranch(b.icmp_signed("!=", self.count, i64(count)), wrong, right)
         b.position_at_end(wrong)
         set_error, type_error = self._words(HIDDEN_WORDS)
-        text = f"{self.name}() takes {count} {what}\0".encode()
+        text = f"{self.name}() takes {what}\0".encode()
         message = ir.GlobalVariable(self.module, ir.ArrayType(I8, len(text)),
                                     f"{self.name}.message")
         message.global_constant, message.linkage = True, "internal"
@@ -91,15 +95,16 @@ inner strides, row start, row end, inner start, inner end); see compiler/codegen
 
 
 def build_launcher(module: ir.Module, count: int) -> None:
-    """`kiln_launch_<count>`(count ints): the data pointers (Python ints) into a table on
-    the stack, then one call of a KERNEL over every row and element; its words are
-    PyLong_AsVoidPtr's address, the kernel's, its offset tables', its strides', the rows
-    and the inner size. Returns its first argument."""
+    """`kiln_launch_<count>`(count - 1 ints, an ndarray): the inputs' data pointers
+    (Python ints) and the output's (read from the array) into a table on the stack, then
+    one call of a KERNEL over every row and element; its words are PyLong_AsVoidPtr's
+    address, the kernel's, its offset tables', its strides', the rows and the inner
+    size. Returns its first argument."""
     entry = Entry(module, f"kiln_launch_{count}")
     b = entry.b
     table = b.alloca(ir.ArrayType(I8P, count), name="pointers")
     as_pointer, kernel, offsets, strides, rows, inner = entry.words(6)
-    for index, pointer in enumerate(entry.ints(count, as_pointer)):
+    for index, pointer in enumerate(entry.ints(count - 1, as_pointer, arrays=1)):
         b.store(pointer, b.gep(table, [i64(0), i64(index)]))
     b.call(b.inttoptr(kernel, KERNEL.as_pointer()),
            [b.bitcast(table, I8P), b.inttoptr(offsets, I8P), b.inttoptr(strides, I8P),
@@ -119,8 +124,9 @@ def build_address_reader(module: ir.Module) -> None:
 
 
 def build_parallel_launcher(module: ir.Module, count: int) -> None:
-    """`kiln_launch_parallel_<count>`(count ints): the data pointers (Python ints) into a
-    Launch's pointer table, which its runtime.pool items read, the counters of its
+    """`kiln_launch_parallel_<count>`(count - 1 ints, an ndarray): the data pointers (the
+    inputs' Python ints, the output array's) into a Launch's pointer table, which its
+    runtime.pool items read, the counters of its
     run_items job zeroed, and the job run: on the pool at runtime.pool's current cell,
     or alone on this thread where that holds none (a child after fork). Its words are
     PyLong_AsVoidPtr's address, the table's, the job's, kiln_pool_items', kiln_pool_run's,
@@ -130,7 +136,7 @@ def build_parallel_launcher(module: ir.Module, count: int) -> None:
     b = entry.b
     as_pointer, table, job, items, run, cell, threads = entry.words(7)
     slots = b.inttoptr(table, I8P.as_pointer())
-    for index, pointer in enumerate(entry.ints(count, as_pointer)):
+    for index, pointer in enumerate(entry.ints(count - 1, as_pointer, arrays=1)):
         b.store(pointer, at(b, slots, index))
     counters = b.inttoptr(job, I64.as_pointer())
     for slot in range(CLAIM_FIRST, ITEMS_SLOTS):

@@ -217,8 +217,8 @@ def test_small_kernels_are_called_as_builtins_and_large_ones_through_ctypes(monk
         assert_close(cf(x, y), six_ops(x, y))
         (planned,) = _direct_entry(cf).direct._layouts.values()
         # one call: no launcher loaded, ctypes called
-        assert planned.plain and planned.fast == planned._through_ctypes
+        assert planned.plain and planned.fast == planned._plain_through_ctypes
         for _ in range(2):  # made at the second call
             assert_close(cf(x, y), six_ops(x, y))
-        made = planned.fast is not None and planned.fast != planned._through_ctypes
+        made = planned.fast is not None and planned.fast != planned._plain_through_ctypes
         assert made == fast

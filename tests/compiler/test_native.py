@@ -197,7 +197,7 @@ def test_one_long_row_splits_its_inner_range_over_the_pool():
         assert launch.split_inner and launch.parallel
         lows, highs = launch._records[:, 6], launch._records[:, 7]
         assert lows[0] == 0 and highs[-1] == 300_001 and (lows[1:] == highs[:-1]).all()
-    launch.fast = launch._through_ctypes  # the same kernel on this thread alone
+    launch.fast = launch._plain_through_ctypes  # the same kernel on this thread alone
     np.testing.assert_array_equal(compiled(x).numpy(), got)
     np.testing.assert_allclose(got, np.exp(x.numpy() * 1.5) - x.numpy(), rtol=1e-5)
 
@@ -260,7 +260,7 @@ def test_a_small_kernel_on_the_pool_is_handed_to_it_by_a_builtin(monkeypatch):
         pytest.skip("needs runtime.pool (Linux on x86-64) and runtime.fastcall (CPython)")
     compiled, launch, x, first = _rows_sum_on_two_threads(monkeypatch)
     assert launch.parallel and launch.plain and launch.threads == 2
-    assert launch.fast == launch._through_ctypes  # one call: alone, no launcher loaded
+    assert launch.fast == launch._plain_through_ctypes  # one call: alone, no launcher loaded
     second, third = compiled(x).numpy(), compiled(x).numpy()
     assert getattr(launch.fast, "__name__", "") == "kiln_launch_parallel"
     np.testing.assert_array_equal(second, first)

@@ -83,11 +83,11 @@ def test_a_launcher_calls_a_kernel_over_every_row_with_the_pointers_given():
     launch = fastcall.launcher(_recorder_kernel(), 2, offsets=1111, strides=2222, rows=33,
                                inner=44)
     record = np.zeros(7, np.int64)
-    other = np.zeros(1)
+    other = np.zeros(3)[1:]  # the output: an array, its own data pointer read
     argument = record.ctypes.data
-    assert launch(argument, other.ctypes.data) == argument
+    assert launch(argument, other) == argument
     assert record.tolist() == [other.ctypes.data, 1111, 2222, 0, 33, 0, 44]
-    with pytest.raises(TypeError, match=r"kiln_launch_2\(\) takes 2 ints"):
+    with pytest.raises(TypeError, match=r"kiln_launch_2\(\) takes 1 ints and 1 arrays"):
         launch(argument)
 
 
