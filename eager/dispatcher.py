@@ -156,6 +156,8 @@ class OpHandle:
         self._list_pos = tuple(i for i, a in enumerate(schema.arguments)
                                if a.type.is_tensor_list and not a.kwarg_only)
         self._tensor_kw = tuple(a.name for a in schema.arguments if a.type.base == "Tensor")
+        self._required = frozenset(a.name for a in schema.arguments if a.type.is_tensor and
+                                   not a.type.optional)  # None is no Tensor for these
         self._mutated = tuple(i for i, a in enumerate(schema.arguments) if a.type.mutable)
         self.devices_may_differ = False  # copy_: its source may be on another device
         self._leading = self._leading_tensors()
@@ -263,7 +265,7 @@ class OpHandle:
             try:
                 mask |= args[i]._keys
             except AttributeError:
-                if args[i] is not None:
+                if args[i] is not None or self.schema.arguments[i].name in self._required:
                     args = args[:i] + (_wrap_scalar(self, i, args[i]),) + args[i + 1:]
         for i in self._list_pos:
             if i < n:
@@ -273,7 +275,7 @@ class OpHandle:
         if kwargs:
             for name in self._tensor_kw:
                 v = kwargs.get(name)
-                if v is None:
+                if v is None and (name not in kwargs or name not in self._required):
                     continue
                 if isinstance(v, (list, tuple)):
                     for t in v:

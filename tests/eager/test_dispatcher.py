@@ -283,6 +283,19 @@ def test_python_numbers_become_wrapped_scalars():
         dispatcher.undefine("mylib::peek")
 
 
+def test_none_for_a_tensor_that_is_not_optional_is_a_type_error():
+    """None is an absent Tensor? (linear's bias); for a Tensor it is bad input, named as
+    PyTorch names it, not an AttributeError from inside a kernel."""
+    x = eager.ones(2)
+    for call in (lambda: x + None, lambda: eager.add(x, None), lambda: eager.add(x, other=None),
+                 lambda: eager.mul(None, x)):
+        with pytest.raises(TypeError, match=r"\(\): argument '(other|self)' must be Tensor, "
+                                            r"not NoneType"):
+            call()
+    out = eager.nn.functional.linear(eager.ones(2, 3), eager.ones(4, 3), None)
+    assert out.tolist() == [[3.0] * 4] * 2
+
+
 def _promotion_cases(lib):
     return {
         "int tensor + int": lib.add(lib.tensor([1, 2]), 3),
