@@ -13,6 +13,7 @@ attribute is seen.
 from __future__ import annotations
 
 import functools
+import operator
 import types
 
 from eager.autograd.grad_mode import tls
@@ -145,26 +146,58 @@ def _variable_key(v):
 
 
 class _Reads:
-    """The keys of the variables a function reads (globals or closure cells: one `read`
-    each, giving the value), each made again only for a value other than the last
-    call's: a function, class or number read at every call is keyed once (one global
-    keyed afresh cost ~0.4 us a call, a third of a one-kernel compiled call's guard).
-    Tensors and modules, whose keys hold their state, are keyed at every call. The last
-    value is kept (so `is` cannot meet a new object at a freed one's address)."""
+    """The keys of the variables a function reads, (globals' keys, closure cells' keys),
+    each made again only for a value other than the last call's, so a function, class or
+    number read at every call is keyed once (keying one global afresh cost ~0.4 us a
+    call, a tenth of a one-kernel compiled call). Tensors and modules, whose keys hold
+    their state, are keyed at every call. Where every value was stable at the last call
+    and the variables are globals of one namespace, one C call (an itemgetter) reads
+    them all and `is` against the last values says the keys are the same. The last
+    values are kept (so `is` cannot meet a new object at a freed one's address)."""
 
-    def __init__(self, reads: list):
-        self.reads = reads
-        self.last: list = [None] * len(reads)  # (value, its type, key) where stable
+    def __init__(self, globals_: list, closures: list):
+        self.reads = [functools.partial(ns.get, name) for _, ns, name in globals_] + \
+            [functools.partial(_cell_value, c) for _, c in closures]
+        self.globals = len(globals_)
+        self.last: list = [None] * len(self.reads)  # (value, its type, key) where stable
+        one_namespace = globals_ and not closures and \
+            all(ns is globals_[0][1] for _, ns, _ in globals_)
+        self._namespace = globals_[0][1] if one_namespace else None
+        self._gather = operator.itemgetter(*[name for _, _, name in globals_]) \
+            if one_namespace else None
+        self._seen = None  # (values, their types, keys) of the last call: all stable
 
-    def __call__(self) -> tuple:
-        keys = []
+    def keys(self) -> tuple:
+        seen = self._seen
+        if seen is not None:
+            try:
+                values = self._gather(self._namespace)
+            except KeyError:  # a global deleted: None, as ns.get reads it
+                values = None
+            if values is not None:
+                if self.globals == 1:  # itemgetter of one name: the value itself
+                    if values is seen[0] and type(values) is seen[1]:
+                        return seen[2]
+                elif all(map(operator.is_, values, seen[0])) and \
+                        all(map(operator.is_, map(type, values), seen[1])):
+                    return seen[2]
+        keys, stable = [], True
         for i, read in enumerate(self.reads):
             value, last = read(), self.last[i]
             if last is not None and last[0] is value and last[1] is type(value):
                 keys.append(last[2])
             else:
                 keys.append(self._keyed(i, value))
-        return tuple(keys)
+                stable = stable and self.last[i] is not None
+        result = tuple(keys[:self.globals]), tuple(keys[self.globals:])
+        if self._gather is not None and stable:
+            values = [last[0] for last in self.last]
+            types = [last[1] for last in self.last]
+            self._seen = (values[0], types[0], result) if self.globals == 1 else \
+                (values, types, result)
+        else:
+            self._seen = None
+        return result
 
     def _keyed(self, i: int, value):
         key, kind = _variable_key(value), type(value)
@@ -233,10 +266,9 @@ class GuardSet:
         # no globals, closures, module: a call's key is its arguments' and the grad mode
         self._plain = not (self.globals or self.closures or self.attributes) and \
             module is None
-        self._global_keys = _Reads([functools.partial(ns.get, name)
-                                    for _, ns, name in self.globals])
-        self._closure_keys = _Reads([functools.partial(_cell_value, c)
-                                     for _, c in self.closures])
+        self._variable_keys = _Reads(self.globals, self.closures).keys
+        # globals and closure cells alone (no module): their keys end the key
+        self._variables_only = not (self._plain or self.attributes) and module is None
 
     def key(self, args: tuple, kwargs: dict, dynamic=frozenset()) -> tuple:
         """The call's guard key; sizes at `dynamic` (leaf, dim) positions read as -1."""
@@ -252,6 +284,9 @@ class GuardSet:
                 _alias_pattern(args)
             if self._plain:
                 return (tree, metas, aliases, tls.grad_enabled, (), (), ()), args
+            if self._variables_only:
+                return (tree, metas, aliases, tls.grad_enabled, *self._variable_keys(),
+                        ()), args
             leaves = args
         else:
             pairs: list = []
@@ -261,9 +296,7 @@ class GuardSet:
             aliases = _alias_pattern(leaves)
             if dynamic:
                 metas = abstract_sizes(metas, dynamic)
-        key = (tree, metas, aliases, tls.grad_enabled,
-               self._global_keys() if self.globals else (),
-               self._closure_keys() if self.closures else (),
+        key = (tree, metas, aliases, tls.grad_enabled, *self._variable_keys(),
                tuple([_leaf_key(getattr(m, a, None)) for _, m, a in self.attributes]) if
                self.attributes else ())
         if self.module is not None:

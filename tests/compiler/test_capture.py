@@ -202,6 +202,35 @@ def test_a_global_function_rebound_recompiles():
     assert cf(x).tolist() == [2.0, 2.0] and len(cf.entries) == 2
 
 
+OFFSET = 1.0
+
+
+def test_globals_read_at_every_call_are_guarded_after_their_keys_are_kept():
+    """Two globals of one namespace read in one C call once both were stable: a value
+    rebound, a global set to None or deleted, each is seen at the next call."""
+    global OFFSET, _flagged
+    cf = compiler.compile(lambda x: _flagged(x) + OFFSET, backend="eager")
+    x = eager.zeros(2)
+    before = _flagged
+    try:
+        for _ in range(3):  # keyed, then read back through the kept keys
+            assert cf(x).tolist() == [2.0, 2.0]
+        OFFSET = 10.0
+        assert cf(x).tolist() == [11.0, 11.0]
+        _flagged = lambda x: x - 5  # noqa: E731
+        assert cf(x).tolist() == [5.0, 5.0]
+        _flagged = before
+        OFFSET = None
+        with pytest.raises(TypeError):
+            cf(x)
+        del OFFSET
+        with pytest.raises(NameError):
+            cf(x)
+    finally:
+        OFFSET, _flagged = 1.0, before
+    assert cf(x).tolist() == [2.0, 2.0]
+
+
 def test_python_if_on_a_scalar_argument():
     cf = compiler.compile(lambda x, n: x * 2 if n > 3 else x, backend="eager")
     x = eager.ones(2)
