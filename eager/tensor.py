@@ -447,14 +447,23 @@ numpy's large allocations start 16 bytes past one, and row kernels reading them 
 def aligned_empty(shape, np_dtype) -> np.ndarray:
     """np.empty(shape, np_dtype), starting on an ALIGN-byte boundary from ALIGN_FROM bytes
     on (numbers only: bool, integers, floats)."""
-    dt = np.dtype(np_dtype)
-    count = shape if isinstance(shape, int) else math.prod(shape)
-    nbytes = count * dt.itemsize
-    if nbytes < ALIGN_FROM or dt.kind not in "biuf":
+    dt = np_dtype if isinstance(np_dtype, np.dtype) else np.dtype(np_dtype)
+    flat = type(shape) is int
+    count = shape if flat else math.prod(shape)
+    size = dt.itemsize
+    if count * size < ALIGN_FROM or dt.kind not in "biuf":
         return np.empty(shape, dt)
-    raw = np.empty(nbytes + ALIGN, np.uint8)
+    # ALIGN bytes more, in elements of dt, and a slice from the first aligned one: the
+    # memory is the allocator's, at least 16-byte aligned, so the skip is whole elements
+    # (1.2 -> 0.35 us a call where a byte buffer was viewed as dt)
+    raw = np.empty(count + ALIGN // size, dt)
     skip = -array_address(raw) % ALIGN
-    return raw[skip:skip + nbytes].view(dt).reshape(shape)
+    if skip % size:  # (an allocator aligned to less than an element)
+        raw = np.empty(count * size + ALIGN, np.uint8)
+        skip = -array_address(raw) % ALIGN
+        return raw[skip:skip + count * size].view(dt).reshape(shape)
+    skip //= size
+    return raw[skip:skip + count] if flat else raw[skip:skip + count].reshape(shape)
 
 
 def aligned(a: np.ndarray) -> np.ndarray:

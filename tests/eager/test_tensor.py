@@ -275,3 +275,27 @@ def test_large_host_memory_starts_on_a_cache_line():
     assert aligned(odd).__array_interface__["data"][0] % ALIGN == 0
     small = np.arange(5.0)
     assert aligned(small) is small and aligned_empty((3, 4), object).dtype == object
+    for dt in (np.int8, np.bool_, np.int16, np.float32, np.float64, np.int64):
+        for shape in (ALIGN_FROM + 3, (7, ALIGN_FROM // 5 + 1)):
+            out = aligned_empty(shape, dt)
+            assert out.shape == (shape if isinstance(shape, tuple) else (shape,))
+            assert out.dtype == dt and out.flags.c_contiguous and out.flags.writeable
+            assert out.__array_interface__["data"][0] % ALIGN == 0
+            out[...] = 1  # all of it is its own
+            assert out.sum() == out.size
+
+
+def test_aligned_memory_from_an_allocator_aligned_to_less_than_an_element(monkeypatch):
+    """aligned_empty skips whole elements to the boundary; where the allocator's address
+    leaves a part of one, it takes the bytes path."""
+    import importlib
+    module = importlib.import_module("eager.tensor")
+    real, calls = module.array_address, []
+
+    def odd_once(a):
+        calls.append(a)
+        return real(a) + (1 if len(calls) == 1 else 0)
+    monkeypatch.setattr(module, "array_address", odd_once)
+    out = module.aligned_empty((5, 4096), np.float32)
+    assert len(calls) == 2 and out.shape == (5, 4096) and out.dtype == np.float32
+    assert real(out) % module.ALIGN == 0 and out.base.dtype == np.uint8
