@@ -26,8 +26,9 @@ import llvmlite.ir as ir
 
 from compiler.codegen import gather as G
 from compiler.codegen.accumulators import accumulate, finish_rows, lanes, start
-from compiler.codegen.kernel_spec import REDUCE_OPS, STRIDED, KernelSpec
+from compiler.codegen.kernel_spec import REDUCE_OPS, STRIDED, KernelSpec, nonpositive_exps
 from compiler.codegen import values as V
+from compiler.codegen import vmath
 from ir import dtypes
 from ir.dtypes import DType
 from ir.graph import Node, Value
@@ -78,6 +79,7 @@ class _Builder:
             self.stride.append(b.load(llvm_ir.at(b, strides, j))
                                if spec.strides[j] is STRIDED else None)
         self.scalars = dict(spec.scalars)
+        self.nonpositive = nonpositive_exps(spec)
         self.status = G.status_word(b, ptrs, len(self.operands)) if spec.gathers else None
 
     # memory -----------------------------------------------------------------------------
@@ -165,7 +167,10 @@ class _Builder:
 
     # values -----------------------------------------------------------------------------
     def compute(self, node: Node, env: dict, L: V.Lanes):
-        emit_node(node, env, L, self.scalars)
+        if node in self.nonpositive:  # exp(x - max)
+            env[node.outputs[0]] = vmath.emit(self.b, "exp_nonpositive", env[node.inputs[0]])
+        else:
+            emit_node(node, env, L, self.scalars)
 
     def constants(self, env: dict, L: V.Lanes) -> None:
         for v, value in self.scalars.items():

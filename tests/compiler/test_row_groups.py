@@ -88,6 +88,32 @@ def test_row_groups_give_nan_exactly_in_the_rows_that_hold_one(op):
         np.testing.assert_array_equal(np.delete(got, [1, 4]), np.delete(want, [1, 4]))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("op", [Op.SOFTMAX, Op.LOG_SOFTMAX], ids=lambda op: op.name.lower())
+def test_softmax_rows_masked_infinite_nan_and_far_below_their_max(op, dtype):
+    """A row masked with -inf gives nan, as PyTorch; masked elements of a row give 0 (or
+    -inf); +inf or nan make the row nan; elements far below the max give subnormal
+    exponentials and zeros: as numpy in float64, on every row length around the groups."""
+    for length in (1, 2, 3, 17, 256, 257, LONG):
+        rng = np.random.default_rng(length)
+        a = (rng.standard_normal((11, length)) * 3).astype(dtype)
+        a[0] = -np.inf
+        a[1, length // 2:] = -np.inf
+        a[2, length // 3] = np.inf
+        a[3, length - 1] = np.nan
+        a[4] = np.linspace(0, -800 if dtype is np.float64 else -120, length)
+        a[5, ::2] = -np.inf
+        with np.errstate(invalid="ignore"):
+            z = a.astype(np.float64)
+            shifted = z - z.max(-1, keepdims=True)  # (log(softmax) would be -inf where
+            total = np.exp(shifted).sum(-1, keepdims=True)  # its exponential is 0)
+            want = np.exp(shifted) / total if op is Op.SOFTMAX else shifted - np.log(total)
+        got = _rows(op, eager.tensor(a)).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-5 if dtype is np.float32 else 1e-12,
+                                   atol=1e-6 if dtype is np.float32 else 1e-13)
+        assert np.isnan(got[[0, 2, 3]]).all()
+
+
 def test_row_groups_of_empty_rows():
     x = eager.zeros(5, 0)
     assert (_rows(Op.SUM, x).numpy() == 0).all()
