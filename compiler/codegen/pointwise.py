@@ -330,14 +330,12 @@ class RowPasses:
         """`run` for several groups of rows walked together, `known` one dict per group:
         run_pass(needed, accs, stores, reloads) gets one accumulator dict per group."""
         for p in range(self.count):
-            for values in known:
-                _row_scalars(k, self.spec, values, L)
+            _row_scalars(k, self.spec, known, L)
             reductions, stores, needed, reloads = self.work(p, known[0])
             if reductions or stores:
                 run_pass(needed, [{n: start(k.b, k.w, n, parts) for n in reductions}
                                   for _ in known], stores, reloads)
-        for values in known:
-            _row_scalars(k, self.spec, values, L)
+        _row_scalars(k, self.spec, known, L)
 
 
 def _rows(k: _Builder) -> None:
@@ -486,13 +484,29 @@ def _reciprocals(k: _Builder, spec: KernelSpec, needed: set, known: dict) -> dic
     return out
 
 
-def _row_scalars(k, spec, known, S) -> None:
-    """Per-row elementwise nodes whose inputs are all known now."""
+def _row_scalars(k, spec, known: list, L: V.Lanes) -> None:
+    """Per-row elementwise nodes whose inputs are all known now, into each group's dict
+    in `known`. Groups of one row each (scalars) are computed side by side, as one
+    vector of their values (a group's log is one vector log, not four scalar ones; the
+    ops and vmath give each lane what they give a scalar)."""
+    together = L.width is None and len(known) > 1
+    lanes = V.Lanes(k.b, len(known))
+    vectors = {}  # value -> the rows' values of it, as one vector
     for node in spec.nodes:
         v = node.outputs[0]
-        if v in spec.per_row and v not in known and node.op not in REDUCE_OPS and \
-                all(x in known for x in node.input_values()):
-            k.compute(node, known, S)
+        if v not in spec.per_row or v in known[0] or node.op in REDUCE_OPS or \
+                not all(x in known[0] for x in node.input_values()):
+            continue
+        if not together:
+            for values in known:
+                k.compute(node, values, L)
+            continue
+        for x in node.input_values():
+            if x not in vectors and x not in k.scalars:
+                vectors[x] = llvm_ir.vector_of(k.b, [values[x] for values in known])
+        k.compute(node, vectors, lanes)
+        for values, x in zip(known, llvm_ir.lanes_of(k.b, vectors[v])):
+            values[v] = x
 
 
 def _needed(spec, producer, targets, known) -> set:

@@ -10,7 +10,7 @@ import pytest
 import compiler
 import eager
 from compiler.backends.native import eager_rows
-from compiler.codegen import pointwise
+from compiler.codegen import pointwise, row_ops
 from ir.ops import Op
 from tests.compiler.test_native import _assert_ran_natively
 
@@ -121,13 +121,37 @@ def test_row_groups_of_empty_rows():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("op", [Op.SUM, Op.AMAX, Op.VAR, Op.SOFTMAX])
+@pytest.mark.parametrize("op", [Op.SUM, Op.AMAX, Op.VAR, Op.SOFTMAX, Op.LOG_SOFTMAX])
 def test_a_row_in_a_group_gives_bitwise_what_it_gives_alone(op, dtype):
-    row = np.random.default_rng(5).standard_normal(255).astype(dtype)
-    alone = _rows(op, eager.tensor(row[None].copy())).numpy()[0]
-    together = _rows(op, eager.tensor(np.tile(row, (7, 1)))).numpy()  # 4 grouped, 3 alone
+    """Different rows, so that a group's per-row values (computed side by side, one
+    vector of them) cannot stand in for each other."""
+    scales = np.array([1, 2, 3, 5, 8, 13, 21])[:, None]
+    a = (np.random.default_rng(5).standard_normal((7, 255)) * scales).astype(dtype)
+    together = _rows(op, eager.tensor(a)).numpy()  # 4 grouped, 3 alone
     for r in range(7):
+        alone = _rows(op, eager.tensor(a[r:r + 1].copy())).numpy()[0]
         np.testing.assert_array_equal(together[r], alone)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_layer_norm_row_in_a_group_gives_bitwise_what_it_gives_alone(dtype):
+    """Its per-row mean, variance and rsqrt, computed for a group's rows side by side."""
+    scales = np.array([1, 2, 3, 5, 8, 13, 21])[:, None]
+    shifts = np.array([0, 1, -3, 9, 0.5, 2, 7])[:, None]
+    a = (np.random.default_rng(6).standard_normal((7, 255)) * scales + shifts).astype(dtype)
+    dt = eager.tensor(a).dtype
+
+    def layer_norm(x):
+        rows = x.shape[0]
+        out = eager_rows.run_graph(("layer_norm", False, False), lambda: row_ops.layer_norm_graph(
+            dt, False, False), [x], (255, 1e-5), (1,), (((rows, 255), False),
+                                                      ((rows, 1), False), ((rows, 1), False)))
+        assert out is not None, "the generated kernel did not run"
+        return [t.numpy() for t in out]
+    together = layer_norm(eager.tensor(a))
+    for r in range(7):
+        for got, alone in zip(together, layer_norm(eager.tensor(a[r:r + 1].copy()))):
+            np.testing.assert_array_equal(got[r], alone[0])
 
 
 def test_compiled_row_groups_with_rows_left_over():
