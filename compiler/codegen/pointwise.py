@@ -488,10 +488,9 @@ def _reciprocals(k: _Builder, spec: KernelSpec, needed: set, known: dict) -> dic
 def _row_scalars(k, spec, known: list, L: V.Lanes) -> None:
     """Per-row elementwise nodes whose inputs are all known now, into each group's dict
     in `known`. Groups of one row each (scalars) are computed side by side, as one
-    vector of their values (a group's log is one vector log, not four scalar ones; the
-    ops and vmath give each lane what they give a scalar)."""
+    vector of their values (log_softmax's log of 8 rows is one vector log, not a scalar
+    log a row; the ops and vmath give each lane what they give a scalar)."""
     together = L.width is None and len(known) > 1
-    lanes = V.Lanes(k.b, len(known))
     vectors = {}  # value -> the rows' values of it, as one vector
     for node in spec.nodes:
         v = node.outputs[0]
@@ -505,7 +504,7 @@ def _row_scalars(k, spec, known: list, L: V.Lanes) -> None:
         for x in node.input_values():
             if x not in vectors and x not in k.scalars:
                 vectors[x] = llvm_ir.vector_of(k.b, [values[x] for values in known])
-        k.compute(node, vectors, lanes)
+        k.compute(node, vectors, V.Lanes(k.b, len(known)))
         for values, x in zip(known, llvm_ir.lanes_of(k.b, vectors[v])):
             values[v] = x
 
