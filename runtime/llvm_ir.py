@@ -247,6 +247,14 @@ def lanes_of(b: ir.IRBuilder, vector_value) -> list:
             for lane in range(vector_value.type.count)]
 
 
+def vector_of(b: ir.IRBuilder, scalars: list) -> ir.Value:
+    """The scalars (of one type) as the lanes of one vector, in order."""
+    v = ir.Constant(ir.VectorType(scalars[0].type, len(scalars)), ir.Undefined)
+    for lane, x in enumerate(scalars):
+        v = b.insert_element(v, x, i32(lane))
+    return v
+
+
 def pairwise(items: list, combine: Callable):
     """combine over `items` (a power-of-two count) as a balanced tree: neighbours first,
     then their results, so a sum's rounding error grows with log2(len(items))."""

@@ -51,6 +51,28 @@ class KernelSpec:
         return max(4, min(16, host_lanes * 4 // max(sizes)))
 
 
+def nonpositive_exps(spec: KernelSpec) -> frozenset:
+    """The exps of a row kernel whose argument is a value minus its maximum over the
+    row, reduced in this kernel (softmax's exp(x - max)): every argument is <= 0 or
+    nan (x <= max, and rounding keeps x - max <= 0), which vmath's exp_nonpositive
+    computes as exp does, in fewer operations."""
+    if spec.kind != "reduction":
+        return frozenset()
+    producer = {n.outputs[0]: n for n in spec.nodes}
+    found = set()
+    for node in spec.nodes:
+        shift = producer.get(node.inputs[0]) if node.op is Op.EXP else None
+        if shift is None or shift.op is not Op.SUB or shift.attr.get("alpha", 1) != 1:
+            continue
+        x, top = shift.inputs
+        peak = producer.get(top)
+        types = {v.type.dtype for v in (x, top, shift.outputs[0], node.outputs[0])}
+        if peak is not None and peak.op is Op.AMAX and peak.inputs[0] == x and \
+                len(types) == 1 and x.type.dtype.is_floating_point:
+            found.add(node)
+    return frozenset(found)
+
+
 @dataclass(frozen=True)
 class Gather:
     value: Value   # the gathered result

@@ -26,8 +26,9 @@ import llvmlite.ir as ir
 
 from compiler.codegen import gather as G
 from compiler.codegen.accumulators import accumulate, finish_rows, lanes, start
-from compiler.codegen.kernel_spec import REDUCE_OPS, STRIDED, KernelSpec
+from compiler.codegen.kernel_spec import REDUCE_OPS, STRIDED, KernelSpec, nonpositive_exps
 from compiler.codegen import values as V
+from compiler.codegen import vmath
 from ir import dtypes
 from ir.dtypes import DType
 from ir.graph import Node, Value
@@ -38,8 +39,9 @@ from runtime.llvm_ir import I64
 
 UNROLL = 4  # vectors per trip of an elementwise kernel's main loop
 ROW_PARTS = 4  # vectors per trip of a row's loop, each into its own partial results
-GROUP_ROWS = 4  # rows a row kernel walks together, each into its own results
-GROUP_BYTES = 16 << 10  # a kernel of several passes walks rows together while their
+GROUP_ROWS = (4, 8)  # rows a row kernel of one pass, of several, walks together, each
+# into its own results (several passes wait on each fold: more rows share its cost)
+GROUP_BYTES = 32 << 10  # a kernel of several passes walks rows together while their
 # bytes fit this (in L1, 48 KiB here, from one pass to the next), else one at a time
 COLUMN_GROUPS = 4  # vectors of adjacent rows a column kernel walks together
 
@@ -78,6 +80,7 @@ class _Builder:
             self.stride.append(b.load(llvm_ir.at(b, strides, j))
                                if spec.strides[j] is STRIDED else None)
         self.scalars = dict(spec.scalars)
+        self.nonpositive = nonpositive_exps(spec)
         self.status = G.status_word(b, ptrs, len(self.operands)) if spec.gathers else None
 
     # memory -----------------------------------------------------------------------------
@@ -165,7 +168,10 @@ class _Builder:
 
     # values -----------------------------------------------------------------------------
     def compute(self, node: Node, env: dict, L: V.Lanes):
-        emit_node(node, env, L, self.scalars)
+        if node in self.nonpositive:  # exp(x - max)
+            env[node.outputs[0]] = vmath.emit(self.b, "exp_nonpositive", env[node.inputs[0]])
+        else:
+            emit_node(node, env, L, self.scalars)
 
     def constants(self, env: dict, L: V.Lanes) -> None:
         for v, value in self.scalars.items():
@@ -325,14 +331,12 @@ class RowPasses:
         """`run` for several groups of rows walked together, `known` one dict per group:
         run_pass(needed, accs, stores, reloads) gets one accumulator dict per group."""
         for p in range(self.count):
-            for values in known:
-                _row_scalars(k, self.spec, values, L)
+            _row_scalars(k, self.spec, known, L)
             reductions, stores, needed, reloads = self.work(p, known[0])
             if reductions or stores:
                 run_pass(needed, [{n: start(k.b, k.w, n, parts) for n in reductions}
                                   for _ in known], stores, reloads)
-        for values in known:
-            _row_scalars(k, self.spec, values, L)
+        _row_scalars(k, self.spec, known, L)
 
 
 def _rows(k: _Builder) -> None:
@@ -343,7 +347,7 @@ def _rows(k: _Builder) -> None:
     from one pass to the next (GROUP_BYTES)."""
     b = k.b
     plan = RowPasses(k.spec, stash=True)
-    group = min(GROUP_ROWS, k.w)
+    group = min(GROUP_ROWS[plan.count > 1], k.w)
     r = k.r0
     if group > 1:
         stop = k.r1
@@ -481,13 +485,28 @@ def _reciprocals(k: _Builder, spec: KernelSpec, needed: set, known: dict) -> dic
     return out
 
 
-def _row_scalars(k, spec, known, S) -> None:
-    """Per-row elementwise nodes whose inputs are all known now."""
+def _row_scalars(k, spec, known: list, L: V.Lanes) -> None:
+    """Per-row elementwise nodes whose inputs are all known now, into each group's dict
+    in `known`. Groups of one row each (scalars) are computed side by side, as one
+    vector of their values (log_softmax's log of 8 rows is one vector log, not a scalar
+    log a row; the ops and vmath give each lane what they give a scalar)."""
+    together = L.width is None and len(known) > 1
+    vectors = {}  # value -> the rows' values of it, as one vector
     for node in spec.nodes:
         v = node.outputs[0]
-        if v in spec.per_row and v not in known and node.op not in REDUCE_OPS and \
-                all(x in known for x in node.input_values()):
-            k.compute(node, known, S)
+        if v not in spec.per_row or v in known[0] or node.op in REDUCE_OPS or \
+                not all(x in known[0] for x in node.input_values()):
+            continue
+        if not together:
+            for values in known:
+                k.compute(node, values, L)
+            continue
+        for x in node.input_values():
+            if x not in vectors and x not in k.scalars:
+                vectors[x] = llvm_ir.vector_of(k.b, [values[x] for values in known])
+        k.compute(node, vectors, V.Lanes(k.b, len(known)))
+        for values, x in zip(known, llvm_ir.lanes_of(k.b, vectors[v])):
+            values[v] = x
 
 
 def _needed(spec, producer, targets, known) -> set:

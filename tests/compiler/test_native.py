@@ -616,6 +616,45 @@ def test_softmax_keeps_its_exponentials_in_its_output_between_passes():
     assert stashes == {"softmax": Op.EXP, "log_softmax": None, "layer_norm": None}
 
 
+@pytest.mark.parametrize("fn, specialised", [
+    (lambda x: eager.softmax(x, -1), True),
+    (lambda x: eager.log_softmax(x, -1), True),
+    (lambda x: eager.softmax(x, 0), True),  # rows in the lanes
+    (lambda x: (x - x.amax(-1, keepdim=True)).exp().sum(-1), True),
+    (lambda x: (x * 2 - x.amax(-1, keepdim=True)).exp().sum(-1), False),  # another's max
+    (lambda x: (x - x.amin(-1, keepdim=True)).exp().sum(-1), False),
+    (lambda x: (x.amax(-1, keepdim=True) - x).exp().sum(-1), False),
+    (lambda x: eager.sub(x, x.amax(-1, keepdim=True), alpha=0.5).exp().sum(-1), False),
+    (lambda x: (x - x.amax(-1, keepdim=True)).double().exp().sum(-1), False)])
+def test_row_kernels_take_exp_nonpositive_only_for_a_value_minus_its_row_max(fn, specialised):
+    """x - max(x) over the kernel's rows is <= 0 or nan: its exp is vmath's
+    exp_nonpositive; any other exp argument keeps the exp of every argument."""
+    x = eager.tensor(np.random.default_rng(16).standard_normal((19, 70)).astype(np.float32))
+    (kernel,) = compiler.lower(fn, x).kernels
+    assert ("kiln.vmath.exp_nonpositive" in kernel.llvm_ir) == specialised
+    _native_vs_eager(fn, x)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_softmax_exponentials_are_exps_bit_for_bit(dtype):
+    """Rows whose sum is exactly 1 (one 0 and exponentials far below it, subnormal ones
+    and zeros among them): softmax's output is exp(x - max) as the elementwise kernel's
+    exp gives it, bit for bit."""
+    rng = np.random.default_rng(17)
+    low, high = (-120.0, -20.0) if dtype is np.float32 else (-760.0, -40.0)
+    a = rng.uniform(low, high, (37, 53)).astype(dtype)
+    a[:, 5] = 0.0
+    a[::3, 40:] = -np.inf
+    shifted = a - a.max(-1, keepdims=True)
+    softmax = compiler.compile(lambda x: eager.softmax(x, -1), backend="native")
+    exp = compiler.compile(lambda x: x.exp(), backend="native")
+    got, want = softmax(eager.tensor(a)).numpy(), exp(eager.tensor(shifted)).numpy()
+    _assert_ran_natively(softmax)
+    _assert_ran_natively(exp)
+    assert ((want > 0) & (want < np.finfo(dtype).tiny)).any() and (want == 0).any()
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
 @pytest.mark.parametrize("fn", [
     lambda x: eager.softmax(x, -1).double(),  # an output of another type: no stash
     lambda x: (eager.softmax(x, -1), (x - x.amax(-1, keepdim=True)).exp()),

@@ -10,11 +10,11 @@ import pytest
 import compiler
 import eager
 from compiler.backends.native import eager_rows
-from compiler.codegen import pointwise
+from compiler.codegen import pointwise, row_ops
 from ir.ops import Op
 from tests.compiler.test_native import _assert_ran_natively
 
-ROWS = [1, 3, 5, 7, 513]
+ROWS = [1, 3, 5, 7, 9, 13, 17, 513]  # around groups of 4 (float64 on AVX2) and 8
 LENGTHS = [1, 3, 15, 16, 17, 255, 256, 257]
 LONG = pointwise.GROUP_BYTES // 4 + 3  # kernels of several passes: one row at a time
 
@@ -88,6 +88,32 @@ def test_row_groups_give_nan_exactly_in_the_rows_that_hold_one(op):
         np.testing.assert_array_equal(np.delete(got, [1, 4]), np.delete(want, [1, 4]))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("op", [Op.SOFTMAX, Op.LOG_SOFTMAX], ids=lambda op: op.name.lower())
+def test_softmax_rows_masked_infinite_nan_and_far_below_their_max(op, dtype):
+    """A row masked with -inf gives nan, as PyTorch; masked elements of a row give 0 (or
+    -inf); +inf or nan make the row nan; elements far below the max give subnormal
+    exponentials and zeros: as numpy in float64, on every row length around the groups."""
+    for length in (1, 2, 3, 17, 256, 257, LONG):
+        rng = np.random.default_rng(length)
+        a = (rng.standard_normal((11, length)) * 3).astype(dtype)
+        a[0] = -np.inf
+        a[1, length // 2:] = -np.inf
+        a[2, length // 3] = np.inf
+        a[3, length - 1] = np.nan
+        a[4] = np.linspace(0, -800 if dtype is np.float64 else -120, length)
+        a[5, ::2] = -np.inf
+        with np.errstate(invalid="ignore"):
+            z = a.astype(np.float64)
+            shifted = z - z.max(-1, keepdims=True)  # (log(softmax) would be -inf where
+            total = np.exp(shifted).sum(-1, keepdims=True)  # its exponential is 0)
+            want = np.exp(shifted) / total if op is Op.SOFTMAX else shifted - np.log(total)
+        got = _rows(op, eager.tensor(a)).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-5 if dtype is np.float32 else 1e-12,
+                                   atol=1e-6 if dtype is np.float32 else 1e-13)
+        assert np.isnan(got[[0, 2, 3]]).all()
+
+
 def test_row_groups_of_empty_rows():
     x = eager.zeros(5, 0)
     assert (_rows(Op.SUM, x).numpy() == 0).all()
@@ -95,13 +121,36 @@ def test_row_groups_of_empty_rows():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("op", [Op.SUM, Op.AMAX, Op.VAR, Op.SOFTMAX])
+@pytest.mark.parametrize("op", [Op.SUM, Op.AMAX, Op.VAR, Op.SOFTMAX, Op.LOG_SOFTMAX])
 def test_a_row_in_a_group_gives_bitwise_what_it_gives_alone(op, dtype):
-    row = np.random.default_rng(5).standard_normal(255).astype(dtype)
-    alone = _rows(op, eager.tensor(row[None].copy())).numpy()[0]
-    together = _rows(op, eager.tensor(np.tile(row, (7, 1)))).numpy()  # 4 grouped, 3 alone
-    for r in range(7):
+    """Different rows, so that a group's per-row values (computed side by side, one
+    vector of them) cannot stand in for each other."""
+    scales = np.arange(1, 12)[:, None]
+    a = (np.random.default_rng(5).standard_normal((11, 255)) * scales).astype(dtype)
+    together = _rows(op, eager.tensor(a)).numpy()  # 8 grouped, 3 alone
+    for r in range(11):
+        alone = _rows(op, eager.tensor(a[r:r + 1].copy())).numpy()[0]
         np.testing.assert_array_equal(together[r], alone)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_layer_norm_row_in_a_group_gives_bitwise_what_it_gives_alone(dtype):
+    """Its per-row mean, variance and rsqrt, computed for a group's rows side by side."""
+    scales, shifts = np.arange(1, 12)[:, None], np.arange(-5, 6)[:, None] * 1.5
+    a = (np.random.default_rng(6).standard_normal((11, 255)) * scales + shifts).astype(dtype)
+    dt = eager.tensor(a).dtype
+
+    def layer_norm(x):
+        rows = x.shape[0]
+        out = eager_rows.run_graph(("layer_norm", False, False), lambda: row_ops.layer_norm_graph(
+            dt, False, False), [x], (255, 1e-5), (1,), (((rows, 255), False),
+                                                      ((rows, 1), False), ((rows, 1), False)))
+        assert out is not None, "the generated kernel did not run"
+        return [t.numpy() for t in out]
+    together = layer_norm(eager.tensor(a))
+    for r in range(11):
+        for got, alone in zip(together, layer_norm(eager.tensor(a[r:r + 1].copy()))):
+            np.testing.assert_array_equal(got[r], alone[0])
 
 
 def test_compiled_row_groups_with_rows_left_over():

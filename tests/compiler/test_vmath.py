@@ -82,7 +82,7 @@ def _compiled():
     jit = host_jit()
     module = jit.new_module("test_vmath")
     fnames = {}
-    for name in vmath.NAMES:
+    for name in vmath.NAMES + tuple(vmath.PARTIAL):
         for dtype, widths in WIDTHS.items():
             for width in widths:
                 fname = f"test_vmath_{name}_{dtype.__name__}_w{width}"
@@ -240,6 +240,46 @@ def test_every_width_and_the_scalar_code_agree(name, dtype):
     native = run(name, dtype, *args).view(np.uint8)
     for width in WIDTHS[dtype][1:]:
         assert np.array_equal(run(name, dtype, *args, width=width).view(np.uint8), native), width
+
+
+def _nonpositive(dtype):
+    """exp_nonpositive's domain: the sweep's values made <= 0, every value around its
+    subnormal results and its lowest bound, -0.0, -inf and nan."""
+    edges = [0.0, 87.33, 100.0, 103.28, 103.97, 104.0, 109.9, 200.0, 708.4, 745.13, 746.0,
+             752.8, 1600.0]
+    with np.errstate(over="ignore"):
+        specials = np.array([-0.0, 0.0, -np.inf, np.nan, -1e30, -1e300], dtype)
+    x = np.concatenate([-np.abs(sweep(dtype)), -_neighbours(edges, dtype, 4096)[::2],
+                        specials])
+    return x[~(x > 0)]
+
+
+@pytest.mark.parametrize("dtype", IR_TYPES, ids=lambda d: d.__name__)
+def test_exp_nonpositive_is_exp_bit_for_bit_on_its_domain(dtype):
+    """Subnormal results, exact +0 below the lowest bound, 1 at zero, nan for nan: at
+    every width, as exp gives them."""
+    x = _nonpositive(dtype)
+    want = run("exp", dtype, x)
+    uint = np.uint32 if dtype is np.float32 else np.uint64
+    tiny = np.finfo(dtype).tiny
+    assert ((want > 0) & (want < tiny)).sum() > 1000  # subnormal results are checked
+    for width in WIDTHS[dtype]:
+        got = run("exp_nonpositive", dtype, x, width=width)
+        assert np.array_equal(np.isnan(got), np.isnan(x))
+        keep = ~np.isnan(x)
+        differ = got.view(uint)[keep] != want.view(uint)[keep]
+        assert not differ.any(), (width, x[keep][differ][:5], got[keep][differ][:5])
+
+
+@pytest.mark.parametrize("dtype", IR_TYPES, ids=lambda d: d.__name__)
+def test_exp_nonpositive_is_within_exps_bound_and_zero_where_exp_rounds_to_zero(dtype):
+    x = _nonpositive(dtype)
+    x = x[~np.isnan(x)]
+    got = run("exp_nonpositive", dtype, x)
+    assert ulp_errors(got, reference("exp", dtype, x), dtype).max() <= MAX_ULP["exp"][
+        dtype is np.float64]
+    below = x < (-103.98 if dtype is np.float32 else -745.14)  # e^x < half the least
+    assert below.sum() > 1000 and (got[below].view(np.uint8) == 0).all()  # +0.0
 
 
 LIBM = re.compile(r"\b(exp|expm1|log|log1p|tanh|erf|pow|sqrt|fma)f?@")
