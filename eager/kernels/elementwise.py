@@ -19,6 +19,7 @@ from eager.records import OpRecord
 from eager.shapes import broadcast_shapes
 from eager.tensor import Tensor, from_array
 from ir import dtypes
+from ir.ops import Op
 
 
 def floating_only(t: Tensor, kernel_name: str) -> None:
@@ -100,18 +101,53 @@ NATIVE_ELEMENTS = 1024
 has an emitter and whose numpy function is composed of several numpy calls (gelu,
 gelu_backward, sigmoid, silu, relu, erf, pow, where, ...) run as the compiler's generated
 kernels (compiler/backends/native/eager_pointwise.py, loaded at the first such call; set
-KILN_EAGER_NATIVE=0 to keep numpy). An op numpy runs as one ufunc (add, mul, exp, tanh,
-...) is never offered: numpy's loop is at memory bandwidth or faster than kiln's vmath.
-Measured on one thread, numpy / native in us, float32, a layout seen before: gelu at 1024
-elements 81 / 5.8, at 256K 12186 / 137; sigmoid at 1024 8.0 / 4.7; relu at 1024 4.6 /
-4.3, at 256K 998 / 26; one ufunc at 256K: add 30 / 34, mul 31 / 33, log 61 / 64, tanh 44
-/ 110, and the exceptions not worth a table, exp 76 / 54 and sqrt 75 / 25. Below 1024 a
-layout's first sight (a plan, ~25 us) costs more than numpy's cheaper composed ops."""
+KILN_EAGER_NATIVE=0 to keep numpy). Ops numpy runs as one ufunc have their own sizes,
+ONE_UFUNC_ELEMENTS. Measured on one thread, numpy / native in us, float32, a layout seen
+before: gelu at 1024 elements 81 / 5.8, at 256K 12186 / 137; sigmoid at 1024 8.0 / 4.7;
+relu at 1024 4.6 / 4.3, at 256K 998 / 26. Below 1024 a layout's first sight (a plan,
+~25 us) costs more than numpy's cheaper composed ops."""
+ONE_UFUNC_ELEMENTS = {  # op: (from this many elements in an operand, only on threads)
+    Op.ADD: (1 << 16, True), Op.SUB: (1 << 16, True), Op.MUL: (1 << 16, True),
+    Op.DIV: (1 << 16, True), Op.MAXIMUM: (1 << 16, True), Op.MINIMUM: (1 << 16, True),
+    Op.LOG: (1 << 16, True), Op.NEG: (1 << 17, True), Op.ABS: (1 << 17, True),
+    Op.EXP: (1 << 14, False), Op.SQRT: (1 << 14, False),
+}
+"""Ops numpy runs as one ufunc, run as generated kernels from this many elements in an
+operand, most only where the kernel runs on more than one thread (KILN_NUM_THREADS or the
+cores, and runtime.pool; a kernel goes on threads from launch.PARALLEL_ELEMENTS, 64K, on):
+on one thread numpy's loop is at memory bandwidth or faster. exp and sqrt win alone too.
+tanh stays with numpy: vmath's float32 tanh is slower even on two threads. Measured
+numpy / native in us, best of 25 alternating runs, a layout seen before, on two cores
+shared with other jobs (two-thread figures from a run while the other core was free):
+
+                      float32                          float64
+    op       threads  64K      256K     1M             64K      256K     1M
+    add      1        7.9/8.8  32/33    102/108        17/18    54/55    282/291
+    add      2        7.5/5.7  33/18    102/60         16/8.9   56/34    270/177
+    mul      2        7.6/5.8  33/17    106/64         19/12    59/34    285/189
+    x * 0.5  2        6.8/6.4  24/14    78/51          12/7.5   44/24    149/107
+    div      1        8.5/9.3  33/34    104/108        20/17    66/56    291/308
+    div      2        8.3/5.7  34/18    104/63         20/9.3   72/35    297/179
+    maximum  2        7.2/5.8  31/18    105/70         16/9.9   54/56    312/192
+    neg      2        4.7/4.8  22/12    69/48          11/6.7   43/23    141/85
+    abs      2        5.4/5.0  21/12    75/52          11/6.8   43/23    150/95
+    log      1        17/18    64/62    253/242        33/39    130/147  527/585
+    log      2        17/11    62/32    242/128        33/21    131/75   551/316
+    tanh     1        13/29    43/106   169/421        49/74    192/287  805/1165
+    tanh     2        13/16    45/55    162/216        49/38    189/144  811/607
+    exp      1        23/15    85/51    336/195        36/36    138/133  590/529
+    exp      2        22/9.2   84/27    332/107        34/20    136/68   569/275
+    sqrt     1        20/7.9   74/23    288/80         60/18    234/65   948/252
+
+sub and minimum measured as add and maximum; on one thread the ops not listed lose as add
+does (1.0-1.27x numpy). neg and abs at 128K on two threads: 11/6.3 and 11/7.0 (float32).
+On one thread at 16K exp is 7.2/6.0 (float32; float64 even up to 256K) and sqrt 6.6/4.3
+and 17/6.8; at 4K numpy is as fast or faster."""
 _NATIVE_DTYPES = frozenset({dtypes.float32, dtypes.float64})
 _native_pointwise = None  # that module once loaded, False where it cannot be
 
 
-def _native(record: OpRecord, tensors, attrs: dict, shape, dt):
+def _native(record: OpRecord, tensors, attrs: dict, shape, dt, on_threads_only: bool):
     """The op from a generated kernel, or None: numpy runs it."""
     global _native_pointwise
     if _native_pointwise is None:
@@ -123,17 +159,28 @@ def _native(record: OpRecord, tensors, attrs: dict, shape, dt):
         except ImportError:  # no llvmlite: numpy serves
             return None
         _native_pointwise = eager_pointwise
-    if _native_pointwise is False:
+    if _native_pointwise is False or (on_threads_only and not _native_pointwise.threaded()):
         return None
     return _native_pointwise.run(record, tensors, attrs, shape, dt)
+
+
+def _native_elements(record: OpRecord):
+    """(from how many elements in an operand the op is offered to the generated kernels,
+    or None, and whether only where they run on threads)."""
+    p = record.pointwise
+    if p.emit is None or p.rule in ("compare", "logical"):
+        return None, False
+    if isinstance(p.numpy, np.ufunc):
+        return ONE_UFUNC_ELEMENTS.get(record.op, (None, False))
+    return NATIVE_ELEMENTS, False
 
 
 def _pointwise_kernel(record: OpRecord, split, shape_and_dtype):
     numpy, compare = record.pointwise.numpy, record.pointwise.rule == "compare"
     quiet, scaled = record.pointwise.quiet, record.pointwise.scaled
     count = _tensor_count(record)
-    native = record.pointwise.emit is not None and not isinstance(numpy, np.ufunc) and \
-        record.pointwise.rule not in ("compare", "logical")
+    least, threads_only = _native_elements(record)
+    native = least is not None
 
     def kernel(*args, **attrs):
         if attrs or len(args) != count:
@@ -142,23 +189,22 @@ def _pointwise_kernel(record: OpRecord, split, shape_and_dtype):
         ct = compute_np(_promoted(args)) if compare else compute_np(dt)
         if count == 2:  # spelled out for the common cases: operand() inlined
             a, b = args[0]._np(), args[1]._np()
-            if native and (a.size >= NATIVE_ELEMENTS or b.size >= NATIVE_ELEMENTS) and \
-                    dt in _NATIVE_DTYPES:  # (`native` first: add, mul, ... never are)
-                out = _native(record, args, attrs, shape, dt)
+            if native and (a.size >= least or b.size >= least) and dt in _NATIVE_DTYPES:
+                out = _native(record, args, attrs, shape, dt, threads_only)
                 if out is not None:
                     return out
             arrays = (a if a.dtype is ct else operand(args[0], ct),
                       b if b.dtype is ct else operand(args[1], ct))
         elif count == 1:
             a = args[0]._np()
-            if native and a.size >= NATIVE_ELEMENTS and dt in _NATIVE_DTYPES:
-                out = _native(record, args, attrs, shape, dt)
+            if native and a.size >= least and dt in _NATIVE_DTYPES:
+                out = _native(record, args, attrs, shape, dt, threads_only)
                 if out is not None:
                     return out
             arrays = a if a.dtype is ct else operand(args[0], ct),
         else:
-            if native and dt in _NATIVE_DTYPES and prod(shape) >= NATIVE_ELEMENTS:
-                out = _native(record, args, attrs, shape, dt)
+            if native and dt in _NATIVE_DTYPES and prod(shape) >= least:
+                out = _native(record, args, attrs, shape, dt, threads_only)
                 if out is not None:
                     return out
             arrays = [operand(t, ct) for t in args]

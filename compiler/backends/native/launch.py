@@ -59,7 +59,7 @@ class Launch:
         # the data pointers packed as bytes, which ctypes passes as a pointer to them
         self.pack_pointers = struct.Struct(f"{len(offsets)}P").pack
         self.outputs = outputs
-        self.threads = _thread_count(rows * inner)
+        self.threads = thread_count(rows * inner)
         self.split_inner = split_inner and rows == 1 and self.threads > 1
         self.parallel = self.threads > 1 and (rows >= self.threads or self.split_inner)
         if self.parallel:
@@ -189,7 +189,7 @@ def output_spec(t) -> tuple:
     return shape, contiguous_strides(shape), shape.numel(), t.dtype
 
 
-def _thread_count(elements: int) -> int:
+def thread_count(elements: int) -> int:
     """Threads for a kernel over this many elements: all of them from
     PARALLEL_ELEMENTS on where runtime.pool runs (Linux on x86-64), else one."""
     if elements < PARALLEL_ELEMENTS:
