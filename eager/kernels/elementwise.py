@@ -181,12 +181,16 @@ def _pointwise_kernel(record: OpRecord, split, shape_and_dtype):
     count = _tensor_count(record)
     least, threads_only = _native_elements(record)
     native = least is not None
+    half, half_computes_in = dtypes.float16, compute_np(dtypes.float16)
 
     def kernel(*args, **attrs):
         if attrs or len(args) != count:
             args, attrs = split(args, attrs)
         shape, dt = shape_and_dtype(args, attrs)
-        ct = compute_np(_promoted(args)) if compare else compute_np(dt)
+        if compare:
+            ct = compute_np(_promoted(args))
+        else:  # compute_np(dt), inlined
+            ct = half_computes_in if dt is half else dt.np
         if count == 2:  # spelled out for the common cases: operand() inlined
             a, b = args[0]._np(), args[1]._np()
             if native and (a.size >= least or b.size >= least) and dt in _NATIVE_DTYPES:
