@@ -116,7 +116,10 @@ ONE_UFUNC_ELEMENTS = {  # op: (from this many elements in an operand, only on th
 operand, most only where the kernel runs on more than one thread (KILN_NUM_THREADS or the
 cores, and runtime.pool; a kernel goes on threads from launch.PARALLEL_ELEMENTS, 64K, on):
 on one thread numpy's loop is at memory bandwidth or faster. exp and sqrt win alone too.
-tanh stays with numpy: vmath's float32 tanh is slower even on two threads. Measured
+tanh stays with numpy: vmath's float32 tanh is slower even on two threads. add and sub
+with an alpha other than 1 do too: the kernel would fuse other * alpha + self into one
+FMA, where numpy (and the fused optimiser steps, bit for bit with eager's per-tensor
+ones) rounds the product first. Measured
 numpy / native in us, best of 25 alternating runs, a layout seen before, on two cores
 shared with other jobs (two-thread figures from a run while the other core was free):
 
@@ -147,7 +150,7 @@ _NATIVE_DTYPES = frozenset({dtypes.float32, dtypes.float64})
 _native_pointwise = None  # that module once loaded, False where it cannot be
 
 
-def _native(record: OpRecord, tensors, attrs: dict, shape, dt, on_threads_only: bool):
+def _native(record: OpRecord, tensors, attrs: dict, shape, dt, threads_only: bool):
     """The op from a generated kernel, or None: numpy runs it."""
     global _native_pointwise
     if _native_pointwise is None:
@@ -159,8 +162,11 @@ def _native(record: OpRecord, tensors, attrs: dict, shape, dt, on_threads_only: 
         except ImportError:  # no llvmlite: numpy serves
             return None
         _native_pointwise = eager_pointwise
-    if _native_pointwise is False or (on_threads_only and not _native_pointwise.threaded()):
+    if _native_pointwise is False or (threads_only and not _native_pointwise.threaded()):
         return None
+    scaled = record.pointwise.scaled
+    if scaled and attrs and scalar_value(attrs.get(scaled, 1)) != 1:
+        return None  # numpy rounds other * alpha before adding; the kernel makes one FMA
     return _native_pointwise.run(record, tensors, attrs, shape, dt)
 
 
