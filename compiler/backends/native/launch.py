@@ -194,5 +194,12 @@ def thread_count(elements: int) -> int:
     PARALLEL_ELEMENTS on where runtime.pool runs (Linux on x86-64), else one."""
     if elements < PARALLEL_ELEMENTS:
         return 1  # without importing runtime.pool (and llvmlite with it)
+    return num_threads() if _pool_available() else 1
+
+
+@functools.cache
+def _pool_available() -> bool:
+    """runtime.pool.available(), its import (~0.4 us a call) made once: eager asks
+    thread_count at every large one-ufunc op."""
     from runtime import pool
-    return num_threads() if pool.available() else 1
+    return pool.available()
