@@ -107,10 +107,10 @@ before: gelu at 1024 elements 81 / 5.8, at 256K 12186 / 137; sigmoid at 1024 8.0
 relu at 1024 4.6 / 4.3, at 256K 998 / 26. Below 1024 a layout's first sight (a plan,
 ~25 us) costs more than numpy's cheaper composed ops."""
 ONE_UFUNC_ELEMENTS = {  # op: (from this many elements in an operand, only on threads)
-    Op.ADD: (1 << 16, True), Op.SUB: (1 << 16, True), Op.MUL: (1 << 16, True),
-    Op.DIV: (1 << 16, True), Op.MAXIMUM: (1 << 16, True), Op.MINIMUM: (1 << 16, True),
-    Op.LOG: (1 << 16, True), Op.NEG: (1 << 17, True), Op.ABS: (1 << 17, True),
-    Op.EXP: (1 << 14, False), Op.SQRT: (1 << 14, False),
+    Op.ADD: (96 << 10, True), Op.SUB: (96 << 10, True), Op.MUL: (96 << 10, True),
+    Op.DIV: (96 << 10, True), Op.MAXIMUM: (96 << 10, True), Op.MINIMUM: (96 << 10, True),
+    Op.LOG: (64 << 10, True), Op.NEG: (128 << 10, True), Op.ABS: (128 << 10, True),
+    Op.EXP: (32 << 10, False), Op.SQRT: (16 << 10, False),
 }
 """Ops numpy runs as one ufunc, run as generated kernels from this many elements in an
 operand, most only where the kernel runs on more than one thread (KILN_NUM_THREADS or the
@@ -119,33 +119,37 @@ on one thread numpy's loop is at memory bandwidth or faster. exp and sqrt win al
 tanh stays with numpy: vmath's float32 tanh is slower even on two threads. add and sub
 with an alpha other than 1 do too: the kernel would fuse other * alpha + self into one
 FMA, where numpy (and the fused optimiser steps, bit for bit with eager's per-tensor
-ones) rounds the product first. Measured
-numpy / native in us, best of 25 alternating runs, a layout seen before, on two cores
-shared with other jobs (two-thread figures from a run while the other core was free):
+ones) rounds the product first. Measured: the eager op, numpy / native in us, best of 20
+alternating runs, a layout seen before, on two cores shared with other jobs (at a time
+the other core was free):
 
-                      float32                          float64
-    op       threads  64K      256K     1M             64K      256K     1M
-    add      1        7.9/8.8  32/33    102/108        17/18    54/55    282/291
-    add      2        7.5/5.7  33/18    102/60         16/8.9   56/34    270/177
-    mul      2        7.6/5.8  33/17    106/64         19/12    59/34    285/189
-    x * 0.5  2        6.8/6.4  24/14    78/51          12/7.5   44/24    149/107
-    div      1        8.5/9.3  33/34    104/108        20/17    66/56    291/308
-    div      2        8.3/5.7  34/18    104/63         20/9.3   72/35    297/179
-    maximum  2        7.2/5.8  31/18    105/70         16/9.9   54/56    312/192
-    neg      2        4.7/4.8  22/12    69/48          11/6.7   43/23    141/85
-    abs      2        5.4/5.0  21/12    75/52          11/6.8   43/23    150/95
-    log      1        17/18    64/62    253/242        33/39    130/147  527/585
-    log      2        17/11    62/32    242/128        33/21    131/75   551/316
-    tanh     1        13/29    43/106   169/421        49/74    192/287  805/1165
-    tanh     2        13/16    45/55    162/216        49/38    189/144  811/607
-    exp      1        23/15    85/51    336/195        36/36    138/133  590/529
-    exp      2        22/9.2   84/27    332/107        34/20    136/68   569/275
-    sqrt     1        20/7.9   74/23    288/80         60/18    234/65   948/252
+    float32    threads  16K      64K      96K      128K     256K     1M
+    add        2        3.5/5.7  7.4/7.6  12/8.8   17/12    34/21    106/66
+    x * 0.5    2        4.1/6.9  6.0/9.7  9.8/9.7  13/10    25/18    91/57
+    div        2        3.7/5.5  8.0/7.6  13/8.7   17/11    35/21    109/71
+    maximum    2        3.3/5.4  7.2/8.6  11/9.1   15/12    31/22    112/75
+    neg        2        2.8/4.6  4.6/6.8  6.7/7.2  11/8.0   23/15    84/51
+    log        2        6.0/7.8  18/13    27/16    33/20    69/36    272/138
+    tanh       2        4.7/11   13/19    19/26    23/32    46/59    180/232
+    add        1        3.5/5.9  8.2/11                     34/38    133/151
+    log        1        5.8/7.9  19/19                      69/64    284/254
+    exp        1        6.9/7.2  21/16                      77/53    303/205
+    sqrt       1        6.8/5.3  20/8.8                     76/26    301/125
+    float64
+    add        2        4.1/6.4  16/11    24/16    33/21    67/39    392/237
+    x * 0.5    2        4.6/7.7  12/11    17/13    23/16    48/31    162/106
+    neg        2        3.5/5.2  10/7.0   16/9.7   22/13    44/25    188/159
+    tanh       2        15/23    54/43    81/63    104/82   203/162  864/643
+    add        1        4.3/6.7  17/20                      58/60    367/429
+    log        1        11/13    35/41                      143/152  807/624
+    exp        1        11/12    38/37                      153/137  809/559
+    sqrt       1        17/8.0   63/20                      242/69   986/308
 
-sub and minimum measured as add and maximum; on one thread the ops not listed lose as add
-does (1.0-1.27x numpy). neg and abs at 128K on two threads: 11/6.3 and 11/7.0 (float32).
-On one thread at 16K exp is 7.2/6.0 (float32; float64 even up to 256K) and sqrt 6.6/4.3
-and 17/6.8; at 4K numpy is as fast or faster."""
+sub, mul and minimum went as add, div and maximum; abs as neg; exp and sqrt on two
+threads as on one below 64K and faster above. At 32K on one thread exp is 11/10 (float32)
+and 21/20 (float64). The native side includes ~0.7 us of asking whether there are threads
+(eager_pointwise.threaded). A layout's first call costs ~50 us more than numpy's (the
+plan; the kernel runs alone), its second ~15 us (the launcher is made)."""
 _NATIVE_DTYPES = frozenset({dtypes.float32, dtypes.float64})
 _native_pointwise = None  # that module once loaded, False where it cannot be
 
