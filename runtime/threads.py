@@ -7,7 +7,7 @@ import os
 
 
 def num_threads() -> int:
-    """`$KILN_NUM_THREADS`, or the number of cores this process may run on."""
+    """`$KILN_NUM_THREADS`, or the number of cores this process may run on (asked once)."""
     configured = os.environ.get("KILN_NUM_THREADS")
     if configured:
         try:
