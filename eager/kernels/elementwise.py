@@ -19,6 +19,7 @@ from eager.records import OpRecord
 from eager.shapes import broadcast_shapes
 from eager.tensor import Tensor, from_array
 from ir import dtypes
+from ir.ops import Op
 
 
 def floating_only(t: Tensor, kernel_name: str) -> None:
@@ -100,18 +101,60 @@ NATIVE_ELEMENTS = 1024
 has an emitter and whose numpy function is composed of several numpy calls (gelu,
 gelu_backward, sigmoid, silu, relu, erf, pow, where, ...) run as the compiler's generated
 kernels (compiler/backends/native/eager_pointwise.py, loaded at the first such call; set
-KILN_EAGER_NATIVE=0 to keep numpy). An op numpy runs as one ufunc (add, mul, exp, tanh,
-...) is never offered: numpy's loop is at memory bandwidth or faster than kiln's vmath.
-Measured on one thread, numpy / native in us, float32, a layout seen before: gelu at 1024
-elements 81 / 5.8, at 256K 12186 / 137; sigmoid at 1024 8.0 / 4.7; relu at 1024 4.6 /
-4.3, at 256K 998 / 26; one ufunc at 256K: add 30 / 34, mul 31 / 33, log 61 / 64, tanh 44
-/ 110, and the exceptions not worth a table, exp 76 / 54 and sqrt 75 / 25. Below 1024 a
-layout's first sight (a plan, ~25 us) costs more than numpy's cheaper composed ops."""
+KILN_EAGER_NATIVE=0 to keep numpy). Ops numpy runs as one ufunc have their own sizes,
+ONE_UFUNC_ELEMENTS. Measured on one thread, numpy / native in us, float32, a layout seen
+before: gelu at 1024 elements 81 / 5.8, at 256K 12186 / 137; sigmoid at 1024 8.0 / 4.7;
+relu at 1024 4.6 / 4.3, at 256K 998 / 26. Below 1024 a layout's first sight (a plan,
+~25 us) costs more than numpy's cheaper composed ops."""
+ONE_UFUNC_ELEMENTS = {  # op: (from this many elements in an operand, only on threads)
+    Op.ADD: (96 << 10, True), Op.SUB: (96 << 10, True), Op.MUL: (96 << 10, True),
+    Op.DIV: (96 << 10, True), Op.MAXIMUM: (96 << 10, True), Op.MINIMUM: (96 << 10, True),
+    Op.LOG: (64 << 10, True), Op.NEG: (128 << 10, True), Op.ABS: (128 << 10, True),
+    Op.EXP: (32 << 10, False), Op.SQRT: (16 << 10, False),
+}
+"""Ops numpy runs as one ufunc, run as generated kernels from this many elements in an
+operand, most only where the kernel runs on more than one thread (KILN_NUM_THREADS or the
+cores, and runtime.pool; a kernel goes on threads from launch.PARALLEL_ELEMENTS, 64K, on):
+on one thread numpy's loop is at memory bandwidth or faster. exp and sqrt win alone too.
+tanh stays with numpy: vmath's float32 tanh is slower even on two threads. add and sub
+with an alpha other than 1 do too: the kernel would fuse other * alpha + self into one
+FMA, where numpy (and the fused optimiser steps, bit for bit with eager's per-tensor
+ones) rounds the product first. Measured: the eager op, numpy / native in us, best of 20
+alternating runs, a layout seen before, on two cores shared with other jobs (at a time
+the other core was free):
+
+    float32    threads  16K      64K      96K      128K     256K     1M
+    add        2        3.5/5.7  7.4/7.6  12/8.8   17/12    34/21    106/66
+    x * 0.5    2        4.1/6.9  6.0/9.7  9.8/9.7  13/10    25/18    91/57
+    div        2        3.7/5.5  8.0/7.6  13/8.7   17/11    35/21    109/71
+    maximum    2        3.3/5.4  7.2/8.6  11/9.1   15/12    31/22    112/75
+    neg        2        2.8/4.6  4.6/6.8  6.7/7.2  11/8.0   23/15    84/51
+    log        2        6.0/7.8  18/13    27/16    33/20    69/36    272/138
+    tanh       2        4.7/11   13/19    19/26    23/32    46/59    180/232
+    add        1        3.5/5.9  8.2/11                     34/38    133/151
+    log        1        5.8/7.9  19/19                      69/64    284/254
+    exp        1        6.9/7.2  21/16                      77/53    303/205
+    sqrt       1        6.8/5.3  20/8.8                     76/26    301/125
+    float64
+    add        2        4.1/6.4  16/11    24/16    33/21    67/39    392/237
+    x * 0.5    2        4.6/7.7  12/11    17/13    23/16    48/31    162/106
+    neg        2        3.5/5.2  10/7.0   16/9.7   22/13    44/25    188/159
+    tanh       2        15/23    54/43    81/63    104/82   203/162  864/643
+    add        1        4.3/6.7  17/20                      58/60    367/429
+    log        1        11/13    35/41                      143/152  807/624
+    exp        1        11/12    38/37                      153/137  809/559
+    sqrt       1        17/8.0   63/20                      242/69   986/308
+
+sub, mul and minimum went as add, div and maximum; abs as neg; exp and sqrt on two
+threads as on one below 64K and faster above. At 32K on one thread exp is 11/10 (float32)
+and 21/20 (float64). The native side includes ~0.7 us of asking whether there are threads
+(eager_pointwise.threaded). A layout's first call costs ~50 us more than numpy's (the
+plan; the kernel runs alone), its second ~15 us (the launcher is made)."""
 _NATIVE_DTYPES = frozenset({dtypes.float32, dtypes.float64})
 _native_pointwise = None  # that module once loaded, False where it cannot be
 
 
-def _native(record: OpRecord, tensors, attrs: dict, shape, dt):
+def _native(record: OpRecord, tensors, attrs: dict, shape, dt, threads_only: bool):
     """The op from a generated kernel, or None: numpy runs it."""
     global _native_pointwise
     if _native_pointwise is None:
@@ -123,42 +166,59 @@ def _native(record: OpRecord, tensors, attrs: dict, shape, dt):
         except ImportError:  # no llvmlite: numpy serves
             return None
         _native_pointwise = eager_pointwise
-    if _native_pointwise is False:
+    if _native_pointwise is False or (threads_only and not _native_pointwise.threaded()):
         return None
+    scaled = record.pointwise.scaled
+    if scaled and attrs and scalar_value(attrs.get(scaled, 1)) != 1:
+        return None  # numpy rounds other * alpha before adding; the kernel makes one FMA
     return _native_pointwise.run(record, tensors, attrs, shape, dt)
+
+
+def _native_elements(record: OpRecord):
+    """(from how many elements in an operand the op is offered to the generated kernels,
+    or None, and whether only where they run on threads)."""
+    p = record.pointwise
+    if p.emit is None or p.rule in ("compare", "logical"):
+        return None, False
+    if isinstance(p.numpy, np.ufunc):
+        return ONE_UFUNC_ELEMENTS.get(record.op, (None, False))
+    return NATIVE_ELEMENTS, False
 
 
 def _pointwise_kernel(record: OpRecord, split, shape_and_dtype):
     numpy, compare = record.pointwise.numpy, record.pointwise.rule == "compare"
     quiet, scaled = record.pointwise.quiet, record.pointwise.scaled
     count = _tensor_count(record)
-    native = record.pointwise.emit is not None and not isinstance(numpy, np.ufunc) and \
-        record.pointwise.rule not in ("compare", "logical")
+    least, threads_only = _native_elements(record)
+    native = least is not None
+    half, half_computes_in = dtypes.float16, compute_np(dtypes.float16)
 
     def kernel(*args, **attrs):
         if attrs or len(args) != count:
             args, attrs = split(args, attrs)
         shape, dt = shape_and_dtype(args, attrs)
-        ct = compute_np(_promoted(args)) if compare else compute_np(dt)
+        if compare:
+            ct = compute_np(_promoted(args))
+        else:  # compute_np(dt), inlined
+            ct = half_computes_in if dt is half else dt.np
         if count == 2:  # spelled out for the common cases: operand() inlined
             a, b = args[0]._np(), args[1]._np()
-            if native and (a.size >= NATIVE_ELEMENTS or b.size >= NATIVE_ELEMENTS) and \
-                    dt in _NATIVE_DTYPES:  # (`native` first: add, mul, ... never are)
-                out = _native(record, args, attrs, shape, dt)
+            if native and (a.size >= least or b.size >= least) and dt in _NATIVE_DTYPES:
+                out = _native(record, args, attrs, shape, dt, threads_only)
                 if out is not None:
                     return out
             arrays = (a if a.dtype is ct else operand(args[0], ct),
                       b if b.dtype is ct else operand(args[1], ct))
         elif count == 1:
             a = args[0]._np()
-            if native and a.size >= NATIVE_ELEMENTS and dt in _NATIVE_DTYPES:
-                out = _native(record, args, attrs, shape, dt)
+            if native and a.size >= least and dt in _NATIVE_DTYPES:
+                out = _native(record, args, attrs, shape, dt, threads_only)
                 if out is not None:
                     return out
             arrays = a if a.dtype is ct else operand(args[0], ct),
         else:
-            if native and dt in _NATIVE_DTYPES and prod(shape) >= NATIVE_ELEMENTS:
-                out = _native(record, args, attrs, shape, dt)
+            if native and dt in _NATIVE_DTYPES and prod(shape) >= least:
+                out = _native(record, args, attrs, shape, dt, threads_only)
                 if out is not None:
                     return out
             arrays = [operand(t, ct) for t in args]

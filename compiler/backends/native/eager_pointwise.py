@@ -1,7 +1,7 @@
 """Generated elementwise kernels as eager's CPU kernels for float32 and float64 pointwise
 ops (eager/kernels/elementwise.py asks `run`, and keeps numpy where it gets None; which
-ops it offers, and from which size, is its choice: NATIVE_ELEMENTS, with the
-measurements).
+ops it offers, and from which size, is its choice: NATIVE_ELEMENTS and
+ONE_UFUNC_ELEMENTS, with the measurements; most one-ufunc ops only where `threaded`).
 
 A kernel is one node, the op's record emitter (compiler/codegen/values.py, as in the
 compiled path's kernels and eager CUDA's), over its operands each cast to the compute
@@ -25,7 +25,7 @@ import numpy as np
 
 from compiler.backends.native import eager_rows
 from compiler.backends.native.eager_rows import NUMPY, _Strided, load_kernel, planned
-from compiler.backends.native.launch import Launch
+from compiler.backends.native.launch import PARALLEL_ELEMENTS, Launch, thread_count
 from compiler.backends.native.pointwise import NotNative, _layout, _stride_class
 from compiler.codegen import kernel_spec as K
 from eager.kernels._common import scalar_value
@@ -37,6 +37,13 @@ from ir.ops import Op
 # layouts (op, dtype, attrs, scaled, shape, operands' layouts) -> Launch, kept in
 # eager_rows.layouts with the row kernels' (eager_rows.planned)
 calls = 0  # kernels launched (tests check that the native path ran)
+
+
+def threaded() -> bool:
+    """Whether a kernel over PARALLEL_ELEMENTS elements or more runs on several threads
+    (KILN_NUM_THREADS or the cores, where runtime.pool runs), read now (a layout's Launch
+    keeps the count it was planned with)."""
+    return thread_count(PARALLEL_ELEMENTS) > 1
 
 
 def run(record: OpRecord, tensors, attrs: dict, shape, dt) -> object:

@@ -60,7 +60,7 @@ class Launch:
         # the data pointers packed as bytes, which ctypes passes as a pointer to them
         self.pack_pointers = struct.Struct(f"{len(offsets)}P").pack
         self.outputs = outputs
-        self.threads = _thread_count(rows * inner)
+        self.threads = thread_count(rows * inner)
         self.split_inner = split_inner and rows == 1 and self.threads > 1
         self.parallel = self.threads > 1 and (rows >= self.threads or self.split_inner)
         if self.parallel:
@@ -201,10 +201,17 @@ def output_spec(t) -> tuple:
     return shape, contiguous_strides(shape), shape.numel(), t.dtype
 
 
-def _thread_count(elements: int) -> int:
+def thread_count(elements: int) -> int:
     """Threads for a kernel over this many elements: all of them from
     PARALLEL_ELEMENTS on where runtime.pool runs (Linux on x86-64), else one."""
     if elements < PARALLEL_ELEMENTS:
         return 1  # without importing runtime.pool (and llvmlite with it)
+    return num_threads() if _pool_available() else 1
+
+
+@functools.cache
+def _pool_available() -> bool:
+    """runtime.pool.available(), its import (~0.4 us a call) made once: eager asks
+    thread_count at every large one-ufunc op."""
     from runtime import pool
-    return num_threads() if pool.available() else 1
+    return pool.available()
