@@ -13,7 +13,7 @@ from eager.records import RECORDS, activations
 from ir import dtypes
 from ir.dtypes import DType
 from ir.ops import Op
-from runtime.llvm_ir import I1, I8, I32, I64, constant, vector
+from runtime.llvm_ir import I1, I8, I32, I64, constant, intrinsic, vector
 
 _ELEM = {"float32": ir.FloatType(), "float64": ir.DoubleType(), "int32": I32, "int64": I64,
          "bool": I1}
@@ -114,6 +114,13 @@ class Elements:
 
     def div(self, x, y):
         return self.b.fdiv(x, y)
+
+    def abs(self, x):
+        """|x|: a float's sign bit cleared (abs(-0.0) is 0.0 and abs(-nan) a nan without
+        its sign, as numpy and PyTorch give them), an integer's 0 - x where negative."""
+        if self.fl:
+            return intrinsic(self.b, "fabs", [x], x.type, [x.type])
+        return self.b.select(self.b.icmp_signed("<", x, self.const(0)), self.b.neg(x), x)
 
     def _compare(self, pred, x, y):
         if self.fl:  # NaN compares unequal to everything, itself included

@@ -669,3 +669,17 @@ def test_row_kernels_stash_and_divide_only_where_they_may(fn):
         assert g.dtype == e.dtype
         np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-5, atol=1e-6)
     _assert_ran_natively(compiled)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
+def test_abs_clears_the_sign_of_negative_zero_and_nan_as_numpy_does(dtype):
+    """A float's |x| is its sign bit cleared (-0.0 -> 0.0, -nan -> nan without sign, as
+    numpy and PyTorch give them); an integer's is 0 - x where negative."""
+    if np.dtype(dtype).kind == "f":
+        values = np.array([-np.nan, np.nan, -0.0, 0.0, -3.5, 2.0, -np.inf, np.inf] * 5, dtype)
+    else:
+        values = np.array([-7, 0, 5, np.iinfo(dtype).max, -np.iinfo(dtype).max] * 8, dtype)
+    got = compiler.compile(lambda x: x.abs(), backend="native")(eager.tensor(values)).numpy()
+    want = np.abs(values)
+    assert got.dtype == want.dtype
+    assert np.array_equal(got.view(f"u{got.itemsize}"), want.view(f"u{want.itemsize}"))
