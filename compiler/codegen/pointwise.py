@@ -39,9 +39,8 @@ from runtime.llvm_ir import I64
 
 UNROLL = 4  # vectors per trip of an elementwise kernel's main loop
 ROW_PARTS = 4  # vectors per trip of a row's loop, each into its own partial results
-GROUP_ROWS = (4, 8)  # rows a row kernel of one pass, of several, walks together, each
-# into its own results (several passes wait on each fold: more rows share its cost)
-GROUP_BYTES = 32 << 10  # a kernel of several passes walks rows together while their
+GROUP_ROWS = 4  # rows a row kernel walks together, each into its own results
+GROUP_BYTES = 16 << 10  # a kernel of several passes walks rows together while their
 # bytes fit this (in L1, 48 KiB here, from one pass to the next), else one at a time
 COLUMN_GROUPS = 4  # vectors of adjacent rows a column kernel walks together
 
@@ -347,7 +346,7 @@ def _rows(k: _Builder) -> None:
     from one pass to the next (GROUP_BYTES)."""
     b = k.b
     plan = RowPasses(k.spec, stash=True)
-    group = min(GROUP_ROWS[plan.count > 1], k.w)
+    group = min(GROUP_ROWS, k.w)
     r = k.r0
     if group > 1:
         stop = k.r1
