@@ -487,7 +487,7 @@ def _reciprocals(k: _Builder, spec: KernelSpec, needed: set, known: dict) -> dic
 def _row_scalars(k, spec, known: list, L: V.Lanes) -> None:
     """Per-row elementwise nodes whose inputs are all known now, into each group's dict
     in `known`. Groups of one row each (scalars) are computed side by side, as one
-    vector of their values (log_softmax's log of 8 rows is one vector log, not a scalar
+    vector of their values (log_softmax's log of a group's rows is one vector log, not a scalar
     log a row; the ops and vmath give each lane what they give a scalar)."""
     together = L.width is None and len(known) > 1
     vectors = {}  # value -> the rows' values of it, as one vector
