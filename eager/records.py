@@ -61,7 +61,8 @@ class Pointwise(NamedTuple):
     in generated code (None: not generated). `float_only` names the kernel in PyTorch's
     error for integer inputs (its last tensor argument is checked); `float_math`: the
     emitter computes in floats only (pow of integers is not generated). `dtype` replaces
-    the rule's result type and `check(dtype, *tensors, **attrs)` raises for bad input.
+    the rule's result type and `check(dtype, *tensors, **attrs)` raises for bad input
+    (`check_attrs`: only in the attributes, so a call without any skips it).
     `quiet`: numpy gives no warning computing it (add does not: overflow only wraps or
     gives inf), so the kernel saves the cost of silencing them. `scaled` names an
     attribute (add's and sub's alpha) that multiplies the last tensor before `numpy` and
@@ -74,6 +75,7 @@ class Pointwise(NamedTuple):
     activations: tuple[tuple[str, tuple], ...] = ()  # (GEMM store name, attrs)
     dtype: Callable | None = None
     check: Callable | None = None
+    check_attrs: bool = False  # check reads only the attributes: none given, none to run
     quiet: bool = False  # numpy never warns on it: run without silencing warnings (~1 us)
     scaled: str = ""
 

@@ -36,8 +36,8 @@ def _check_sub(dt, self, other, alpha=1):
 
 
 ADD = declare(Op.ADD, function=True, method=True, pointwise=Pointwise(
-    "promote", np.add, emit=lambda E, a, b: E.add(a, b), check=_check_alpha, quiet=True,
-    scaled="alpha"))
+    "promote", np.add, emit=lambda E, a, b: E.add(a, b), check=_check_alpha,
+    check_attrs=True, quiet=True, scaled="alpha"))
 
 
 @ADD.derivative("AddBackward0", "self other", save="self_sizes other_sizes alpha")

@@ -54,7 +54,7 @@ def _split_arguments(record: OpRecord):
 def _shape_and_dtype(record: OpRecord):
     """(tensors, attributes) -> (result shape, result dtype), raising for bad input."""
     p = record.pointwise
-    dtype_of, check, float_only = p.dtype, p.check, p.float_only
+    dtype_of, check, check_attrs, float_only = p.dtype, p.check, p.check_attrs, p.float_only
     to_float, to_bool = p.rule in ("float", "divide"), p.rule in ("compare", "logical")
 
     def shape_and_dtype(tensors, attrs):
@@ -73,7 +73,7 @@ def _shape_and_dtype(record: OpRecord):
         if check is not None:
             if attrs:
                 check(dt, *tensors, **attrs)
-            else:
+            elif not check_attrs:
                 check(dt, *tensors)
         if float_only:  # the op's input: its last tensor (gelu_backward's self)
             floating_only(tensors[-1], float_only)

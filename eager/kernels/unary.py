@@ -217,7 +217,7 @@ def _check_approximate(dt, *tensors, approximate="none"):
 GELU = declare(Op.GELU, function=True, method=True, pointwise=Pointwise(
     "same", _gelu, emit=_emit_gelu, float_only="GeluKernelImpl", float_math=True,
     activations=(("gelu", ()), ("gelu_tanh", (("approximate", "tanh"),))),
-    check=_check_approximate))
+    check=_check_approximate, check_attrs=True))
 
 
 @GELU.derivative("GeluBackward0", "self", save="self approximate")
@@ -255,7 +255,7 @@ def _emit_gelu_backward(E, g, x, approximate="none"):
 
 GELU_BACKWARD = declare(Op.GELU_BACKWARD, pointwise=Pointwise(
     "promote", _gelu_backward, emit=_emit_gelu_backward, float_only="GeluKernelImpl",
-    float_math=True, check=_check_approximate))
+    float_math=True, check=_check_approximate, check_attrs=True))
 
 
 @GELU_BACKWARD.derivative("GeluBackwardBackward0", "grad_output self",
