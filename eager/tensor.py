@@ -244,7 +244,10 @@ class Tensor:
     def data_ptr(self) -> int:
         """The address of the first element: host memory on the CPU, device memory on a
         device (0 on meta, which has none)."""
-        address = self._storage.address
+        storage = self._storage
+        address = storage._address  # (known once asked: the property only the first time)
+        if address is None:
+            address = storage.address
         return address + self._offset * self.dtype.itemsize if address else 0
 
     @property

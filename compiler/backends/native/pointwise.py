@@ -159,6 +159,7 @@ class PointwiseNode:
         self._outputs = tuple(output_spec(v.type) for v in body.outputs)
         self._positions = None if self.views else [body.inputs.index(v) for v in self.operands]
         self._in_order = self._positions == list(range(len(body.inputs)))
+        self._one_operand = len(self.operands) == 1  # its layout key spelled out
         self._empty = 0 in full
 
     def _row_values(self) -> frozenset:
@@ -232,7 +233,8 @@ class PointwiseNode:
     # running ------------------------------------------------------------------------
     def __call__(self, inputs) -> list:
         operands = inputs if self._in_order else self.operands_of(inputs)
-        launch = self._layouts.get(tuple([t._stride for t in operands]))
+        launch = self._layouts.get((operands[0]._stride,) if self._one_operand else
+                                   tuple([t._stride for t in operands]))
         if launch is None:  # a layout not seen yet
             return self._plan_and_run(inputs, operands)
         if launch is _INTERPRETED:  # one the kernel cannot run
