@@ -51,13 +51,7 @@ class Storage:
     def address(self) -> int:
         """Where the memory starts (asked once: numpy's ctypes bridge is slow)."""
         if self._address is None:
-            data = self.data
-            if data is None:
-                self._address = 0
-            elif _native_address is not None and type(data) is np.ndarray:
-                self._address = _native_address(data)
-            else:
-                self._address = array_address(data)
+            self._address = 0 if self.data is None else array_address(self.data)
         return self._address
 
 

@@ -131,7 +131,7 @@ def build_parallel_launcher(module: ir.Module, count: int) -> None:
     or alone on this thread where that holds none (a child after fork). Its words are
     PyLong_AsVoidPtr's address, the table's, the job's, kiln_pool_items', kiln_pool_run's,
     the current cell's and the thread count. Returns its first argument."""
-    from runtime.pool import CLAIM_FIRST, ITEMS_SLOTS
+    from runtime.pool import CLAIM_FIRST, ITEMS_SLOTS, TASK
     entry = Entry(module, f"kiln_launch_parallel_{count}")
     b = entry.b
     as_pointer, table, job, items, run, cell, threads = entry.words(7)
@@ -141,8 +141,7 @@ def build_parallel_launcher(module: ir.Module, count: int) -> None:
     counters = b.inttoptr(job, I64.as_pointer())
     for slot in range(CLAIM_FIRST, ITEMS_SLOTS):
         b.store(i64(0), at(b, counters, slot))
-    task_type = ir.FunctionType(VOID, [I8P, I64, I64])
-    task, context = b.inttoptr(items, task_type.as_pointer()), b.inttoptr(job, I8P)
+    task, context = b.inttoptr(items, TASK.as_pointer()), b.inttoptr(job, I8P)
     pool = b.load(b.inttoptr(cell, I64.as_pointer()))
     alone, shared, done = (entry.fn.append_basic_block(n) for n in ("alone", "shared", "done"))
     b.cbranch(b.icmp_unsigned("==", pool, i64(0)), alone, shared)
@@ -150,7 +149,7 @@ def build_parallel_launcher(module: ir.Module, count: int) -> None:
     b.call(task, [context, i64(0), i64(1)])
     b.branch(done)
     b.position_at_end(shared)
-    run_type = ir.FunctionType(VOID, [I64.as_pointer(), task_type.as_pointer(), I8P, I64])
+    run_type = ir.FunctionType(VOID, [I64.as_pointer(), TASK.as_pointer(), I8P, I64])
     b.call(b.inttoptr(run, run_type.as_pointer()),
            [b.inttoptr(pool, I64.as_pointer()), task, context, threads])
     b.branch(done)

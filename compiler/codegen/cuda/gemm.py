@@ -50,7 +50,7 @@ from compiler.codegen.values import emit_activation
 from compiler.gemm.ir.kernel import EpilogueSpec
 from runtime import nvptx
 from runtime.llvm_ir import (I64, Target, at, choose, constant, fold_range, i32, i64,
-                             intrinsic, lanes_of, load_vector, store_vector, when)
+                             intrinsic, lanes_of, load_vector, store_vector, vector_of, when)
 
 _TYPES = {"float32": ir.FloatType(), "float64": ir.DoubleType()}
 _ITEMSIZE = {"float32": 4, "float64": 8}
@@ -312,14 +312,9 @@ class _GemmBuilder:
                         b.store(value, self._shared(s, base, index), align=self.itemsize)
                 else:
                     index = b.add(b.mul(row, i64(s.extent)), column)
-                    store_vector(b, self._vector(lanes), self._shared(s, base, index),
+                    store_vector(b, vector_of(b, lanes), self._shared(s, base, index),
                                  VECTOR_BYTES)
 
-    def _vector(self, values) -> ir.Value:
-        vector = ir.Constant(ir.VectorType(self.T, len(values)), ir.Undefined)
-        for lane, value in enumerate(values):
-            vector = self.b.insert_element(vector, value, i32(lane))
-        return vector
 
     def _shared(self, s: _Slice, *offsets) -> ir.Value:
         b = self.b
@@ -421,7 +416,7 @@ class _GemmBuilder:
         whole = b.and_(row_in, column_in[-1])
 
         def as_vector():
-            store_vector(b, self._vector(values), first, VECTOR_BYTES)
+            store_vector(b, vector_of(b, values), first, VECTOR_BYTES)
             return []
 
         choose(b, whole, as_vector, by_element)

@@ -281,10 +281,7 @@ def _vector_steps(k: KernelBuilder, start, step, body: Callable):
             body(k, offsets)
         stored, k.vector_step = k.vector_step.stored, None
         for j, values in stored.items():
-            vector = ir.Constant(ir.VectorType(values[0].type, lanes), ir.Undefined)
-            for lane, value in enumerate(values):
-                vector = b.insert_element(vector, value, llvm_ir.i32(lane))
-            llvm_ir.store_vector(b, vector, llvm_ir.at(b, k.ptr[j], offsets[j]),
+            llvm_ir.store_vector(b, llvm_ir.vector_of(b, values), llvm_ir.at(b, k.ptr[j], offsets[j]),
                                  lanes * k.operands[j].type.dtype.itemsize)
     return b.mul(vectors, i64(lanes))
 
