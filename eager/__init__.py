@@ -14,6 +14,7 @@ import importlib
 from eager import _missing
 from eager import autograd as autograd
 from eager import _C, dispatcher, kernels, composite, _tensor_methods  # noqa: F401
+from eager import out_argument  # noqa: F401 - out= on every op
 from eager import profiler as profiler
 from eager.autograd import (enable_grad, inference_mode, is_grad_enabled, no_grad,
                             set_grad_enabled)

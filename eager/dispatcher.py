@@ -108,6 +108,16 @@ _recorder = None
 _wrap_number = None
 
 
+# Runs a call whose keywords name `out` (PyTorch's out=) for an op without that argument:
+# eager/out_argument.py sets it when it loads.
+_out_writer = None
+
+
+def set_out_writer(fn) -> None:
+    global _out_writer
+    _out_writer = fn
+
+
 def set_recorder(fn) -> None:
     global _recorder
     _recorder = fn
@@ -160,6 +170,8 @@ class OpHandle:
                                    not a.type.optional)  # None is no Tensor for these
         self._mutated = tuple(i for i, a in enumerate(schema.arguments) if a.type.mutable)
         self.devices_may_differ = False  # copy_: its source may be on another device
+        # out= is taken for the op (eager/out_argument.py) unless its schema names an out
+        self.writes_out = all(a.name != "out" for a in schema.arguments)
         self._leading = self._leading_tensors()
         # (mask << 8 | the leading tensors' keys) -> kernel: the mask chooses the kernel;
         # the keys (runtime keys are bits 0-6) are there because only keys naming one
@@ -304,6 +316,8 @@ class OpHandle:
 
     def _dispatch(self, args: tuple, kwargs: dict):
         """The general path of a call: the recorder, if a profiler is active, else `call`."""
+        if kwargs and "out" in kwargs and self.writes_out:
+            return _out_writer(self, args, kwargs)
         if _recorder is not None:
             return _recorder(self, args, kwargs)
         return self.call(args, kwargs)
@@ -391,6 +405,7 @@ _BELOW[DispatchKey.Autograd] = (1 << min(AUTOGRAD_KEYS)) - 1
 def _entry(handle: OpHandle):
     """`handle`'s call as a plain function, with the fast path of its leading tensors."""
     fast, first_sight, dispatch = handle._fast, handle._first_sight, handle._dispatch
+    writes_out = handle.writes_out
     if handle._leading == 2:
         def call(*args, **kwargs):
             try:
@@ -409,7 +424,11 @@ def _entry(handle: OpHandle):
                 return dispatch(args, kwargs)
             if kernel is None:
                 return first_sight(keys, args, kwargs)
-            return kernel(*args, **kwargs) if kwargs else kernel(*args)
+            if kwargs:
+                if "out" in kwargs and writes_out:
+                    return _out_writer(handle, args, kwargs)
+                return kernel(*args, **kwargs)
+            return kernel(*args)
     elif handle._leading == 1:
         def call(*args, **kwargs):
             try:
@@ -421,7 +440,11 @@ def _entry(handle: OpHandle):
                 return dispatch(args, kwargs)
             if kernel is None:
                 return first_sight(keys, args, kwargs)
-            return kernel(*args, **kwargs) if kwargs else kernel(*args)
+            if kwargs:
+                if "out" in kwargs and writes_out:
+                    return _out_writer(handle, args, kwargs)
+                return kernel(*args, **kwargs)
+            return kernel(*args)
     else:
         def call(*args, **kwargs):
             return dispatch(args, kwargs)

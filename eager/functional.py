@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from eager.dispatcher import ATEN
-from eager.kernels._common import promote
+from eager.kernels._common import can_cast, promote  # noqa: F401 - can_cast is public
+from eager.out_argument import takes_out
 from eager.records import named
 from eager.indexing import gather, index_put, nonzero, scatter, scatter_add  # noqa: F401
 from eager.shapes import broadcast_shapes as broadcast_tuples
@@ -14,7 +15,7 @@ _DIRECT = named("function")  # eager.exp, eager.mm, ...: every op whose record n
 
 __all__ = list(_DIRECT) + [
     "max", "min", "var", "std", "clamp_min", "clamp_max", "concat", "square", "chunk",
-    "result_type", "promote_types", "broadcast_shapes", "gather", "scatter", "scatter_add",
+    "result_type", "promote_types", "can_cast", "broadcast_shapes", "gather", "scatter", "scatter_add",
     "nonzero", "index_put"]
 
 for _name, _op in _DIRECT.items():
@@ -23,32 +24,39 @@ for _name, _op in _DIRECT.items():
 concat = ATEN[Op.CAT]
 
 
+@takes_out
 def max(input, dim=None, keepdim=False, *, other=None):  # noqa: A001
     return Tensor.max(input, dim if other is None else other, keepdim)
 
 
+@takes_out
 def min(input, dim=None, keepdim=False, *, other=None):  # noqa: A001
     return Tensor.min(input, dim if other is None else other, keepdim)
 
 
+@takes_out
 def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     return Tensor.var(input, dim, unbiased, keepdim, correction=correction)
 
 
+@takes_out
 def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     return Tensor.std(input, dim, unbiased, keepdim, correction=correction)
 
 
 
 
+@takes_out
 def clamp_min(input, min):  # noqa: A002
     return ops.clamp(input, min, None)
 
 
+@takes_out
 def clamp_max(input, max):  # noqa: A002
     return ops.clamp(input, None, max)
 
 
+@takes_out
 def square(input):
     return ops.mul(input, input)
 

@@ -50,6 +50,12 @@ def type_word(dt: DType) -> str:
     return _TYPE_WORDS[dt.name]
 
 
+def can_cast(from_: DType, to: DType) -> bool:
+    """torch.can_cast: whether an op may write a result of type `from_` into a tensor of
+    type `to` (in place, out=): never floating to integral, nor other types to bool."""
+    return from_.category <= to.category
+
+
 def float_of(dt: DType) -> DType:
     """The type a float-valued op (exp, div, mean) computes in for inputs of type `dt`."""
     return dt if dt.is_floating_point else dtypes.get_default_dtype()

@@ -12,9 +12,9 @@ from math import prod
 import numpy as np
 
 from eager.dispatcher import ATEN, DispatchKey
-from eager.kernels._common import (compute_np, float_of, meta_from_rule, operand, promote,
-                                   quiet_off, quiet_on, register, result, scalar_value,
-                                   type_word)
+from eager.kernels._common import (can_cast, compute_np, float_of, meta_from_rule, operand,
+                                   promote, quiet_off, quiet_on, register, result,
+                                   scalar_value, type_word)
 from eager.records import OpRecord
 from eager.shapes import broadcast_shapes
 from eager.tensor import Tensor, from_array
@@ -274,8 +274,7 @@ def _check_inplace(self: Tensor, out: Tensor) -> None:
     if out._shape != self._shape:
         raise RuntimeError(f"output with shape {list(self._shape)} doesn't match the broadcast "
                            f"shape {list(out._shape)}")
-    if dtypes.promote_types(self.dtype, out.dtype) is not self.dtype and \
-            out.dtype.category > self.dtype.category:
+    if not can_cast(out.dtype, self.dtype):
         raise RuntimeError(f"result type {type_word(out.dtype)} can't be cast to the desired "
                            f"output type {type_word(self.dtype)}")
 

@@ -29,7 +29,8 @@ LAYERS = [
         "eager.autograd.kernels", "eager.autograd.engine", "eager.autograd.gradcheck",
         "eager.autograd"]),
     ("api: PyTorch's namespace and Tensor's op methods", [
-        "eager.indexing", "eager._tensor_methods", "eager.functional", "eager.derived",
+        "eager.indexing", "eager._tensor_methods", "eager.out_argument", "eager.functional",
+        "eager.derived",
         "eager.derived_shapes", "eager.derived_math",
         "eager.cuda",
         "eager.serialization", "eager.testing"]),
