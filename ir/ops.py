@@ -126,6 +126,11 @@ class Op(enum.Enum):
                        " SymInt index) -> Tensor")
     SLICE_BACKWARD = ("slice_backward(Tensor grad_output, SymInt[] input_sizes, int dim,"
                       " SymInt start, SymInt end, SymInt step) -> Tensor")
+    # sliding windows: every kernel window of images as a column (F.unfold), and back (F.fold)
+    IM2COL = ("im2col(Tensor self, int[2] kernel_size, int[2] dilation, int[2] padding,"
+              " int[2] stride) -> Tensor")
+    COL2IM = ("col2im(Tensor self, SymInt[2] output_size, int[2] kernel_size, int[2] dilation,"
+              " int[2] padding, int[2] stride) -> Tensor")
     # in place: write `self`, bump its version counter
     ADD_ = "add_(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)"
     SUB_ = "sub_(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)"

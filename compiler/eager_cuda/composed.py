@@ -1,12 +1,14 @@
 """CUDA kernels written in other CUDA ops, for ops that are not elementwise:
 native_layer_norm and its backward (mean, var, rsqrt and elementwise ops; the backward
 as eager/kernels/normalization.py's layer_norm_backward_ops), _softmax_backward_data
-and _log_softmax_backward_data (a row sum and elementwise ops). Shapes, dtypes and
+and _log_softmax_backward_data (a row sum and elementwise ops), im2col and col2im
+(slices, stack, slice_backward: eager/kernels/windows.py). Shapes, dtypes and
 errors come from the op's Meta kernel."""
 from __future__ import annotations
 
 from eager.dispatcher import ATEN, AUTOGRAD_KEYS, DispatchKey, exclude_keys
 from eager.kernels.normalization import layer_norm_backward_ops
+from eager.kernels.windows import col2im_ops, im2col_ops
 from eager.tensor import Tensor, ops
 from compiler.eager_cuda.pointwise import device_of
 from ir.ops import Op
@@ -60,4 +62,6 @@ KERNELS = {Op.NATIVE_LAYER_NORM: _composed(Op.NATIVE_LAYER_NORM, _native_layer_n
                                                     _native_layer_norm_backward),
            Op.SOFTMAX_BACKWARD_DATA: _composed(Op.SOFTMAX_BACKWARD_DATA, _softmax_backward),
            Op.LOG_SOFTMAX_BACKWARD_DATA: _composed(Op.LOG_SOFTMAX_BACKWARD_DATA,
-                                                   _log_softmax_backward)}
+                                                   _log_softmax_backward),
+           Op.IM2COL: _composed(Op.IM2COL, im2col_ops),
+           Op.COL2IM: _composed(Op.COL2IM, col2im_ops)}

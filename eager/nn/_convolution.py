@@ -1,9 +1,9 @@
-"""nn.functional's convolutions and pools, written as slices of the (padded) input and
-kiln's matrix product: a convolution gathers each kernel offset's strided slice of the
-input (im2col, one slice per offset: no index tensors), then multiplies by the weight
-as one batched GEMM; pools reduce the same slices (amax, mean). So autograd (slice,
-matmul, amax backward), every device, and the compiler (slices, cat and a GEMM node
-with its epilogue) need nothing new. conv_transpose2d interleaves zeros between the
+"""nn.functional's convolutions and pools, written as windows of the (padded) input and
+kiln's matrix product: a convolution gathers every kernel window of the input into a
+column (the im2col op, eager/kernels/windows.py: one strided copy), then multiplies by
+the weight as one batched GEMM; pools reduce the same windows (max, mean). So autograd
+(col2im, matmul, max backward), every device, and the compiler (im2col, and a GEMM node
+with its epilogue) need nothing else. conv_transpose2d interleaves zeros between the
 input's elements and convolves with the flipped, transposed weight."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from eager import factories
 from eager.nn._normalization import pad
 from eager.tensor import Tensor, ops
 
-__all__ = ["conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "unfold",
+__all__ = ["conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "unfold", "fold",
            "max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d", "adaptive_avg_pool1d",
            "adaptive_avg_pool2d", "adaptive_max_pool2d"]
 
@@ -38,16 +38,10 @@ def _out_size(size: int, kernel: int, stride: int, pad: int, dilation: int,
 
 def _windows(x: Tensor, kernel: tuple, stride: tuple, dilation: tuple, out: tuple) -> Tensor:
     """(N, C, kh*kw, oh, ow): for each kernel offset, the strided slice of x (already
-    padded) that offset reads at every output position."""
-    slices = []
-    for i in range(kernel[0]):
-        rows = ops.slice(x, 2, i * dilation[0], i * dilation[0] + (out[0] - 1) * stride[0] + 1,
-                         stride[0])
-        for j in range(kernel[1]):
-            start = j * dilation[1]
-            slices.append(ops.slice(rows, 3, start, start + (out[1] - 1) * stride[1] + 1,
-                                    stride[1]))
-    return ops.stack(slices, 2)
+    padded) that offset reads at every output position (one im2col)."""
+    n, c = x.shape[:2]
+    return ops.im2col(x, list(kernel), list(dilation), [0, 0], list(stride)).reshape(
+        n, c, kernel[0] * kernel[1], out[0], out[1])
 
 
 def _check_input(fn: str, input: Tensor, rank: int) -> bool:
@@ -93,23 +87,22 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
                              f"{{'valid', 'same'}}")
         if padding == "same" and any(s != 1 for s in stride):
             raise ValueError("padding='same' is not supported for strided convolutions")
-        if padding == "same":
+        if padding == "same":  # (its left and right amounts may differ)
             x = pad(x, _same_padding(kernel, dilation)[0])
         padding = (0, 0)
     else:
         padding = _pair("padding", padding)
-        if any(padding):
-            x = pad(x, [padding[1], padding[1], padding[0], padding[0]])
-    out = tuple(_out_size(s, k, st, 0, d) for s, k, st, d in
-                zip(x.shape[2:], kernel, stride, dilation))
+    out = tuple(_out_size(s, k, st, p, d) for s, k, st, p, d in
+                zip(x.shape[2:], kernel, stride, padding, dilation))
     if min(out) <= 0:
         raise RuntimeError(f"conv2d: the kernel {list(kernel)} (dilation {list(dilation)}) "
-                           f"does not fit the padded input of size {list(x.shape[2:])}")
-    cols = _windows(x, kernel, stride, dilation, out)          # (N, C, K, oh, ow)
-    k = kernel[0] * kernel[1]
+                           f"does not fit the padded input of size "
+                           f"{[s + 2 * p for s, p in zip(x.shape[2:], padding)]}")
+    cols = ops.im2col(x, list(kernel), list(dilation), list(padding), list(stride))
+    k = kernel[0] * kernel[1]                                  # cols: (N, C K, L)
     if groups == 1:  # (O, C K) @ (N, C K, L), the bias added in the product's shape: the
         # compiler's GEMM node takes it (and an activation after it) as its epilogue
-        product = ops.matmul(weight.reshape(o, c * k), cols.reshape(n, c * k, -1))
+        product = ops.matmul(weight.reshape(o, c * k), cols)
         if bias is not None:
             product = product + bias.reshape(o, 1)
         result = product.reshape(n, o, out[0], out[1])
@@ -196,18 +189,26 @@ def conv_transpose1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, 
 
 def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:
     """(N, C, H, W) -> (N, C * kh * kw, L): every kernel window as a column (im2col)."""
-    if input.dim() != 4:
-        raise NotImplementedError(f"Input Error: Only 4D input Tensors are supported (got "
-                                  f"{input.dim()}D)")
-    kernel, dilation = _pair("kernel_size", kernel_size), _pair("dilation", dilation)
-    padding, stride = _pair("padding", padding), _pair("stride", stride)
-    x = pad(input, [padding[1], padding[1], padding[0], padding[0]]) if any(padding) \
-        else input
-    out = tuple(_out_size(s, k, st, 0, d) for s, k, st, d in
-                zip(x.shape[2:], kernel, stride, dilation))
-    n, c = input.shape[:2]
-    return _windows(x, kernel, stride, dilation, out).reshape(
-        n, c * kernel[0] * kernel[1], out[0] * out[1])
+    if input.dim() not in (3, 4):
+        raise NotImplementedError(f"Input Error: Only 3D or 4D input Tensors are supported "
+                                  f"(got {input.dim()}D)")
+    return ops.im2col(input, *_window_args(kernel_size, dilation, padding, stride))
+
+
+def fold(input: Tensor, output_size, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:
+    """(N, C * kh * kw, L) -> (N, C, H, W): unfold's columns added back into images
+    (where windows overlap, their elements add up)."""
+    if input.dim() not in (2, 3):
+        raise NotImplementedError(f"Input Error: Only unbatched (2D) or batched (3D) input "
+                                  f"Tensors are supported (got {input.dim()}D)")
+    return ops.col2im(input, list(_pair("output_size", output_size)),
+                      *_window_args(kernel_size, dilation, padding, stride))
+
+
+def _window_args(kernel_size, dilation, padding, stride) -> list[list[int]]:
+    return [list(_pair(name, value)) for name, value in (
+        ("kernel_size", kernel_size), ("dilation", dilation), ("padding", padding),
+        ("stride", stride))]
 
 
 def _pool_windows(fn: str, input: Tensor, kernel_size, stride, padding, dilation, ceil_mode,

@@ -199,6 +199,54 @@ COPIES = [
 ]
 
 
+# sliding windows: im2col (F.unfold) and col2im (F.fold), from their definition --------
+def _window_geometry(size, kernel, dilation, padding, stride):
+    return tuple((n + 2 * p - d * (k - 1) - 1) // st + 1
+                 for n, k, d, p, st in zip(size, kernel, dilation, padding, stride))
+
+
+def _im2col_ref(x, kernel, dilation, padding, stride):
+    *outer, h, w = x.shape
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = kernel, dilation, padding, stride
+    oh, ow = _window_geometry((h, w), kernel, dilation, padding, stride)
+    padded = np.pad(x, [(0, 0)] * len(outer) + [(ph, ph), (pw, pw)])
+    cols = np.empty((*outer, kh, kw, oh, ow))
+    for i in range(kh):
+        for j in range(kw):
+            for y in range(oh):
+                for z in range(ow):
+                    cols[..., i, j, y, z] = padded[..., y * sh + i * dh, z * sw + j * dw]
+    return cols.reshape(*outer[:-1], outer[-1] * kh * kw, oh * ow)
+
+
+def _col2im_ref(cols, output_size, kernel, dilation, padding, stride):
+    (h, w), (kh, kw), (dh, dw), (ph, pw), (sh, sw) = output_size, kernel, dilation, \
+        padding, stride
+    oh, ow = _window_geometry((h, w), kernel, dilation, padding, stride)
+    *outer, ck, _ = cols.shape
+    blocks = cols.reshape(*outer, ck // (kh * kw), kh, kw, oh, ow)
+    padded = np.zeros((*outer, ck // (kh * kw), h + 2 * ph, w + 2 * pw))
+    for i in range(kh):
+        for j in range(kw):
+            for y in range(oh):
+                for z in range(ow):
+                    padded[..., y * sh + i * dh, z * sw + j * dw] += blocks[..., i, j, y, z]
+    return padded[..., ph:ph + h, pw:pw + w]
+
+
+WINDOW_ARGS = [([2, 3], [1, 1], [0, 0], [1, 1]), ([3, 2], [1, 2], [1, 0], [2, 1]),
+               ([1, 1], [1, 1], [2, 1], [3, 3])]  # (kernel, dilation, padding, stride)
+WINDOWS = [
+    OpCase("im2col", (Op.IM2COL,), lambda lib, x, *a: aten(lib).im2col(x, *a), _im2col_ref,
+           lambda make: [S(make((2, 3, 5, 6)), *a) for a in WINDOW_ARGS] +
+           [S(make((3, 4, 4)), *WINDOW_ARGS[1]), S(make((0, 2, 4, 5)), *WINDOW_ARGS[0])]),
+    OpCase("col2im", (Op.COL2IM,), lambda lib, c, *a: aten(lib).col2im(c, *a), _col2im_ref,
+           lambda make: [S(make((2, 3 * a[0][0] * a[0][1], int(np.prod(
+                             _window_geometry((5, 6), *a))))), [5, 6], *a) for a in WINDOW_ARGS] +
+           [S(make((12, 9)), [4, 4], [2, 2], [1, 1], [0, 0], [1, 1])]),
+]
+
+
 # indexing with index tensors: index, index_put, gather, scatter, nonzero ---------------
 def index_put_samples(make):
     x = make((5, 4, 3))
@@ -330,4 +378,4 @@ INPLACE = [
             samples=lambda make: (S(make(a), make(b)) for a, b in INPLACE_SHAPES)),
 ]
 
-CASES = VIEWS + COPIES + INDEXING + INPLACE
+CASES = VIEWS + COPIES + WINDOWS + INDEXING + INPLACE

@@ -22,7 +22,7 @@ LAYERS = [
         "eager.kernels._common", "eager.kernels._erf", "eager.kernels.gradients",
         "eager.kernels.elementwise", "eager.kernels.unary", "eager.kernels.binary",
         "eager.kernels.indexing", "eager.kernels.reduction", "eager.kernels.normalization",
-        "eager.kernels.shape",
+        "eager.kernels.shape", "eager.kernels.windows",
         "eager.kernels.copies", "eager.kernels.linalg", "eager.kernels", "eager.composite"]),
     ("autograd: grad mode, nodes, derivative rules, Autograd kernels, the engine", [
         "eager.autograd.grad_mode", "eager.autograd.function", "eager.autograd.derivatives",

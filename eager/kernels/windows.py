@@ -1,0 +1,230 @@
+"""Sliding windows: im2col (F.unfold) gathers every kernel window of a batch of images
+into a column, col2im (F.fold) adds columns back into images, each the other's
+gradient. nn.functional's convolutions are im2col and one batched GEMM; its pools
+reduce im2col's windows (eager/nn/_convolution.py).
+
+The CPU kernels are one strided numpy copy (im2col: the windows as a view of the padded
+input) and one strided add per kernel offset (col2im). `im2col_ops` and `col2im_ops`
+write the same in other ops (slices, stack, slice_backward), for a device backend with
+no kernel of its own (compiler/eager_cuda/composed.py)."""
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from eager.kernels._common import compute_np, meta_from_rule, operand, register, result
+from eager.records import declare
+from eager.tensor import Tensor, from_array, ops
+from ir.ops import Op
+
+
+def _pairs(op: str, **values) -> list[tuple[int, int]]:
+    """The int[2] arguments as pairs, checked as PyTorch checks them."""
+    out = []
+    for name, value in values.items():
+        pair = tuple(value) if isinstance(value, (list, tuple)) else (value, value)
+        if len(pair) != 2 or not all(isinstance(v, int) and not isinstance(v, bool)
+                                     for v in pair):
+            raise TypeError(f"{op}(): argument '{name}' must be tuple of ints of length 2, "
+                            f"not {value!r}")
+        out.append(pair)
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = out
+    if kh <= 0 or kw <= 0:
+        raise RuntimeError(f"{op}: kernel size should be greater than zero, but got "
+                           f"kernel_height: {kh} kernel_width: {kw}")
+    if dh <= 0 or dw <= 0:
+        raise RuntimeError(f"{op}: dilation should be greater than zero, but got "
+                           f"dilation_height: {dh} dilation_width: {dw}")
+    if ph < 0 or pw < 0:
+        raise RuntimeError(f"{op}: padding should be non-negative, but got pad_height: {ph} "
+                           f"pad_width: {pw}")
+    if sh <= 0 or sw <= 0:
+        raise RuntimeError(f"{op}: stride should be greater than zero, but got dH: {sh} "
+                           f"dW: {sw}")
+    return out
+
+
+def _blocks(size, kernel, dilation, padding, stride) -> tuple[int, int]:
+    """How many windows fit along each spatial dim."""
+    return tuple((s + 2 * p - d * (k - 1) - 1) // st + 1
+                 for s, k, d, p, st in zip(size, kernel, dilation, padding, stride))
+
+
+def _describe(kernel, dilation, padding, stride=None) -> str:
+    text = f"kernel_size={kernel}, dilation={dilation}, padding={padding}"
+    return text + (f", stride={stride}" if stride is not None else "")
+
+
+# im2col -----------------------------------------------------------------------------------
+def im2col_rule(self, kernel_size, dilation, padding, stride):
+    kernel, dilation, padding, stride = _pairs("im2col", kernel_size=kernel_size,
+                                               dilation=dilation, padding=padding,
+                                               stride=stride)
+    shape = self._shape
+    if len(shape) not in (3, 4) or any(s == 0 for s in shape[-3:]):
+        raise RuntimeError(f"im2col: Expected 3D or 4D (batch mode) tensor with possibly 0 "
+                           f"batch size and other non-zero dimensions for input, but got: "
+                           f"{list(shape)}")
+    blocks = _blocks(shape[-2:], kernel, dilation, padding, stride)
+    if min(blocks) < 1:
+        raise RuntimeError(f"im2col: Given input with spatial size {tuple(shape[-2:])}, "
+                           f"{_describe(kernel, dilation, padding)}, calculated shape of the "
+                           f"array of sliding blocks as {blocks}, but its components must be "
+                           f"at least one.")
+    columns = (shape[-3] * kernel[0] * kernel[1], blocks[0] * blocks[1])
+    return (*shape[:-3], *columns), self.dtype
+
+
+def im2col_cpu(self, kernel_size, dilation, padding, stride):
+    out_shape, _ = im2col_rule(self, kernel_size, dilation, padding, stride)
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = _pairs("im2col", kernel_size=kernel_size,
+                                                    dilation=dilation, padding=padding,
+                                                    stride=stride)
+    x = self._np()
+    if ph or pw:  # zeros around the images, then windows of the padded copy
+        padded = np.zeros(x.shape[:-2] + (x.shape[-2] + 2 * ph, x.shape[-1] + 2 * pw),
+                          x.dtype)
+        padded[..., ph:ph + x.shape[-2], pw:pw + x.shape[-1]] = x
+        x = padded
+    oh, ow = _blocks(self._shape[-2:], (kh, kw), (dh, dw), (ph, pw), (sh, sw))
+    *outer, step_y, step_x = x.strides
+    windows = as_strided(x, x.shape[:-2] + (kh, kw, oh, ow),
+                         (*outer, step_y * dh, step_x * dw, step_y * sh, step_x * sw),
+                         writeable=False)
+    out = np.empty(windows.shape, x.dtype)  # a copy, never a view of the input
+    np.copyto(out, windows)
+    return from_array(out.reshape(out_shape))
+
+
+def im2col_ops(self, kernel_size, dilation, padding, stride):
+    """im2col in other ops: the padded input's strided slice for each kernel offset,
+    stacked."""
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = _pairs("im2col", kernel_size=kernel_size,
+                                                    dilation=dilation, padding=padding,
+                                                    stride=stride)
+    out_shape, _ = im2col_rule(self, kernel_size, dilation, padding, stride)
+    x = _pad_ops(self, ph, pw)
+    oh, ow = _blocks(self._shape[-2:], (kh, kw), (dh, dw), (ph, pw), (sh, sw))
+    rank = x.dim()
+    slices = []
+    for i in range(kh):
+        rows = ops.slice(x, rank - 2, i * dh, i * dh + (oh - 1) * sh + 1, sh)
+        for j in range(kw):
+            slices.append(ops.slice(rows, rank - 1, j * dw, j * dw + (ow - 1) * sw + 1, sw))
+    return ops.stack(slices, rank - 2).reshape(out_shape)
+
+
+def _pad_ops(x: Tensor, ph: int, pw: int) -> Tensor:
+    """x with ph zeros above and below its images and pw left and right, in ops."""
+    if ph:
+        sizes = [*x._shape[:-2], x._shape[-2] + 2 * ph, x._shape[-1]]
+        x = ops.slice_backward(x, sizes, -2, ph, ph + x._shape[-2], 1)
+    if pw:
+        sizes = [*x._shape[:-1], x._shape[-1] + 2 * pw]
+        x = ops.slice_backward(x, sizes, -1, pw, pw + x._shape[-1], 1)
+    return x
+
+
+register(Op.IM2COL, im2col_cpu, meta_from_rule(im2col_rule))
+
+
+# col2im -----------------------------------------------------------------------------------
+def col2im_rule(self, output_size, kernel_size, dilation, padding, stride):
+    kernel, dilation, padding, stride = _pairs("col2im", kernel_size=kernel_size,
+                                               dilation=dilation, padding=padding,
+                                               stride=stride)
+    size = _pairs_of_sizes(output_size)
+    shape = self._shape
+    if len(shape) not in (2, 3) or any(s == 0 for s in shape[-2:]):
+        raise RuntimeError(f"col2im: Expected 2D or 3D (batch mode) tensor for input with "
+                           f"possibly 0 batch size and non-zero dimensions for input, but "
+                           f"got: {list(shape)}")
+    per_window = kernel[0] * kernel[1]
+    if shape[-2] % per_window:
+        raise RuntimeError(f"col2im: Expected size of input's dimension 1 to be divisible by "
+                           f"the product of kernel_size, but got input.size(1)={shape[-2]} "
+                           f"and kernel_size={kernel}")
+    blocks = _blocks(size, kernel, dilation, padding, stride)
+    if min(blocks) < 1:
+        raise RuntimeError(f"col2im: Given output_size={size}, "
+                           f"{_describe(kernel, dilation, padding, stride)}, calculated shape "
+                           f"of the array of sliding blocks as {blocks}, which is too small "
+                           f"(non-positive)")
+    if shape[-1] != blocks[0] * blocks[1]:
+        raise RuntimeError(f"col2im: Given output_size={size}, "
+                           f"{_describe(kernel, dilation, padding, stride)}, expected size of "
+                           f"input's dimension 2 to match the calculated number of sliding "
+                           f"blocks {blocks[0]} * {blocks[1]} = {blocks[0] * blocks[1]}, but "
+                           f"got input.size(2)={shape[-1]}.")
+    return (*shape[:-2], shape[-2] // per_window, *size), self.dtype
+
+
+def _pairs_of_sizes(output_size) -> tuple[int, int]:
+    size = tuple(output_size) if isinstance(output_size, (list, tuple)) else \
+        (output_size, output_size)
+    if len(size) != 2 or not all(isinstance(s, int) and not isinstance(s, bool) for s in size):
+        raise TypeError(f"col2im(): argument 'output_size' must be tuple of ints of length 2, "
+                        f"not {output_size!r}")
+    return size
+
+
+def col2im_cpu(self, output_size, kernel_size, dilation, padding, stride):
+    out_shape, _ = col2im_rule(self, output_size, kernel_size, dilation, padding, stride)
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = _pairs("col2im", kernel_size=kernel_size,
+                                                    dilation=dilation, padding=padding,
+                                                    stride=stride)
+    *outer, h, w = out_shape
+    oh, ow = _blocks((h, w), (kh, kw), (dh, dw), (ph, pw), (sh, sw))
+    # float16 adds up in float32, rounded once
+    cols = operand(self, compute_np(self.dtype)).reshape(*outer, kh, kw, oh, ow)
+    out = np.zeros((*outer, h + 2 * ph, w + 2 * pw), cols.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            out[..., i * dh:i * dh + (oh - 1) * sh + 1:sh,
+                j * dw:j * dw + (ow - 1) * sw + 1:sw] += cols[..., i, j, :, :]
+    return result(np.ascontiguousarray(out[..., ph:ph + h, pw:pw + w]), self.dtype)
+
+
+def col2im_ops(self, output_size, kernel_size, dilation, padding, stride):
+    """col2im in other ops: each kernel offset's columns placed in the padded images
+    (slice_backward) and added, the padding then cut off."""
+    out_shape, _ = col2im_rule(self, output_size, kernel_size, dilation, padding, stride)
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = _pairs("col2im", kernel_size=kernel_size,
+                                                    dilation=dilation, padding=padding,
+                                                    stride=stride)
+    *outer, h, w = out_shape
+    oh, ow = _blocks((h, w), (kh, kw), (dh, dw), (ph, pw), (sh, sw))
+    rank = len(out_shape)
+    cols = self.reshape(*outer, kh * kw, oh, ow)
+    total = None
+    for i in range(kh):
+        for j in range(kw):
+            piece = ops.select(cols, rank - 2, i * kw + j)
+            piece = ops.slice_backward(piece, [*outer, oh, w + 2 * pw], rank - 1, j * dw,
+                                       j * dw + (ow - 1) * sw + 1, sw)
+            piece = ops.slice_backward(piece, [*outer, h + 2 * ph, w + 2 * pw], rank - 2,
+                                       i * dh, i * dh + (oh - 1) * sh + 1, sh)
+            total = piece if total is None else ops.add(total, piece)
+    return ops.slice(ops.slice(total, rank - 2, ph, ph + h), rank - 1, pw, pw + w)
+
+
+register(Op.COL2IM, col2im_cpu, meta_from_rule(col2im_rule))
+
+
+# records: names and derivatives -----------------------------------------------------------
+IM2COL = declare(Op.IM2COL)
+
+
+@IM2COL.derivative("Im2ColBackward0", "self",
+                   save="self_sizes kernel_size dilation padding stride")
+def _(ctx, g):
+    return ops.col2im(g, list(ctx.self_sizes[-2:]), ctx.kernel_size, ctx.dilation,
+                      ctx.padding, ctx.stride)
+
+
+COL2IM = declare(Op.COL2IM)
+
+
+@COL2IM.derivative("Col2ImBackward0", "self", save="kernel_size dilation padding stride")
+def _(ctx, g):
+    return ops.im2col(g, ctx.kernel_size, ctx.dilation, ctx.padding, ctx.stride)
