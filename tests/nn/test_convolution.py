@@ -66,6 +66,12 @@ CASES = {  # id: (fn(F, *inputs), arrays)
     "conv_transpose1d": (lambda F, x, w: F.conv_transpose1d(x, w, stride=3, padding=1),
                          [X1, RNG.standard_normal((3, 2, 4))]),
     "unfold": (lambda F, x: F.unfold(x, (2, 3), dilation=(1, 2), padding=1, stride=2), [X]),
+    "unfold-unbatched": (lambda F, x: F.unfold(x[0], 3, padding=(0, 2)), [X]),
+    "fold": (lambda F, c: F.fold(c, (9, 8), (2, 3), dilation=(1, 2), padding=1, stride=2),
+             [RNG.standard_normal((2, 24, 15))]),
+    "fold-unbatched-overlapping": (lambda F, c: F.fold(c, 5, 3), [RNG.standard_normal((18, 9))]),
+    "fold-of-unfold": (lambda F, x: F.fold(F.unfold(x, 3, padding=1), (9, 8), 3, padding=1),
+                       [X]),
     "max_pool2d": (lambda F, x: F.max_pool2d(x, 3, 2, 1), [X]),
     "max_pool2d-ceil-dilated": (lambda F, x: F.max_pool2d(x, (2, 3), 2, (1, 0), (1, 2),
                                                           ceil_mode=True), [X]),
@@ -133,6 +139,50 @@ def test_conv_modules_have_torchs_parameters_and_give_its_results_with_its_weigh
         want = theirs(torch.tensor(X, dtype=torch.float32)).detach().numpy()
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
         assert repr(ours) == repr(theirs)
+
+
+def test_fold_and_unfold_modules_are_the_functions():
+    x = eager.tensor(X)
+    unfold, fold = nn.Unfold(3, padding=1), nn.Fold((9, 8), 3, padding=1)
+    cols = unfold(x)
+    np.testing.assert_array_equal(cols.numpy(), F.unfold(x, 3, padding=1).numpy())
+    np.testing.assert_array_equal(fold(cols).numpy(),
+                                  F.fold(cols, (9, 8), 3, padding=1).numpy())
+    assert repr(fold) == "Fold(output_size=(9, 8), kernel_size=3, dilation=1, padding=1, " \
+                         "stride=1)"
+    torch = _torch()
+    assert repr(unfold) == repr(torch.nn.Unfold(3, padding=1))
+    assert repr(fold) == repr(torch.nn.Fold((9, 8), 3, padding=1))
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda: F.unfold(eager.ones(1, 2, 3, 3), 4), RuntimeError,
+     r"im2col: Given input with spatial size \(3, 3\), kernel_size=\(4, 4\), dilation=\(1, "
+     r"1\), padding=\(0, 0\), calculated shape of the array of sliding blocks as \(0, 0\)"),
+    (lambda: F.unfold(eager.ones(1, 2, 3, 3), 2, stride=0), RuntimeError,
+     "stride should be greater than zero, but got dH: 0 dW: 0"),
+    (lambda: F.unfold(eager.ones(1, 2, 3, 3), 2, padding=-1), RuntimeError,
+     "padding should be non-negative"),
+    (lambda: F.unfold(eager.ones(1, 0, 3, 3), 2), RuntimeError,
+     r"Expected 3D or 4D \(batch mode\) tensor with possibly 0 batch size"),
+    (lambda: F.unfold(eager.ones(3, 3), 2), NotImplementedError,
+     r"Only 3D or 4D input Tensors are supported \(got 2D\)"),
+    (lambda: F.fold(eager.ones(1, 10, 4), 3, 2), RuntimeError,
+     r"input.size\(1\)=10 and kernel_size=\(2, 2\)"),
+    (lambda: F.fold(eager.ones(1, 8, 5), 3, 2), RuntimeError,
+     r"calculated number of sliding blocks 2 \* 2 = 4, but got input.size\(2\)=5"),
+    (lambda: F.fold(eager.ones(1, 8, 4), (3, 3, 3), 2), ValueError,
+     "output_size must be an int or a tuple of 2 ints"),
+])
+def test_bad_windows_are_named(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
+
+
+def test_windows_of_an_empty_batch_are_empty():
+    cols = F.unfold(eager.ones(0, 2, 4, 4), 2)
+    assert tuple(cols.shape) == (0, 8, 9)
+    assert tuple(F.fold(cols, 4, 2).shape) == (0, 2, 4, 4)
 
 
 def test_conv_weights_start_in_pytorchs_range():
