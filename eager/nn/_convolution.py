@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from eager import factories
+from eager.autograd.grad_mode import is_grad_enabled
 from eager.nn._normalization import pad
 from eager.tensor import Tensor, ops
 
@@ -243,6 +244,9 @@ def max_pool2d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1,
                ceil_mode: bool = False, return_indices: bool = False):
     windows, unbatched, (kernel, stride, padding, dilation, out) = _pool_windows(
         "max_pool2d", input, kernel_size, stride, padding, dilation, ceil_mode, -math.inf)
+    if not return_indices and not (input.requires_grad and is_grad_enabled()):
+        values = ops.amax(windows, [2], False)  # max's values; its indices serve backward
+        return ops.squeeze(values, [0]) if unbatched else values
     values, which = ops.max(windows, 2, False)
     if unbatched:
         values, which = ops.squeeze(values, [0]), ops.squeeze(which, [0])

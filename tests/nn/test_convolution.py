@@ -119,6 +119,23 @@ def test_max_pool_indices_equal_torchs():
         assert ours[1].tolist() == theirs[1].tolist()
 
 
+def test_max_pool_without_grad_gives_the_values_of_the_pool_with_grad():
+    x = X.copy()
+    x[0, 0, 1, 1] = np.nan  # NaN wins its window, as in PyTorch
+    x[1, 2, :4, :4] = 0.0   # ties
+    with_grad = F.max_pool2d(eager.tensor(x, requires_grad=True), 3, 2, 1)
+    without = F.max_pool2d(eager.tensor(x), 3, 2, 1)
+    with eager.no_grad():
+        in_no_grad = F.max_pool2d(eager.tensor(x, requires_grad=True), 3, 2, 1)
+    for got in (without, in_no_grad):
+        np.testing.assert_array_equal(got.numpy(), with_grad.detach().numpy())
+        assert got.grad_fn is None
+    assert np.isnan(without.numpy()[0, 0, 0, 0]) and np.isnan(without.numpy()[0, 0, 1, 1])
+    torch = _torch()
+    np.testing.assert_array_equal(
+        without.numpy(), torch.nn.functional.max_pool2d(torch.tensor(x), 3, 2, 1).numpy())
+
+
 def test_conv_modules_have_torchs_parameters_and_give_its_results_with_its_weights():
     torch = _torch()
     pairs = [(nn.Conv2d(4, 6, 3, stride=2, padding=1, groups=2),
