@@ -56,37 +56,39 @@ def _describe(kernel, dilation, padding, stride=None) -> str:
 
 
 # im2col -----------------------------------------------------------------------------------
-def im2col_rule(self, kernel_size, dilation, padding, stride):
-    kernel, dilation, padding, stride = _pairs("im2col", kernel_size=kernel_size,
-                                               dilation=dilation, padding=padding,
-                                               stride=stride)
+def _im2col_geometry(self, kernel_size, dilation, padding, stride):
+    """(result shape, the four pairs, the windows along each dim), checked."""
+    pairs = _pairs("im2col", kernel_size=kernel_size, dilation=dilation, padding=padding,
+                   stride=stride)
     shape = self._shape
     if len(shape) not in (3, 4) or any(s == 0 for s in shape[-3:]):
         raise RuntimeError(f"im2col: Expected 3D or 4D (batch mode) tensor with possibly 0 "
                            f"batch size and other non-zero dimensions for input, but got: "
                            f"{list(shape)}")
-    blocks = _blocks(shape[-2:], kernel, dilation, padding, stride)
+    blocks = _blocks(shape[-2:], *pairs)
     if min(blocks) < 1:
         raise RuntimeError(f"im2col: Given input with spatial size {tuple(shape[-2:])}, "
-                           f"{_describe(kernel, dilation, padding)}, calculated shape of the "
-                           f"array of sliding blocks as {blocks}, but its components must be "
-                           f"at least one.")
-    columns = (shape[-3] * kernel[0] * kernel[1], blocks[0] * blocks[1])
-    return (*shape[:-3], *columns), self.dtype
+                           f"{_describe(*pairs[:3])}, calculated shape of the array of "
+                           f"sliding blocks as {blocks}, but its components must be at "
+                           f"least one.")
+    (kh, kw) = pairs[0]
+    return (*shape[:-3], shape[-3] * kh * kw, blocks[0] * blocks[1]), pairs, blocks
+
+
+def im2col_rule(self, kernel_size, dilation, padding, stride):
+    return _im2col_geometry(self, kernel_size, dilation, padding, stride)[0], self.dtype
 
 
 def im2col_cpu(self, kernel_size, dilation, padding, stride):
-    out_shape, _ = im2col_rule(self, kernel_size, dilation, padding, stride)
-    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = _pairs("im2col", kernel_size=kernel_size,
-                                                    dilation=dilation, padding=padding,
-                                                    stride=stride)
+    out_shape, pairs, (oh, ow) = _im2col_geometry(self, kernel_size, dilation, padding,
+                                                  stride)
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = pairs
     x = self._np()
     if ph or pw:  # zeros around the images, then windows of the padded copy
         padded = np.zeros(x.shape[:-2] + (x.shape[-2] + 2 * ph, x.shape[-1] + 2 * pw),
                           x.dtype)
         padded[..., ph:ph + x.shape[-2], pw:pw + x.shape[-1]] = x
         x = padded
-    oh, ow = _blocks(self._shape[-2:], (kh, kw), (dh, dw), (ph, pw), (sh, sw))
     *outer, step_y, step_x = x.strides
     windows = as_strided(x, x.shape[:-2] + (kh, kw, oh, ow),
                          (*outer, step_y * dh, step_x * dw, step_y * sh, step_x * sw),
@@ -99,12 +101,10 @@ def im2col_cpu(self, kernel_size, dilation, padding, stride):
 def im2col_ops(self, kernel_size, dilation, padding, stride):
     """im2col in other ops: the padded input's strided slice for each kernel offset,
     stacked."""
-    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = _pairs("im2col", kernel_size=kernel_size,
-                                                    dilation=dilation, padding=padding,
-                                                    stride=stride)
-    out_shape, _ = im2col_rule(self, kernel_size, dilation, padding, stride)
+    out_shape, pairs, (oh, ow) = _im2col_geometry(self, kernel_size, dilation, padding,
+                                                  stride)
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = pairs
     x = _pad_ops(self, ph, pw)
-    oh, ow = _blocks(self._shape[-2:], (kh, kw), (dh, dw), (ph, pw), (sh, sw))
     rank = x.dim()
     slices = []
     for i in range(kh):
@@ -129,34 +129,38 @@ register(Op.IM2COL, im2col_cpu, meta_from_rule(im2col_rule))
 
 
 # col2im -----------------------------------------------------------------------------------
-def col2im_rule(self, output_size, kernel_size, dilation, padding, stride):
-    kernel, dilation, padding, stride = _pairs("col2im", kernel_size=kernel_size,
-                                               dilation=dilation, padding=padding,
-                                               stride=stride)
+def _col2im_geometry(self, output_size, kernel_size, dilation, padding, stride):
+    """(result shape, the four pairs, the windows along each dim), checked."""
+    pairs = _pairs("col2im", kernel_size=kernel_size, dilation=dilation, padding=padding,
+                   stride=stride)
     size = _pairs_of_sizes(output_size)
     shape = self._shape
     if len(shape) not in (2, 3) or any(s == 0 for s in shape[-2:]):
         raise RuntimeError(f"col2im: Expected 2D or 3D (batch mode) tensor for input with "
                            f"possibly 0 batch size and non-zero dimensions for input, but "
                            f"got: {list(shape)}")
+    kernel = pairs[0]
     per_window = kernel[0] * kernel[1]
     if shape[-2] % per_window:
         raise RuntimeError(f"col2im: Expected size of input's dimension 1 to be divisible by "
                            f"the product of kernel_size, but got input.size(1)={shape[-2]} "
                            f"and kernel_size={kernel}")
-    blocks = _blocks(size, kernel, dilation, padding, stride)
+    blocks = _blocks(size, *pairs)
     if min(blocks) < 1:
-        raise RuntimeError(f"col2im: Given output_size={size}, "
-                           f"{_describe(kernel, dilation, padding, stride)}, calculated shape "
-                           f"of the array of sliding blocks as {blocks}, which is too small "
-                           f"(non-positive)")
+        raise RuntimeError(f"col2im: Given output_size={size}, {_describe(*pairs)}, "
+                           f"calculated shape of the array of sliding blocks as {blocks}, "
+                           f"which is too small (non-positive)")
     if shape[-1] != blocks[0] * blocks[1]:
-        raise RuntimeError(f"col2im: Given output_size={size}, "
-                           f"{_describe(kernel, dilation, padding, stride)}, expected size of "
-                           f"input's dimension 2 to match the calculated number of sliding "
-                           f"blocks {blocks[0]} * {blocks[1]} = {blocks[0] * blocks[1]}, but "
-                           f"got input.size(2)={shape[-1]}.")
-    return (*shape[:-2], shape[-2] // per_window, *size), self.dtype
+        raise RuntimeError(f"col2im: Given output_size={size}, {_describe(*pairs)}, expected "
+                           f"size of input's dimension 2 to match the calculated number of "
+                           f"sliding blocks {blocks[0]} * {blocks[1]} = "
+                           f"{blocks[0] * blocks[1]}, but got input.size(2)={shape[-1]}.")
+    return (*shape[:-2], shape[-2] // per_window, *size), pairs, blocks
+
+
+def col2im_rule(self, output_size, kernel_size, dilation, padding, stride):
+    return _col2im_geometry(self, output_size, kernel_size, dilation, padding,
+                            stride)[0], self.dtype
 
 
 def _pairs_of_sizes(output_size) -> tuple[int, int]:
@@ -169,12 +173,10 @@ def _pairs_of_sizes(output_size) -> tuple[int, int]:
 
 
 def col2im_cpu(self, output_size, kernel_size, dilation, padding, stride):
-    out_shape, _ = col2im_rule(self, output_size, kernel_size, dilation, padding, stride)
-    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = _pairs("col2im", kernel_size=kernel_size,
-                                                    dilation=dilation, padding=padding,
-                                                    stride=stride)
+    out_shape, pairs, (oh, ow) = _col2im_geometry(self, output_size, kernel_size, dilation,
+                                                  padding, stride)
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = pairs
     *outer, h, w = out_shape
-    oh, ow = _blocks((h, w), (kh, kw), (dh, dw), (ph, pw), (sh, sw))
     # float16 adds up in float32, rounded once
     cols = operand(self, compute_np(self.dtype)).reshape(*outer, kh, kw, oh, ow)
     out = np.zeros((*outer, h + 2 * ph, w + 2 * pw), cols.dtype)
@@ -188,12 +190,10 @@ def col2im_cpu(self, output_size, kernel_size, dilation, padding, stride):
 def col2im_ops(self, output_size, kernel_size, dilation, padding, stride):
     """col2im in other ops: each kernel offset's columns placed in the padded images
     (slice_backward) and added, the padding then cut off."""
-    out_shape, _ = col2im_rule(self, output_size, kernel_size, dilation, padding, stride)
-    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = _pairs("col2im", kernel_size=kernel_size,
-                                                    dilation=dilation, padding=padding,
-                                                    stride=stride)
+    out_shape, pairs, (oh, ow) = _col2im_geometry(self, output_size, kernel_size, dilation,
+                                                  padding, stride)
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = pairs
     *outer, h, w = out_shape
-    oh, ow = _blocks((h, w), (kh, kw), (dh, dw), (ph, pw), (sh, sw))
     rank = len(out_shape)
     cols = self.reshape(*outer, kh * kw, oh, ow)
     total = None
