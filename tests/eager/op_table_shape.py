@@ -243,7 +243,9 @@ WINDOWS = [
     OpCase("col2im", (Op.COL2IM,), lambda lib, c, *a: aten(lib).col2im(c, *a), _col2im_ref,
            lambda make: [S(make((2, 3 * a[0][0] * a[0][1], int(np.prod(
                              _window_geometry((5, 6), *a))))), [5, 6], *a) for a in WINDOW_ARGS] +
-           [S(make((12, 9)), [4, 4], [2, 2], [1, 1], [0, 0], [1, 1])]),
+           [S(make((12, 9)), [4, 4], [2, 2], [1, 1], [0, 0], [1, 1])],
+           # kiln adds float16 windows up in float32 and rounds once; PyTorch adds in float16
+           tolerance={"float16": (1e-2, 1e-3)}),
 ]
 
 

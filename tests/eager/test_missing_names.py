@@ -18,7 +18,7 @@ from eager._missing import NotSupportedYet
     (lambda: eager.stft, "torch.stft"),
     (lambda: eager.ones(2).stft, "torch.Tensor.stft"),
     (lambda: eager.nn.Parameter(eager.ones(1)).stft, "torch.Tensor.stft"),
-    (lambda: eager.nn.Fold, "torch.nn.Fold"),
+    (lambda: eager.nn.FractionalMaxPool2d, "torch.nn.FractionalMaxPool2d"),
     (lambda: F.conv3d, "torch.nn.functional.conv3d"),
     (lambda: eager.optim.LBFGS, "torch.optim.LBFGS"),
     (lambda: eager.optim.lr_scheduler.CyclicLR, "torch.optim.lr_scheduler.CyclicLR"),
