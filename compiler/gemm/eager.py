@@ -1,12 +1,17 @@
-"""Let eager's `mm` and `bmm` run on kiln's own GEMM instead of numpy's BLAS, through the
-dispatcher's public registration API (the eager runtime itself never imports the
+"""kiln's GEMM under eager's `mm` and `bmm`.
+
+By default eager's CPU kernels (eager/kernels/linalg.py) ask `product` for float32 and
+float64 products of GEMM_MACS multiply-adds or more: kiln's GEMM runs them, numpy's BLAS
+the smaller ones (and every product while the GEMM kernel compiles in the background).
+`use_kiln_gemm()` registers, through the dispatcher's public registration API, kernels
+that run every float product on kiln's GEMM (the eager runtime itself never imports the
 compiler):
 
     import compiler.gemm.eager
     compiler.gemm.eager.use_kiln_gemm()      # eager.mm now runs kiln's GEMM on the CPU
-    compiler.gemm.eager.use_kiln_gemm(False) # back to numpy's BLAS
+    compiler.gemm.eager.use_kiln_gemm(False) # back to the default
 
-Only float32 and float64 take the new path; other dtypes keep numpy's kernel. Eager
+Only float32 and float64 take kiln's path; other dtypes keep numpy's kernel. Eager
 calls run the shape-generic kernels (`specialise=False`): their sizes are not known
 ahead, and a kernel compiled per size seen twice (50-150 ms each) would cost an eager
 program with varying sizes far more than it saves; compiled graphs with fixed sizes are
@@ -15,9 +20,41 @@ where compiler/gemm/small.py's specialised kernels serve.
 from __future__ import annotations
 
 from compiler.gemm import DTYPES
+from compiler.gemm.api import bmm, gemm
 from eager.dispatcher import ATEN, DispatchKey
 from eager.tensor import from_array
 from ir.ops import Op
+from runtime.jit import KernelPending, deferring_call
+
+GEMM_MACS = 1 << 19
+"""From this many multiply-adds (a batch's together), with 16 rows and 16 columns or
+more, eager's float mm and bmm run on kiln's GEMM; numpy's BLAS runs smaller products,
+where calling it costs less. Measured on one thread (znver5), numpy's time / kiln's:
+64x64x64 (262K) 0.74, 96^3 (885K) 1.33, 128^3 1.67, 512x32x512 1.96, 8 x (64x32 @ 32x64)
+1.31, 128x784x10 (10 columns) 0.93, 8x1024x8 0.31."""
+EDGE = 16
+
+
+def takes(m: int, k: int, n: int, batch: int = 1) -> bool:
+    """Whether an (m x k) @ (k x n) product, `batch` of them, goes to kiln's GEMM."""
+    return m >= EDGE and n >= EDGE and batch * m * k * n >= GEMM_MACS
+
+
+def product(a, b, batched: bool):
+    """a @ b (numpy arrays of one float dtype; batched: bmm's 3-D operands) on kiln's
+    GEMM, or None while its kernel compiles in the background (numpy runs it then)."""
+    try:
+        return deferring_call(_bmm if batched else _gemm, (a, b))
+    except KernelPending:
+        return None
+
+
+def _gemm(operands):
+    return gemm(*operands, specialise=False)
+
+
+def _bmm(operands):
+    return bmm(*operands, specialise=False)
 
 _numpy_kernels: dict = {}
 
@@ -26,11 +63,10 @@ def _kiln_kernel(op: Op, numpy_kernel):
     def kernel(self, mat2):
         if self.dtype.name not in DTYPES or mat2.dtype is not self.dtype:
             return numpy_kernel(self, mat2)
-        from compiler.gemm.api import bmm, gemm
         from eager.kernels.linalg import bmm_rule, mm_rule
         (mm_rule if op is Op.MM else bmm_rule)(self, mat2)
-        product = gemm if op is Op.MM else bmm
-        return from_array(product(self._np(), mat2._np(), specialise=False))
+        run = _gemm if op is Op.MM else _bmm
+        return from_array(run((self._np(), mat2._np())))
     kernel.__name__ = f"{op.schema.name}_kiln_gemm"
     return kernel
 

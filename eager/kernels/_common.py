@@ -4,6 +4,7 @@ broadcasting and dim normalisation, is in eager/shapes.py)."""
 from __future__ import annotations
 
 import functools
+import os
 import sys
 
 import numpy as np
@@ -48,6 +49,18 @@ _TYPE_WORDS = {"float32": "Float", "float64": "Double", "float16": "Half", "int6
 def type_word(dt: DType) -> str:
     """PyTorch's name for a dtype in error messages: Float, Long, Bool, ..."""
     return _TYPE_WORDS[dt.name]
+
+
+def load_native(import_module):
+    """`import_module()`: it imports one of the compiler's modules of eager kernels
+    (generated row, pointwise and GEMM kernels) at their first use; False where numpy
+    must serve: KILN_EAGER_NATIVE=0, or no llvmlite."""
+    if os.environ.get("KILN_EAGER_NATIVE", "1") == "0":
+        return False
+    try:
+        return import_module()
+    except ImportError:  # no llvmlite: numpy serves
+        return False
 
 
 def can_cast(from_: DType, to: DType) -> bool:

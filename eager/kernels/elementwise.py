@@ -6,15 +6,14 @@ compute as their out-of-place twin and write `self`. The records themselves are 
 unary.py and binary.py."""
 from __future__ import annotations
 
-import os
 from math import prod
 
 import numpy as np
 
 from eager.dispatcher import ATEN, DispatchKey
-from eager.kernels._common import (can_cast, compute_np, float_of, meta_from_rule, operand,
-                                   promote, quiet_off, quiet_on, register, result,
-                                   scalar_value, type_word)
+from eager.kernels._common import (can_cast, compute_np, float_of, load_native,
+                                   meta_from_rule, operand, promote, quiet_off, quiet_on,
+                                   register, result, scalar_value, type_word)
 from eager.records import OpRecord
 from eager.shapes import broadcast_shapes
 from eager.tensor import Tensor, from_array
@@ -154,18 +153,16 @@ _NATIVE_DTYPES = frozenset({dtypes.float32, dtypes.float64})
 _native_pointwise = None  # that module once loaded, False where it cannot be
 
 
+def _import_pointwise():
+    from compiler.backends.native import eager_pointwise
+    return eager_pointwise
+
+
 def _native(record: OpRecord, tensors, attrs: dict, shape, dt, threads_only: bool):
     """The op from a generated kernel, or None: numpy runs it."""
     global _native_pointwise
     if _native_pointwise is None:
-        _native_pointwise = False
-        if os.environ.get("KILN_EAGER_NATIVE", "1") == "0":
-            return None
-        try:
-            from compiler.backends.native import eager_pointwise
-        except ImportError:  # no llvmlite: numpy serves
-            return None
-        _native_pointwise = eager_pointwise
+        _native_pointwise = load_native(_import_pointwise)
     if _native_pointwise is False or (threads_only and not _native_pointwise.threaded()):
         return None
     scaled = record.pointwise.scaled

@@ -1,10 +1,11 @@
-"""Matrix products on numpy's BLAS: dot, mv, mm, bmm, addmm. Errors use PyTorch's text."""
+"""Matrix products: dot, mv, mm, bmm, addmm on numpy's BLAS, and mm and bmm of floats
+large enough on kiln's GEMM (compiler/gemm/eager.py). Errors use PyTorch's text."""
 from __future__ import annotations
 
 import numpy as np
 
-from eager.kernels._common import (compute_np, meta_from_rule, operand, register, result,
-                                   scalar_value, type_word)
+from eager.kernels._common import (compute_np, load_native, meta_from_rule, operand,
+                                   register, result, scalar_value, type_word)
 from eager.kernels.gradients import sum_to
 from eager.kernels.shape import expand
 from eager.records import declare
@@ -88,28 +89,70 @@ def addmm_rule(self, mat1, mat2, *, beta=1, alpha=1):
     return shape, dt
 
 
-def _matmul_kernel(rule, product=np.matmul):
+def _matmul_kernel(rule, product=np.matmul, batched=None):
+    """`batched`: False for mm, True for bmm: products of GEMM_MACS or more run on kiln's
+    GEMM (compiler/gemm/eager.py), where it is loaded."""
     def kernel(self, other):
         _, dt = rule(self, other)
         if dt is dtypes.float16:  # computed in float32, rounded once
             return result(product(operand(self, np.float32), operand(other, np.float32)), dt)
+        if batched is not None and dt in _GEMM_DTYPES:
+            r = _product(self, other, dt, batched)
+            if r is not None:
+                return from_array(r)
         r = product(self._np(), other._np())  # the rule made both operands of type dt
         return from_array(r if type(r) is np.ndarray else np.asarray(r))
     kernel.__name__ = rule.__name__.replace("_rule", "_cpu")
     return kernel
 
 
-for _op, _rule in ((Op.DOT, dot_rule), (Op.MV, mv_rule), (Op.BMM, bmm_rule)):
+def _product(a, b, dt, batched: bool):
+    """a @ b (float tensors of type dt) on kiln's GEMM where it takes the product, else
+    None (numpy's BLAS runs it)."""
+    if _gemm is False or not (_gemm or native_gemm()) or not _gemm.takes(*_sizes(a, b)):
+        return None
+    return _gemm.product(a._np(), b._np(), batched)
+
+
+def _sizes(a, b) -> tuple:
+    """(m, k, n, batch) of a product of matrices or of batches of them."""
+    *batch, m, k = a._shape
+    return m, k, b._shape[-1], batch[0] if batch else 1
+
+
+_GEMM_DTYPES = frozenset({dtypes.float32, dtypes.float64})
+_gemm = None  # compiler/gemm/eager.py once loaded, False where it cannot be
+
+
+def native_gemm():
+    """compiler/gemm/eager.py, loaded at the first product large enough for it; None
+    where numpy must serve (KILN_EAGER_NATIVE=0, no llvmlite)."""
+    global _gemm
+    if _gemm is None:
+        _gemm = load_native(_import_gemm)
+    return _gemm or None
+
+
+def _import_gemm():
+    from compiler.gemm import eager
+    return eager
+
+
+for _op, _rule in ((Op.DOT, dot_rule), (Op.MV, mv_rule)):
     register(_op, _matmul_kernel(_rule), meta_from_rule(_rule))
+register(Op.BMM, _matmul_kernel(bmm_rule, batched=True), meta_from_rule(bmm_rule))
 # ndarray.dot: the same BLAS call as np.matmul for two matrices (the same bits, checked
 # over layouts), without the ufunc machinery: 2x3 @ 3x2 in 0.27 us instead of 0.71
-register(Op.MM, _matmul_kernel(mm_rule, np.ndarray.dot), meta_from_rule(mm_rule))
+register(Op.MM, _matmul_kernel(mm_rule, np.ndarray.dot, batched=False),
+         meta_from_rule(mm_rule))
 
 
 def addmm_cpu(self, mat1, mat2, *, beta=1, alpha=1):
     _, dt = addmm_rule(self, mat1, mat2, beta=beta, alpha=alpha)
     ct = compute_np(dt)
-    prod = np.matmul(operand(mat1, ct), operand(mat2, ct))
+    prod = _product(mat1, mat2, dt, batched=False) if dt in _GEMM_DTYPES else None
+    if prod is None:
+        prod = np.matmul(operand(mat1, ct), operand(mat2, ct))
     alpha, beta = scalar_value(alpha), scalar_value(beta)
     if alpha != 1:
         prod *= alpha

@@ -3,13 +3,12 @@ and the row normalisations softmax / log_softmax, computed stably in numpy."""
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 
 from eager.factories import arange
-from eager.kernels._common import (compute_np, meta_from_rule, operand, register, result,
-                                   scalar_value, type_word)
+from eager.kernels._common import (compute_np, load_native, meta_from_rule, operand, register,
+                                   result, scalar_value, type_word)
 from eager.kernels.gradients import expand_reduced, numel_over
 from eager.records import declare
 from eager.shapes import reduce_dims, reduced_shape, wrap_dim
@@ -34,14 +33,13 @@ def native_rows():
     numpy must serve (KILN_EAGER_NATIVE=0, no llvmlite)."""
     global _native_rows
     if _native_rows is None:
-        _native_rows = False
-        if os.environ.get("KILN_EAGER_NATIVE", "1") != "0":
-            try:
-                from compiler.backends.native import eager_rows
-            except ImportError:  # no llvmlite: numpy serves
-                return None
-            _native_rows = eager_rows
+        _native_rows = load_native(_import_rows)
     return _native_rows or None
+
+
+def _import_rows():
+    from compiler.backends.native import eager_rows
+    return eager_rows
 
 
 def _native(op: Op, self, dims: tuple, keepdim: bool, dtype=None, numbers: tuple = ()):
