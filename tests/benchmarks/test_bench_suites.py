@@ -1,5 +1,6 @@
 """The suites: every case runs through the harness on tiny sizes and every contender that
-is available here passes the correctness gate. No timing is asserted.
+is available here passes the correctness gate, checked and then timed once (ONCE). No
+timing is asserted.
 
 Sizes are shrunk by patching each suite's size constants; torch runs on one thread so a
 busy neighbour cannot stall its thread pool. torch.compile is left out (as in --quick)
@@ -8,7 +9,7 @@ except in the slow test, because its first call takes ~20 s.
 import dataclasses
 
 import pytest
-from bench_helpers import TINY
+from bench_helpers import ONCE
 
 from benchmarks import compile_overhead, conv, elementwise, gemm, registry, reductions, train
 from benchmarks.contenders import SLOW_TO_START, Lineup
@@ -45,14 +46,14 @@ def test_a_module_can_hold_several_suites():
 
 @pytest.mark.parametrize("name", NEW_SUITES)
 def test_every_case_passes_the_correctness_gate(name, tiny_sizes):
-    result = run_suite(registry.SUITES[name], Lineup(threads=1, quick=True), TINY)
+    result = run_suite(registry.SUITES[name], Lineup(threads=1, quick=True), ONCE)
     assert result.status == "ran" and result.cases
     for case in result.cases:
         for outcome in case.outcomes:
             assert outcome.status in ("ok", "skipped"), (case.case.name, outcome)
             if outcome.status == "ok":
-                assert len(outcome.times) == (TINY.self_timed_rounds if case.case.self_timed
-                                              else TINY.rounds)
+                assert len(outcome.times) == (ONCE.self_timed_rounds if case.case.self_timed
+                                              else ONCE.rounds)
     ran = {o.contender for c in result.cases for o in c.outcomes if o.status == "ok"}
     assert "kiln eager" in ran or "kiln compiled" in ran
     if name == "gemm":
@@ -96,7 +97,7 @@ def test_torch_compile_passes_the_gate(tiny_sizes):
     for case in cases:  # the other contenders' gates are test_every_case_passes_...'s
         alone = dataclasses.replace(case, impls=[impl for impl in case.impls
                                                  if impl.contender == "torch.compile"])
-        for outcome in run_case(alone, lineup, TINY).outcomes:
+        for outcome in run_case(alone, lineup, ONCE).outcomes:
             assert outcome.status == "ok", outcome
 
 
