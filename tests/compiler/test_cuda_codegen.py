@@ -66,10 +66,11 @@ def _flat(a: np.ndarray) -> np.ndarray:
     return np.lib.stride_tricks.as_strided(a, (extent,), (a.itemsize,))
 
 
-def _emulate(fn, *tensors, threads=None, blocks=None):
+def _emulate(fn, *tensors, threads=None, blocks=None, lowered=None):
     """fn's one fused node as a CUDA kernel for these tensors' layouts, run on the
-    emulator: (its outputs, the status word or None, the launch)."""
-    (graph,) = compiler.lower(fn, *tensors, target="cuda").optimized
+    emulator: (its outputs, the status word or None, the launch). `lowered`: fn already
+    lowered for these tensors, not lowered again."""
+    (graph,) = (lowered or compiler.lower(fn, *tensors, target="cuda")).optimized
     fused = [n for n in graph.nodes if n.op is Op.FUSED]
     assert len(fused) == 1, graph
     node, env = fused[0], dict(zip(graph.inputs, tensors))
@@ -132,14 +133,30 @@ def test_the_op_table_covers_every_pointwise_op_kernels_emit():
     assert V.NATIVE_OPS - V.COPIES <= covered
 
 
+@pytest.fixture(scope="module")
+def lowered_samples():
+    """_small_samples(case, dtype) that eager runs, as (tensors, fn, eager's result, fn
+    lowered for the tensors): lowered once for both tests of each op below (a lowering
+    runs LLVM and ptxas; lowering three times took half of these tests' time)."""
+    made = {}
+
+    def samples(case, dtype):
+        if (case.name, dtype) not in made:
+            found = []
+            for tensors, fn in _small_samples(case, dtype):
+                try:
+                    want = fn(*tensors)
+                except (RuntimeError, TypeError, ValueError):
+                    continue  # eager refuses it (negating bools): so does capture
+                found.append((tensors, fn, want, _lowered(fn, *tensors)))
+            made[case.name, dtype] = found
+        return made[case.name, dtype]
+    return samples
+
+
 @pytest.mark.parametrize("case, dtype", _pointwise_cases())
-def test_every_pointwise_op_makes_a_kernel_that_ptxas_assembles(case, dtype):
-    for tensors, fn in _small_samples(case, dtype):
-        try:
-            fn(*tensors)
-        except (RuntimeError, TypeError, ValueError):
-            continue  # eager refuses it (negating bools): so does capture
-        lowered = _lowered(fn, *tensors)
+def test_every_pointwise_op_makes_a_kernel_that_ptxas_assembles(case, dtype, lowered_samples):
+    for _, _, _, lowered in lowered_samples(case, dtype):
         outside = [n for g in lowered.optimized for n in g.nodes
                    if n.op not in (Op.FUSED, Op.SCALAR) and not n.op.schema.is_view]
         assert all(not native.emits(n) for n in outside), outside  # (pow of integers)
@@ -150,15 +167,11 @@ def test_every_pointwise_op_makes_a_kernel_that_ptxas_assembles(case, dtype):
 
 @needs_emulator
 @pytest.mark.parametrize("case, dtype", _pointwise_cases())
-def test_every_pointwise_op_emulated_matches_eager(case, dtype):
-    for tensors, fn in _small_samples(case, dtype):
-        try:
-            want = fn(*tensors)
-        except (RuntimeError, TypeError, ValueError):
-            continue
-        if not _lowered(fn, *tensors).cuda_kernels:
+def test_every_pointwise_op_emulated_matches_eager(case, dtype, lowered_samples):
+    for tensors, fn, want, lowered in lowered_samples(case, dtype):
+        if not lowered.cuda_kernels:
             continue  # no kernel holds it (pow of integers, checked above)
-        (got,), _, _ = _emulate(fn, *tensors, threads=32)
+        (got,), _, _ = _emulate(fn, *tensors, threads=32, lowered=lowered)
         _same(got, want.numpy(), dtype)
 
 
