@@ -1,8 +1,9 @@
 """kiln's GEMM under eager's `mm` and `bmm`.
 
 By default eager's CPU kernels (eager/kernels/linalg.py) ask `product` for float32 and
-float64 products of GEMM_MACS multiply-adds or more: kiln's GEMM runs them, numpy's BLAS
-the smaller ones (and every product while the GEMM kernel compiles in the background).
+float64 products of linalg.GEMM_MACS multiply-adds or more: kiln's GEMM runs them,
+numpy's BLAS the smaller ones (and every product while the GEMM kernel compiles in the
+background).
 `use_kiln_gemm()` registers, through the dispatcher's public registration API, kernels
 that run every float product on kiln's GEMM (the eager runtime itself never imports the
 compiler):
@@ -26,19 +27,6 @@ from eager.tensor import from_array
 from ir.ops import Op
 from runtime.jit import KernelPending, deferring_call
 
-GEMM_MACS = 1 << 19
-"""From this many multiply-adds (a batch's together), with 16 rows and 16 columns or
-more, eager's float mm and bmm run on kiln's GEMM; numpy's BLAS runs smaller products,
-where calling it costs less. Measured on one thread (znver5), numpy's time / kiln's:
-64x64x64 (262K) 0.74, 96^3 (885K) 1.33, 128^3 1.67, 512x32x512 1.96, 8 x (64x32 @ 32x64)
-1.31, 128x784x10 (10 columns) 0.93, 8x1024x8 0.31."""
-EDGE = 16
-
-
-def takes(m: int, k: int, n: int, batch: int = 1) -> bool:
-    """Whether an (m x k) @ (k x n) product, `batch` of them, goes to kiln's GEMM."""
-    return m >= EDGE and n >= EDGE and batch * m * k * n >= GEMM_MACS
-
 
 def product(a, b, batched: bool):
     """a @ b (numpy arrays of one float dtype; batched: bmm's 3-D operands) on kiln's
@@ -55,6 +43,7 @@ def _gemm(operands):
 
 def _bmm(operands):
     return bmm(*operands, specialise=False)
+
 
 _numpy_kernels: dict = {}
 

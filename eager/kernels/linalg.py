@@ -96,8 +96,9 @@ def _matmul_kernel(rule, product=np.matmul, batched=None):
         _, dt = rule(self, other)
         if dt is dtypes.float16:  # computed in float32, rounded once
             return result(product(operand(self, np.float32), operand(other, np.float32)), dt)
-        if batched is not None and dt in _GEMM_DTYPES:
-            r = _product(self, other, dt, batched)
+        if batched is not None and self._shape[-2] >= GEMM_EDGE and \
+                other._shape[-1] >= GEMM_EDGE and dt in _GEMM_DTYPES:  # (tiny ones: fast)
+            r = _product(self, other, batched)
             if r is not None:
                 return from_array(r)
         r = product(self._np(), other._np())  # the rule made both operands of type dt
@@ -106,18 +107,24 @@ def _matmul_kernel(rule, product=np.matmul, batched=None):
     return kernel
 
 
-def _product(a, b, dt, batched: bool):
-    """a @ b (float tensors of type dt) on kiln's GEMM where it takes the product, else
+GEMM_MACS = 1 << 19
+GEMM_EDGE = 16
+"""From GEMM_MACS multiply-adds (a batch's together), with GEMM_EDGE rows and columns or
+more, float mm, bmm and addmm run on kiln's GEMM (compiler/gemm/eager.py, loaded at the
+first such product); numpy's BLAS runs smaller products, where calling it costs less.
+Measured on one thread (znver5), numpy's time / kiln's: 64x64x64 (262K) 0.74, 96^3
+(885K) 1.33, 128^3 1.67, 512x32x512 1.96, 8 x (64x32 @ 32x64) 1.31, 128x784x10 (10
+columns) 0.93, 8x1024x8 0.31."""
+
+
+def _product(a, b, batched: bool):
+    """a @ b (float tensors of one dtype) on kiln's GEMM where it takes the product, else
     None (numpy's BLAS runs it)."""
-    if _gemm is False or not (_gemm or native_gemm()) or not _gemm.takes(*_sizes(a, b)):
+    *batch, m, k = a._shape
+    if m * k * b._shape[-1] * (batch[0] if batch else 1) < GEMM_MACS or _gemm is False or \
+            not (_gemm or native_gemm()):
         return None
     return _gemm.product(a._np(), b._np(), batched)
-
-
-def _sizes(a, b) -> tuple:
-    """(m, k, n, batch) of a product of matrices or of batches of them."""
-    *batch, m, k = a._shape
-    return m, k, b._shape[-1], batch[0] if batch else 1
 
 
 _GEMM_DTYPES = frozenset({dtypes.float32, dtypes.float64})
@@ -150,7 +157,8 @@ register(Op.MM, _matmul_kernel(mm_rule, np.ndarray.dot, batched=False),
 def addmm_cpu(self, mat1, mat2, *, beta=1, alpha=1):
     _, dt = addmm_rule(self, mat1, mat2, beta=beta, alpha=alpha)
     ct = compute_np(dt)
-    prod = _product(mat1, mat2, dt, batched=False) if dt in _GEMM_DTYPES else None
+    prod = _product(mat1, mat2, batched=False) if dt in _GEMM_DTYPES and \
+        mat1._shape[0] >= GEMM_EDGE and mat2._shape[1] >= GEMM_EDGE else None
     if prod is None:
         prod = np.matmul(operand(mat1, ct), operand(mat2, ct))
     alpha, beta = scalar_value(alpha), scalar_value(beta)

@@ -146,3 +146,15 @@ def test_kiln_eager_native_0_keeps_numpy_for_every_product(tmp_path):
             "else 1)\n")
     env = {**os.environ, "KILN_EAGER_NATIVE": "0"}
     assert subprocess.run([sys.executable, "-c", code], env=env).returncode == 0
+
+
+def test_small_products_do_not_load_the_compiler():
+    import subprocess
+    import sys
+    code = ("import eager, sys\n"
+            "a = eager.randn(2, 3, requires_grad=True)\n"
+            "(a @ eager.randn(3, 2)).sum().backward()\n"
+            "eager.bmm(eager.randn(4, 8, 64), eager.randn(4, 64, 8))\n"
+            "sys.exit(0 if 'compiler' not in sys.modules and 'llvmlite' not in sys.modules "
+            "else 1)\n")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
