@@ -46,6 +46,9 @@ def matmul(self, other):
 
 
 def _batched_matmul(a, b):
+    if len(a._shape) == 3 and len(b._shape) == 3 and a._shape[0] == b._shape[0] and \
+            a._shape[2] == b._shape[1]:
+        return ops.bmm(a, b)  # the common case: one batch dim, the same on both sides
     a_vec, b_vec = a.dim() == 1, b.dim() == 1
     if a_vec:
         a = ops.unsqueeze(a, 0)
