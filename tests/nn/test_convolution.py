@@ -119,21 +119,36 @@ def test_max_pool_indices_equal_torchs():
         assert ours[1].tolist() == theirs[1].tolist()
 
 
-def test_max_pool_without_grad_gives_the_values_of_the_pool_with_grad():
+@pytest.mark.parametrize("args, kwargs", [
+    ((3, 2, 1), {}),                                      # sliced: 9 offsets
+    ((2,), {}),
+    ((1, 2), {}),                                         # one offset: a copy of a slice
+    (((2, 3), 2, (1, 0), (1, 2)), {"ceil_mode": True}),
+    ((4, 3, 2), {}),                                      # 16 offsets: im2col and amax
+])
+def test_max_pool_without_grad_gives_the_values_of_the_pool_with_grad(args, kwargs):
     x = X.copy()
-    x[0, 0, 1, 1] = np.nan  # NaN wins its window, as in PyTorch
+    x[0, 0, 0, 0] = x[0, 0, 1, 1] = np.nan  # NaN wins its window, as in PyTorch
     x[1, 2, :4, :4] = 0.0   # ties
-    with_grad = F.max_pool2d(eager.tensor(x, requires_grad=True), 3, 2, 1)
-    without = F.max_pool2d(eager.tensor(x), 3, 2, 1)
+    with_grad = F.max_pool2d(eager.tensor(x, requires_grad=True), *args, **kwargs)
+    without = F.max_pool2d(eager.tensor(x), *args, **kwargs)
     with eager.no_grad():
-        in_no_grad = F.max_pool2d(eager.tensor(x, requires_grad=True), 3, 2, 1)
+        in_no_grad = F.max_pool2d(eager.tensor(x, requires_grad=True), *args, **kwargs)
     for got in (without, in_no_grad):
         np.testing.assert_array_equal(got.numpy(), with_grad.detach().numpy())
         assert got.grad_fn is None
-    assert np.isnan(without.numpy()[0, 0, 0, 0]) and np.isnan(without.numpy()[0, 0, 1, 1])
+    assert np.isnan(without.numpy()).any()
     torch = _torch()
     np.testing.assert_array_equal(
-        without.numpy(), torch.nn.functional.max_pool2d(torch.tensor(x), 3, 2, 1).numpy())
+        without.numpy(),
+        torch.nn.functional.max_pool2d(torch.tensor(x), *args, **kwargs).numpy())
+
+
+def test_a_pool_of_one_offset_is_not_a_view_of_its_input():
+    x = eager.tensor(X)
+    pooled = F.max_pool2d(x, 1, 2)
+    pooled.zero_()
+    np.testing.assert_array_equal(x.numpy(), X)
 
 
 def test_conv_modules_have_torchs_parameters_and_give_its_results_with_its_weights():
