@@ -1,7 +1,7 @@
 """Convolutions: a 3x3 conv2d with bias and ReLU (32x64x32x32 -> 64 channels, float32;
 8x16x16x16 -> 32 with --quick), a strided 7x7 stem conv, and a 2x2 max pool. kiln
-computes a convolution as strided slices (im2col) and one batched GEMM
-(eager/nn/_convolution.py); numpy's contender is the same im2col with
+computes a convolution as one im2col (the windows as columns, eager/kernels/windows.py)
+and one batched GEMM (eager/nn/_convolution.py); numpy's contender is the same im2col with
 sliding_window_view and one einsum-free matmul. Throughput is GFLOP/s of the
 convolution's multiply-adds (2 per weight per output element); the pool's is GB/s.
 """
