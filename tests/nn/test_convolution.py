@@ -6,6 +6,7 @@ import pytest
 import eager
 import eager.nn as nn
 import eager.nn.functional as F
+from eager.tensor import ops
 
 RNG = np.random.default_rng(0)
 X = RNG.standard_normal((2, 4, 9, 8))
@@ -195,6 +196,12 @@ def test_fold_and_unfold_modules_are_the_functions():
      "stride should be greater than zero, but got dH: 0 dW: 0"),
     (lambda: F.unfold(eager.ones(1, 2, 3, 3), 2, padding=-1), RuntimeError,
      "padding should be non-negative"),
+    (lambda: F.unfold(eager.ones(1, 2, 3, 3), (0, 2)), RuntimeError,
+     "kernel size should be greater than zero, but got kernel_height: 0 kernel_width: 2"),
+    (lambda: F.fold(eager.ones(1, 8, 4), 3, 2, dilation=0), RuntimeError,
+     "dilation should be greater than zero"),
+    (lambda: ops.im2col(eager.ones(1, 2, 3, 3), [2, 2, 2], [1, 1], [0, 0], [1, 1]),
+     TypeError, r"im2col\(\): argument 'kernel_size' must be tuple of ints of length 2"),
     (lambda: F.unfold(eager.ones(1, 0, 3, 3), 2), RuntimeError,
      r"Expected 3D or 4D \(batch mode\) tensor with possibly 0 batch size"),
     (lambda: F.unfold(eager.ones(3, 3), 2), NotImplementedError,
