@@ -105,13 +105,22 @@ def im2col_ops(self, kernel_size, dilation, padding, stride):
                                                   stride)
     (kh, kw), (dh, dw), (ph, pw), (sh, sw) = pairs
     x = _pad_ops(self, ph, pw)
+    slices = offset_slices(x, (kh, kw), (dh, dw), (sh, sw), (oh, ow))
+    return ops.stack(slices, x.dim() - 2).reshape(out_shape)
+
+
+def offset_slices(x: Tensor, kernel, dilation, stride, blocks) -> list:
+    """Per kernel offset, the strided slice of images x (already padded; its last two dims)
+    that the offset reads at each of the `blocks` windows: views, im2col's columns
+    uncopied."""
+    (kh, kw), (dh, dw), (sh, sw), (oh, ow) = kernel, dilation, stride, blocks
     rank = x.dim()
     slices = []
     for i in range(kh):
         rows = ops.slice(x, rank - 2, i * dh, i * dh + (oh - 1) * sh + 1, sh)
         for j in range(kw):
             slices.append(ops.slice(rows, rank - 1, j * dw, j * dw + (ow - 1) * sw + 1, sw))
-    return ops.stack(slices, rank - 2).reshape(out_shape)
+    return slices
 
 
 def _pad_ops(x: Tensor, ph: int, pw: int) -> Tensor:

@@ -11,6 +11,7 @@ import math
 
 from eager import factories
 from eager.autograd.grad_mode import is_grad_enabled
+from eager.kernels.windows import offset_slices
 from eager.nn._normalization import pad
 from eager.tensor import Tensor, ops
 
@@ -240,20 +241,6 @@ def _pool_windows(fn: str, input: Tensor, kernel_size, stride, padding, dilation
     return x, unbatched, (kernel, stride, padding, dilation, out)
 
 
-def _offset_slices(x: Tensor, kernel, stride, dilation, out) -> list:
-    """Per kernel offset, the strided slice of x (padded) it reads at every output
-    position: views, no copy (im2col's columns, uncopied)."""
-    slices = []
-    for i in range(kernel[0]):
-        rows = ops.slice(x, 2, i * dilation[0], i * dilation[0] + (out[0] - 1) * stride[0] + 1,
-                         stride[0])
-        for j in range(kernel[1]):
-            start = j * dilation[1]
-            slices.append(ops.slice(rows, 3, start, start + (out[1] - 1) * stride[1] + 1,
-                                    stride[1]))
-    return slices
-
-
 SLICED_MAX = 9
 """A max pool whose indices no one needs, of this many kernel elements or fewer, takes
 the maximum of its offsets' slices pairwise (2x2 of 8x16x16x16: ~30 us against ~100 for
@@ -267,7 +254,7 @@ def max_pool2d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1,
     if not return_indices and not (input.requires_grad and is_grad_enabled()):
         # max's values (NaN wins, as there); its indices serve only backward
         if kernel[0] * kernel[1] <= SLICED_MAX:
-            slices = _offset_slices(x, kernel, stride, dilation, out)
+            slices = offset_slices(x, kernel, dilation, stride, out)
             values = slices[0] if len(slices) == 1 else ops.maximum(slices[0], slices[1])
             for piece in slices[2:]:
                 values = ops.maximum(values, piece)
