@@ -16,7 +16,7 @@ import sys
 import warnings
 
 from eager import dispatcher, factories
-from eager.kernels._common import can_cast, type_word
+from eager.kernels._common import check_castable
 from eager.tensor import Tensor, ops
 
 
@@ -67,9 +67,7 @@ def _write(name: str, target: Tensor, value: Tensor) -> None:
     if target.device != value.device:
         raise RuntimeError(f"{name}(): Expected out tensor to have device {value.device}, "
                            f"but got {target.device} instead")
-    if not can_cast(value.dtype, target.dtype):
-        raise RuntimeError(f"{name}(): result type {type_word(value.dtype)} can't be cast to "
-                           f"the desired output type {type_word(target.dtype)}")
+    check_castable(value.dtype, target.dtype, name)
     if target._shape != value._shape:
         if target.numel():
             warnings.warn(f"An output with one or more elements was resized since it had "

@@ -69,6 +69,14 @@ def can_cast(from_: DType, to: DType) -> bool:
     return from_.category <= to.category
 
 
+def check_castable(result: DType, target: DType, op: str = "") -> None:
+    """PyTorch's error where a result of type `result` may not be written into a tensor of
+    type `target` (can_cast); `op` names the op first where given."""
+    if not can_cast(result, target):
+        raise RuntimeError(f"{op + '(): ' if op else ''}result type {type_word(result)} can't "
+                           f"be cast to the desired output type {type_word(target)}")
+
+
 def float_of(dt: DType) -> DType:
     """The type a float-valued op (exp, div, mean) computes in for inputs of type `dt`."""
     return dt if dt.is_floating_point else dtypes.get_default_dtype()

@@ -11,7 +11,7 @@ from math import prod
 import numpy as np
 
 from eager.dispatcher import ATEN, DispatchKey
-from eager.kernels._common import (can_cast, compute_np, float_of, load_native,
+from eager.kernels._common import (check_castable, compute_np, float_of, load_native,
                                    meta_from_rule, operand, promote, quiet_off, quiet_on,
                                    register, result, scalar_value, type_word)
 from eager.records import OpRecord
@@ -271,9 +271,7 @@ def _check_inplace(self: Tensor, out: Tensor) -> None:
     if out._shape != self._shape:
         raise RuntimeError(f"output with shape {list(self._shape)} doesn't match the broadcast "
                            f"shape {list(out._shape)}")
-    if not can_cast(out.dtype, self.dtype):
-        raise RuntimeError(f"result type {type_word(out.dtype)} can't be cast to the desired "
-                           f"output type {type_word(self.dtype)}")
+    check_castable(out.dtype, self.dtype)
 
 
 def _inplace_meta(out_of_place_meta):
