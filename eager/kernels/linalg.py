@@ -121,10 +121,10 @@ def _product(a, b, batched: bool):
     """a @ b (float tensors of one dtype) on kiln's GEMM where it takes the product, else
     None (numpy's BLAS runs it)."""
     *batch, m, k = a._shape
-    if m * k * b._shape[-1] * (batch[0] if batch else 1) < GEMM_MACS or _gemm is False or \
-            not (_gemm or native_gemm()):
+    if m * k * b._shape[-1] * (batch[0] if batch else 1) < GEMM_MACS:
         return None
-    return _gemm.product(a._np(), b._np(), batched)
+    gemm = _gemm or native_gemm()
+    return None if gemm is None else gemm.product(a._np(), b._np(), batched)
 
 
 _GEMM_DTYPES = frozenset({dtypes.float32, dtypes.float64})
