@@ -213,7 +213,7 @@ def _window_args(kernel_size, dilation, padding, stride) -> list[list[int]]:
         ("stride", stride))]
 
 
-def _pool_windows(fn: str, input: Tensor, kernel_size, stride, padding, dilation, ceil_mode,
+def _pool_input(fn: str, input: Tensor, kernel_size, stride, padding, dilation, ceil_mode,
                   fill: float):
     """(the input padded with `fill` for a 2-D pool's windows, unbatched, (kernel, stride,
     padding, dilation, output size))."""
@@ -249,7 +249,7 @@ im2col and amax); larger windows reduce im2col's columns."""
 
 def max_pool2d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1,
                ceil_mode: bool = False, return_indices: bool = False):
-    x, unbatched, (kernel, stride, padding, dilation, out) = _pool_windows(
+    x, unbatched, (kernel, stride, padding, dilation, out) = _pool_input(
         "max_pool2d", input, kernel_size, stride, padding, dilation, ceil_mode, -math.inf)
     if not return_indices and not (input.requires_grad and is_grad_enabled()):
         # max's values (NaN wins, as there); its indices serve only backward
@@ -282,7 +282,7 @@ def max_pool2d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1,
 
 def avg_pool2d(input: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
                count_include_pad: bool = True, divisor_override: int | None = None) -> Tensor:
-    x, unbatched, (kernel, stride, padding, _, out) = _pool_windows(
+    x, unbatched, (kernel, stride, padding, _, out) = _pool_input(
         "avg_pool2d", input, kernel_size, stride, padding, 1, ceil_mode, 0.0)
     windows = _windows(x, kernel, stride, (1, 1), out)
     total = ops.sum(windows, [2], False)
