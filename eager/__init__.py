@@ -61,6 +61,7 @@ _SUBMODULES = ("nn", "optim", "utils", "cuda", "distributed", "testing", "serial
 _FROM_MODULE = {"load": "eager.serialization", "save": "eager.serialization"}
 # PyTorch's names kiln lacks: NotSupportedYet (eager/_missing.py)
 _missing_name = _missing.module_getattr("torch", "eager")
+_missing.stand_in_for_lacking_tensor_names(Tensor)  # after every module adding methods
 
 
 def __getattr__(name: str):

@@ -46,6 +46,33 @@ def module_getattr(namespace: str, module: str):
     return __getattr__
 
 
+class _Lacking:
+    """Stands, in a class, for one PyTorch attribute kiln lacks: reading it raises
+    NotSupportedYet. A class-level stand-in rather than a `__getattr__`: a class with
+    `__getattr__` has every attribute read of its instances take the slow generic path
+    (CPython does not specialise them), which cost Tensor ~20% of a tiny op. It defines
+    no `__set__`, so an attribute an instance sets for itself wins over it."""
+    __slots__ = ("namespace", "name")
+
+    def __init__(self, namespace: str, name: str):
+        self.namespace, self.name = namespace, name
+
+    def __get__(self, obj, cls=None):
+        owner = f"'{type(obj).__name__}' object" if obj is not None else \
+            f"type object '{cls.__name__}'"
+        raise missing(self.namespace, self.name, owner)
+
+
+def stand_in_for_lacking_tensor_names(cls: type) -> None:
+    """Give `cls` (Tensor) a stand-in for each public torch.Tensor name it lacks. (Only
+    Tensor's names are loaded for it: the rest of the table waits for a missing name.)"""
+    from eager._torch_tensor_names import TENSOR_NAMES
+    has = set().union(*(vars(c) for c in cls.__mro__))  # (no getattr: no exceptions)
+    for name in TENSOR_NAMES:
+        if name not in has and not name.startswith("_"):
+            setattr(cls, name, _Lacking("torch.Tensor", name))
+
+
 def lacking() -> dict[str, list[str]]:
     """Per namespace, PyTorch's names that kiln's counterpart does not have."""
     import importlib
@@ -107,18 +134,28 @@ def _torch_names() -> dict[str, list[str]]:
 def _write() -> None:
     import torch
     names = _torch_names()
+    tensor = names.pop("torch.Tensor")
     body = ",\n".join(f"    {ns!r}: frozenset({sorted(v)!r})" for ns, v in names.items())
     (ROOT / "eager" / "_torch_names.py").write_text(
         f'"""PyTorch {torch.__version__}\'s public names per namespace (written by '
-        f'`python -m eager._missing`)."""\n# flake8: noqa\nTORCH_VERSION = '
-        f'{torch.__version__!r}\nNAMES = {{\n{body},\n}}\n')
-    print(f"wrote eager/_torch_names.py ({sum(map(len, names.values()))} names)")
+        f'`python -m eager._missing`)."""\n# flake8: noqa\n'
+        f'from eager._torch_tensor_names import TENSOR_NAMES\n\nTORCH_VERSION = '
+        f'{torch.__version__!r}\nNAMES = {{\n{body},\n    "torch.Tensor": TENSOR_NAMES,\n}}\n')
+    (ROOT / "eager" / "_torch_tensor_names.py").write_text(
+        f'"""PyTorch {torch.__version__}\'s public torch.Tensor names (written by '
+        f'`python -m eager._missing`; loaded by `import eager`, the rest of the table in '
+        f'eager/_torch_names.py only at a missing name)."""\n# flake8: noqa\n'
+        f'TENSOR_NAMES = frozenset({sorted(tensor)!r})\n')
+    print(f"wrote eager/_torch_names.py and eager/_torch_tensor_names.py "
+          f"({sum(map(len, names.values())) + len(tensor)} names)")
 
 
 if __name__ == "__main__":
     if "--docs-only" not in sys.argv:
         _write()
         import importlib
-        importlib.reload(sys.modules["eager._torch_names"])
+        for written in ("eager._torch_tensor_names", "eager._torch_names"):
+            if written in sys.modules:
+                importlib.reload(sys.modules[written])
     (ROOT / "docs" / "MISSING.md").write_text(missing_markdown())
     print("wrote docs/MISSING.md")

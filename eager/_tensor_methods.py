@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import namedtuple
 
-from eager import _missing, autograd, indexing
+from eager import autograd, indexing
 from eager.arguments import dtype_arg, int_arg
 from eager.autograd.function import (register_post_accumulate_grad_hook, register_tensor_hook,
                                      retain_grad)
@@ -103,13 +103,6 @@ def _format(self, spec: str) -> str:
     if self.dim() == 0 and spec:
         return format(self.item(), spec)
     return object.__format__(self, spec)
-
-
-def _missing_attribute(self, name: str):
-    """Tensor attributes kiln lacks: NotSupportedYet for PyTorch's (eager/_missing.py)."""
-    if name.startswith("_"):
-        raise AttributeError(f"'{type(self).__name__}' object has no attribute {name!r}")
-    raise _missing.missing("torch.Tensor", name, f"'{type(self).__name__}' object")
 
 
 def _size_fn(self, dim=None):
@@ -307,7 +300,7 @@ _METHODS = {
     "new_tensor": _new_tensor,
     "to": _to, "type": _type, "cpu": _cpu, "cuda": _cuda, "float": _float, "double": _double,
     "half": _half, "long": _long, "int": _int, "bool": _bool,
-    "__format__": _format, "__getattr__": _missing_attribute, "backward": _backward,
+    "__format__": _format, "backward": _backward,
     "register_hook": register_tensor_hook, "retain_grad": retain_grad,
     "register_post_accumulate_grad_hook": register_post_accumulate_grad_hook,
     "__deepcopy__": _deepcopy,

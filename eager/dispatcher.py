@@ -472,7 +472,7 @@ def _entry_below(handle: OpHandle, below: DispatchKey):
         if kernel is None:
             learn(keys, mask)
             return general(below, args, kwargs)
-        return kernel(*args, **kwargs)
+        return kernel(*args, **kwargs) if kwargs else kernel(*args)
     call.__name__ = f"{handle.schema.name}_below_{below.name}"
     call.__qualname__ = call.__name__
     return call

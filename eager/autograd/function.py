@@ -153,18 +153,6 @@ class FormulaNode(Node):
         self._needs = needs
         self._released = False
 
-    def __getattr__(self, name):
-        # ctx.self, ctx.mat2, ctx.result ... inside formulas
-        if name.startswith("_"):
-            raise AttributeError(name)
-        if self._released:
-            raise RuntimeError(_FREED)
-        try:
-            value = self._saved[name]
-        except KeyError:
-            raise AttributeError(f"{self.name()} saved no value named {name!r}") from None
-        return value.unpack(self) if isinstance(value, SavedTensor) else value
-
     def needs_input_grad(self, i: int) -> bool:
         return self._needs[i]
 
@@ -184,17 +172,31 @@ class FormulaNode(Node):
                 return
 
 
-_node_classes: dict[tuple[str, object], type] = {}
+_node_classes: dict[tuple, type] = {}
 
 
-def node_class(name: str, formula) -> type:
-    """The FormulaNode subclass called `name` (MmBackward0, ...), one per name and formula,
-    so `add` and `add_` make nodes of the same class."""
-    key = (name, formula)
+def node_class(name: str, formula, saves: tuple = ()) -> type:
+    """The FormulaNode subclass called `name` (MmBackward0, ...), one per name, formula
+    and saved names, so `add` and `add_` make nodes of the same class. Each saved name
+    is a property (`ctx.self`, `ctx.mat2` inside the formula), not a `__getattr__`: with
+    one, every attribute the engine reads from a node would take CPython's slow generic
+    path, and each saved value read would first raise an AttributeError."""
+    key = (name, formula, saves)
     if key not in _node_classes:
-        _node_classes[key] = type(name, (FormulaNode,),
-                                  {"__slots__": (), "formula": staticmethod(formula)})
+        body = {"__slots__": (), "formula": staticmethod(formula)}
+        body.update((n, _saved_value(n)) for n in saves)
+        _node_classes[key] = type(name, (FormulaNode,), body)
     return _node_classes[key]
+
+
+def _saved_value(name: str) -> property:
+    def get(self):
+        if self._released:
+            raise RuntimeError(_FREED)
+        value = self._saved[name]
+        return value.unpack(self) if isinstance(value, SavedTensor) else value
+    get.__name__ = name
+    return property(get, doc=f"the value the node saved as {name!r} (a formula's ctx.{name})")
 
 
 def grad_accumulator(tensor) -> AccumulateGrad:

@@ -135,15 +135,16 @@ def _node_chooser(plan: _Plan):
     first matching PyTorch overload, else the rule's own. node_class makes each class at
     its first use (type() costs ~7 us: ~1 ms of `import eager` for every rule at once)."""
     d = plan.d
+    saves = tuple(d.save)
     if not d.overloads:
-        return lambda vals: node_class(d.name, d.formula)
+        return lambda vals: node_class(d.name, d.formula, saves)
 
     def choose(vals: list):
         bound = plan.bound(vals)
         for name, matches in d.overloads:
             if matches(bound):
-                return node_class(name, d.formula)
-        return node_class(d.name, d.formula)
+                return node_class(name, d.formula, saves)
+        return node_class(d.name, d.formula, saves)
     return choose
 
 
@@ -156,8 +157,12 @@ def _autograd_kernel(op: Op):
     below = handle.below(_BELOW)
 
     def kernel(*args, **kwargs):
-        out = below(*args, **kwargs)
-        vals = list(args) if not kwargs and len(args) == n_args else plan.values(args, kwargs)
+        if kwargs:
+            out = below(*args, **kwargs)
+            vals = plan.values(args, kwargs)
+        else:  # the common call: no dictionary made or unpacked
+            out = below(*args)
+            vals = list(args) if len(args) == n_args else plan.values(args, kwargs)
         if fixed:
             cls = fixed[0]
         else:
