@@ -131,9 +131,17 @@ def closure_reads(fn) -> list[tuple[str, object]]:
     return [(f"closure variable '{name}'", cell) for name, cell in zip(code.co_freevars, cells)]
 
 
+_CONTENTS = operator.attrgetter("cell_contents")
+
+
 def _cell_value(cell):
+    return _read(functools.partial(_CONTENTS, cell))
+
+
+def _read(read):
+    """A variable's value: None for an empty cell (a global missing reads None too)."""
     try:
-        return cell.cell_contents
+        return read()
     except ValueError:  # an empty cell
         return None
 
@@ -150,53 +158,41 @@ class _Reads:
     each made again only for a value other than the last call's, so a function, class or
     number read at every call is keyed once (keying one global afresh cost ~0.4 us a
     call, a tenth of a one-kernel compiled call). Tensors and modules, whose keys hold
-    their state, are keyed at every call. Where every value was stable at the last call
-    and the variables are globals of one namespace, one C call (an itemgetter) reads
-    them all and `is` against the last values says the keys are the same. The last
+    their state, are keyed at every call. Where every value was stable at the last call,
+    one loop reads them again (C calls: a namespace's `get`, a cell's `cell_contents`) and
+    `is` against the last values and their types says the keys are the same. The last
     values are kept (so `is` cannot meet a new object at a freed one's address)."""
 
     def __init__(self, globals_: list, closures: list):
         self.reads = [functools.partial(ns.get, name) for _, ns, name in globals_] + \
-            [functools.partial(_cell_value, c) for _, c in closures]
+            [functools.partial(_CONTENTS, c) for _, c in closures]  # ValueError: empty
         self.globals = len(globals_)
         self.last: list = [None] * len(self.reads)  # (value, its type, key) where stable
-        one_namespace = globals_ and not closures and \
-            all(ns is globals_[0][1] for _, ns, _ in globals_)
-        self._namespace = globals_[0][1] if one_namespace else None
-        self._gather = operator.itemgetter(*[name for _, _, name in globals_]) \
-            if one_namespace else None
-        self._seen = None  # (values, their types, keys) of the last call: all stable
+        self._seen = None  # ((read, value, its type) per variable, keys): all stable
 
     def keys(self) -> tuple:
         seen = self._seen
         if seen is not None:
             try:
-                values = self._gather(self._namespace)
-            except KeyError:  # a global deleted: None, as ns.get reads it
-                values = None
-            if values is not None:
-                if self.globals == 1:  # itemgetter of one name: the value itself
-                    if values is seen[0] and type(values) is seen[1]:
-                        return seen[2]
-                elif all(map(operator.is_, values, seen[0])) and \
-                        all(map(operator.is_, map(type, values), seen[1])):
-                    return seen[2]
+                for read, value, kind in seen[0]:
+                    now = read()
+                    if now is not value or type(now) is not kind:
+                        break
+                else:
+                    return seen[1]
+            except ValueError:  # a cell emptied: the loop below keys it as None
+                pass
         keys, stable = [], True
         for i, read in enumerate(self.reads):
-            value, last = read(), self.last[i]
+            value, last = _read(read), self.last[i]
             if last is not None and last[0] is value and last[1] is type(value):
                 keys.append(last[2])
             else:
                 keys.append(self._keyed(i, value))
                 stable = stable and self.last[i] is not None
         result = tuple(keys[:self.globals]), tuple(keys[self.globals:])
-        if self._gather is not None and stable:
-            values = [last[0] for last in self.last]
-            types = [last[1] for last in self.last]
-            self._seen = (values[0], types[0], result) if self.globals == 1 else \
-                (values, types, result)
-        else:
-            self._seen = None
+        self._seen = (tuple([(read, last[0], last[1]) for read, last in
+                             zip(self.reads, self.last)]), result) if stable else None
         return result
 
     def _keyed(self, i: int, value):
@@ -403,7 +399,9 @@ def _tensor_metas(args: tuple) -> tuple | None:
     for a in args:
         if type(a) is not Tensor:
             return None
-        metas.append(tensor_meta(a))
+        device = a.device  # tensor_meta(a), inlined: this runs at every compiled call
+        metas.append((a._shape, a.dtype, device.type if device.index is None else
+                      str(device), a._requires_grad))
     return tuple(metas)
 
 

@@ -143,6 +143,43 @@ def test_closure_values_are_guarded_on_the_direct_path():
     assert_close(cf(x), eager.tanh(x) * 6.0)
 
 
+def test_a_closure_cell_emptied_or_its_value_s_class_changed_is_guarded():
+    """The guards' fast path (the last call's values, compared by `is` and type) must
+    see a cell emptied by `del` and an object given another class."""
+    def make():
+        scale = _Scale()
+
+        def f(x):
+            return x * scale.value()
+
+        def drop():
+            nonlocal scale
+            del scale
+        return f, drop, lambda: scale
+    f, drop, scale = make()
+    cf = compiler.compile(f)
+    x = _floats(5, seed=11)
+    for _ in range(3):
+        assert_close(cf(x), x * 2.0)
+    scale().__class__ = _Tripled
+    assert_close(cf(x), x * 3.0)
+    drop()
+    with pytest.raises(NameError):
+        f(x)
+    with pytest.raises(NameError):
+        cf(x)
+
+
+class _Scale:
+    def value(self):
+        return 2.0
+
+
+class _Tripled(_Scale):
+    def value(self):
+        return 3.0
+
+
 class _Doubling:
     """A stand-in module whose tanh doubles: another object, so a new entry."""
 
