@@ -13,6 +13,7 @@ import contextlib
 import ctypes
 import math
 import threading
+import types
 
 import numpy as np
 
@@ -567,14 +568,20 @@ _NUMBER_ARRAYS: dict = {}  # (type, value) -> (dtype, read-only zero-dim array)
 dispatcher.set_number_wrapper(wrap_scalar)
 
 
-class _Ops:
-    """`ops.mm(...)`: the aten ops by schema name, each its handle's plain function
-    (OpHandle.entry: the same call, without the handle's own __call__ in between)."""
+ops = types.ModuleType("eager.ops", """`ops.mm(...)`: the aten ops by schema name, each
+its handle's plain function (OpHandle.entry: the same call, without the handle's own
+__call__ in between). A module object, each op's entry kept in its namespace at the first
+use: CPython reads a module's attributes on a specialised path, where an instance of a
+class with `__getattr__` takes the slow generic one at every read.""")
 
-    def __getattr__(self, name):
+
+def _first_use(name: str):
+    try:
         entry = dispatcher.find(name).entry
-        setattr(self, name, entry)
-        return entry
+    except KeyError:
+        raise AttributeError(f"eager.ops has no operator named {name!r}") from None
+    setattr(ops, name, entry)
+    return entry
 
 
-ops = _Ops()
+ops.__getattr__ = _first_use
