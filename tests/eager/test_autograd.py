@@ -36,6 +36,18 @@ def test_second_backward_through_a_freed_graph_raises():
         y.backward()
 
 
+def test_a_node_s_saved_values_are_its_attributes_until_backward_frees_them():
+    a, b = leaf(2, 3), leaf(3, 2)
+    node = (a @ b).grad_fn
+    assert node.self is a and node.mat2 is b  # MmBackward0 saved both operands
+    assert not hasattr(node, "other")  # a name the rule does not save
+    (a @ b).sum().backward()  # another graph: this node keeps its values
+    assert node.self is a
+    node.release()
+    with pytest.raises(RuntimeError, match="Trying to backward through the graph a second time"):
+        node.self
+
+
 def test_retain_graph_allows_a_second_backward():
     x = leaf(3)
     y = (x.exp() * x).sum()
