@@ -589,16 +589,34 @@ def test_a_nan_anywhere_in_a_row_makes_its_max_nan(fn, shape):
     _native_vs_eager(fn, eager.tensor(a))
 
 
-@pytest.mark.parametrize("columns", [1, 15, 16, 17, 63, 64, 65, 130])
+@pytest.mark.parametrize("columns", [1, 15, 16, 17, 63, 64, 65, 100, 130, 255, 256, 337])
 @pytest.mark.parametrize("fn", [lambda x: x.sum(0), lambda x: eager.softmax(x, 0),
                                 lambda x: x.amin(0) * x.mean(0), lambda x: x.argmax(0)])
 def test_column_kernels_take_groups_of_vectors_and_the_rows_left(fn, columns):
-    """Rows in the lanes go several vectors at a time, then one vector at a time, then
-    a masked one: every count of adjacent rows around those sizes, on either ISA."""
+    """Rows in the lanes go 16 (AVX-512) or 8 (AVX2) vectors at a time, then 4, then one
+    vector at a time, then a masked one (pointwise.column_groups): every count of
+    adjacent rows around those sizes, on either ISA (337 = 256 + 64 + 16 + 1 float32
+    rows with AVX-512, 5 x 64 + 16 + 1 with AVX2)."""
     a = np.random.default_rng(13).standard_normal((23, columns)).astype(np.float32)
     _native_vs_eager(fn, eager.tensor(a))
     _native_vs_eager(fn, eager.tensor(a[:, :1]).expand(23, columns))  # one column, read again
     _native_vs_eager(lambda x: fn(x + eager.tensor(a[:1])), eager.tensor(a))  # a broadcast row
+
+
+@pytest.mark.parametrize("columns", [127, 128, 129, 337])
+def test_float64_column_kernels_take_their_groups_too(columns):
+    a = np.random.default_rng(14).standard_normal((19, columns))
+    _native_vs_eager(lambda x: x.sum(0), eager.tensor(a))
+    _native_vs_eager(lambda x: x.sum(0) + x.amax(0), eager.tensor(a))
+
+
+def test_column_groups_keep_the_accumulators_in_half_the_registers():
+    from compiler.codegen.kernel_spec import REDUCE_OPS
+    from compiler.codegen.pointwise import column_groups
+    one = type("Spec", (), {"nodes": [type("N", (), {"op": next(iter(REDUCE_OPS))})()]})()
+    two = type("Spec", (), {"nodes": one.nodes * 2})()
+    assert column_groups(one, 16) == [16, 4] and column_groups(one, 8) == [8, 4]
+    assert column_groups(two, 16) == [8, 4] and column_groups(two, 8) == [4]
 
 
 def test_softmax_keeps_its_exponentials_in_its_output_between_passes():
