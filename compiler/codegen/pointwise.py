@@ -417,13 +417,24 @@ def _row_group(k: _Builder, plan: RowPasses, rows: list) -> None:
 
 def column_groups(spec: KernelSpec, host_lanes: int) -> list[int]:
     """The vectors of rows a column kernel walks together, widest first, then 4, then
-    one (and a masked rest): as many as keep each reduction's accumulators in half the
-    registers. 16 vectors of float32 are a 256-column row of 1 KiB, read whole at each
+    one (and a masked rest): as many as keep the reductions' accumulators (each group's
+    own: _accumulator_vectors) in half the registers. 16 vectors of float32 are a 256-column row of 1 KiB, read whole at each
     step as a row kernel reads it; 4 at a time (a quarter of each row, read four times
     over) ran a 512x256 sum over dim 0 at ~3/4 of the row kernel's speed."""
-    reductions = max(1, sum(n.op in REDUCE_OPS for n in spec.nodes))
-    widest = max(1, COLUMN_ACCUMULATORS.get(host_lanes, 4) // reductions)
+    vectors = max(1, sum(_accumulator_vectors(n) for n in spec.nodes if n.op in REDUCE_OPS))
+    widest = max(1, COLUMN_ACCUMULATORS.get(host_lanes, 4) // vectors)
     return sorted({widest, min(widest, 4)}, reverse=True)
+
+
+def _accumulator_vectors(node: Node) -> int:
+    """The vectors a reduction's accumulator keeps (accumulators.start): a sum its
+    partials; a float max or min its NaN flags too; argmax and argmin their int64
+    indices too (two vectors' worth of lanes). 16 groups of amax over dim 0 (maxima and
+    flags) ran ~8% slower than 4."""
+    kind = REDUCE_OPS[node.op]
+    if kind.startswith("arg"):
+        return 3
+    return 2 if kind != "sum" and node.inputs[0].type.dtype.is_floating_point else 1
 
 
 def _columns(k: _Builder, groups: list[int]) -> None:

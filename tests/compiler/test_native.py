@@ -611,12 +611,20 @@ def test_float64_column_kernels_take_their_groups_too(columns):
 
 
 def test_column_groups_keep_the_accumulators_in_half_the_registers():
-    from compiler.codegen.kernel_spec import REDUCE_OPS
+    from types import SimpleNamespace as Fake
+
     from compiler.codegen.pointwise import column_groups
-    one = type("Spec", (), {"nodes": [type("N", (), {"op": next(iter(REDUCE_OPS))})()]})()
-    two = type("Spec", (), {"nodes": one.nodes * 2})()
-    assert column_groups(one, 16) == [16, 4] and column_groups(one, 8) == [8, 4]
-    assert column_groups(two, 16) == [8, 4] and column_groups(two, 8) == [4]
+    from ir.ops import Op
+
+    def spec(*ops, dtype=eager.float32):
+        value = Fake(type=Fake(dtype=dtype))
+        return Fake(nodes=[Fake(op=op, inputs=[value]) for op in ops])
+    assert column_groups(spec(Op.SUM), 16) == [16, 4] and column_groups(spec(Op.SUM), 8) == [8, 4]
+    assert column_groups(spec(Op.SUM, Op.SUM), 16) == [8, 4]
+    assert column_groups(spec(Op.AMAX), 16) == [8, 4]  # maxima and NaN flags
+    assert column_groups(spec(Op.AMAX, dtype=eager.int64), 16) == [16, 4]  # no flags
+    assert column_groups(spec(Op.ARGMAX), 16) == [5, 4]  # values and int64 indices
+    assert column_groups(spec(Op.SUM, Op.AMAX), 8) == [2]
 
 
 def test_softmax_keeps_its_exponentials_in_its_output_between_passes():
