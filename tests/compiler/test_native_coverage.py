@@ -29,7 +29,8 @@ NOT_NATIVE = {
     Op.SCATTER_ADD: "a scatter: writes at indexed positions are not generated",
     Op.SELECT_BACKWARD: "writes one slice of zeros: no kernel writes into a slice of its output",
     Op.SLICE_BACKWARD: "writes one slice of zeros: no kernel writes into a slice of its output",
-    Op.IM2COL: "a gather of overlapping windows: its eager kernel is one strided copy",
+    Op.IM2COL: "a gather of overlapping windows: its eager kernel (a generated one for "
+               "floats) runs it",
     Op.COL2IM: "adds overlapping windows into images: no kernel writes where others wrote",
 }
 """Ops that run through the interpreter (their eager kernel) inside compiled graphs."""

@@ -74,6 +74,9 @@ ALLOWED = {
     ("eager.kernels.linalg", "compiler.gemm.eager"):
         "kiln's GEMM loads at the first float mm or bmm of GEMM_MACS or more: `import "
         "eager` must not load llvmlite",
+    ("eager.kernels.windows", "compiler.backends.native.eager_windows"):
+        "the generated im2col loads at the first float im2col of _NATIVE_ELEMENTS or "
+        "more: `import eager` must not load llvmlite",
     ("eager.cuda", "runtime.cuda"): "the CUDA driver is looked for only when asked",
     ("eager.cuda", "runtime.cuda_allocator"): "device memory is looked at only when asked",
     ("eager._missing", "eager._torch_names"): "PyTorch's names (a 40 KB table) load when a "
