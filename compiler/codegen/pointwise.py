@@ -418,9 +418,10 @@ def _row_group(k: _Builder, plan: RowPasses, rows: list) -> None:
 def column_groups(spec: KernelSpec, host_lanes: int) -> list[int]:
     """The vectors of rows a column kernel walks together, widest first, then 4, then
     one (and a masked rest): as many as keep the reductions' accumulators (each group's
-    own: _accumulator_vectors) in half the registers. 16 vectors of float32 are a 256-column row of 1 KiB, read whole at each
-    step as a row kernel reads it; 4 at a time (a quarter of each row, read four times
-    over) ran a 512x256 sum over dim 0 at ~3/4 of the row kernel's speed."""
+    own: _accumulator_vectors) in half the registers. 16 vectors of float32 are a
+    256-column row of 1 KiB, read whole at each step as a row kernel reads it; 4 at a
+    time (a quarter of each row, read four times over) ran a 512x256 sum over dim 0 at
+    ~3/4 of the row kernel's speed."""
     vectors = max(1, sum(_accumulator_vectors(n) for n in spec.nodes if n.op in REDUCE_OPS))
     widest = max(1, COLUMN_ACCUMULATORS.get(host_lanes, 4) // vectors)
     return sorted({widest, min(widest, 4)}, reverse=True)
