@@ -16,7 +16,40 @@ from dataclasses import dataclass, field
 from ir.dtypes import DType
 from ir.ops import Op
 
-Dim = int | str  # a size, or the name of a symbolic size
+
+
+class SymbolicSize(TypeError):
+    """Code that needs a size's value met a symbolic size: the graph cannot stay symbolic
+    there (compile() then compiles it for the sizes at hand)."""
+
+
+class Sym(str):
+    """The name of a symbolic size (s0, s1 ...) in a type. It is equal to itself and to
+    no number; arithmetic, ordering and use as an index raise SymbolicSize, so code that
+    needs the value cannot go on with a stale or garbled one (`str` would repeat itself
+    under `*`). Every value a symbol takes is at least 2: sizes 0 and 1 are never made
+    symbolic (compiler/dynamic.py), so `d == 1` answering False is true of every value."""
+    __slots__ = ()
+
+    def _refuse(self, *_):
+        raise SymbolicSize(f"the symbolic size {str(self)} has no value here")
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _refuse
+    __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = _refuse
+    __mod__ = __rmod__ = __pow__ = __rpow__ = __neg__ = __pos__ = __abs__ = _refuse
+    __lt__ = __le__ = __gt__ = __ge__ = _refuse
+    __index__ = __int__ = __float__ = _refuse
+    __eq__ = str.__eq__
+    __hash__ = str.__hash__
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def __reduce__(self):
+        return Sym, (str(self),)
+
+
+Dim = int | Sym  # a size, or the name of a symbolic size
 
 
 @dataclass(frozen=True)
@@ -38,7 +71,7 @@ class TensorType:
         n = 1
         for d in self.shape:
             if not isinstance(d, int):
-                raise ValueError(f"numel of a symbolic shape {self}")
+                raise SymbolicSize(f"numel of a symbolic shape {self}")
             n *= d
         return n
 

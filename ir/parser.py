@@ -5,7 +5,7 @@ import ast
 import re
 
 from ir import dtypes
-from ir.graph import Graph, Node, TensorType, Value
+from ir.graph import Graph, Node, Sym, TensorType, Value
 from ir.ops import lookup
 from ir.schema import Argument, _split_top
 
@@ -24,7 +24,7 @@ def parse_type(text: str) -> TensorType:
     if not m:
         raise ParseError(f"bad tensor type {text!r} (expected e.g. f32[2,3])")
     short, dims, device = m.groups()
-    shape = tuple(int(d) if re.fullmatch(r"-?\d+", d) else d
+    shape = tuple(int(d) if re.fullmatch(r"-?\d+", d) else Sym(d)
                   for d in (x.strip() for x in dims.split(",")) if d)
     return TensorType(shape, dtypes.from_name(short), device or "cpu")
 

@@ -150,3 +150,14 @@ def test_every_op_prints_and_parses_back(op):
     outs = b.add(op, inputs, attrs, [t] * n_out)
     g = b.build(list(outs))
     assert ir.parse(str(g)) == g
+
+
+def test_a_symbolic_size_parses_as_a_sym_that_refuses_arithmetic_and_ordering():
+    from ir.graph import Sym, SymbolicSize
+    g = ir.parse("graph(%x: f32[s0,4]):\n  %0: f32[s0,4] = neg(%x)\n  return (%0)\n")
+    s0 = g.inputs[0].type.shape[0]
+    assert type(s0) is Sym and s0 == "s0" and s0 != 4 and s0 != 1
+    for use in (lambda: s0 * 2, lambda: 2 * s0, lambda: s0 + 1, lambda: 3 > s0,
+                lambda: range(s0), lambda: g.inputs[0].type.numel()):
+        with pytest.raises(SymbolicSize, match="symbolic"):
+            use()
