@@ -13,7 +13,7 @@ from compiler.lower import Lowered, lower
 
 
 def compile(fn=None, *, backend: str = "native", fullgraph: bool = False,  # noqa: A001
-            dynamic: bool = False, check: bool = False):
+            dynamic: bool | None = None, check: bool = False):
     """Compile a function or an nn.Module (its forward); usable bare or with options."""
     options = dict(backend=backend, fullgraph=fullgraph, dynamic=dynamic, check=check)
     if fn is None:

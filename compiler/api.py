@@ -26,7 +26,9 @@ from eager.profiler import profile
 from compiler.backends import get_backend
 from eager.tensor import Tensor
 
-RECOMPILE_LIMIT = 8
+RECOMPILE_LIMIT = 8   # captures that compiled something, before running eagerly
+ENTRY_LIMIT = 64      # guard keys kept (the oldest is dropped, captured again if called)
+REGION_LIMIT = 256    # region texts kept, each with what it runs
 
 
 @dataclass
@@ -57,18 +59,22 @@ class CompileCheckError(AssertionError):
 
 class CompiledFunction:
     def __init__(self, fn, *, backend="native", fullgraph: bool = False,
-                 dynamic: bool = False, check: bool = False, module=None):
+                 dynamic: bool | None = None, check: bool = False, module=None):
         self.fn = fn
         self.module = module
         self.backend = get_backend(backend) if isinstance(backend, str) else backend
         self.fullgraph = fullgraph
+        # None: a region's sizes become symbolic once two shapes share its skeleton;
+        # True: probed at the first call; False: every shape compiled for its sizes
         self.dynamic = dynamic
         self.check_calls = 3 if check else 0
         self.guards = guards.GuardSet(fn, module)
         self.entries: dict[tuple, Entry] = {}
         self.history: list[str] = []
         self.region_cache: dict[str, object] = {}
-        self.dynamic_dims: frozenset = frozenset()  # (argument leaf, dim) sizes that vary
+        self.families: dict[tuple, dynamic.Family] = {}  # compiled graphs by skeleton
+        self.compiles = 0     # regions compiled (not found again, not an instance)
+        self.recompiles = 0   # entries whose capture compiled a region
         self.gave_up = False
         self._lock = threading.RLock()
         functools.update_wrapper(self, fn)
@@ -77,13 +83,13 @@ class CompiledFunction:
     def __call__(self, *args, **kwargs):
         if self.gave_up:
             return self.fn(*args, **kwargs)
-        key, leaves = self.guards.key_and_leaves(args, kwargs, self.dynamic_dims)
+        key, leaves = self.guards.key_and_leaves(args, kwargs)
         entry = self.entries.get(key)
         if entry is None:
             with self._lock:
                 entry = self.entries.get(key)
                 if entry is None:
-                    if len(self.entries) >= RECOMPILE_LIMIT:
+                    if self.recompiles >= RECOMPILE_LIMIT:
                         return self._give_up(key, args, kwargs)
                     return self._first_call(key, args, kwargs)
         entry.calls += 1
@@ -122,15 +128,16 @@ class CompiledFunction:
             self.history.append(f"entry {len(self.entries) + 1}: {reason}")
         entry = Entry(key=key, mode="python")
         drawn_from = factories.get_rng_state() if self.check_calls else None
+        compiled = self.compiles
         out, trace = self._run_python(entry, args, kwargs)
+        if self.dynamic and not trace.steps and self._probe(args, kwargs):
+            self._adopt_symbolic(entry, trace)  # (probing would run whole steps again)
         self._plan(entry, trace, out)
+        self.recompiles += self.compiles > compiled
         entry.calls = 1
+        if len(self.entries) >= ENTRY_LIMIT:  # the oldest is captured again if called
+            del self.entries[next(iter(self.entries))]
         self.entries[key] = entry
-        if entry.mode == "replay":
-            probed = self.dynamic and not self.dynamic_dims and not entry.steps and \
-                self._probe(entry, args, kwargs)  # probing would run its steps again
-            if not probed:  # as without dynamic=True: sizes that two calls differ in
-                self._generalize(entry, trace)
         if self.check_calls:
             self._check(entry, out, args, kwargs, drawn_from)
         return out
@@ -163,73 +170,59 @@ class CompiledFunction:
         return out, trace
 
     # dynamic sizes ------------------------------------------------------------------
-    def _generalize(self, entry: Entry, trace) -> bool:
-        """Merge `entry` with an earlier one that differs only in sizes, if their graphs
-        agree up to those sizes: the sizes become symbolic from now on."""
-        consts = _constants(entry)
-        if entry.needs_grad is not None or entry.steps:
-            return False  # compiled backward graphs are made for one set of sizes; a
-            # training step's grads and optimiser state are, too
-        for other in list(self.entries.values()):
-            if other is entry or other.mode != "replay" or other.graph is None or \
-                    other.needs_grad is not None:
-                continue
-            diff = guards.size_differences(
-                guards.GuardSet.abstract(other.key, self.dynamic_dims), entry.key)
-            if not diff:
-                continue
-            graph = dynamic.generalize(other.graph, _constants(other), entry.graph, consts)
-            if graph is None:
-                continue
-            self.dynamic_dims = self.dynamic_dims | diff
-            del self.entries[entry.key]
-            del self.entries[other.key]  # the new entry serves its sizes too
-            entry.calls += other.calls
-            entry.key = guards.GuardSet.abstract(entry.key, self.dynamic_dims)
-            entry.graph = graph
-            entry.regions = [graph]
-            entry.run = self._compile_region(graph)
-            entry.runs = [entry.run]
-            entry.program = [ReplayRegion(entry.run, graph, entry.sources, None)]
-            if entry.direct is not None:  # the same arguments, now the symbolic graph's
-                entry.direct = _direct(entry.run, [index for _, index in entry.sources])
-            self.entries[entry.key] = entry
-            dims = ", ".join(f"arg {i} dim {d}" for i, d in sorted(diff))
-            self.history.append(f"{dims} made dynamic: sizes changed, the graph did not")
-            return True
-        return False
-
-    def _probe(self, entry: Entry, args, kwargs) -> bool:
+    def _probe(self, args, kwargs) -> bool:
         """dynamic=True: capture again with dim 0 of the tensor arguments one larger (see
-        dynamic.probe_arguments); where the graph does not change, those sizes become
-        symbolic at once. Whether they did (if not, sizes become symbolic when two calls
-        differ in them)."""
+        dynamic.probe_arguments), so that the regions' sizes become symbolic at the first
+        call where the graphs allow (the probe's own results are dropped). Whether a
+        probe ran."""
         for probe in dynamic.probe_arguments(args, kwargs):
-            scratch = Entry(key=self.guards.key(*probe), mode="python")
             try:
-                out, trace = self._run_python(scratch, *probe)
+                self._run_python(Entry(key=None, mode="python"), *probe)
             except Exception as e:  # the function cannot take those sizes
                 self.history.append(f"dynamic=True: probing other sizes failed ({e})")
                 continue
-            self._plan(scratch, trace, out)
-            if scratch.mode == "replay":
-                self.entries[scratch.key] = scratch
-                if self._generalize(scratch, trace):
-                    return True
-                del self.entries[scratch.key]
-            return False
+            return True
         return False
+
+    def _adopt_symbolic(self, entry: Entry, trace) -> None:
+        """After probing: the first call's regions run the symbolic code they instantiate
+        (compiled for the probe), not the code compiled for their own sizes."""
+        for record in trace.records:
+            found = dynamic.instantiated(self.families.get(dynamic.skeleton(record.graph)),
+                                         record.graph) if record.needs_grad is None else None
+            if found is not None:
+                record.run = self.region_cache[str(record.graph)] = found[1]
+        entry.runs = [r.run for r in trace.records]
 
     def _compile_region(self, graph, needs_grad: tuple | None = None):
         """The region compiled (found again by its text); with `needs_grad` (per input,
-        whether it needs a gradient) as a compiled forward and backward pair."""
+        whether it needs a gradient) as a compiled forward and backward pair. Without it,
+        a region of sizes not seen before may run the code of a symbolic graph it
+        instantiates (compiler/dynamic.py)."""
         text = str(graph)
         key = text if needs_grad is None else (text, needs_grad)
         run = self.region_cache.get(key)
-        if run is None:
-            run = self.backend.compile(graph) if needs_grad is None else \
-                TrainingRegion(graph, needs_grad, self.backend)
-            self.region_cache[key] = run
+        if run is not None:
+            return run
+        with self._lock:
+            run = self.region_cache.get(key)
+            if run is None:
+                run = self._compile_new(graph, needs_grad)
+                if len(self.region_cache) >= REGION_LIMIT:
+                    del self.region_cache[next(iter(self.region_cache))]
+                self.region_cache[key] = run
+        return run
+
+    def _compile_new(self, graph, needs_grad):
+        if needs_grad is not None:  # compiled backward graphs are made for one set of
+            self.compiles += 1       # sizes; a training step's grads and state, too
+            return TrainingRegion(graph, needs_grad, self.backend)
+        if self.dynamic is False:
+            self.compiles += 1
+            return self.backend.compile(graph)
+        run, compiled = dynamic.compile_sizes(self.families, graph, self.backend.compile,
+                                              self.history)
+        self.compiles += compiled
         return run
 
     # replay -------------------------------------------------------------------------
@@ -418,11 +411,6 @@ def _direct(run, order: list[int]):
 def leaves_of_args(key: tuple) -> tuple:
     """The argument leaves a guard key describes (its second part)."""
     return key[1]
-
-
-def _constants(entry: Entry) -> list:
-    """Per graph input, the constant tensor baked into the entry (None for a source)."""
-    return [s[1] if s[0] == "constant" else None for s in entry.sources]
 
 
 def _why_not_replayable(trace: capture.Trace, out_leaves) -> str:

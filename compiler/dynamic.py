@@ -1,88 +1,180 @@
-"""Dynamic sizes: when two captures of a function differ only in some input sizes and
-give the same graph up to those sizes, the sizes become symbols and one entry serves
-them all.
+"""Dynamic sizes: one compiled graph serves a region captured at several sizes.
 
-Two graphs *match up to sizes* when they have the same ops, attributes and wiring, the
-same dtypes and ranks, and the same constant inputs; every size that differs between
-them is replaced by a symbol (s0, s1, ... one per pair of sizes), which is
-anti-unification: the most specific graph that has both as instances.
+Guards are exact (compiler/guards.py): a call with sizes not seen before runs the
+function's Python under capture again, so every decision the Python makes on a size (a
+slice length, `max(1, n // 2)`, a branch on `x.shape[0]`) is made again for the new
+sizes. What is shared is the compiled code. Captured graphs with the same *skeleton*
+(ops, attributes, wiring, dtypes, ranks, devices: everything but the sizes) form a
+family; two members that differ in sizes are *generalized* to the most specific graph
+that has both as instances (anti-unification: each pair of differing sizes becomes a
+symbol, s0, s1 ...), which is compiled once; a later member that instantiates it (`bind`)
+runs its code.
+
+A symbolic graph is sound by construction:
+- it is used only for a graph that instantiates it exactly (same skeleton, same sizes
+  where it has numbers, one value per symbol), and that graph was captured from the
+  function at these very sizes;
+- every symbol is an input's size, so the code reads it from its inputs at run time (a
+  size only an intermediate value has, as a slice's length, keeps graphs apart);
+- sizes 0 and 1 never become symbols: the code may rely on a symbol being at least 2
+  (ir.graph.Sym), and empty and broadcast dims keep their own graphs;
+- the passes and code generators see symbols as ir.graph.Sym, which refuses arithmetic
+  and ordering: a pass that needs a size's value raises, and the family then compiles
+  each member for its own sizes.
 """
 from __future__ import annotations
 
-import numpy as np
+from dataclasses import dataclass, field
 
-from ir.graph import Graph, Node, TensorType, Value
+from ir.graph import Graph, Node, Sym, TensorType, Value
 
-
-def _same_constant(a, b) -> bool:
-    if a is b:
-        return True
-    if a.dtype is not b.dtype or tuple(a.shape) != tuple(b.shape):
-        return False
-    return bool(np.array_equal(a.detach()._host_np(), b.detach()._host_np()))
+KEPT_STATIC = 4  # members kept per family to generalize from (the latest)
 
 
-def generalize(g1: Graph, consts1: list, g2: Graph, consts2: list) -> Graph | None:
-    """The graph with symbolic sizes that both g1 and g2 instantiate, or None."""
-    if len(g1.nodes) != len(g2.nodes) or len(g1.inputs) != len(g2.inputs) or \
-            len(g1.outputs) != len(g2.outputs):
-        return None
-    symbols: dict[tuple[int, int], str] = {}
+def _values(graph: Graph):
+    yield from graph.inputs
+    for node in graph.nodes:
+        yield from node.outputs
 
-    def unify(t1: TensorType, t2: TensorType) -> TensorType | None:
-        if t1.dtype is not t2.dtype or t1.device != t2.device or len(t1.shape) != len(t2.shape):
-            return None
+
+def _strict(v):
+    """An attribute value as a key that tells 1 from 1.0 and True, and -0.0 from 0.0."""
+    if isinstance(v, tuple):
+        return tuple(_strict(x) for x in v)
+    if isinstance(v, float):
+        return (float, repr(v))
+    return (type(v), v)
+
+
+def _wiring(i):
+    if isinstance(i, tuple):
+        return tuple(v.name for v in i)
+    return None if i is None else i.name
+
+
+def skeleton(graph: Graph) -> tuple:
+    """Everything about `graph` but its sizes, as a hashable key (ranks kept)."""
+    def decl(v: Value):
+        return v.name, v.type.dtype, len(v.type.shape), v.type.device
+    return (tuple(decl(v) for v in graph.inputs),
+            tuple((n.op, _strict(n.attrs), tuple(_wiring(i) for i in n.inputs),
+                   tuple(decl(v) for v in n.outputs)) for n in graph.nodes),
+            tuple(v.name for v in graph.outputs))
+
+
+def generalize(g1: Graph, g2: Graph) -> Graph | None:
+    """The most specific graph with symbolic sizes that both g1 and g2 (of one skeleton)
+    instantiate, or None: when they have the same sizes, when a size that differs is 0 or
+    1 in either, or when a symbol would be a size no input has."""
+    symbols: dict[tuple, Sym] = {}
+    types: dict[str, TensorType] = {}
+    for v1, v2 in zip(_values(g1), _values(g2)):
         dims = []
-        for a, b in zip(t1.shape, t2.shape):
-            dims.append(a if a == b else symbols.setdefault((a, b), f"s{len(symbols)}"))
-        return TensorType(tuple(dims), t1.dtype, t1.device)
-
-    rename: dict[Value, Value] = {}
-    rename2: dict[Value, Value] = {}
-
-    def pair(v1: Value, v2: Value) -> Value | None:
-        t = unify(v1.type, v2.type)
-        if t is None or v1.name != v2.name:
-            return None
-        new = Value(v1.name, t)
-        rename[v1], rename2[v2] = new, new
-        return new
-
-    inputs = []
-    for v1, v2, c1, c2 in zip(g1.inputs, g2.inputs, consts1, consts2):
-        if (c1 is None) != (c2 is None) or (c1 is not None and not _same_constant(c1, c2)):
-            return None
-        new = pair(v1, v2)
-        if new is None:
-            return None
-        inputs.append(new)
-    nodes = []
-    for n1, n2 in zip(g1.nodes, g2.nodes):
-        if n1.op is not n2.op or n1.attrs != n2.attrs or len(n1.outputs) != len(n2.outputs):
-            return None
-        ins = []
-        for i1, i2 in zip(n1.inputs, n2.inputs):
-            if isinstance(i1, tuple) and isinstance(i2, tuple) and len(i1) == len(i2):
-                if any(rename.get(a) is not rename2.get(b) for a, b in zip(i1, i2)):
-                    return None
-                ins.append(tuple(rename[a] for a in i1))
-            elif i1 is None and i2 is None:
-                ins.append(None)
-            elif isinstance(i1, Value) and isinstance(i2, Value) and \
-                    rename.get(i1) is rename2.get(i2) and i1 in rename:
-                ins.append(rename[i1])
+        for a, b in zip(v1.type.shape, v2.type.shape):
+            if a == b:
+                dims.append(a)
+            elif a in (0, 1) or b in (0, 1):
+                return None
             else:
-                return None
-        outs = []
-        for v1, v2 in zip(n1.outputs, n2.outputs):
-            new = pair(v1, v2)
-            if new is None:
-                return None
-            outs.append(new)
-        nodes.append(Node(n1.op, tuple(ins), n1.attrs, tuple(outs)))
-    if any(rename.get(a) is not rename2.get(b) for a, b in zip(g1.outputs, g2.outputs)):
+                dims.append(symbols.setdefault((a, b), Sym(f"s{len(symbols)}")))
+        types[v1.name] = TensorType(tuple(dims), v1.type.dtype, v1.type.device)
+    bound = {d for v in g1.inputs for d in types[v.name].shape if isinstance(d, Sym)}
+    if not symbols or bound != set(symbols.values()):
         return None
-    return Graph(tuple(inputs), tuple(nodes), tuple(rename[v] for v in g1.outputs), g1.name)
+    return _retyped(g1, types)
+
+
+def bind(symbolic: Graph, graph: Graph) -> dict | None:
+    """The value of each symbol under which `graph` (of the same skeleton) is `symbolic`
+    itself, or None when it is not an instance (a number differs, a symbol would take
+    two values, or one below 2)."""
+    binding: dict[Sym, int] = {}
+    for vs, vg in zip(_values(symbolic), _values(graph)):
+        for s, g in zip(vs.type.shape, vg.type.shape):
+            if isinstance(s, Sym):
+                if g < 2 or binding.setdefault(s, g) != g:
+                    return None
+            elif s != g:
+                return None
+    return binding
+
+
+def _retyped(graph: Graph, types: dict[str, TensorType]) -> Graph:
+    """`graph` with each value's type replaced by types[its name]."""
+    new: dict[str, Value] = {}
+
+    def value(v: Value) -> Value:
+        if v.name not in new:
+            new[v.name] = Value(v.name, types[v.name])
+        return new[v.name]
+
+    def wired(i):
+        if isinstance(i, tuple):
+            return tuple(value(v) for v in i)
+        return None if i is None else value(i)
+    inputs = tuple(value(v) for v in graph.inputs)
+    nodes = tuple(Node(n.op, tuple(wired(i) for i in n.inputs), n.attrs,
+                       tuple(value(v) for v in n.outputs)) for n in graph.nodes)
+    return Graph(inputs, nodes, tuple(value(v) for v in graph.outputs), graph.name)
+
+
+def symbols_of(graph: Graph) -> list[Sym]:
+    """The symbols of a graph's input sizes, in order of appearance."""
+    return list(dict.fromkeys(d for v in graph.inputs for d in v.type.shape
+                              if isinstance(d, Sym)))
+
+
+@dataclass
+class Family:
+    """The compiled graphs of one skeleton: symbolic ones (each serving its instances)
+    and the latest static ones (to generalize from)."""
+    symbolic: list = field(default_factory=list)   # (graph, run)
+    static: list = field(default_factory=list)     # (graph, run), the latest last
+    kept_static: str = ""                           # why a symbolic graph failed to compile
+
+
+def compile_sizes(families: dict, graph: Graph, compile, history: list):
+    """The run for `graph`: a symbolic family member's that it instantiates, else a new
+    generalization's (compiled with `compile`), else its own. What happened goes to
+    `history`. Returns (run, whether anything was compiled)."""
+    family = families.setdefault(skeleton(graph), Family())
+    found = instantiated(family, graph)
+    if found is not None:
+        return found[1], False
+    if not family.kept_static:
+        for other, _ in reversed(family.static):
+            general = generalize(other, graph)
+            if general is None:
+                continue
+            try:
+                run = compile(general)
+            except Exception as e:  # noqa: BLE001 - a pass that needs a value: compile
+                family.kept_static = f"{type(e).__name__}: {e}"  # the sizes at hand
+                history.append(f"a region kept static sizes: its symbolic graph did not "
+                               f"compile ({family.kept_static})")
+                break
+            family.symbolic.append((general, run))
+            names = ", ".join(symbols_of(general))
+            history.append(f"a region's sizes became symbolic ({names}): one compiled "
+                           f"graph serves its sizes from now on")
+            return run, True
+    run = compile(graph)
+    family.static = family.static[-(KEPT_STATIC - 1):] + [(graph, run)]
+    return run, True
+
+
+def instantiated(family: Family | None, graph: Graph) -> tuple | None:
+    """(symbolic graph, its run) of the family member that `graph` instantiates."""
+    for general, run in family.symbolic if family else ():
+        if bind(general, graph) is not None:
+            return general, run
+    return None
+
+
+def symbolic_source(families: dict, graph: Graph, run):
+    """The symbolic graph whose code `run` is, where `graph` instantiates it; else None."""
+    found = instantiated(families.get(skeleton(graph)), graph)
+    return found[0] if found is not None and found[1] is run else None
 
 
 def probe_arguments(args: tuple, kwargs: dict) -> list:

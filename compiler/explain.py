@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import inspect
 
+from compiler import dynamic
+from compiler.api import RECOMPILE_LIMIT
+
 
 def _where(fn) -> str:
     try:
@@ -63,10 +66,22 @@ def _whole_step_lines(entry) -> list[str]:
     return lines
 
 
+def _symbolic_lines(cf, graph, run) -> list[str]:
+    """Which symbolic graph a region's code was compiled from, with its sizes' values."""
+    general = dynamic.symbolic_source(cf.families, graph, run)
+    if general is None:
+        return []
+    binding = dynamic.bind(general, graph)
+    sizes = ", ".join(f"{s}={v}" for s, v in binding.items())
+    return [f"    runs the code of its graph with symbolic sizes ({sizes}):"] + \
+        ["      " + ln for ln in str(general).splitlines()]
+
+
 def explain(cf) -> str:
     lines = [f"kiln.compile: {cf.__name__} ({_where(cf.fn)})",
              f"backend: {cf.backend.name} — {cf.backend.note}",
-             f"entries: {len(cf.entries)} (recompile limit {8})"]
+             f"entries: {len(cf.entries)}, {cf.recompiles} of which compiled code "
+             f"(recompile limit {RECOMPILE_LIMIT}); dynamic={cf.dynamic}"]
     if cf.gave_up:
         lines.append("gave up after the recompile limit: the function now runs eagerly")
     for n, entry in enumerate(cf.entries.values(), 1):
@@ -87,7 +102,7 @@ def explain(cf) -> str:
             lines.append(f"  region {i}:")
             lines += ["    " + ln for ln in str(g).splitlines()]
             run = entry.runs[i - 1] if i <= len(entry.runs) else cf.region_cache.get(str(g))
-            lines += _region_lines(run)
+            lines += _symbolic_lines(cf, g, run) + _region_lines(run)
         if entry.seconds:
             lines.append("  time: " + ", ".join(f"{k} {_ms(v)}" for k, v in entry.seconds.items()))
         if entry.codegen is not None:

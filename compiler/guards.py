@@ -18,7 +18,7 @@ import types
 
 from eager.autograd.grad_mode import tls
 from eager.nn.modules.module import Module
-from eager.tensor import Tensor
+from eager.tensor import Tensor, contiguous_strides
 
 _PLAIN = (bool, int, float, str, type(None), complex)
 _GUARDED_AS: dict[type, str] = {}  # type -> how its values are guarded (see _guarded_as)
@@ -26,17 +26,24 @@ _TREES: dict[int, tuple] = {}  # number of positional tensors -> (treedef, no al
 
 
 def tensor_meta(t: Tensor) -> tuple:
+    """What a graph captured from `t` assumed of it: its exact shape and strides (a
+    `reshape` is a view of some layouts and a copy of others; Python code may read any
+    size), dtype, device and requires_grad."""
     device = t.device
-    return (t._shape, t.dtype, device.type if device.index is None else str(device),
-            t._requires_grad)
+    return (t._shape, t._stride, t.dtype,
+            device.type if device.index is None else str(device), t._requires_grad)
+
+
+def _is_meta(key) -> bool:
+    return len(key) == 5 and isinstance(key[0], tuple)
 
 
 def describe_meta(meta: tuple) -> str:
-    shape, dtype, device, requires_grad = meta
+    shape, stride, dtype, device, requires_grad = meta
     dtype = getattr(dtype, "name", dtype)
-    dims = "(" + ", ".join("any" if s == -1 else str(s) for s in shape) + \
-        ("," if len(shape) == 1 else "") + ")"
-    return f"Tensor shape {dims}, {dtype}, {device}, requires_grad={requires_grad}"
+    dims = "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+    layout = "" if stride == contiguous_strides(shape) else f" strides {stride},"
+    return f"Tensor shape {dims},{layout} {dtype}, {device}, requires_grad={requires_grad}"
 
 
 def flatten(value, path: str, leaves: list) -> object:
@@ -81,7 +88,7 @@ def _guarded_as(kind: type) -> str:
 
 
 def _describe_leaf(path: str, key) -> str:
-    if len(key) == 4 and isinstance(key[0], tuple):
+    if _is_meta(key):
         return f"{path}: {describe_meta(key)}"
     if key[0] == "object":
         state = ", its attributes and tensors' metadata as at capture" if len(key) == 4 else ""
@@ -266,15 +273,15 @@ class GuardSet:
         # globals and closure cells alone (no module): their keys end the key
         self._variables_only = not (self._plain or self.attributes) and module is None
 
-    def key(self, args: tuple, kwargs: dict, dynamic=frozenset()) -> tuple:
-        """The call's guard key; sizes at `dynamic` (leaf, dim) positions read as -1."""
-        return self.key_and_leaves(args, kwargs, dynamic)[0]
+    def key(self, args: tuple, kwargs: dict) -> tuple:
+        """The call's guard key."""
+        return self.key_and_leaves(args, kwargs)[0]
 
-    def key_and_leaves(self, args: tuple, kwargs: dict, dynamic=frozenset()):
+    def key_and_leaves(self, args: tuple, kwargs: dict):
         """The guard key and the values of the arguments' leaves, in order."""
         metas = None if kwargs else _tensor_metas(args)
-        if metas is not None and not dynamic:  # the common case spelled out: positional
-            n = len(args)                       # tensors, their own leaves
+        if metas is not None:  # the common case spelled out: positional tensors, their
+            n = len(args)      # own leaves
             tree, in_order = _TREES.get(n) or _positional_tree(n)
             aliases = in_order if n == 1 or len(set(map(id, args))) == n else \
                 _alias_pattern(args)
@@ -290,21 +297,12 @@ class GuardSet:
             leaves = [v for _, v in pairs]
             metas = tuple([_leaf_key(v) for v in leaves])
             aliases = _alias_pattern(leaves)
-            if dynamic:
-                metas = abstract_sizes(metas, dynamic)
         key = (tree, metas, aliases, tls.grad_enabled, *self._variable_keys(),
                tuple([_leaf_key(getattr(m, a, None)) for _, m, a in self.attributes]) if
                self.attributes else ())
         if self.module is not None:
             key += (tuple((n, tensor_meta(t)) for n, t in _module_tensors(self.module)),)
         return key, leaves
-
-    @staticmethod
-    def abstract(key: tuple, dynamic) -> tuple:
-        """`key` with the sizes at `dynamic` positions read as -1."""
-        if not dynamic:
-            return key
-        return (key[0], abstract_sizes(key[1], dynamic)) + key[2:]
 
     def describe(self, key: tuple, args_paths: list[str]) -> list[str]:
         tree, leaf_keys, aliases, grad_mode, globs, cells, attrs = key[:7]
@@ -361,33 +359,6 @@ class GuardSet:
         return sources
 
 
-def abstract_sizes(leaf_keys: tuple, dynamic) -> tuple:
-    out = []
-    for i, k in enumerate(leaf_keys):
-        if len(k) == 4 and isinstance(k[0], tuple):
-            shape = tuple(-1 if (i, d) in dynamic else s for d, s in enumerate(k[0]))
-            k = (shape,) + k[1:]
-        out.append(k)
-    return tuple(out)
-
-
-def size_differences(old: tuple, new: tuple) -> set | None:
-    """(leaf, dim) positions where two keys differ in tensor sizes alone; None when they
-    differ in anything else (a dtype, a rank, a Python value, ...)."""
-    if old[0] != new[0] or old[2:] != new[2:] or len(old[1]) != len(new[1]):
-        return None
-    diff = set()
-    for i, (a, b) in enumerate(zip(old[1], new[1])):
-        if a == b:
-            continue
-        tensors = len(a) == 4 and len(b) == 4 and isinstance(a[0], tuple) and \
-            isinstance(b[0], tuple)
-        if not tensors or a[1:] != b[1:] or len(a[0]) != len(b[0]):
-            return None
-        diff |= {(i, d) for d, (x, y) in enumerate(zip(a[0], b[0])) if x != y}
-    return diff
-
-
 def _module_tensors(module):
     yield from module.named_parameters()
     yield from module.named_buffers()
@@ -400,8 +371,8 @@ def _tensor_metas(args: tuple) -> tuple | None:
         if type(a) is not Tensor:
             return None
         device = a.device  # tensor_meta(a), inlined: this runs at every compiled call
-        metas.append((a._shape, a.dtype, device.type if device.index is None else
-                      str(device), a._requires_grad))
+        metas.append((a._shape, a._stride, a.dtype, device.type if device.index is None
+                      else str(device), a._requires_grad))
     return tuple(metas)
 
 

@@ -75,8 +75,8 @@ def lower(fn, *args, target: str = "cpu", **kwargs) -> Lowered:
     with compiling_here():  # the kernels themselves, not background workers' promises
         cf(*args, **kwargs)
     out = Lowered(target=target)
-    for run in cf.region_cache.values():
-        graph = getattr(run, "graph", None)
+    for run in {id(run): run for run in cf.region_cache.values()}.values():  # each once:
+        graph = getattr(run, "graph", None)  # a symbolic graph's run serves several texts
         if graph is None:
             continue
         out.optimized.append(graph)

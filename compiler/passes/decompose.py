@@ -9,7 +9,9 @@ eager/kernels/normalization.py; native_layer_norm_backward decomposes when calle
 Each decomposition is written in eager ops and captured into a graph (the same capture
 compile() uses), then inlined. Only float32 and float64 ops decompose: eager computes
 float16 ops in float32 and rounds once, which a chain of float16 ops would not match.
-Ops over empty tensors stay whole: their own rules say what an empty softmax or var is.
+Ops over empty tensors stay whole: their own rules say what an empty softmax or var is;
+so do ops over symbolic sizes (a mean's count is a size's value, and the kernels run
+symbolic graphs node by node anyway).
 """
 from __future__ import annotations
 
@@ -127,7 +129,7 @@ def decompose(graph: Graph) -> Graph:
         fn = DECOMPOSITIONS.get(node.op)
         values = node.input_values() + list(node.outputs)
         if fn is None or any(v.type.dtype.name not in _FLOATS for v in values) or \
-                any(0 in v.type.shape for v in values):  # empty: keep the op's own rules
+                any(0 in v.type.shape or not v.type.is_static for v in values):
             rw.copy(node)
             continue
         inputs = [rw.map(i) for i in node.inputs]

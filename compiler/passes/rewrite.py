@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from eager.dispatcher import ATEN, DispatchKey
 from eager.kernels._common import meta_empty
-from ir.graph import Graph, GraphBuilder, Node, TensorType, Value
+from ir.graph import Graph, GraphBuilder, Node, Sym, SymbolicSize, TensorType, Value
 from ir.ops import Op
 
 
@@ -51,14 +51,19 @@ def scalar_values(graph: Graph) -> dict[Value, object]:
     return {n.outputs[0]: n.attr["value"] for n in graph.nodes if n.op is Op.SCALAR}
 
 
-def _meta(v: Value, scalars: dict):
+def _meta(v: Value, scalars: dict, sizes: dict):
     from eager.tensor import wrap_scalar
     if v in scalars:
         w = wrap_scalar(scalars[v])
         m = meta_empty((), w.dtype)
         m._wrapped = True
         return m
-    return meta_empty(tuple(v.type.shape), v.type.dtype)
+    return meta_empty(tuple(sizes.get(d, d) for d in v.type.shape), v.type.dtype)
+
+
+# Stand-in values for symbolic sizes (two sets, see _symbolic_types): far from any size
+# a graph holds, and apart from each other
+_SAMPLES = (100_003, 200_003)
 
 
 def infer_types(op: Op, inputs, attrs, scalars: dict | None = None) -> tuple[TensorType, ...]:
@@ -69,6 +74,41 @@ def infer_types(op: Op, inputs, attrs, scalars: dict | None = None) -> tuple[Ten
         return (TensorType((), wrap_scalar(dict(attrs)["value"]).dtype),)
     if op is Op.FUSED:
         return tuple(v.type for v in dict(attrs)["body"].outputs)
+    values = [v for i in inputs for v in (i if isinstance(i, tuple) else (i,))
+              if v is not None]
+    symbols = list(dict.fromkeys(d for v in values for d in v.type.shape
+                                 if isinstance(d, Sym)))
+    if symbols:
+        return _symbolic_types(op, inputs, attrs, scalars, symbols)
+    return _meta_types(op, inputs, attrs, scalars, {})
+
+
+def _symbolic_types(op: Op, inputs, attrs, scalars: dict, symbols: list) -> tuple:
+    """Result types over symbolic sizes: the Meta kernel runs twice, each symbol standing
+    for a different large number each time; a result size that is the same both times is
+    that number, one that follows a symbol's stand-ins is that symbol, and any other (a
+    product, a sum) cannot be written in the symbols: SymbolicSize."""
+    runs = [_meta_types(op, inputs, attrs, scalars,
+                        {s: base + 16 * k for k, s in enumerate(symbols)})
+            for base in _SAMPLES]
+    of = {(_SAMPLES[0] + 16 * k, _SAMPLES[1] + 16 * k): s for k, s in enumerate(symbols)}
+    types = []
+    for first, second in zip(*runs):
+        dims = []
+        for a, b in zip(first.shape, second.shape):
+            if a == b:
+                dims.append(a)
+            elif (a, b) in of:
+                dims.append(of[(a, b)])
+            else:
+                raise SymbolicSize(f"a result size of {op.qualified_name} over symbolic "
+                                   f"sizes {', '.join(symbols)} is none of them")
+        types.append(TensorType(tuple(dims), first.dtype, first.device))
+    return tuple(types)
+
+
+def _meta_types(op: Op, inputs, attrs, scalars: dict, sizes: dict) -> tuple:
+    """Result types from the Meta kernel, symbols read as `sizes` says."""
     it = iter(inputs)
     named = dict(attrs)
     args, kwargs = [], {}
@@ -77,10 +117,10 @@ def infer_types(op: Op, inputs, attrs, scalars: dict | None = None) -> tuple[Ten
         if a.type.base == "Tensor":
             v = next(it)
             if isinstance(v, tuple):
-                value = [_meta(x, scalars) for x in v]
+                value = [_meta(x, scalars, sizes) for x in v]
                 device = v[0].type.device if v else device
             else:
-                value = None if v is None else _meta(v, scalars)
+                value = None if v is None else _meta(v, scalars, sizes)
                 device = v.type.device if v is not None else device
         else:
             value = named[a.name]

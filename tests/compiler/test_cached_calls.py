@@ -126,7 +126,9 @@ def test_direct_calls_follow_each_call_s_strides(layout):
             "offset": _floats(7, 6, seed=9)[1:]}[layout]
     assert_close(cf(view, b), (view * b).exp())
     assert_close(cf(a, b), (a * b).exp())
-    assert len(cf.entries) == 1
+    # strides are guarded (a reshape is a view of some layouts and a copy of others):
+    # another layout is a capture of its own; an offset alone is not
+    assert len(cf.entries) == (1 if layout == "offset" else 2)
 
 
 def test_closure_values_are_guarded_on_the_direct_path():

@@ -429,39 +429,97 @@ def test_eager_compile_is_compiler_compile():
     assert cf(eager.zeros(1)).tolist() == [1.0]
 
 
-def test_a_size_change_that_leaves_the_graph_alone_makes_the_size_dynamic():
+def _symbolic_graphs(cf) -> list:
+    return [g for family in cf.families.values() for g, _ in family.symbolic]
+
+
+def test_a_size_change_that_leaves_the_graph_alone_makes_the_size_symbolic():
     w = eager.randn(3, 4)
     cf = compiler.compile(lambda x: (x @ w).relu().sum(1), backend="eager")
     for rows in (2, 5, 7, 1, 9):
         x = eager.randn(rows, 3)
         assert_close(cf(x), (x @ w).relu().sum(1))
-    assert cf.dynamic_dims == {(0, 0)} and len(cf.entries) == 1
-    entry = next(iter(cf.entries.values()))
-    assert entry.mode == "replay" and "%x0: f32[s0,3]" in str(entry.graph)
-    assert "made dynamic" in cf.history[-1] and "shape (any, 3)" in cf.explain()
+    (general,) = _symbolic_graphs(cf)
+    assert "%x0: f32[s0,3]" in str(general)
+    # 2 and 5 compiled (the second symbolically); 1 is never a symbol's value
+    assert cf.compiles == 3 and len(cf.entries) == 5
+    assert any("became symbolic (s0)" in h for h in cf.history)
+    assert "symbolic sizes (s0=9)" in cf.explain()
+
+
+def test_every_new_shape_is_captured_again_so_python_reads_of_sizes_stay_right():
+    """A slice whose length Python computes from a size: at 2 and 3 columns it is 1 (the
+    graphs are one symbolic graph's instances); at 4 it is 2, which the new capture
+    sees."""
+    cf = compiler.compile(lambda a: a[..., :max(1, a.shape[-1] // 2)] + 1, backend="eager")
+    for cols in (2, 3, 4, 6):
+        x = eager.randn(5, cols)
+        assert_close(cf(x), x[..., :max(1, cols // 2)] + 1)
+    assert len(cf.entries) == 4
 
 
 def test_a_size_baked_into_the_graph_stays_static():
     cf = compiler.compile(lambda x: x.view(x.shape[0] * 3, 2), backend="eager")
     assert cf(eager.ones(2, 6)).shape == (6, 2)
     assert cf(eager.ones(4, 6)).shape == (12, 2)
-    assert not cf.dynamic_dims and len(cf.entries) == 2
+    assert not _symbolic_graphs(cf) and len(cf.entries) == 2
 
 
 def test_a_size_read_as_a_python_number_stays_static():
     cf = compiler.compile(lambda x: x / x.shape[0], backend="eager")
     assert cf(eager.ones(2)).tolist() == [0.5, 0.5]
     assert cf(eager.ones(4)).tolist() == [0.25] * 4  # the scalar differs: no merge
-    assert not cf.dynamic_dims
+    assert not _symbolic_graphs(cf)
+
+
+def test_a_rank_change_is_a_graph_of_its_own():
+    cf = compiler.compile(lambda a: a * 2 + 1, backend="eager")
+    for shape in [(3, 4), (5, 4), (2, 7, 4), (6, 7, 4)]:
+        x = eager.randn(*shape)
+        assert_close(cf(x), x * 2 + 1)
+    assert sorted(str(g).split("\n")[0] for g in _symbolic_graphs(cf)) == [
+        "graph(%x0: f32[s0,4]):", "graph(%x0: f32[s0,7,4]):"]
+
+
+def test_dynamic_false_compiles_each_shape_for_its_sizes():
+    cf = compiler.compile(lambda x: eager.softmax(x, -1), backend="eager", dynamic=False)
+    for rows in (2, 3, 4):
+        cf(eager.randn(rows, 5))
+    assert cf.compiles == 3 and not cf.families
+
+
+def test_a_symbolic_graph_that_a_pass_cannot_take_keeps_static_sizes():
+    """A pass that needs a symbolic size's value raises SymbolicSize: the family compiles
+    each shape for its own sizes, and says so."""
+    from compiler import dynamic
+    from compiler.backends import EagerBackend
+    from ir.graph import SymbolicSize
+
+    class Picky(EagerBackend):
+        def compile(self, graph):
+            if not all(v.type.is_static for v in graph.inputs):
+                raise SymbolicSize("this backend wants numbers")
+            return super().compile(graph)
+    cf = compiler.compile(lambda x: x.exp() + 1, backend=Picky())
+    for rows in (2, 3, 4):
+        x = eager.randn(rows, 5)
+        assert_close(cf(x), x.exp() + 1)
+    assert cf.compiles == 3 and not _symbolic_graphs(cf)
+    assert any(isinstance(f, dynamic.Family) and "wants numbers" in f.kept_static
+               for f in cf.families.values())
+    assert any("kept static sizes" in h for h in cf.history)
 
 
 def test_dynamic_true_probes_sizes_on_the_first_call():
     cf = compiler.compile(lambda x: eager.softmax(x, -1) * 2, backend="eager", dynamic=True)
     cf(eager.randn(3, 5))
-    assert cf.dynamic_dims == {(0, 0)} and len(cf.entries) == 1
-    x = eager.randn(11, 5)
-    assert_close(cf(x), eager.softmax(x, -1) * 2)
-    assert len(cf.entries) == 1
+    assert len(_symbolic_graphs(cf)) == 1
+    compiled = cf.compiles
+    for rows in (11, 3):
+        x = eager.randn(rows, 5)
+        assert_close(cf(x), eager.softmax(x, -1) * 2)
+    assert cf.compiles == compiled  # the first call's own entry runs the symbolic code too
+    assert "symbolic sizes (s0=3)" in cf.explain()
 
 
 def test_dynamic_true_probes_the_first_argument_alone_when_all_cannot_grow():
@@ -470,11 +528,13 @@ def test_dynamic_true_probes_the_first_argument_alone_when_all_cannot_grow():
     w = eager.randn(5, 3)
     cf = compiler.compile(lambda x, w: (x @ w).relu(), backend="eager", dynamic=True)
     cf(eager.randn(4, 5), w)
-    assert cf.dynamic_dims == {(0, 0)} and len(cf.entries) == 1
+    (general,) = _symbolic_graphs(cf)
+    assert "%x0: f32[s0,5]" in str(general)
+    compiled = cf.compiles
     for rows in (2, 9):
         x = eager.randn(rows, 5)
         assert_close(cf(x, w), (x @ w).relu())
-    assert len(cf.entries) == 1
+    assert cf.compiles == compiled
 
 
 def test_compiled_kernels_land_in_the_disk_cache_which_can_be_cleared(tmp_path, monkeypatch):
