@@ -21,13 +21,14 @@ interpret first, switch to native code when it is ready.
 `wait_for_kernels()` blocks until every submitted kernel is back (benchmarks call it
 before timing steady-state calls). A worker that fails to compile a kernel sends the
 error back and the caller compiles that kernel itself (raising LLVM's error where it is
-real); a worker that dies takes its kernels with it to the same fate, and the service
-stops sending work to it. Workers run at a lower priority than the process they compile
-for, write each kernel to the disk cache themselves, and exit once their input is closed
-(at exit, or when the process dies) and the jobs already sent are done: a short script's
-kernels are on disk for its next run. A worker left without work for
-CompileService.idle_seconds exits too (each holds ~130 MB: Python, numpy, kiln, LLVM);
-the next kernel handed out starts another.
+real); a worker that dies takes its kernels with it to the same fate, and the next
+kernel handed out starts another in its place, until MAX_WORKER_DEATHS have died: from
+then on kernels compile in the caller, as one warning says. Workers run at a lower
+priority than the process they compile for, write each kernel to the disk cache
+themselves, and exit once their input is closed (at exit, or when the process dies) and
+the jobs already sent are done: a short script's kernels are on disk for its next run.
+A worker left without work for CompileService.idle_seconds exits too (each holds
+~130 MB: Python, numpy, kiln, LLVM); the next kernel handed out starts another.
 
 Messages are pickles with a length prefix, over the workers' stdin and stdout:
     job     (key, a Job pickled: the IR text or the function that builds it, then the
@@ -51,6 +52,7 @@ from typing import Callable
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LENGTH = struct.Struct("<Q")
 MAX_WORKERS = 4
+MAX_WORKER_DEATHS = 3  # workers that died before kernels compile in the caller
 
 
 def send(stream, message) -> None:
@@ -161,7 +163,7 @@ class _Worker:
                                         env=env)
         self.outstanding: dict[str, Callable] = {}  # key -> what delivers its result
         self.alive = True
-        self.failed = False  # it exited with an error: no other starts in its place
+        self.failed = False  # it exited with an error
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()  # None: close the input
         for name, work in (("reader", service._read), ("writer", self._write)):
             threading.Thread(target=work, args=(self,) if name == "reader" else (),
@@ -216,6 +218,8 @@ class CompileService:
             raise ValueError(f"a compile service needs at least one worker, not {workers}")
         self.size = workers
         self.pid = os.getpid()
+        self.deaths = 0  # workers that died
+        self._started = 0
         self._workers: list[_Worker] = []
         self._changed = threading.Condition()
         self._results: dict[str, Result | None] = {}  # None: submitted, not back yet
@@ -271,22 +275,31 @@ class CompileService:
             worker.close()
 
     def _worker(self) -> _Worker | None:
-        self._workers = [w for w in self._workers if w.alive or w.failed]
-        alive = [w for w in self._workers if w.alive]
-        idle = [w for w in alive if not w.outstanding]
+        self._workers = [w for w in self._workers if w.alive]
+        idle = [w for w in self._workers if not w.outstanding]
         if idle:
             return idle[0]
-        if len(self._workers) < self.size:
+        if len(self._workers) < self.size and self.deaths < MAX_WORKER_DEATHS:
             try:
-                worker = _Worker(self, len(self._workers))
+                worker = _Worker(self, self._started)
             except OSError as e:
                 warnings.warn(f"kiln could not start a compile worker ({e}); kernels compile "
                               f"in this process", RuntimeWarning, stacklevel=4)
                 self.size = len(self._workers)
-                return min(alive, key=lambda w: len(w.outstanding), default=None)
-            self._workers.append(worker)
-            return worker
-        return min(alive, key=lambda w: len(w.outstanding), default=None)
+            else:
+                self._started += 1
+                self._workers.append(worker)
+                return worker
+        return min(self._workers, key=lambda w: len(w.outstanding), default=None)
+
+    def _died(self, why: str) -> None:
+        """Count a worker that died, warning `why`; once MAX_WORKER_DEATHS have, say
+        (once) that no more start. Call with the lock held."""
+        self.deaths += 1
+        warnings.warn(why, RuntimeWarning)
+        if self.deaths == MAX_WORKER_DEATHS:
+            warnings.warn(f"{self.deaths} kiln compile workers died: no more start, "
+                          f"and kernels compile in this process from now on", RuntimeWarning)
 
     def _read(self, worker: _Worker) -> None:
         """The reader thread of `worker`: files its replies until its output ends."""
@@ -325,18 +338,19 @@ class CompileService:
 
     def _lost(self, worker: _Worker) -> None:
         """`worker` is gone (its output ended): its jobs fail, so that their callers
-        compile them; no more work goes to it. Call with the lock held."""
+        compile them; no more work goes to it (a died one counts towards
+        MAX_WORKER_DEATHS). Call with the lock held."""
         if not worker.alive:
             return
         worker.alive = False
         code = worker.process.poll()
-        worker.failed = code != 0  # an idle worker leaves with 0: another may start
+        worker.failed = code != 0  # an idle worker leaves with 0
         for key in worker.outstanding:
             self._results[key] = Result(error=f"the compile worker exited (code {code})")
-        if worker.outstanding and worker.failed:
-            warnings.warn(f"a kiln compile worker exited (code {code}) with "
-                          f"{len(worker.outstanding)} kernel(s) to compile; they compile in "
-                          f"this process", RuntimeWarning)
+        if worker.failed:
+            self._died(f"a kiln compile worker exited (code {code})" + (
+                f" with {len(worker.outstanding)} kernel(s) to compile; they compile in "
+                f"this process" if worker.outstanding else ""))
         worker.outstanding.clear()
         self._changed.notify_all()
 

@@ -159,24 +159,68 @@ def test_compiled_backward_through_workers_matches_eager(workers):
         assert compile_service.wait_for_kernels(timeout=120)
 
 
-def test_a_worker_that_dies_leaves_its_kernels_to_this_process(workers):
-    mlp, inputs = _mlp_and_inputs()
-    expected = mlp(*inputs).numpy()
-    workers.submit(_job(HostJit(), "first", "; starts the worker").message(), lambda done: None)
-    workers.wait(timeout=60)
-    (worker,) = workers._workers
+def _started(workers):
+    """The worker that a first job starts (its IR does not parse: nothing is linked)."""
+    workers.submit(_job(HostJit(), unique_name("start"), "; starts a worker").message(),
+                   lambda done: None)
+    assert workers.wait(timeout=60)
+    return next(w for w in workers._workers if w.alive)
+
+
+def _killed(worker) -> None:
+    """SIGKILL `worker` and wait until its reader has filed it as gone."""
     os.kill(worker.process.pid, signal.SIGKILL)
-    worker.process.wait()
+    worker.process.wait(timeout=60)
     deadline = time.monotonic() + 30
     while worker.alive and time.monotonic() < deadline:  # its reader sees the pipe close
         time.sleep(0.01)
     assert not worker.alive and worker.failed
-    fn = eager.compile(mlp)
+
+
+def _add_one_job(jit: HostJit):
+    """An add_one kernel's name, its job's message and a list for its deliveries."""
+    name, delivered = unique_name(), []
+    return name, _job(jit, name, str(add_one_module(jit, name))).message(), delivered
+
+
+def test_a_killed_worker_is_replaced_by_a_new_one_for_the_next_kernel(workers):
+    first = _started(workers)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
+        warnings.simplefilter("ignore", RuntimeWarning)  # (it says the worker exited)
+        _killed(first)
+    name, message, delivered = _add_one_job(HostJit())
+    workers.submit(message, delivered.append)
+    assert workers.wait(timeout=60)
+    (result,) = delivered  # compiled by a worker, not left to this process
+    assert result.functions == (name,) and result.seconds
+    (second,) = workers._workers
+    assert second.alive and second.process.pid != first.process.pid
+
+
+def test_the_kernels_of_a_worker_that_dies_come_back_as_errors_for_this_process(workers):
+    worker = _started(workers)
+    os.kill(worker.process.pid, signal.SIGSTOP)  # holds the job until it is killed
+    name, message, delivered = _add_one_job(HostJit())
+    workers.submit(message, delivered.append)
+    with pytest.warns(RuntimeWarning, match=r"with 1 kernel\(s\) to compile"):
+        _killed(worker)
+    assert workers.wait(timeout=60) and delivered == []
+    assert "the compile worker exited (code -9)" in workers.result(f"test-{name}").error
+
+
+def test_workers_that_keep_dying_leave_kernels_to_this_process_saying_so_once(workers):
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        for _ in range(compile_service.MAX_WORKER_DEATHS):
+            _killed(_started(workers))
+        mlp, inputs = _mlp_and_inputs()
+        expected = mlp(*inputs).numpy()
+        fn = eager.compile(mlp)
         for _ in range(3):
             np.testing.assert_allclose(fn(*inputs).numpy(), expected, rtol=1e-5, atol=1e-6)
-            compile_service.wait_for_kernels(timeout=60)
+            assert compile_service.wait_for_kernels(timeout=60)
+    given_up = [w for w in warned if "no more start" in str(w.message)]
+    assert len(given_up) == 1 and workers._workers == []
     kernels = _kernels(fn)  # compiled here, each before its first call
     assert all(k.calls_while_compiling == 0 for k in kernels)
     assert all(k.artifacts for k in kernels if isinstance(k, PointwiseNode))
