@@ -19,16 +19,18 @@ interpret first, switch to native code when it is ready.
                              for tests
 
 `wait_for_kernels()` blocks until every submitted kernel is back (benchmarks call it
-before timing steady-state calls). A worker that fails to compile a kernel sends the
-error back and the caller compiles that kernel itself (raising LLVM's error where it is
-real); a worker that dies takes its kernels with it to the same fate, and the next
-kernel handed out starts another in its place, until MAX_WORKER_DEATHS have died: from
-then on kernels compile in the caller, as one warning says. Workers run at a lower
-priority than the process they compile for, write each kernel to the disk cache
-themselves, and exit once their input is closed (at exit, or when the process dies) and
-the jobs already sent are done: a short script's kernels are on disk for its next run.
-A worker left without work for CompileService.idle_seconds exits too (each holds
-~130 MB: Python, numpy, kiln, LLVM); the next kernel handed out starts another.
+before timing steady-state calls), for WAIT_SECONDS at most: then the workers still
+holding kernels are taken as hung and ended, and the caller compiles those kernels
+itself. A worker that fails to compile a kernel sends the error back and the caller
+compiles that kernel itself (raising LLVM's error where it is real); a worker that dies
+takes its kernels with it to the same fate, and the next kernel handed out starts
+another in its place, until MAX_WORKER_DEATHS have died (or hung): from then on kernels
+compile in the caller, as one warning says. Workers run at a lower priority than the
+process they compile for, write each kernel to the disk cache themselves, and exit once
+their input is closed (at exit, or when the process dies) and the jobs already sent are
+done: a short script's kernels are on disk for its next run. A worker left without
+work for CompileService.idle_seconds exits too (each holds ~130 MB: Python, numpy, kiln,
+LLVM); the next kernel handed out starts another.
 
 Messages are pickles with a length prefix, over the workers' stdin and stdout:
     job     (key, a Job pickled: the IR text or the function that builds it, then the
@@ -52,7 +54,8 @@ from typing import Callable
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LENGTH = struct.Struct("<Q")
 MAX_WORKERS = 4
-MAX_WORKER_DEATHS = 3  # workers that died before kernels compile in the caller
+MAX_WORKER_DEATHS = 3  # workers that died or hung before kernels compile in the caller
+WAIT_SECONDS = 60.0  # wait_for_kernels() without a timeout: then the caller compiles them
 
 
 def send(stream, message) -> None:
@@ -161,9 +164,9 @@ class _Worker:
                                          str(service.idle_seconds)],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         env=env)
-        self.outstanding: dict[str, Callable] = {}  # key -> what delivers its result
+        self.outstanding: dict[str, tuple] = {}  # key -> (its message, what delivers it)
         self.alive = True
-        self.failed = False  # it exited with an error
+        self.failed = False  # it exited with an error, or was ended as hung
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()  # None: close the input
         for name, work in (("reader", service._read), ("writer", self._write)):
             threading.Thread(target=work, args=(self,) if name == "reader" else (),
@@ -176,6 +179,13 @@ class _Worker:
 
     def close(self) -> None:
         self._jobs.put(None)
+
+    def end(self) -> None:
+        """Kill the process (its reader then files its jobs as failed)."""
+        try:
+            self.process.kill()
+        except OSError:
+            pass
 
     def _write(self) -> None:
         stream = self.process.stdin
@@ -218,7 +228,7 @@ class CompileService:
             raise ValueError(f"a compile service needs at least one worker, not {workers}")
         self.size = workers
         self.pid = os.getpid()
-        self.deaths = 0  # workers that died
+        self.deaths = 0  # workers that died or hung
         self._started = 0
         self._workers: list[_Worker] = []
         self._changed = threading.Condition()
@@ -238,7 +248,7 @@ class CompileService:
                 self._results[key] = Result(error="no compile worker is running")
                 return
             self._results[key] = None
-            worker.outstanding[key] = deliver
+            worker.outstanding[key] = message, deliver
             self.submitted += 1
             worker.send(message)
 
@@ -267,6 +277,24 @@ class CompileService:
             return self._changed.wait_for(
                 lambda: all(r is not None for r in self._results.values()), timeout)
 
+    def compile_pending_here(self) -> None:
+        """End the workers that hold jobs not back yet (taken as hung) and compile those
+        jobs in this thread, delivering them as the workers' replies would be."""
+        with self._changed:
+            taken = {}
+            for worker in self._workers:
+                if worker.alive and worker.outstanding:
+                    self._died(f"a kiln compile worker did not finish its "
+                               f"{len(worker.outstanding)} kernel(s) in {WAIT_SECONDS} s; "
+                               f"it is ended and they compile in this process")
+                    taken.update(worker.outstanding)
+                    worker.outstanding.clear()
+                    worker.alive, worker.failed = False, True
+                    worker.end()
+        machines: dict = {}  # this thread's TargetMachines
+        for key, (message, deliver) in taken.items():
+            self._settle(key, _compiled_here(message, machines), deliver)
+
     def close(self) -> None:
         """Close the workers' input: each exits after its current job."""
         with self._changed:
@@ -293,12 +321,12 @@ class CompileService:
         return min(self._workers, key=lambda w: len(w.outstanding), default=None)
 
     def _died(self, why: str) -> None:
-        """Count a worker that died, warning `why`; once MAX_WORKER_DEATHS have, say
-        (once) that no more start. Call with the lock held."""
+        """Count a worker that died or hung, warning `why`; once MAX_WORKER_DEATHS have,
+        say (once) that no more start. Call with the lock held."""
         self.deaths += 1
         warnings.warn(why, RuntimeWarning)
         if self.deaths == MAX_WORKER_DEATHS:
-            warnings.warn(f"{self.deaths} kiln compile workers died: no more start, "
+            warnings.warn(f"{self.deaths} kiln compile workers died or hung: no more start, "
                           f"and kernels compile in this process from now on", RuntimeWarning)
 
     def _read(self, worker: _Worker) -> None:
@@ -312,29 +340,34 @@ class CompileService:
             if reply is None:
                 break
             key, functions, object_code, error, seconds = reply
-            result = Result(tuple(functions), object_code, error, seconds or {})
             with self._changed:
-                deliver = worker.outstanding.get(key)
-            if deliver is not None and error is None:
-                try:
-                    deliver(result)
-                except Exception as failure:  # noqa: BLE001 - the caller compiles it itself
-                    result = Result(error=f"delivering it failed: {failure}")
-                else:
-                    result = None  # in the JIT's memory now: nothing to keep here
-            with self._changed:
-                worker.outstanding.pop(key, None)
-                if result is None:
-                    self._results.pop(key, None)
-                else:
-                    self._results[key] = result
-                self._changed.notify_all()
+                job = worker.outstanding.pop(key, None)
+            if job is not None:  # (None: taken from it, compiled by the caller)
+                self._settle(key, Result(tuple(functions), object_code, error, seconds or {}),
+                             job[1])
         try:  # its output is closed: it is exiting (outside the lock: a wait)
             worker.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
         with self._changed:
             self._lost(worker)
+
+    def _settle(self, key: str, result: Result, deliver: Callable) -> None:
+        """File a finished job: its object code delivered (`deliver`, which links it in
+        the JIT), or the error kept for `result`; then wake the waiters."""
+        if result.error is None:
+            try:
+                deliver(result)
+            except Exception as failure:  # noqa: BLE001 - the caller compiles it itself
+                result = Result(error=f"delivering it failed: {failure}")
+            else:
+                result = None  # in the JIT's memory now: nothing to keep here
+        with self._changed:
+            if result is None:
+                self._results.pop(key, None)
+            else:
+                self._results[key] = result
+            self._changed.notify_all()
 
     def _lost(self, worker: _Worker) -> None:
         """`worker` is gone (its output ended): its jobs fail, so that their callers
@@ -353,6 +386,17 @@ class CompileService:
                 f"this process" if worker.outstanding else ""))
         worker.outstanding.clear()
         self._changed.notify_all()
+
+
+def _compiled_here(message: tuple, machines: dict) -> Result:
+    """A job's message compiled in this thread, as a worker would (`machines`: the
+    thread's TargetMachines)."""
+    from runtime.compile_worker import compile_job  # (it imports this module)
+    try:
+        entry = compile_job(pickle.loads(message[1]), machines)
+    except Exception as error:  # noqa: BLE001 - kept: the JIT compiles it again, raising it
+        return Result(error=f"{type(error).__name__}: {error}")
+    return Result(entry.functions, entry.object_code)
 
 
 _service: CompileService | InlineService | None = None
@@ -403,9 +447,15 @@ def pending() -> int:
 
 def wait_for_kernels(timeout: float | None = None) -> bool:
     """Block until every kernel submitted to the background workers is compiled (True),
-    or `timeout` seconds pass (False). The next call of a compiled function then runs
-    them natively."""
+    or `timeout` seconds pass (False). Without a timeout, wait WAIT_SECONDS (60 s) at
+    most: then the workers still holding kernels are taken as hung and ended, and their
+    kernels compile in this thread, so that this always returns True with every kernel
+    ready. The next call of a compiled function then runs them natively."""
     found = _service
     if found is None or found.pid != os.getpid():
         return True
-    return found.wait(timeout)
+    if timeout is not None:
+        return found.wait(timeout)
+    if not found.wait(WAIT_SECONDS):
+        found.compile_pending_here()
+    return True

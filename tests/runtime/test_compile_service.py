@@ -5,6 +5,7 @@ the calling process. The rest of the suite runs with KILN_COMPILE_WORKERS=0
 (tests/conftest.py)."""
 import os
 import signal
+import threading
 import time
 import warnings
 
@@ -224,6 +225,36 @@ def test_workers_that_keep_dying_leave_kernels_to_this_process_saying_so_once(wo
     kernels = _kernels(fn)  # compiled here, each before its first call
     assert all(k.calls_while_compiling == 0 for k in kernels)
     assert all(k.artifacts for k in kernels if isinstance(k, PointwiseNode))
+
+
+def test_waiting_without_a_timeout_ends_a_hung_worker_and_compiles_its_kernels_here(
+        workers, monkeypatch):
+    monkeypatch.setattr(compile_service, "WAIT_SECONDS", 1.0)
+    worker = _started(workers)
+    jit, name, built = HostJit(), unique_name(), []
+
+    def build(module):
+        built.append(name)
+        add_one(module, name)
+    os.kill(worker.process.pid, signal.SIGSTOP)
+    try:
+        with deferring(), pytest.raises(KernelPending):
+            jit.load_spec(name, f"add_one {name}", build, [name])
+        waited = []
+        waiter = threading.Thread(target=lambda: waited.append(
+            compile_service.wait_for_kernels()), daemon=True)
+        with pytest.warns(RuntimeWarning, match="did not finish its 1 kernel"):
+            waiter.start()
+            waiter.join(timeout=120)
+        assert waited == [True] and compile_service.pending() == 0
+        assert worker.process.wait(timeout=60) == -signal.SIGKILL  # ended, not left stopped
+    finally:
+        if worker.process.poll() is None:  # a failure left it stopped: the waiter ends
+            worker.process.kill()
+    with deferring():  # linked by the wait: found in memory, nothing compiled again
+        _adds_one(jit.load_spec(name, f"add_one {name}", build, [name])[name])
+    assert built == [name]
+    assert jit.cache.path(jit.cache_key(f"O3 add_one {name}", kind="kiln-cpu-spec-1")).exists()
 
 
 def test_no_workers_means_no_service(monkeypatch):
