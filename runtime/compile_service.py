@@ -28,9 +28,12 @@ another in its place, until MAX_WORKER_DEATHS have died (or hung): from then on 
 compile in the caller, as one warning says. Workers run at a lower priority than the
 process they compile for, write each kernel to the disk cache themselves, and exit once
 their input is closed (at exit, or when the process dies) and the jobs already sent are
-done: a short script's kernels are on disk for its next run. A worker left without
-work for CompileService.idle_seconds exits too (each holds ~130 MB: Python, numpy, kiln,
-LLVM); the next kernel handed out starts another.
+done: a short script's kernels are on disk for its next run. At exit the jobs not yet
+sent are sent first, for as long as each worker keeps taking them (one that takes none
+for EXIT_STALL_SECONDS is ended, and the rest are dropped: an entry on disk is written
+whole or not at all). A worker left without work for CompileService.idle_seconds exits
+too (each holds ~130 MB: Python, numpy, kiln, LLVM); the next kernel handed out starts
+another.
 
 Messages are pickles with a length prefix, over the workers' stdin and stdout:
     job     (key, a Job pickled: the IR text or the function that builds it, then the
@@ -56,6 +59,7 @@ LENGTH = struct.Struct("<Q")
 MAX_WORKERS = 4
 MAX_WORKER_DEATHS = 3  # workers that died or hung before kernels compile in the caller
 WAIT_SECONDS = 60.0  # wait_for_kernels() without a timeout: then the caller compiles them
+EXIT_STALL_SECONDS = 10.0  # at exit, a worker taking no job this long is ended
 
 
 def send(stream, message) -> None:
@@ -167,10 +171,13 @@ class _Worker:
         self.outstanding: dict[str, tuple] = {}  # key -> (its message, what delivers it)
         self.alive = True
         self.failed = False  # it exited with an error, or was ended as hung
+        self.sent = 0  # messages written to it
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()  # None: close the input
-        for name, work in (("reader", service._read), ("writer", self._write)):
-            threading.Thread(target=work, args=(self,) if name == "reader" else (),
-                             daemon=True, name=f"kiln-compile-{name}-{index}").start()
+        threading.Thread(target=service._read, args=(self,), daemon=True,
+                         name=f"kiln-compile-reader-{index}").start()
+        self._writer = threading.Thread(target=self._write, daemon=True,
+                                        name=f"kiln-compile-writer-{index}")
+        self._writer.start()
 
     def send(self, message: tuple) -> None:
         """Queue a job's message for the worker (its writer thread sends it: a pipe holds 64 KB,
@@ -179,6 +186,18 @@ class _Worker:
 
     def close(self) -> None:
         self._jobs.put(None)
+
+    def finish(self, stall: float) -> None:
+        """After `close`, wait until every queued message is written, as long as the
+        worker takes one at least every `stall` seconds; end it if it does not."""
+        while True:
+            sent = self.sent
+            self._writer.join(stall)
+            if not self._writer.is_alive():
+                return
+            if self.sent == sent:
+                self.end()
+                return
 
     def end(self) -> None:
         """Kill the process (its reader then files its jobs as failed)."""
@@ -196,6 +215,7 @@ class _Worker:
                     stream.close()
                     return
                 send(stream, job)
+                self.sent += 1
             except OSError:  # the worker is gone: its reader files its jobs as failed
                 return
 
@@ -213,7 +233,7 @@ class InlineService:
     def wait(self, timeout: float | None = None) -> bool:
         return True
 
-    def close(self) -> None:
+    def close(self, stall: float | None = None) -> None:
         pass
 
 
@@ -295,12 +315,17 @@ class CompileService:
         for key, (message, deliver) in taken.items():
             self._settle(key, _compiled_here(message, machines), deliver)
 
-    def close(self) -> None:
-        """Close the workers' input: each exits after its current job."""
+    def close(self, stall: float | None = None) -> None:
+        """Close the workers' input: each exits after the jobs sent to it. With `stall`
+        (at exit), first wait while each takes the jobs queued for it (ending one that
+        takes none for `stall` seconds)."""
         with self._changed:
             workers, self._workers = self._workers, []
         for worker in workers:
             worker.close()
+        if stall is not None:
+            for worker in workers:
+                worker.finish(stall)
 
     def _worker(self) -> _Worker | None:
         self._workers = [w for w in self._workers if w.alive]
@@ -417,8 +442,13 @@ def service() -> CompileService | InlineService | None:
             _service = InlineService() if workers == INLINE else \
                 CompileService(workers) if workers else None
             if _service is not None:
-                atexit.register(_service.close)
+                atexit.register(_close_at_exit, _service)
         return _service
+
+
+def _close_at_exit(found: CompileService | InlineService) -> None:
+    if found.pid == os.getpid():  # (a forked child inherits the parent's atexit calls)
+        found.close(EXIT_STALL_SECONDS)
 
 
 def reset() -> None:

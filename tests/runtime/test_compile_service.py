@@ -5,6 +5,8 @@ the calling process. The rest of the suite runs with KILN_COMPILE_WORKERS=0
 (tests/conftest.py)."""
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 import warnings
@@ -16,9 +18,11 @@ import eager
 from compiler.backends.native.gemm_node import GemmNode
 from compiler.backends.native.pointwise import PointwiseNode
 from runtime import compile_service
-from runtime.compile_service import CompileService, Job, configured_workers
+from runtime.cache import TMP_PREFIX, KernelCache
+from runtime.compile_service import ROOT, CompileService, Job, configured_workers
 from runtime.jit import HostJit, KernelPending, deferring
 from runtime_kernels import ADD_ONE, add_one, add_one_module, unique_name
+from tests.processes import reads_proc, running
 
 
 @pytest.fixture
@@ -255,6 +259,53 @@ def test_waiting_without_a_timeout_ends_a_hung_worker_and_compiles_its_kernels_h
         _adds_one(jit.load_spec(name, f"add_one {name}", build, [name])[name])
     assert built == [name]
     assert jit.cache.path(jit.cache_key(f"O3 add_one {name}", kind="kiln-cpu-spec-1")).exists()
+
+
+def _exit_right_after_handing_out(tmp_path, count: int, *flags: str):
+    """Run compile_service_exit.py: (its worker's pid, the keys of the kernels it handed
+    out, its stderr) once it has exited (it must, well within the harness's bound)."""
+    env = dict(os.environ, KILN_COMPILE_WORKERS="1", KILN_CACHE_DIR=str(tmp_path / "cache"),
+               PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests", "runtime")]))
+    script = os.path.join(ROOT, "tests", "runtime", "compile_service_exit.py")
+    with open(tmp_path / "stderr", "w+") as stderr:  # a file: the worker inherits it
+        done = subprocess.run([sys.executable, script, str(count), *flags], env=env,
+                              stdout=subprocess.PIPE, stderr=stderr, text=True, timeout=300)
+        stderr.seek(0)
+        errors = stderr.read()
+    assert done.returncode == 0, errors
+    pid, *keys = done.stdout.split()
+    return int(pid), keys, errors
+
+
+def _gone(pid: int) -> bool:
+    """Whether worker `pid`, left by a process that exited, exits too (killed if not)."""
+    deadline = time.monotonic() + 120  # generous: it compiles what it was sent first
+    while running(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if running(pid):
+        os.kill(pid, signal.SIGKILL)  # not left behind by a failing test
+        return False
+    return True
+
+
+@reads_proc
+def test_kernels_handed_out_just_before_exit_reach_the_disk_cache(tmp_path):
+    pid, keys, stderr = _exit_right_after_handing_out(tmp_path, 200)
+    assert "Traceback" not in stderr
+    assert len(keys) == 200 and _gone(pid)
+    cache = KernelCache(tmp_path / "cache")
+    assert all(cache.read(key) is not None for key in keys)
+    assert not list(tmp_path.glob(f"cache/**/{TMP_PREFIX}*"))
+
+
+@reads_proc
+def test_a_stopped_worker_at_exit_is_ended_leaving_whole_entries_or_none(tmp_path):
+    pid, keys, stderr = _exit_right_after_handing_out(tmp_path, 200, "--stopped")
+    assert "Traceback" not in stderr
+    assert len(keys) == 200 and _gone(pid)  # not left stopped for ever
+    cache = KernelCache(tmp_path / "cache")
+    assert all(cache.read(key) is not None for key in keys if cache.path(key).exists())
+    assert not list(tmp_path.glob(f"cache/**/{TMP_PREFIX}*"))
 
 
 def test_no_workers_means_no_service(monkeypatch):

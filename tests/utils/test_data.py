@@ -12,6 +12,7 @@ from eager.utils.data import (BatchSampler, ConcatDataset, DataLoader, Dataset,
                               IterableDataset, RandomSampler, SequentialSampler, Subset,
                               SubsetRandomSampler, TensorDataset, WeightedRandomSampler,
                               default_collate, get_worker_info, random_split)
+from tests.processes import reads_proc, running
 
 
 def _torch():
@@ -353,17 +354,7 @@ time.sleep(600)
 """
 
 
-def _running(pid: int) -> bool:
-    """Whether process `pid` exists and has not exited (an orphan that exited may stay a
-    zombie where the init process of a container does not reap it)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads process states from /proc")
+@reads_proc
 @pytest.mark.parametrize("parent_ends", ["killed", "exits"])
 def test_workers_exit_when_their_parent_process_is_gone(parent_ends):
     import signal
@@ -379,14 +370,14 @@ def test_workers_exit_when_their_parent_process_is_gone(parent_ends):
             parent.send_signal(signal.SIGKILL)
         parent.wait(timeout=60)
         deadline = time.monotonic() + 30  # generous: they look every second or so
-        while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
+        while any(running(pid) for pid in workers) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not any(_running(pid) for pid in workers)
+        assert not any(running(pid) for pid in workers)
     finally:
         parent.kill()
         parent.wait()
         for pid in workers:  # the ones a failure left behind
-            if _running(pid):
+            if running(pid):
                 os.kill(pid, signal.SIGKILL)
 
 
