@@ -63,7 +63,8 @@ class CompiledModule:
 
 def wait_for_kernels(timeout: float | None = None) -> bool:
     """Block until the kernels handed to background compile workers are compiled (True),
-    or `timeout` seconds pass (False): runtime/compile_service.py."""
+    or `timeout` seconds pass (False); without a timeout, at most 60 s, then the kernels
+    still pending compile in this thread (True): runtime/compile_service.py."""
     from runtime import compile_service  # loaded by the first kernel handed out
     return compile_service.wait_for_kernels(timeout)
 

@@ -5,7 +5,9 @@ The manifest records each array's dtype, shape and SHA-256, so a truncated or co
 file is rejected with a clear error instead of loading wrong numbers. Loading reads no
 more than the file holds: members must be stored uncompressed, as `save` writes them, each
 member's size is checked against what its shape and dtype need before a byte of it is read,
-a tensor's member may be named once, and the manifest is at most 16 MiB.
+a tensor's member may be named once, and the manifest is at most 16 MiB. Each manifest
+entry's fields are checked for their types and ranges before use; an error names the
+entry by its path from the root (root['layers'][2]).
 """
 from __future__ import annotations
 
@@ -140,62 +142,131 @@ class _Members:
     def __init__(self, z: zipfile.ZipFile, name: str, file_size: int):
         self.z, self.name, self.file_size, self.seen = z, name, file_size, set()
 
-    def read(self, member: str, least: int, most: int, expected: str) -> bytes:
+    def read(self, member: str, least: int, most: int, expected: str,
+             entry: str | None = None) -> bytes:
         """The member's bytes, refused unless its size is in [least, most] (`expected`
-        says why, in the error)."""
+        says why, in the error; `entry` names the manifest entry that asked for it)."""
         if member in self.seen:
-            raise self.refuse(f"names member {member} twice")
+            raise self.refuse(f"names member {member} twice", entry)
         self.seen.add(member)
         info = self.z.getinfo(member)
         if info.compress_type != zipfile.ZIP_STORED:
-            raise self.refuse(f"member {member} is compressed (method {info.compress_type}); "
-                              "kiln save files store members uncompressed")
+            raise self.refuse(f"member {member} is compressed (method "
+                              f"{info.compress_type}); kiln save files store members "
+                              f"uncompressed", entry)
         if not least <= info.file_size <= most:
-            raise self.refuse(f"member {member} holds {info.file_size} bytes; {expected}")
+            raise self.refuse(f"member {member} holds {info.file_size} bytes; {expected}",
+                              entry)
         if info.compress_size != info.file_size or \
                 info.header_offset + info.compress_size > self.file_size:
             raise self.refuse(f"member {member} claims {info.compress_size} bytes stored "
-                              f"but the file has only {self.file_size}")
+                              f"but the file has only {self.file_size}", entry)
         with self.z.open(info) as fh:
             return fh.read(info.file_size)  # zipfile checks the CRC on reaching the end
 
-    def refuse(self, why: str) -> CorruptFileError:
-        return CorruptFileError(f"eager.load: {self.name} is corrupted ({why})")
+    def holds(self, member: str) -> bool:
+        try:
+            self.z.getinfo(member)
+        except KeyError:
+            return False
+        return True
+
+    def refuse(self, why: str, entry: str | None = None) -> CorruptFileError:
+        """The error for this file, saying `why` (and which manifest `entry` it was)."""
+        where = "" if entry is None else f"{entry}: "
+        return CorruptFileError(f"eager.load: {self.name} is corrupted ({where}{why})")
 
 
-def _decode(node, members: _Members):
-    if "tensor" in node:
-        return _decode_tensor(node, members)
-    if "dict" in node:
-        items = [(k, _decode(v, members)) for k, v in node["dict"]]
-        return OrderedDict(items) if node.get("ordered") else dict(items)
-    if "list" in node:
-        return [_decode(v, members) for v in node["list"]]
-    if "tuple" in node:
-        return tuple(_decode(v, members) for v in node["tuple"])
-    return node["value"]
+_KINDS = ("tensor", "dict", "list", "tuple", "value")
+_PLAIN_VALUES = (type(None), bool, int, float, str)
+
+
+def _brief(value) -> str:
+    """`value`'s repr, cut short: a crafted manifest's entry may be megabytes."""
+    shown = repr(value)
+    return shown if len(shown) <= 80 else f"{shown[:60]}...{shown[-12:]}"
+
+
+def _decode(node, members: _Members, where: str = "root"):
+    """What manifest entry `node` stands for; `where` names the entry in errors, as the
+    path to it from the root (root['layers'][2])."""
+    def refuse(why: str) -> CorruptFileError:
+        return members.refuse(why, where)
+    if not isinstance(node, dict):
+        raise refuse(f"is {_brief(node)}, not an entry")
+    kind = next((k for k in _KINDS if k in node), None)
+    if kind is None:
+        raise refuse(f"has none of the fields {', '.join(_KINDS)}")
+    content = node[kind]
+    if kind == "tensor":
+        return _decode_tensor(node, members, where)
+    if kind == "value":
+        if type(content) not in _PLAIN_VALUES:
+            raise refuse(f"has value {_brief(content)}; a value is a number, string, bool "
+                         f"or null")
+        return content
+    if not isinstance(content, list):
+        raise refuse(f"has {kind} {_brief(content)}, not a list")
+    if kind != "dict":
+        items = [_decode(v, members, f"{where}[{i}]") for i, v in enumerate(content)]
+        return items if kind == "list" else tuple(items)
+    ordered = node.get("ordered")
+    if type(ordered) is not bool:
+        raise refuse(f"has ordered {_brief(ordered)}, not true or false")
+    items = []
+    for item in content:
+        if not isinstance(item, list) or len(item) != 2:
+            raise refuse(f"has dict item {_brief(item)}, not a [key, entry] pair")
+        key, value = item
+        if type(key) not in (str, int):
+            raise refuse(f"has dict key {_brief(key)}; keys are strings or whole numbers")
+        items.append((key, _decode(value, members, f"{where}[{_brief(key)}]")))
+    return OrderedDict(items) if ordered else dict(items)
 
 
 _NPY_HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0,
                        (2, 0): np.lib.format.read_array_header_2_0}
 
 
-def _decode_tensor(node, members: _Members) -> _Checked:
-    dtype, shape = from_name(node["dtype"]), node["shape"]
-    if not all(type(s) is int and s >= 0 for s in shape):
-        raise members.refuse(f"tensor {node['tensor']} has shape {shape}")
+def _decode_tensor(node, members: _Members, where: str) -> _Checked:
+    """Tensor entry `node`'s array, read and checked against the entry (`where` names
+    the entry in errors)."""
+    def refuse(why: str) -> CorruptFileError:
+        return members.refuse(why, where)
+    index, shape = node["tensor"], node.get("shape")
+    if type(index) is not int or index < 0:
+        raise refuse(f"has tensor index {_brief(index)}; expected a whole number, 0 or more")
+    try:
+        dtype = from_name(node.get("dtype"))
+    except TypeError:
+        raise refuse(f"has dtype {_brief(node.get('dtype'))}, not one kiln knows") from None
+    if type(shape) is not list or not all(type(s) is int and s >= 0 for s in shape):
+        raise refuse(f"has shape {_brief(shape)}; expected a list of whole numbers, 0 or more")
+    requires_grad, sha256 = node.get("requires_grad"), node.get("sha256")
+    if type(requires_grad) is not bool:
+        raise refuse(f"has requires_grad {_brief(requires_grad)}, not true or false")
+    if requires_grad and not dtype.is_floating_point:
+        raise refuse(f"a tensor of {dtype.name} cannot require grad (only floating point "
+                     f"tensors can)")
+    if type(sha256) is not str:
+        raise refuse(f"has sha256 {_brief(sha256)}, not a hex digest")
+    member = f"{index}.npy"
+    if not members.holds(member):
+        raise refuse(f"names member {member}, which the file does not hold")
     nbytes = math.prod(shape) * dtype.itemsize
-    data = members.read(f"{int(node['tensor'])}.npy", nbytes, nbytes + _NPY_HEADER_MAX,
-                        f"shape {shape} of {dtype.name} needs {nbytes} and a header")
+    data = members.read(member, nbytes, nbytes + _NPY_HEADER_MAX,
+                        f"shape {shape} of {dtype.name} needs {nbytes} and a header", where)
     npy = io.BytesIO(data)
-    header = _NPY_HEADER_READERS[np.lib.format.read_magic(npy)](npy)
+    try:
+        header = _NPY_HEADER_READERS[np.lib.format.read_magic(npy)](npy)
+    except (ValueError, KeyError) as e:
+        raise refuse(f"member {member} has no .npy header numpy reads ({e})") from None
     # the checksum covers the bytes; dtype (byte order included) and shape say what they mean
     if header != (tuple(shape), False, dtype.np) or len(data) != npy.tell() + nbytes or \
-            hashlib.sha256(memoryview(data)[npy.tell():]).hexdigest() != node["sha256"]:
-        raise members.refuse(f"tensor {node['tensor']} does not match its dtype, shape and "
-                             "checksum")
+            hashlib.sha256(memoryview(data)[npy.tell():]).hexdigest() != sha256:
+        raise refuse(f"member {member} does not match its dtype, shape and checksum")
     a = np.frombuffer(data, dtype.np, offset=npy.tell()).reshape(shape)
-    return _Checked(a, dtype, bool(node["requires_grad"]))
+    return _Checked(a, dtype, requires_grad)
 
 
 def _materialise(tree, map_location):

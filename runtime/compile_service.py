@@ -19,15 +19,21 @@ interpret first, switch to native code when it is ready.
                              for tests
 
 `wait_for_kernels()` blocks until every submitted kernel is back (benchmarks call it
-before timing steady-state calls). A worker that fails to compile a kernel sends the
-error back and the caller compiles that kernel itself (raising LLVM's error where it is
-real); a worker that dies takes its kernels with it to the same fate, and the service
-stops sending work to it. Workers run at a lower priority than the process they compile
-for, write each kernel to the disk cache themselves, and exit once their input is closed
-(at exit, or when the process dies) and the jobs already sent are done: a short script's
-kernels are on disk for its next run. A worker left without work for
-CompileService.idle_seconds exits too (each holds ~130 MB: Python, numpy, kiln, LLVM);
-the next kernel handed out starts another.
+before timing steady-state calls), for WAIT_SECONDS at most: then the workers still
+holding kernels are taken as hung and ended, and the caller compiles those kernels
+itself. A worker that fails to compile a kernel sends the error back and the caller
+compiles that kernel itself (raising LLVM's error where it is real); a worker that dies
+takes its kernels with it to the same fate, and the next kernel handed out starts
+another in its place, until MAX_WORKER_DEATHS have died (or hung): from then on kernels
+compile in the caller, as one warning says. Workers run at a lower priority than the
+process they compile for, write each kernel to the disk cache themselves, and exit once
+their input is closed (at exit, or when the process dies) and the jobs already sent are
+done: a short script's kernels are on disk for its next run. At exit the jobs not yet
+sent are sent first, for as long as each worker keeps taking them (one that takes none
+for EXIT_STALL_SECONDS is ended, and the rest are dropped: an entry on disk is written
+whole or not at all). A worker left without work for CompileService.idle_seconds exits
+too (each holds ~130 MB: Python, numpy, kiln, LLVM); the next kernel handed out starts
+another.
 
 Messages are pickles with a length prefix, over the workers' stdin and stdout:
     job     (key, a Job pickled: the IR text or the function that builds it, then the
@@ -51,6 +57,9 @@ from typing import Callable
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LENGTH = struct.Struct("<Q")
 MAX_WORKERS = 4
+MAX_WORKER_DEATHS = 3  # workers that died or hung before kernels compile in the caller
+WAIT_SECONDS = 60.0  # wait_for_kernels() without a timeout: then the caller compiles them
+EXIT_STALL_SECONDS = 10.0  # at exit, a worker taking no job this long is ended
 
 
 def send(stream, message) -> None:
@@ -159,13 +168,16 @@ class _Worker:
                                          str(service.idle_seconds)],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         env=env)
-        self.outstanding: dict[str, Callable] = {}  # key -> what delivers its result
+        self.outstanding: dict[str, tuple] = {}  # key -> (its message, what delivers it)
         self.alive = True
-        self.failed = False  # it exited with an error: no other starts in its place
+        self.failed = False  # it exited with an error, or was ended as hung
+        self.sent = 0  # messages written to it
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()  # None: close the input
-        for name, work in (("reader", service._read), ("writer", self._write)):
-            threading.Thread(target=work, args=(self,) if name == "reader" else (),
-                             daemon=True, name=f"kiln-compile-{name}-{index}").start()
+        threading.Thread(target=service._read, args=(self,), daemon=True,
+                         name=f"kiln-compile-reader-{index}").start()
+        self._writer = threading.Thread(target=self._write, daemon=True,
+                                        name=f"kiln-compile-writer-{index}")
+        self._writer.start()
 
     def send(self, message: tuple) -> None:
         """Queue a job's message for the worker (its writer thread sends it: a pipe holds 64 KB,
@@ -174,6 +186,25 @@ class _Worker:
 
     def close(self) -> None:
         self._jobs.put(None)
+
+    def finish(self, stall: float) -> None:
+        """After `close`, wait until every queued message is written, as long as the
+        worker takes one at least every `stall` seconds; end it if it does not."""
+        while True:
+            sent = self.sent
+            self._writer.join(stall)
+            if not self._writer.is_alive():
+                return
+            if self.sent == sent:
+                self.end()
+                return
+
+    def end(self) -> None:
+        """Kill the process (its reader then files its jobs as failed)."""
+        try:
+            self.process.kill()
+        except OSError:
+            pass
 
     def _write(self) -> None:
         stream = self.process.stdin
@@ -184,6 +215,7 @@ class _Worker:
                     stream.close()
                     return
                 send(stream, job)
+                self.sent += 1
             except OSError:  # the worker is gone: its reader files its jobs as failed
                 return
 
@@ -201,7 +233,7 @@ class InlineService:
     def wait(self, timeout: float | None = None) -> bool:
         return True
 
-    def close(self) -> None:
+    def close(self, stall: float | None = None) -> None:
         pass
 
 
@@ -216,6 +248,8 @@ class CompileService:
             raise ValueError(f"a compile service needs at least one worker, not {workers}")
         self.size = workers
         self.pid = os.getpid()
+        self.deaths = 0  # workers that died or hung
+        self._started = 0
         self._workers: list[_Worker] = []
         self._changed = threading.Condition()
         self._results: dict[str, Result | None] = {}  # None: submitted, not back yet
@@ -234,7 +268,7 @@ class CompileService:
                 self._results[key] = Result(error="no compile worker is running")
                 return
             self._results[key] = None
-            worker.outstanding[key] = deliver
+            worker.outstanding[key] = message, deliver
             self.submitted += 1
             worker.send(message)
 
@@ -263,30 +297,62 @@ class CompileService:
             return self._changed.wait_for(
                 lambda: all(r is not None for r in self._results.values()), timeout)
 
-    def close(self) -> None:
-        """Close the workers' input: each exits after its current job."""
+    def compile_pending_here(self) -> None:
+        """End the workers that hold jobs not back yet (taken as hung) and compile those
+        jobs in this thread, delivering them as the workers' replies would be."""
+        with self._changed:
+            taken = {}
+            for worker in self._workers:
+                if worker.alive and worker.outstanding:
+                    self._died(f"a kiln compile worker did not finish its "
+                               f"{len(worker.outstanding)} kernel(s) in {WAIT_SECONDS} s; "
+                               f"it is ended and they compile in this process")
+                    taken.update(worker.outstanding)
+                    worker.outstanding.clear()
+                    worker.alive, worker.failed = False, True
+                    worker.end()
+        machines: dict = {}  # this thread's TargetMachines
+        for key, (message, deliver) in taken.items():
+            self._settle(key, _compiled_here(message, machines), deliver)
+
+    def close(self, stall: float | None = None) -> None:
+        """Close the workers' input: each exits after the jobs sent to it. With `stall`
+        (at exit), first wait while each takes the jobs queued for it (ending one that
+        takes none for `stall` seconds)."""
         with self._changed:
             workers, self._workers = self._workers, []
         for worker in workers:
             worker.close()
+        if stall is not None:
+            for worker in workers:
+                worker.finish(stall)
 
     def _worker(self) -> _Worker | None:
-        self._workers = [w for w in self._workers if w.alive or w.failed]
-        alive = [w for w in self._workers if w.alive]
-        idle = [w for w in alive if not w.outstanding]
+        self._workers = [w for w in self._workers if w.alive]
+        idle = [w for w in self._workers if not w.outstanding]
         if idle:
             return idle[0]
-        if len(self._workers) < self.size:
+        if len(self._workers) < self.size and self.deaths < MAX_WORKER_DEATHS:
             try:
-                worker = _Worker(self, len(self._workers))
+                worker = _Worker(self, self._started)
             except OSError as e:
                 warnings.warn(f"kiln could not start a compile worker ({e}); kernels compile "
                               f"in this process", RuntimeWarning, stacklevel=4)
                 self.size = len(self._workers)
-                return min(alive, key=lambda w: len(w.outstanding), default=None)
-            self._workers.append(worker)
-            return worker
-        return min(alive, key=lambda w: len(w.outstanding), default=None)
+            else:
+                self._started += 1
+                self._workers.append(worker)
+                return worker
+        return min(self._workers, key=lambda w: len(w.outstanding), default=None)
+
+    def _died(self, why: str) -> None:
+        """Count a worker that died or hung, warning `why`; once MAX_WORKER_DEATHS have,
+        say (once) that no more start. Call with the lock held."""
+        self.deaths += 1
+        warnings.warn(why, RuntimeWarning)
+        if self.deaths == MAX_WORKER_DEATHS:
+            warnings.warn(f"{self.deaths} kiln compile workers died or hung: no more start, "
+                          f"and kernels compile in this process from now on", RuntimeWarning)
 
     def _read(self, worker: _Worker) -> None:
         """The reader thread of `worker`: files its replies until its output ends."""
@@ -299,23 +365,11 @@ class CompileService:
             if reply is None:
                 break
             key, functions, object_code, error, seconds = reply
-            result = Result(tuple(functions), object_code, error, seconds or {})
             with self._changed:
-                deliver = worker.outstanding.get(key)
-            if deliver is not None and error is None:
-                try:
-                    deliver(result)
-                except Exception as failure:  # noqa: BLE001 - the caller compiles it itself
-                    result = Result(error=f"delivering it failed: {failure}")
-                else:
-                    result = None  # in the JIT's memory now: nothing to keep here
-            with self._changed:
-                worker.outstanding.pop(key, None)
-                if result is None:
-                    self._results.pop(key, None)
-                else:
-                    self._results[key] = result
-                self._changed.notify_all()
+                job = worker.outstanding.pop(key, None)
+            if job is not None:  # (None: taken from it, compiled by the caller)
+                self._settle(key, Result(tuple(functions), object_code, error, seconds or {}),
+                             job[1])
         try:  # its output is closed: it is exiting (outside the lock: a wait)
             worker.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -323,22 +377,51 @@ class CompileService:
         with self._changed:
             self._lost(worker)
 
+    def _settle(self, key: str, result: Result, deliver: Callable) -> None:
+        """File a finished job: its object code delivered (`deliver`, which links it in
+        the JIT), or the error kept for `result`; then wake the waiters."""
+        if result.error is None:
+            try:
+                deliver(result)
+            except Exception as failure:  # noqa: BLE001 - the caller compiles it itself
+                result = Result(error=f"delivering it failed: {failure}")
+            else:
+                result = None  # in the JIT's memory now: nothing to keep here
+        with self._changed:
+            if result is None:
+                self._results.pop(key, None)
+            else:
+                self._results[key] = result
+            self._changed.notify_all()
+
     def _lost(self, worker: _Worker) -> None:
         """`worker` is gone (its output ended): its jobs fail, so that their callers
-        compile them; no more work goes to it. Call with the lock held."""
+        compile them; no more work goes to it (a died one counts towards
+        MAX_WORKER_DEATHS). Call with the lock held."""
         if not worker.alive:
             return
         worker.alive = False
         code = worker.process.poll()
-        worker.failed = code != 0  # an idle worker leaves with 0: another may start
+        worker.failed = code != 0  # an idle worker leaves with 0
         for key in worker.outstanding:
             self._results[key] = Result(error=f"the compile worker exited (code {code})")
-        if worker.outstanding and worker.failed:
-            warnings.warn(f"a kiln compile worker exited (code {code}) with "
-                          f"{len(worker.outstanding)} kernel(s) to compile; they compile in "
-                          f"this process", RuntimeWarning)
+        if worker.failed:
+            self._died(f"a kiln compile worker exited (code {code})" + (
+                f" with {len(worker.outstanding)} kernel(s) to compile; they compile in "
+                f"this process" if worker.outstanding else ""))
         worker.outstanding.clear()
         self._changed.notify_all()
+
+
+def _compiled_here(message: tuple, machines: dict) -> Result:
+    """A job's message compiled in this thread, as a worker would (`machines`: the
+    thread's TargetMachines)."""
+    from runtime.compile_worker import compile_job  # (it imports this module)
+    try:
+        entry = compile_job(pickle.loads(message[1]), machines)
+    except Exception as error:  # noqa: BLE001 - kept: the JIT compiles it again, raising it
+        return Result(error=f"{type(error).__name__}: {error}")
+    return Result(entry.functions, entry.object_code)
 
 
 _service: CompileService | InlineService | None = None
@@ -359,8 +442,13 @@ def service() -> CompileService | InlineService | None:
             _service = InlineService() if workers == INLINE else \
                 CompileService(workers) if workers else None
             if _service is not None:
-                atexit.register(_service.close)
+                atexit.register(_close_at_exit, _service)
         return _service
+
+
+def _close_at_exit(found: CompileService | InlineService) -> None:
+    if found.pid == os.getpid():  # (a forked child inherits the parent's atexit calls)
+        found.close(EXIT_STALL_SECONDS)
 
 
 def reset() -> None:
@@ -389,9 +477,15 @@ def pending() -> int:
 
 def wait_for_kernels(timeout: float | None = None) -> bool:
     """Block until every kernel submitted to the background workers is compiled (True),
-    or `timeout` seconds pass (False). The next call of a compiled function then runs
-    them natively."""
+    or `timeout` seconds pass (False). Without a timeout, wait WAIT_SECONDS (60 s) at
+    most: then the workers still holding kernels are taken as hung and ended, and their
+    kernels compile in this thread, so that this always returns True with every kernel
+    ready. The next call of a compiled function then runs them natively."""
     found = _service
     if found is None or found.pid != os.getpid():
         return True
-    return found.wait(timeout)
+    if timeout is not None:
+        return found.wait(timeout)
+    if not found.wait(WAIT_SECONDS):
+        found.compile_pending_here()
+    return True

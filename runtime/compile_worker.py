@@ -13,7 +13,7 @@ import pickle
 import select
 import sys
 
-from runtime.cache import KernelCache
+from runtime.cache import Entry, KernelCache
 from runtime.compile_service import receive, send
 from runtime.jit import compile_clock, compile_object, timing
 from runtime.target import CpuTarget
@@ -37,11 +37,7 @@ def serve(jobs, replies, idle: float | None = None) -> None:
         before = compile_clock()
         try:
             job = pickle.loads(pickled)
-            machine = machines.get((job.cpu, job.features))
-            if machine is None:
-                target = CpuTarget(job.cpu, job.features, frozenset())
-                machine = machines[(job.cpu, job.features)] = target.machine()
-            entry = compile_object(_text(job, machine), job.speed_level, machine)
+            entry = compile_job(job, machines)
             if job.cache_dir is not None:
                 cache = caches.get(job.cache_dir)
                 if cache is None:
@@ -57,6 +53,16 @@ def serve(jobs, replies, idle: float | None = None) -> None:
                 send(replies, reply)
             except BrokenPipeError:  # the process that asked exited: the jobs it sent
                 replies = None       # are still compiled, for its disk cache
+
+
+def compile_job(job, machines: dict) -> Entry:
+    """`job`'s object code, compiled with the TargetMachine for its target in `machines`
+    (made there on first use; a TargetMachine is for one thread at a time)."""
+    machine = machines.get((job.cpu, job.features))
+    if machine is None:
+        target = CpuTarget(job.cpu, job.features, frozenset())
+        machine = machines[(job.cpu, job.features)] = target.machine()
+    return compile_object(_text(job, machine), job.speed_level, machine)
 
 
 def _text(job, machine) -> str:

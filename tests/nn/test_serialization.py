@@ -5,6 +5,7 @@ import io
 import json
 import math
 import pickle
+import re
 import zipfile
 from collections import OrderedDict
 
@@ -199,6 +200,83 @@ def test_consistent_but_wrong_contents_are_rejected(edit):
     eager.save({"x": eager.tensor(VALUES)}, buf)
     with pytest.raises(CorruptFileError):
         eager.load(io.BytesIO(_rewrite(buf.getvalue(), edit)))
+
+
+def _with_entry(x, edit) -> bytes:
+    """A save file of {"x": x} whose manifest entry for x is replaced by `edit(entry)`."""
+    buf = io.BytesIO()
+    eager.save({"x": x}, buf)
+
+    def manifest(name, content):
+        if name != "manifest.json":
+            return content
+        saved = json.loads(content)
+        saved["root"]["dict"][0][1] = edit(saved["root"]["dict"][0][1])
+        return json.dumps(saved).encode()
+    return _rewrite(buf.getvalue(), manifest)
+
+
+FLOATS, INTS = eager.tensor(VALUES), eager.tensor([1, 2, 3])
+
+BAD_ENTRIES = {  # id: (what is saved as root['x'], edit(its entry), what the error says)
+    "index-infinity": (FLOATS, lambda e: e | {"tensor": math.inf}, "tensor index inf"),
+    "index-nan": (FLOATS, lambda e: e | {"tensor": math.nan}, "tensor index nan"),
+    "index-negative": (FLOATS, lambda e: e | {"tensor": -1}, "tensor index -1"),
+    "index-a-float": (FLOATS, lambda e: e | {"tensor": 0.0}, "tensor index 0.0"),
+    "index-a-bool": (FLOATS, lambda e: e | {"tensor": False}, "tensor index False"),
+    "index-a-string": (FLOATS, lambda e: e | {"tensor": "0"}, "tensor index '0'"),
+    "index-huge": (FLOATS, lambda e: e | {"tensor": 10**40},
+                   f"member {10**40}.npy, which the file does not hold"),
+    "requires-grad-on-int64": (INTS, lambda e: e | {"requires_grad": True},
+                               "a tensor of int64 cannot require grad"),
+    "requires-grad-a-string": (FLOATS, lambda e: e | {"requires_grad": "no"},
+                               "requires_grad 'no'"),
+    "requires-grad-a-number": (FLOATS, lambda e: e | {"requires_grad": 1}, "requires_grad 1"),
+    "dtype-a-number": (FLOATS, lambda e: e | {"dtype": 5}, "dtype 5"),
+    "dtype-unknown": (FLOATS, lambda e: e | {"dtype": "complex64"}, "dtype 'complex64'"),
+    "shape-a-number": (FLOATS, lambda e: e | {"shape": 3}, "shape 3"),
+    "shape-infinite": (FLOATS, lambda e: e | {"shape": [math.inf]}, "shape [inf]"),
+    "shape-negative": (FLOATS, lambda e: e | {"shape": [-3]}, "shape [-3]"),
+    "shape-huge": (FLOATS, lambda e: e | {"shape": [10**40]}, f"shape [{10**40}]"),
+    "sha256-a-number": (FLOATS, lambda e: e | {"sha256": 5}, "sha256 5"),
+    "entry-a-number": (FLOATS, lambda e: 5, "is 5, not an entry"),
+    "entry-of-no-kind": (FLOATS, lambda e: {"tensr": 0}, "has none of the fields"),
+    "value-a-list": (1, lambda e: {"value": [1]}, "value [1]"),
+    "value-an-object": (1, lambda e: {"value": {"a": 1}}, "value {'a': 1}"),
+    "list-a-number": ([1], lambda e: {"list": 5}, "list 5"),
+    "tuple-a-string": ((1,), lambda e: {"tuple": "ab"}, "tuple 'ab'"),
+    "dict-a-number": ({}, lambda e: {"dict": 5, "ordered": False}, "dict 5"),
+    "dict-item-not-a-pair": ({}, lambda e: {"dict": [["k"]], "ordered": False},
+                             "dict item ['k']"),
+    "dict-key-a-list": ({}, lambda e: {"dict": [[["k"], {"value": 1}]], "ordered": False},
+                        "dict key ['k']"),
+    "dict-key-a-float": ({}, lambda e: {"dict": [[1.5, {"value": 1}]], "ordered": False},
+                         "dict key 1.5"),
+    "dict-ordered-a-string": ({}, lambda e: {"dict": [], "ordered": "yes"}, "ordered 'yes'"),
+}
+
+
+@pytest.mark.parametrize("saved_x, edit, says", BAD_ENTRIES.values(), ids=BAD_ENTRIES.keys())
+def test_a_malformed_manifest_entry_is_corruption_naming_the_entry(saved_x, edit, says):
+    with pytest.raises(CorruptFileError) as caught:
+        eager.load(io.BytesIO(_with_entry(saved_x, edit)))
+    assert "root['x']" in str(caught.value) and says in str(caught.value)
+
+
+def test_an_entry_inside_containers_is_named_by_its_path():
+    def second_layer_requires_grad(entry):
+        entry["dict"][0][1]["list"][1]["requires_grad"] = True
+        return entry
+    data = _with_entry({"layers": [eager.tensor(VALUES), INTS]}, second_layer_requires_grad)
+    entry = "root['x']['layers'][1]: a tensor of int64"
+    with pytest.raises(CorruptFileError, match=re.escape(entry)):
+        eager.load(io.BytesIO(data))
+
+
+def test_every_entry_kind_with_edits_that_change_nothing_still_loads():
+    x = {"t": eager.tensor(VALUES, requires_grad=True), 3: [None, (1.5, "s")], "b": True}
+    loaded = eager.load(io.BytesIO(_with_entry(x, lambda e: e)))
+    assert_same(loaded["x"], x)
 
 
 def test_rewrite_without_edits_still_loads():

@@ -5,6 +5,9 @@ the calling process. The rest of the suite runs with KILN_COMPILE_WORKERS=0
 (tests/conftest.py)."""
 import os
 import signal
+import subprocess
+import sys
+import threading
 import time
 import warnings
 
@@ -15,9 +18,11 @@ import eager
 from compiler.backends.native.gemm_node import GemmNode
 from compiler.backends.native.pointwise import PointwiseNode
 from runtime import compile_service
-from runtime.compile_service import CompileService, Job, configured_workers
+from runtime.cache import TMP_PREFIX, KernelCache
+from runtime.compile_service import ROOT, CompileService, Job, configured_workers
 from runtime.jit import HostJit, KernelPending, deferring
 from runtime_kernels import ADD_ONE, add_one, add_one_module, unique_name
+from tests.processes import reads_proc, running
 
 
 @pytest.fixture
@@ -159,27 +164,148 @@ def test_compiled_backward_through_workers_matches_eager(workers):
         assert compile_service.wait_for_kernels(timeout=120)
 
 
-def test_a_worker_that_dies_leaves_its_kernels_to_this_process(workers):
-    mlp, inputs = _mlp_and_inputs()
-    expected = mlp(*inputs).numpy()
-    workers.submit(_job(HostJit(), "first", "; starts the worker").message(), lambda done: None)
-    workers.wait(timeout=60)
-    (worker,) = workers._workers
+def _started(workers):
+    """The worker that a first job starts (its IR does not parse: nothing is linked)."""
+    workers.submit(_job(HostJit(), unique_name("start"), "; starts a worker").message(),
+                   lambda done: None)
+    assert workers.wait(timeout=60)
+    return next(w for w in workers._workers if w.alive)
+
+
+def _killed(worker) -> None:
+    """SIGKILL `worker` and wait until its reader has filed it as gone."""
     os.kill(worker.process.pid, signal.SIGKILL)
-    worker.process.wait()
+    worker.process.wait(timeout=60)
     deadline = time.monotonic() + 30
     while worker.alive and time.monotonic() < deadline:  # its reader sees the pipe close
         time.sleep(0.01)
     assert not worker.alive and worker.failed
-    fn = eager.compile(mlp)
+
+
+def _add_one_job(jit: HostJit):
+    """An add_one kernel's name, its job's message and a list for its deliveries."""
+    name, delivered = unique_name(), []
+    return name, _job(jit, name, str(add_one_module(jit, name))).message(), delivered
+
+
+def test_a_killed_worker_is_replaced_by_a_new_one_for_the_next_kernel(workers):
+    first = _started(workers)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
+        warnings.simplefilter("ignore", RuntimeWarning)  # (it says the worker exited)
+        _killed(first)
+    name, message, delivered = _add_one_job(HostJit())
+    workers.submit(message, delivered.append)
+    assert workers.wait(timeout=60)
+    (result,) = delivered  # compiled by a worker, not left to this process
+    assert result.functions == (name,) and result.seconds
+    (second,) = workers._workers
+    assert second.alive and second.process.pid != first.process.pid
+
+
+def test_the_kernels_of_a_worker_that_dies_come_back_as_errors_for_this_process(workers):
+    worker = _started(workers)
+    os.kill(worker.process.pid, signal.SIGSTOP)  # holds the job until it is killed
+    name, message, delivered = _add_one_job(HostJit())
+    workers.submit(message, delivered.append)
+    with pytest.warns(RuntimeWarning, match=r"with 1 kernel\(s\) to compile"):
+        _killed(worker)
+    assert workers.wait(timeout=60) and delivered == []
+    assert "the compile worker exited (code -9)" in workers.result(f"test-{name}").error
+
+
+def test_workers_that_keep_dying_leave_kernels_to_this_process_saying_so_once(workers):
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        for _ in range(compile_service.MAX_WORKER_DEATHS):
+            _killed(_started(workers))
+        mlp, inputs = _mlp_and_inputs()
+        expected = mlp(*inputs).numpy()
+        fn = eager.compile(mlp)
         for _ in range(3):
             np.testing.assert_allclose(fn(*inputs).numpy(), expected, rtol=1e-5, atol=1e-6)
-            compile_service.wait_for_kernels(timeout=60)
+            assert compile_service.wait_for_kernels(timeout=60)
+    given_up = [w for w in warned if "no more start" in str(w.message)]
+    assert len(given_up) == 1 and workers._workers == []
     kernels = _kernels(fn)  # compiled here, each before its first call
     assert all(k.calls_while_compiling == 0 for k in kernels)
     assert all(k.artifacts for k in kernels if isinstance(k, PointwiseNode))
+
+
+def test_waiting_without_a_timeout_ends_a_hung_worker_and_compiles_its_kernels_here(
+        workers, monkeypatch):
+    monkeypatch.setattr(compile_service, "WAIT_SECONDS", 1.0)
+    worker = _started(workers)
+    jit, name, built = HostJit(), unique_name(), []
+
+    def build(module):
+        built.append(name)
+        add_one(module, name)
+    os.kill(worker.process.pid, signal.SIGSTOP)
+    try:
+        with deferring(), pytest.raises(KernelPending):
+            jit.load_spec(name, f"add_one {name}", build, [name])
+        waited = []
+        waiter = threading.Thread(target=lambda: waited.append(
+            compile_service.wait_for_kernels()), daemon=True)
+        with pytest.warns(RuntimeWarning, match="did not finish its 1 kernel"):
+            waiter.start()
+            waiter.join(timeout=120)
+        assert waited == [True] and compile_service.pending() == 0
+        assert worker.process.wait(timeout=60) == -signal.SIGKILL  # ended, not left stopped
+    finally:
+        if worker.process.poll() is None:  # a failure left it stopped: the waiter ends
+            worker.process.kill()
+    with deferring():  # linked by the wait: found in memory, nothing compiled again
+        _adds_one(jit.load_spec(name, f"add_one {name}", build, [name])[name])
+    assert built == [name]
+    assert jit.cache.path(jit.cache_key(f"O3 add_one {name}", kind="kiln-cpu-spec-1")).exists()
+
+
+def _exit_right_after_handing_out(tmp_path, count: int, *flags: str):
+    """Run compile_service_exit.py: (its worker's pid, the keys of the kernels it handed
+    out, its stderr) once it has exited (it must, well within the harness's bound)."""
+    env = dict(os.environ, KILN_COMPILE_WORKERS="1", KILN_CACHE_DIR=str(tmp_path / "cache"),
+               PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests", "runtime")]))
+    script = os.path.join(ROOT, "tests", "runtime", "compile_service_exit.py")
+    with open(tmp_path / "stderr", "w+") as stderr:  # a file: the worker inherits it
+        done = subprocess.run([sys.executable, script, str(count), *flags], env=env,
+                              stdout=subprocess.PIPE, stderr=stderr, text=True, timeout=300)
+        stderr.seek(0)
+        errors = stderr.read()
+    assert done.returncode == 0, errors
+    pid, *keys = done.stdout.split()
+    return int(pid), keys, errors
+
+
+def _gone(pid: int) -> bool:
+    """Whether worker `pid`, left by a process that exited, exits too (killed if not)."""
+    deadline = time.monotonic() + 120  # generous: it compiles what it was sent first
+    while running(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if running(pid):
+        os.kill(pid, signal.SIGKILL)  # not left behind by a failing test
+        return False
+    return True
+
+
+@reads_proc
+def test_kernels_handed_out_just_before_exit_reach_the_disk_cache(tmp_path):
+    pid, keys, stderr = _exit_right_after_handing_out(tmp_path, 200)
+    assert "Traceback" not in stderr
+    assert len(keys) == 200 and _gone(pid)
+    cache = KernelCache(tmp_path / "cache")
+    assert all(cache.read(key) is not None for key in keys)
+    assert not list(tmp_path.glob(f"cache/**/{TMP_PREFIX}*"))
+
+
+@reads_proc
+def test_a_stopped_worker_at_exit_is_ended_leaving_whole_entries_or_none(tmp_path):
+    pid, keys, stderr = _exit_right_after_handing_out(tmp_path, 200, "--stopped")
+    assert "Traceback" not in stderr
+    assert len(keys) == 200 and _gone(pid)  # not left stopped for ever
+    cache = KernelCache(tmp_path / "cache")
+    assert all(cache.read(key) is not None for key in keys if cache.path(key).exists())
+    assert not list(tmp_path.glob(f"cache/**/{TMP_PREFIX}*"))
 
 
 def test_no_workers_means_no_service(monkeypatch):

@@ -12,6 +12,7 @@ from eager.utils.data import (BatchSampler, ConcatDataset, DataLoader, Dataset,
                               IterableDataset, RandomSampler, SequentialSampler, Subset,
                               SubsetRandomSampler, TensorDataset, WeightedRandomSampler,
                               default_collate, get_worker_info, random_split)
+from tests.processes import reads_proc, running
 
 
 def _torch():
@@ -337,6 +338,47 @@ def test_workers_started_by_spawn_say_that_kiln_tensors_are_not_pickled():
     data = TensorDataset(eager.zeros(2))
     with pytest.raises(RuntimeError, match="kiln tensors are not pickled"):
         list(DataLoader(data, num_workers=1, multiprocessing_context="spawn"))
+
+
+PARENT = """
+import os, sys, time
+import eager
+from eager.utils.data import DataLoader, TensorDataset
+loader = DataLoader(TensorDataset(eager.arange(100.0)), num_workers=2)
+batches = iter(loader)
+next(batches)  # the workers are started and have answered what was asked of them
+print(*(p.pid for p in loader._workers.processes), flush=True)
+if sys.argv[1] == "exits":
+    os._exit(0)  # no atexit, no multiprocessing clean-up
+time.sleep(600)
+"""
+
+
+@reads_proc
+@pytest.mark.parametrize("parent_ends", ["killed", "exits"])
+def test_workers_exit_when_their_parent_process_is_gone(parent_ends):
+    import signal
+    import subprocess
+    import sys
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, parent_ends],
+                              stdout=subprocess.PIPE, text=True)
+    workers = []
+    try:
+        workers = [int(pid) for pid in parent.stdout.readline().split()]
+        assert len(workers) == 2
+        if parent_ends == "killed":
+            parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=60)
+        deadline = time.monotonic() + 30  # generous: they look every second or so
+        while any(running(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(running(pid) for pid in workers)
+    finally:
+        parent.kill()
+        parent.wait()
+        for pid in workers:  # the ones a failure left behind
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_chained_and_stacked_datasets():

@@ -8,7 +8,9 @@ CUDA tensor in a worker's batch is an error naming it.
 """
 from __future__ import annotations
 
+import os
 import pickle
+import queue
 import random
 import traceback
 from dataclasses import dataclass
@@ -119,6 +121,7 @@ class Failure:
 
 
 EXHAUSTED = "exhausted"  # a worker's answer when its copy of an IterableDataset has ended
+PARENT_CHECK_S = 1.0  # how often a worker waiting for a task checks that its parent lives
 
 
 def loop(fetcher: Fetcher, tasks, results, worker_id: int, num_workers: int, seed: int,
@@ -126,8 +129,11 @@ def loop(fetcher: Fetcher, tasks, results, worker_id: int, num_workers: int, see
     """A worker: seeded (kiln's default generator and Python's random) with `seed`,
     `init_fn(worker_id)` called, then tasks until None: ("reset",) starts its copy of an
     iterable dataset again; (task, index) answers (task, pickled batch on the wire,
-    EXHAUSTED or Failure), pickled here so that nothing is lost in the queue's thread."""
+    EXHAUSTED or Failure), pickled here so that nothing is lost in the queue's thread.
+    A worker whose parent is gone (killed, or exited without closing it) returns: its
+    parent changes (to init or a subreaper), as PyTorch's workers watch theirs."""
     global _info
+    parent = os.getppid()  # the main process, or the forkserver that outlives it briefly
     factories.manual_seed(seed)
     random.seed(seed)
     _info = WorkerInfo(worker_id, num_workers, seed, fetcher.dataset)
@@ -139,7 +145,13 @@ def loop(fetcher: Fetcher, tasks, results, worker_id: int, num_workers: int, see
             return
     iterator, ended = None, False
     while True:
-        message = tasks.get()
+        try:
+            message = tasks.get(timeout=PARENT_CHECK_S)
+        except queue.Empty:
+            if os.getppid() != parent:  # nobody reads the answers: leave them unsent
+                results.cancel_join_thread()
+                return
+            continue
         if message is None:
             return
         if message == ("reset",):
