@@ -43,7 +43,7 @@ import struct
 import threading
 import time
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Generic, TypeVar
 
@@ -70,9 +70,11 @@ class CorruptEntry(Exception):
 @dataclass(frozen=True)
 class Entry:
     """What a cache file holds: the names of the functions the object code defines, and
-    the object code."""
+    the object code; and whether it was read from a file (which the cache trusts only as
+    far as runtime/cache_trust.py says) rather than just built."""
     functions: tuple[str, ...]
     object_code: bytes
+    from_disk: bool = field(default=False, compare=False)
 
 
 @dataclass
@@ -174,7 +176,7 @@ def decode(key: str, data: bytes, check: PayloadCheck = object_problem) -> Entry
     problem = check(body[meta_length:])
     if problem is not None:
         raise CorruptEntry(problem)
-    return Entry(functions, body[meta_length:])
+    return Entry(functions, body[meta_length:], from_disk=True)
 
 
 class KernelCache(Generic[Value]):
@@ -210,7 +212,8 @@ class KernelCache(Generic[Value]):
     def get_or_build(self, key: str, build: Callable[[], Entry],
                      load: Callable[[Entry], Value]) -> Value:
         """The value for `key`: from memory; else `load` of the disk entry; else `load`
-        of `build()`, which is then written to disk."""
+        of `build()`, which is then written to disk. A disk entry that `load` refuses
+        (CorruptEntry) is built and written again, like a damaged one."""
         if key in self._memory:
             self._count("memory_hits")
             return self._memory[key]
@@ -222,13 +225,18 @@ class KernelCache(Generic[Value]):
                     self._count("memory_hits")
                     return self._memory[key]
                 entry = self.read(key)
+                if entry is not None:
+                    try:
+                        value = load(entry)
+                        self._count("disk_hits")
+                    except CorruptEntry:
+                        self._count("rebuilt_corrupt")
+                        entry = None
                 if entry is None:
                     self._count("misses")
                     entry = build()
                     self.write(key, entry)
-                else:
-                    self._count("disk_hits")
-                value = load(entry)
+                    value = load(entry)
                 self._memory[key] = value
                 return value
         finally:

@@ -138,6 +138,23 @@ def test_a_damaged_entry_is_rebuilt_not_loaded(jit, cache_dir, damage):
     assert cache.decode(key, path.read_bytes()).functions == (name,)
 
 
+def test_an_entry_naming_a_function_its_object_lacks_is_rebuilt_and_replaced(jit, cache_dir):
+    """Its hash recomputed, so only the ELF loader can tell: before, every run raised
+    KeyError until the entry was removed."""
+    name = unique_name()
+    jit.load(add_one_module(jit, name))
+    [path] = entry_files(cache_dir)
+    key = jit.cache_key(add_one_module(jit, name))
+    good = cache.decode(key, path.read_bytes())
+    path.write_bytes(cache.encode(key, cache.Entry((name, "missing"), good.object_code)))
+    fresh = HostJit()
+    address = fresh.load(add_one_module(fresh, name), [name])[name]
+    stats = fresh.cache.stats
+    assert (stats.rebuilt_corrupt, stats.misses, stats.disk_hits) == (1, 1, 0)
+    np.testing.assert_array_equal(run_add_one(address), expected())
+    assert cache.decode(key, path.read_bytes()) == good and "engine" not in fresh.__dict__
+
+
 def test_processes_racing_to_compile_one_kernel_leave_one_good_entry(cache_dir):
     name = unique_name()
     racers = [worker.start("load", name, cache_dir=cache_dir) for _ in range(4)]
