@@ -415,8 +415,9 @@ class HostJit:
         if not workers.has(key):
             # no data layout: the worker takes its TargetMachine's (this process need not
             # load LLVM to hand a kernel out, ~15 ms)
+            directory = self.cache.directory
             job = Job(key, source, speed_level, self.cpu_name, self.features, self.triple,
-                      None, str(self.cache.directory))
+                      None, str(directory) if directory is not None else None)
             message = job.message() or job.with_source(text()).message()
             workers.submit(message, lambda done: self._deliver(key, done))
             _thread_clock().deferred += 1

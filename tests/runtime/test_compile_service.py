@@ -4,6 +4,7 @@ interpreted while its kernels compile, then natively; failures fall back to comp
 the calling process. The rest of the suite runs with KILN_COMPILE_WORKERS=0
 (tests/conftest.py)."""
 import os
+import pwd
 import signal
 import time
 import warnings
@@ -92,6 +93,34 @@ def test_deferred_load_raises_pending_then_links_the_workers_object_code(workers
     again = HostJit()
     assert again.load_spec(name, f"add_one {name}", build, [name])[name]
     assert built == [name]
+
+
+def no_passwd_entry(uid):
+    raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+
+def test_without_a_cache_directory_a_job_names_none(tmp_path, monkeypatch):
+    """HOME unset and no passwd entry: a job named the directory 'None', and the worker
+    wrote the entry under that name in its working directory."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KILN_COMPILE_WORKERS", "1")
+    monkeypatch.delenv("KILN_CACHE_DIR")
+    monkeypatch.delenv("HOME")
+    monkeypatch.setattr(pwd, "getpwuid", no_passwd_entry)
+    compile_service.reset()
+    try:
+        workers, jit, name = compile_service.service(), HostJit(), unique_name()
+
+        def build(module):
+            add_one(module, name)
+        with deferring():
+            with pytest.raises(KernelPending):
+                jit.load_spec(name, f"add_one {name}", build, [name])
+            assert workers.wait(timeout=60)
+            _adds_one(jit.load_spec(name, f"add_one {name}", build, [name])[name])
+    finally:
+        compile_service.reset()
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_outside_deferring_a_load_compiles_here(workers):
