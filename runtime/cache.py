@@ -17,8 +17,9 @@ tier, after one warning):
 
 A file that is short, has a bad header, a hash mismatch, another key's meta or object code
 that is not structurally an ELF object for this machine (for PTX: not the PTX text
-kiln emits) is never handed to LLVM (or the CUDA driver) (which
-could crash the process on garbage); it is rebuilt and rewritten. What the cache trusts,
+kiln emits), or that the loader refuses (get_or_build's CorruptEntry from `load`), is
+never handed to LLVM (or the CUDA driver) (which could crash the process on garbage);
+it is rebuilt and rewritten. What the cache trusts,
 and why, is in runtime/cache_trust.py: entries are read only from a directory and files
 that this user owns and nobody else can write, and only from regular files of a bounded
 size. Writes go to a temporary file in the same directory and are renamed over the

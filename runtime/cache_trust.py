@@ -18,8 +18,10 @@ could have:
   recompute it. LLVM's object loader does not check what it is given and crashes the
   process on a truncated or garbage object, so `object_problem` checks the structure
   first: a relocatable 64-bit little-endian ELF object for this machine whose section
-  header table and sections lie inside its bytes. An object that passes is still native
-  code run as it is; it is loaded because only this user could have put it there.
+  header table and sections lie inside its bytes. The ELF loader checks the rest
+  (runtime/elf_object.py), and what it refuses is compiled again, never given to MCJIT.
+  An object that passes is still native code run as it is; it is loaded because only
+  this user could have put it there.
 - PTX entries (runtime/nvptx.py) are text that the CUDA driver's JIT parses and checks
   itself; `ptx_problem` still refuses anything but the PTX that LLVM's NVPTX backend
   writes: ASCII without NUL bytes, opening with its .version, .target and
