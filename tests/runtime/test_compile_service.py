@@ -15,7 +15,7 @@ import pytest
 import eager
 from compiler.backends.native.gemm_node import GemmNode
 from compiler.backends.native.pointwise import PointwiseNode
-from runtime import compile_service
+from runtime import cache, compile_service
 from runtime.compile_service import CompileService, Job, configured_workers
 from runtime.jit import HostJit, KernelPending, deferring
 from runtime_kernels import ADD_ONE, add_one, add_one_module, unique_name
@@ -107,17 +107,20 @@ def test_without_a_cache_directory_a_job_names_none(tmp_path, monkeypatch):
     monkeypatch.delenv("KILN_CACHE_DIR")
     monkeypatch.delenv("HOME")
     monkeypatch.setattr(pwd, "getpwuid", no_passwd_entry)
+    cache._warn_without_directory.cache_clear()  # warned once per process
     compile_service.reset()
-    try:
-        workers, jit, name = compile_service.service(), HostJit(), unique_name()
+    name = unique_name()
 
-        def build(module):
-            add_one(module, name)
-        with deferring():
+    def build(module):
+        add_one(module, name)
+    try:
+        with pytest.warns(RuntimeWarning, match="has no directory") as caught, deferring():
+            workers, jit = compile_service.service(), HostJit()
             with pytest.raises(KernelPending):
                 jit.load_spec(name, f"add_one {name}", build, [name])
             assert workers.wait(timeout=60)
             _adds_one(jit.load_spec(name, f"add_one {name}", build, [name])[name])
+        assert sum("has no directory" in str(w.message) for w in caught) == 1
     finally:
         compile_service.reset()
     assert list(tmp_path.iterdir()) == []
