@@ -8,7 +8,8 @@ runtime/jit.py's load_spec), the target (triple, CPU name and features), the LLV
 version and a version of the code (kiln's, or a hash of the code generators' source),
 so a change to any of them compiles afresh. The memory tier maps a key to whatever the engine made of the entry (function
 addresses); the disk tier holds one file per key under `$KILN_CACHE_DIR` (default
-`~/.cache/kiln`):
+`~/.cache/kiln`; with no home, HOME unset or empty and no passwd entry, there is no disk
+tier, after one warning):
 
     header  magic 'KILNOBJ1' | meta length u32 | object length u64 | SHA-256 of the rest
     meta    JSON: {"key": ..., "functions": [...]}
@@ -16,8 +17,9 @@ addresses); the disk tier holds one file per key under `$KILN_CACHE_DIR` (defaul
 
 A file that is short, has a bad header, a hash mismatch, another key's meta or object code
 that is not structurally an ELF object for this machine (for PTX: not the PTX text
-kiln emits) is never handed to LLVM (or the CUDA driver) (which
-could crash the process on garbage); it is rebuilt and rewritten. What the cache trusts,
+kiln emits), or that the loader refuses (get_or_build's CorruptEntry from `load`), is
+never handed to LLVM (or the CUDA driver) (which could crash the process on garbage);
+it is rebuilt and rewritten. What the cache trusts,
 and why, is in runtime/cache_trust.py: entries are read only from a directory and files
 that this user owns and nobody else can write, and only from regular files of a bounded
 size. Writes go to a temporary file in the same directory and are renamed over the
@@ -39,11 +41,12 @@ import functools
 import hashlib
 import json
 import os
+import pwd
 import struct
 import threading
 import time
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Generic, TypeVar
 
@@ -70,9 +73,11 @@ class CorruptEntry(Exception):
 @dataclass(frozen=True)
 class Entry:
     """What a cache file holds: the names of the functions the object code defines, and
-    the object code."""
+    the object code; and whether it was read from a file (which the cache trusts only as
+    far as runtime/cache_trust.py says) rather than just built."""
     functions: tuple[str, ...]
     object_code: bytes
+    from_disk: bool = field(default=False, compare=False)
 
 
 @dataclass
@@ -91,17 +96,36 @@ class CacheStats:
 
 @dataclass(frozen=True)
 class CacheInfo:
-    directory: Path
+    directory: Path | None
     entries: int
     bytes: int
     max_bytes: int
 
 
-def cache_dir() -> Path:
-    """`$KILN_CACHE_DIR`, or `~/.cache/kiln`; read at every use, so tests can point it
-    elsewhere at any time."""
-    configured = os.environ.get("KILN_CACHE_DIR")
-    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "kiln"
+def cache_dir() -> Path | None:
+    """`$KILN_CACHE_DIR`, or `~/.cache/kiln`; None where that names a home there is none
+    of (home_directory). Read at every use, so tests can point it elsewhere at any time."""
+    configured = os.environ.get("KILN_CACHE_DIR") or "~/.cache/kiln"
+    if configured == "~" or configured.startswith("~/"):
+        home = home_directory()
+        return home / configured[2:] if home is not None else None
+    try:
+        return Path(configured).expanduser()  # ~user
+    except RuntimeError:  # a user without a passwd entry
+        return None
+
+
+def home_directory() -> Path | None:
+    """`$HOME`, or this user's passwd entry's where HOME is unset or empty (Python would
+    take an empty HOME for /); None where neither names one, as in a container running a
+    uid that has no passwd entry."""
+    home = os.environ.get("HOME")
+    if not home:
+        try:
+            home = pwd.getpwuid(os.getuid()).pw_dir
+        except KeyError:
+            return None
+    return Path(home) if home else None
 
 
 def max_bytes() -> int:
@@ -174,7 +198,7 @@ def decode(key: str, data: bytes, check: PayloadCheck = object_problem) -> Entry
     problem = check(body[meta_length:])
     if problem is not None:
         raise CorruptEntry(problem)
-    return Entry(functions, body[meta_length:])
+    return Entry(functions, body[meta_length:], from_disk=True)
 
 
 class KernelCache(Generic[Value]):
@@ -201,16 +225,23 @@ class KernelCache(Generic[Value]):
         self.stats = CacheStats()
 
     @property
-    def directory(self) -> Path:
+    def directory(self) -> Path | None:
         return self._directory if self._directory is not None else cache_dir()
 
-    def path(self, key: str) -> Path:
-        return self.directory / (key + SUFFIX)
+    def path(self, key: str) -> Path | None:
+        """The file of `key`'s entry; None where there is no cache directory (cache_dir),
+        after a warning, the process's first."""
+        directory = self.directory
+        if directory is None:
+            _warn_without_directory()
+            return None
+        return directory / (key + SUFFIX)
 
     def get_or_build(self, key: str, build: Callable[[], Entry],
                      load: Callable[[Entry], Value]) -> Value:
         """The value for `key`: from memory; else `load` of the disk entry; else `load`
-        of `build()`, which is then written to disk."""
+        of `build()`, which is then written to disk. A disk entry that `load` refuses
+        (CorruptEntry) is built and written again, like a damaged one."""
         if key in self._memory:
             self._count("memory_hits")
             return self._memory[key]
@@ -222,13 +253,18 @@ class KernelCache(Generic[Value]):
                     self._count("memory_hits")
                     return self._memory[key]
                 entry = self.read(key)
+                if entry is not None:
+                    try:
+                        value = load(entry)
+                        self._count("disk_hits")
+                    except CorruptEntry:
+                        self._count("rebuilt_corrupt")
+                        entry = None
                 if entry is None:
                     self._count("misses")
                     entry = build()
                     self.write(key, entry)
-                else:
-                    self._count("disk_hits")
-                value = load(entry)
+                    value = load(entry)
                 self._memory[key] = value
                 return value
         finally:
@@ -245,6 +281,8 @@ class KernelCache(Generic[Value]):
         writes is ever refused) or it is corrupt (counted in stats.rebuilt_corrupt); the
         caller then builds and writes it again."""
         path = self.path(key)
+        if path is None:
+            return None
         try:
             if not self._trusts(path.parent):
                 if os.path.lexists(path):
@@ -271,6 +309,8 @@ class KernelCache(Generic[Value]):
         to an untrusted directory. A cache that cannot be written (read-only, disk full)
         only costs a rebuild next time."""
         path = self.path(key)
+        if path is None:
+            return
         try:
             if not self._trusts(path.parent):
                 return
@@ -293,6 +333,17 @@ class KernelCache(Generic[Value]):
                                   f"it compiles in memory only", RuntimeWarning)
                 self._trusted[directory] = problem is None
             return self._trusted[directory]
+
+
+@functools.cache  # once per process: every cache lacks the same home
+def _warn_without_directory() -> None:
+    configured = os.environ.get("KILN_CACHE_DIR")
+    why = (f"KILN_CACHE_DIR={configured!r} names a home directory there is none of"
+           if configured else f"HOME is unset or empty and uid {os.getuid()} has no passwd "
+                              f"entry")
+    warnings.warn(f"kiln's kernel cache has no directory: {why}, so this process keeps the "
+                  f"kernels it compiles in memory only (KILN_CACHE_DIR names a directory "
+                  f"for them)", RuntimeWarning)
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
@@ -366,9 +417,9 @@ def evict(directory: Path, limit: int, keep: Path | None = None) -> int:
 
 
 def info(directory: Path | str | None = None) -> CacheInfo:
-    """What the disk cache holds now."""
+    """What the disk cache holds now (nothing where there is no directory: cache_dir)."""
     directory = Path(directory) if directory is not None else cache_dir()
-    entries = _entries(directory)
+    entries = _entries(directory) if directory is not None else []
     return CacheInfo(directory, len(entries), sum(stat.st_size for _, stat in entries),
                      max_bytes())
 
@@ -378,6 +429,8 @@ def clear(directory: Path | str | None = None) -> int:
     entries were removed. Other files in the directory are left alone. Kernels already
     loaded into an engine stay loaded: MCJIT cannot unload them."""
     directory = Path(directory) if directory is not None else cache_dir()
+    if directory is None:
+        return 0
     for path in directory.glob(TMP_PREFIX + "*"):
         _remove(path)
     return sum(1 for path, _ in _entries(directory) if _remove(path))

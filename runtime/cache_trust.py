@@ -18,8 +18,10 @@ could have:
   recompute it. LLVM's object loader does not check what it is given and crashes the
   process on a truncated or garbage object, so `object_problem` checks the structure
   first: a relocatable 64-bit little-endian ELF object for this machine whose section
-  header table and sections lie inside its bytes. An object that passes is still native
-  code run as it is; it is loaded because only this user could have put it there.
+  header table and sections lie inside its bytes. The ELF loader checks the rest
+  (runtime/elf_object.py), and what it refuses is compiled again, never given to MCJIT.
+  An object that passes is still native code run as it is; it is loaded because only
+  this user could have put it there.
 - PTX entries (runtime/nvptx.py) are text that the CUDA driver's JIT parses and checks
   itself; `ptx_problem` still refuses anything but the PTX that LLVM's NVPTX backend
   writes: ASCII without NUL bytes, opening with its .version, .target and
@@ -44,6 +46,7 @@ SECTION_HEADER = struct.Struct("<IIQQQQIIQQ")
 ELF_MAGIC = b"\x7fELF"
 ELFCLASS64, ELFDATA2LSB, ET_REL, SHT_NOBITS = 2, 1, 1, 8
 ELF_MACHINES = {"x86_64": 62, "aarch64": 183}  # EM_X86_64, EM_AARCH64
+ELF_MACHINE = ELF_MACHINES.get(platform.machine())  # this machine's
 PTX_HEAD = re.compile(r"\.version \d+\.\d+\n\.target sm_\d+[a-z]?\n\.address_size 64\n")
 PTX_ENTRY = re.compile(r"^\.visible \.entry (\w+)\(", re.MULTILINE)  # a kernel, its name
 
@@ -121,6 +124,23 @@ def object_problem(code: bytes) -> str | None:
     """Why `code` is not structurally a relocatable 64-bit little-endian ELF object for this
     machine whose section header table and sections lie inside `code`, or None. Checks
     the layout only: what the sections hold is not looked at."""
+    problem = header_problem(code)
+    if problem is not None:
+        return problem
+    _, _, _, _, _, _, table, _, _, _, _, _, sections, _ = ELF_HEADER.unpack_from(code)
+    for index in range(sections):
+        (_name, kind, _flags, _address, offset, size, link, _info, _alignment,
+         _entry_size) = SECTION_HEADER.unpack_from(code, table + index * SECTION_HEADER.size)
+        if kind != SHT_NOBITS and offset + size > len(code):
+            return f"section {index} ends past the object code's {len(code)} bytes"
+        if link >= sections:
+            return f"section {index} links to section {link} of {sections}"
+    return None
+
+
+def header_problem(code: bytes) -> str | None:
+    """Why the ELF header of `code` is not one of a relocatable 64-bit little-endian object
+    for this machine whose section header table lies inside `code`, or None."""
     if len(code) < ELF_HEADER.size:
         return f"object code of {len(code)} bytes is shorter than an ELF header"
     (ident, kind, machine, _version, _entry, _program_headers, table, _flags, header_size,
@@ -132,7 +152,7 @@ def object_problem(code: bytes) -> str | None:
         return f"ELF class {ident[4]} and data encoding {ident[5]}, not 64-bit little-endian"
     if kind != ET_REL:
         return f"ELF type {kind}, not a relocatable object"
-    if machine != ELF_MACHINES.get(platform.machine()):
+    if machine != ELF_MACHINE:
         return f"ELF machine {machine} is not this machine ({platform.machine()})"
     if (header_size, section_header_size) != (ELF_HEADER.size, SECTION_HEADER.size):
         return f"ELF header sizes {header_size} and {section_header_size}, not 64 and 64"
@@ -143,13 +163,6 @@ def object_problem(code: bytes) -> str | None:
     if table + sections * SECTION_HEADER.size > len(code):
         return (f"section header table ({sections} at {table}) ends past the object code's "
                 f"{len(code)} bytes")
-    for index in range(sections):
-        (_name, kind, _flags, _address, offset, size, link, _info, _alignment,
-         _entry_size) = SECTION_HEADER.unpack_from(code, table + index * SECTION_HEADER.size)
-        if kind != SHT_NOBITS and offset + size > len(code):
-            return f"section {index} ends past the object code's {len(code)} bytes"
-        if link >= sections:
-            return f"section {index} links to section {link} of {sections}"
     return None
 
 

@@ -31,7 +31,8 @@ which costs only when someone is debugging.
 Object code goes into this process through runtime/elf_loader.py (Linux on x86-64), not
 MCJIT, so a kernel read from the disk cache needs no LLVM: importing this module imports
 no llvmlite.binding, and LLVM is loaded (with the target machine and, where the loader
-cannot take an object, the MCJIT engine) only when a kernel is compiled.
+cannot take an object just compiled, the MCJIT engine) only when a kernel is compiled. A
+disk entry the loader refuses is compiled again, never given to MCJIT (`_link`).
 """
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Callable, Iterable
 
 from runtime import elf_loader
-from runtime.cache import FORMAT, Entry, KernelCache, kernel_key
+from runtime.cache import FORMAT, CorruptEntry, Entry, KernelCache, kernel_key
 from runtime.llvm_passes import run_pipeline
 from runtime.target import CpuTarget, llvm_identity, selected
 
@@ -272,7 +273,7 @@ class HostJit:
     @functools.cached_property
     def engine(self) -> llvm.ExecutionEngine:
         """The MCJIT engine, made the first time an object reaches it: where the ELF
-        loader is not supported, or an object it does not take."""
+        loader is not supported, or an object just compiled that it does not take."""
         import llvmlite.binding as llvm
         return llvm.create_mcjit_compiler(llvm.parse_assembly(""), self.target.machine())
 
@@ -414,8 +415,9 @@ class HostJit:
         if not workers.has(key):
             # no data layout: the worker takes its TargetMachine's (this process need not
             # load LLVM to hand a kernel out, ~15 ms)
+            directory = self.cache.directory
             job = Job(key, source, speed_level, self.cpu_name, self.features, self.triple,
-                      None, str(self.cache.directory))
+                      None, str(directory) if directory is not None else None)
             message = job.message() or job.with_source(text()).message()
             workers.submit(message, lambda done: self._deliver(key, done))
             _thread_clock().deferred += 1
@@ -450,17 +452,32 @@ class HostJit:
         return machine
 
     def _link(self, entry: Entry) -> dict[str, int]:
+        """{name: address} of `entry`'s functions, its object code linked by the ELF
+        loader (by MCJIT where the loader does not run). MCJIT also takes object code
+        this process has just compiled that the loader does not; never an entry from the
+        disk cache: MCJIT crashes the process on a damaged object rather than refusing
+        it, so a disk entry the loader refuses, or that names a function it lacks or
+        one already taken, raises CorruptEntry and the cache compiles it again."""
         with self._lock, timing("link"):
-            for name in entry.functions:
-                if self._has(name):
-                    raise ValueError(f"the host JIT already has a function named {name!r}")
-            if elf_loader.supported():
-                try:
-                    self.loader.load(entry.object_code)
-                    return {name: self.address(name) for name in entry.functions}
-                except elf_loader.UnsupportedObject:
-                    pass  # MCJIT takes it
+            try:
+                return self._link_checked(entry)
+            except elf_loader.UnsupportedObject as refusal:
+                if entry.from_disk:
+                    raise CorruptEntry(f"the ELF loader refuses it: {refusal}") from None
+                return self._link_in_engine(entry)
+            except ValueError as taken:
+                if entry.from_disk:
+                    raise CorruptEntry(str(taken)) from None
+                raise
+
+    def _link_checked(self, entry: Entry) -> dict[str, int]:
+        for name in entry.functions:
+            if self._has(name):
+                raise ValueError(f"the host JIT already has a function named {name!r}")
+        if not elf_loader.supported():
             return self._link_in_engine(entry)
+        addresses = self.loader.load(entry.object_code, entry.functions)
+        return {name: addresses[name] for name in entry.functions}
 
     def _link_in_engine(self, entry: Entry) -> dict[str, int]:
         import llvmlite.binding as llvm

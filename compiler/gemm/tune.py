@@ -134,9 +134,11 @@ def _key(kernel: CompiledGemm) -> str:
     return f"{selected().name}/{t.dtype}/{t.mr}x{t.nr}u{t.unroll}"
 
 
-def _path() -> Path:
+def _path() -> Path | None:
+    """The file of stored choices; None where the kernel cache has no directory."""
     from runtime.cache import cache_dir
-    return cache_dir() / FILE_NAME
+    directory = cache_dir()
+    return directory / FILE_NAME if directory is not None else None
 
 
 def _load() -> dict:
@@ -146,7 +148,7 @@ def _load() -> dict:
     from runtime.cache_trust import UntrustedEntry, directory_problem, read_entry_file
     path = _path()
     try:
-        if directory_problem(path.parent) is not None:
+        if path is None or directory_problem(path.parent) is not None:
             return {}
         data = json.loads(read_entry_file(path))
     except (OSError, ValueError, UntrustedEntry):
@@ -162,7 +164,7 @@ def _store(key: str, chosen: Blocking) -> None:
     from runtime.cache_trust import directory_problem
     path = _path()
     try:
-        if directory_problem(path.parent) is not None:  # (it makes the directory 0700)
+        if path is None or directory_problem(path.parent) is not None:  # (makes it 0700)
             return
         descriptor, temporary = tempfile.mkstemp(prefix=".tmp-blocking-", dir=path.parent)
         with os.fdopen(descriptor, "w") as f:

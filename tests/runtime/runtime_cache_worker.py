@@ -5,6 +5,11 @@ the tests run it with `start` and `finish`.
         kernel, check it on an array, print the cache counters and the warnings given as
         JSON; --no-llvm makes any LLVM optimisation raise, to show a disk hit needs none
     runtime_cache_worker.py write KEY TIMES         write one fixed entry TIMES times
+    runtime_cache_worker.py mutations SEED          write each of elf_mutations' damaged
+        objects of the relocations kernel (its targeted mutations, then SEED's random
+        flips) as the kernel's entry, hashed again, load the kernel with a fresh engine
+        and run it where it should be right; print {case: outcome} as JSON (each case
+        is named on stderr before it is loaded: a crash's last line says which)
 
 A load may take at most 1 GiB more memory than the process holds when it starts: a cache
 that reads an endless file (an entry that is /dev/zero) then fails with MemoryError
@@ -24,7 +29,9 @@ import llvmlite.binding as llvm
 
 from runtime import cache
 from runtime.jit import HostJit
-from runtime_kernels import ADD_ONE, add_one_module, object_code
+from elf_mutations import KERNEL, MUTATIONS, random_flips
+from runtime_kernels import (ADD_ONE, add_one_module, object_code, relocations_kernel_results,
+                             relocations_module)
 
 SCRIPT = Path(__file__).resolve()
 ROOT = SCRIPT.parents[2]
@@ -86,17 +93,62 @@ def write(key: str, times: int) -> None:
     print(json.dumps(jit.cache.stats.as_dict()))
 
 
+RANDOM_FLIPS = {"headers": 24, "relocations": 8}  # (ELF, section headers, symbols)
+
+
+def mutations(seed: int) -> None:
+    text = relocations_module(KERNEL)
+    jit = HostJit()
+    jit.load(text)
+    key = jit.cache_key(text)
+    path = jit.cache.path(key)
+    good = cache.decode(key, path.read_bytes())
+    cases = [(label, mutation.mutate(good.object_code), True)
+             for label, mutation in MUTATIONS.items()]
+    cases += [(label, spoilt, True) for label, spoilt in
+              random_flips(good.object_code, seed, RANDOM_FLIPS["headers"], "headers")]
+    cases += [(label, spoilt, False) for label, spoilt in
+              random_flips(good.object_code, seed, RANDOM_FLIPS["relocations"], "relocations")]
+    limit_memory()
+    outcomes = {}
+    for label, spoilt, run_if_loaded in cases:
+        print(label, file=sys.stderr, flush=True)
+        path.write_bytes(cache.encode(key, cache.Entry(good.functions, spoilt)))
+        outcomes[label] = load_mutated(text, key, good, run_if_loaded)
+    print(json.dumps(outcomes))
+
+
+def load_mutated(text: str, key: str, good: cache.Entry, run_if_loaded: bool) -> dict:
+    """How a fresh engine loads the kernel of `text` from its damaged entry: 'rebuilt'
+    (compiled again, the entry replaced by `good`'s object code) or 'loaded'; whether
+    MCJIT was made; what the kernel computes (unless it was loaded and not
+    `run_if_loaded`)."""
+    fresh = HostJit()
+    addresses = fresh.load(text)
+    stats = fresh.cache.stats
+    rebuilt = (stats.rebuilt_corrupt, stats.misses, stats.disk_hits) == (1, 1, 0)
+    replaced = cache.decode(key, fresh.cache.path(key).read_bytes()).object_code == \
+        good.object_code
+    return {"outcome": "rebuilt" if rebuilt and replaced else
+            "loaded" if stats.disk_hits == 1 else f"neither: {stats.as_dict()}",
+            "engine": "engine" in fresh.__dict__,
+            "results": relocations_kernel_results(addresses, KERNEL)
+            if rebuilt or run_if_loaded else None}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["load", "write"])
+    parser.add_argument("mode", choices=["load", "write", "mutations"])
     parser.add_argument("name")
     parser.add_argument("times", nargs="?", type=int, default=1)
     parser.add_argument("--no-llvm", action="store_true")
     args = parser.parse_args()
     if args.mode == "load":
         load(args.name, args.no_llvm)
-    else:
+    elif args.mode == "write":
         write(args.name, args.times)
+    else:
+        mutations(int(args.name))
 
 
 if __name__ == "__main__":

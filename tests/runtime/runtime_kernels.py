@@ -1,6 +1,8 @@
-"""A small kernel for the runtime tests, `void NAME(float* x, i64 start, i64 end)` adding
-one to x[start:end], and a ctypes binding for it: a range covered twice or not at all
-shows in the result. `object_code` is what the kernel cache stores for a module."""
+"""Small kernels for the runtime tests: `void NAME(float* x, i64 start, i64 end)` adding
+one to x[start:end], and a ctypes binding for it (a range covered twice or not at all
+shows in the result); and one that needs every kind of relocation the ELF loader
+applies (relocations_module). `object_code` is what the kernel cache stores for a
+module."""
 import ctypes
 import uuid
 
@@ -44,3 +46,36 @@ def add_one(module: ir.Module, name: str) -> None:
 def object_code(jit, module: ir.Module) -> bytes:
     """`module` optimised and compiled for this host, as the kernel cache stores it."""
     return jit.target_machine.emit_object(jit.optimise(module))
+
+
+def relocations_module(name: str) -> str:
+    """IR text of `i64 NAME(char* s, i64 i)`, table[i] + strlen(s), and of
+    `NAME_strlen()`, strlen's address: a constant table (.rodata, PC-relative), a call to
+    libc (out of 32-bit reach: through a stub) and an external address (a GOT slot)."""
+    return f"""
+@table = private unnamed_addr constant [4 x i64] [i64 10, i64 20, i64 30, i64 40]
+declare i64 @strlen(ptr)
+define i64 @"{name}"(ptr %s, i64 %i) {{
+  %slot = getelementptr [4 x i64], ptr @table, i64 0, i64 %i
+  %entry = load volatile i64, ptr %slot
+  %length = call i64 @strlen(ptr %s)
+  %sum = add i64 %entry, %length
+  ret i64 %sum
+}}
+define ptr @"{name}_strlen"() {{
+  ret ptr @strlen
+}}
+"""
+
+
+def relocations_kernel_results(addresses: dict[str, int], name: str) -> list[int]:
+    """What the kernels of relocations_module(name) at `addresses` give: NAME(b"hello", i)
+    for each i, then whether NAME_strlen() is libc's strlen (1 or 0)."""
+    kernel = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_char_p, ctypes.c_int64)(
+        addresses[name])
+    libc_strlen = ctypes.cast(ctypes.CDLL(None).strlen, ctypes.c_void_p).value
+    strlen = ctypes.CFUNCTYPE(ctypes.c_void_p)(addresses[name + "_strlen"])()
+    return [kernel(b"hello", i) for i in range(4)] + [int(strlen == libc_strlen)]
+
+
+RELOCATIONS_KERNEL_RESULTS = [15, 25, 35, 45, 1]

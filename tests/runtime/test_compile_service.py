@@ -4,6 +4,7 @@ interpreted while its kernels compile, then natively; failures fall back to comp
 the calling process. The rest of the suite runs with KILN_COMPILE_WORKERS=0
 (tests/conftest.py)."""
 import os
+import pwd
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import pytest
 import eager
 from compiler.backends.native.gemm_node import GemmNode
 from compiler.backends.native.pointwise import PointwiseNode
-from runtime import compile_service
+from runtime import cache, compile_service
 from runtime.cache import TMP_PREFIX, KernelCache
 from runtime.compile_service import ROOT, CompileService, Job, configured_workers
 from runtime.jit import HostJit, KernelPending, deferring
@@ -97,6 +98,37 @@ def test_deferred_load_raises_pending_then_links_the_workers_object_code(workers
     again = HostJit()
     assert again.load_spec(name, f"add_one {name}", build, [name])[name]
     assert built == [name]
+
+
+def no_passwd_entry(uid):
+    raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+
+def test_without_a_cache_directory_a_job_names_none(tmp_path, monkeypatch):
+    """HOME unset and no passwd entry: a job named the directory 'None', and the worker
+    wrote the entry under that name in its working directory."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KILN_COMPILE_WORKERS", "1")
+    monkeypatch.delenv("KILN_CACHE_DIR")
+    monkeypatch.delenv("HOME")
+    monkeypatch.setattr(pwd, "getpwuid", no_passwd_entry)
+    cache._warn_without_directory.cache_clear()  # warned once per process
+    compile_service.reset()
+    name = unique_name()
+
+    def build(module):
+        add_one(module, name)
+    try:
+        with pytest.warns(RuntimeWarning, match="has no directory") as caught, deferring():
+            workers, jit = compile_service.service(), HostJit()
+            with pytest.raises(KernelPending):
+                jit.load_spec(name, f"add_one {name}", build, [name])
+            assert workers.wait(timeout=60)
+            _adds_one(jit.load_spec(name, f"add_one {name}", build, [name])[name])
+        assert sum("has no directory" in str(w.message) for w in caught) == 1
+    finally:
+        compile_service.reset()
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_outside_deferring_a_load_compiles_here(workers):

@@ -1,7 +1,9 @@
 """The kernel cache: memory and disk tiers, damaged entries, racing writers, the size cap,
 clear/info and the CLI, and what the key depends on. Every test has its own
 KILN_CACHE_DIR. What the cache refuses to trust is tested in test_runtime_cache_trust.py."""
+import json
 import os
+import pwd
 import re
 import subprocess
 import sys
@@ -138,6 +140,23 @@ def test_a_damaged_entry_is_rebuilt_not_loaded(jit, cache_dir, damage):
     assert cache.decode(key, path.read_bytes()).functions == (name,)
 
 
+def test_an_entry_naming_a_function_its_object_lacks_is_rebuilt_and_replaced(jit, cache_dir):
+    """Its hash recomputed, so only the ELF loader can tell: before, every run raised
+    KeyError until the entry was removed."""
+    name = unique_name()
+    jit.load(add_one_module(jit, name))
+    [path] = entry_files(cache_dir)
+    key = jit.cache_key(add_one_module(jit, name))
+    good = cache.decode(key, path.read_bytes())
+    path.write_bytes(cache.encode(key, cache.Entry((name, "missing"), good.object_code)))
+    fresh = HostJit()
+    address = fresh.load(add_one_module(fresh, name), [name])[name]
+    stats = fresh.cache.stats
+    assert (stats.rebuilt_corrupt, stats.misses, stats.disk_hits) == (1, 1, 0)
+    np.testing.assert_array_equal(run_add_one(address), expected())
+    assert cache.decode(key, path.read_bytes()) == good and "engine" not in fresh.__dict__
+
+
 def test_processes_racing_to_compile_one_kernel_leave_one_good_entry(cache_dir):
     name = unique_name()
     racers = [worker.start("load", name, cache_dir=cache_dir) for _ in range(4)]
@@ -212,6 +231,66 @@ def test_info_clear_and_the_command_line(cache_dir):
 def test_the_default_directory(monkeypatch):
     monkeypatch.delenv("KILN_CACHE_DIR")
     assert cache.cache_dir() == Path.home() / ".cache" / "kiln"
+
+
+def no_passwd_entry(uid):
+    raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+
+def test_an_empty_home_is_no_home(monkeypatch):
+    """Python takes HOME="" for /, which put the cache in /.cache/kiln."""
+    monkeypatch.delenv("KILN_CACHE_DIR")
+    monkeypatch.setenv("HOME", "")
+    home = Path(pwd.getpwuid(os.getuid()).pw_dir)
+    assert cache.cache_dir() == home / ".cache" / "kiln"
+    monkeypatch.setenv("KILN_CACHE_DIR", "~/kernels")
+    assert cache.cache_dir() == home / "kernels"
+    monkeypatch.setattr(pwd, "getpwuid", no_passwd_entry)
+    assert cache.cache_dir() is None and cache.home_directory() is None
+    monkeypatch.setenv("KILN_CACHE_DIR", "/elsewhere/kernels")
+    assert cache.cache_dir() == Path("/elsewhere/kernels")
+
+
+NO_HOME = """
+import json, pwd, warnings
+
+def no_passwd_entry(uid):
+    raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+pwd.getpwuid = no_passwd_entry
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import eager as torch
+    from runtime.jit import host_jit
+    from compiler.gemm import tune
+    x = torch.arange(4096, dtype=torch.float32).reshape(64, 64) / 4096
+    y = (x * 2 + 1).exp().sum(-1)
+    product = torch.ones(256, 256) @ torch.ones(256, 256)
+print(json.dumps({"warnings": [str(w.message) for w in caught], "y": y.tolist(),
+                  "stats": host_jit().cache.stats.as_dict(), "product": product[0, 0].item(),
+                  "blockings looked up": len(tune._chosen)}))
+"""
+
+
+def test_without_a_home_kernels_are_kept_in_memory_after_one_warning(tmp_path):
+    """HOME unset and no passwd entry for the uid, as in some containers: eager's first
+    compiled kernel raised 'Could not determine home directory'. kiln's GEMM looks for
+    stored blockings (KILN_AUTOTUNE unset) in no file either."""
+    env = {name: value for name, value in os.environ.items()
+           if name not in ("HOME", "KILN_CACHE_DIR", "KILN_AUTOTUNE")}
+    done = subprocess.run([sys.executable, "-c", NO_HOME], cwd=tmp_path, capture_output=True,
+                          text=True, env=env | {"PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    [warning] = result["warnings"]
+    assert warning.startswith("kiln's kernel cache has no directory: HOME is unset or empty "
+                              f"and uid {os.getuid()} has no passwd entry")
+    assert "memory only" in warning
+    assert result["stats"]["misses"] >= 1  # compiled natively, not interpreted
+    assert result["product"] == 256 and result["blockings looked up"] == 1
+    x = np.arange(4096, dtype=np.float64).reshape(64, 64) / 4096
+    np.testing.assert_allclose(result["y"], np.exp(x * 2 + 1).sum(-1), rtol=1e-5)
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("value", ["lots", "-1", "1.5e9"])

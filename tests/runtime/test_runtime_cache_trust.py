@@ -1,8 +1,9 @@
 """What the kernel cache trusts (runtime/cache_trust.py): entries that are not regular files
 of this user's, directories that others own or can write, and object code that is not an
-ELF object for this machine are refused. Whatever could hang or crash the process is loaded
-by a worker process (runtime_cache_worker.py), which checks the kernel it gets adds one; a
-forged entry holds a kernel that does nothing, so loading it fails that check."""
+ELF object for this machine, or that the ELF loader refuses, are refused. Whatever could
+hang or crash the process is loaded by a worker process (runtime_cache_worker.py), which
+checks the kernel it gets adds one; a forged entry holds a kernel that does nothing, so
+loading it fails that check."""
 import os
 import stat
 import struct
@@ -14,7 +15,8 @@ from runtime import cache
 from runtime.cache_trust import MAX_ENTRY_BYTES
 from runtime.jit import HostJit
 import runtime_cache_worker as worker
-from runtime_kernels import add_one_module, object_code, unique_name
+from elf_mutations import MUTATIONS
+from runtime_kernels import RELOCATIONS_KERNEL_RESULTS, add_one_module, object_code, unique_name
 
 OTHER_UID = 54321
 
@@ -254,3 +256,26 @@ def test_object_code_that_is_not_an_elf_object_for_this_machine_is_corrupt(jit, 
         == code
     with pytest.raises(cache.CorruptEntry, match=problem):
         cache.decode("k", cache.encode("k", cache.Entry(("checked",), damage(code))))
+
+
+def test_an_entry_hashed_again_over_a_damaged_object_is_rebuilt_and_never_reaches_mcjit(
+        cache_dir):
+    """The relocations kernel's entry, its object damaged and its hash recomputed, loaded
+    by a fresh engine in one worker process (a crash fails the test; the worker's stderr
+    names the case): each of elf_mutations' targeted mutations (a relocation's offset,
+    symbol, type or addend, a symbol's name, value, section or kind, section headers,
+    the section header table's place and size) is refused by the ELF loader and compiled
+    again, the entry replaced; 24 seeded random byte flips of the ELF header, section
+    headers and symbol table are either that or harmless (the kernel computes what it
+    should); MCJIT is never made. Eight flips of the relocation table are loaded but not
+    run where they pass: an addend or symbol index changed within its section's bounds
+    is well-formed code computing something else, which no structural check can tell
+    from LLVM's (runtime/cache_trust.py: such a file is trusted because only this user
+    could have written it)."""
+    outcomes = worker.finish(worker.start("mutations", "2027", cache_dir=cache_dir))
+    targeted = {case: outcomes[case] for case in MUTATIONS}
+    assert {case: o for case, o in targeted.items() if o["outcome"] != "rebuilt"} == {}
+    assert {case: o for case, o in outcomes.items() if o["engine"] or o["outcome"] not in (
+        "rebuilt", "loaded") or o["results"] not in (RELOCATIONS_KERNEL_RESULTS, None)} == {}
+    run = [o for o in outcomes.values() if o["results"] is not None]
+    assert len(outcomes) - len(run) <= worker.RANDOM_FLIPS["relocations"]

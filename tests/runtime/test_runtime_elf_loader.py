@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 
 from runtime import elf_loader
+from runtime.elf_object import SHT_RELA, ElfObject
 from runtime.jit import HostJit
-from runtime_kernels import ADD_ONE, add_one_module, object_code, unique_name
+from runtime_kernels import (ADD_ONE, RELOCATIONS_KERNEL_RESULTS, add_one_module, object_code,
+                             relocations_kernel_results, relocations_module, unique_name)
 
 pytestmark = pytest.mark.skipif(not elf_loader.supported(),
                                 reason="the ELF loader runs on Linux on x86-64 only")
@@ -28,33 +30,12 @@ def test_a_loaded_kernel_runs_and_no_engine_is_made(jit):
     assert "engine" not in jit.__dict__ and jit.loader.symbols[name] == address
 
 
-def relocations_module(name: str) -> str:
-    return f"""
-@table = private unnamed_addr constant [4 x i64] [i64 10, i64 20, i64 30, i64 40]
-declare i64 @strlen(ptr)
-define i64 @"{name}"(ptr %s, i64 %i) {{
-  %slot = getelementptr [4 x i64], ptr @table, i64 0, i64 %i
-  %entry = load volatile i64, ptr %slot
-  %length = call i64 @strlen(ptr %s)
-  %sum = add i64 %entry, %length
-  ret i64 %sum
-}}
-define ptr @"{name}_strlen"() {{
-  ret ptr @strlen
-}}
-"""
-
-
 def test_constants_calls_into_libc_and_external_addresses_are_relocated(jit):
     """A constant table (.rodata, PC-relative), a call to libc's strlen (out of 32-bit
     reach: through a stub) and strlen's address (through a GOT slot)."""
     name = unique_name("relocations")
     addresses = jit.load(relocations_module(name))
-    kernel = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_char_p, ctypes.c_int64)(
-        addresses[name])
-    assert [kernel(b"hello", i) for i in range(4)] == [15, 25, 35, 45]
-    libc_strlen = ctypes.cast(ctypes.CDLL(None).strlen, ctypes.c_void_p).value
-    assert ctypes.CFUNCTYPE(ctypes.c_void_p)(addresses[name + "_strlen"])() == libc_strlen
+    assert relocations_kernel_results(addresses, name) == RELOCATIONS_KERNEL_RESULTS
 
 
 def test_a_module_calls_a_function_an_earlier_module_defined(jit):
@@ -103,9 +84,8 @@ def test_a_name_defined_twice_is_refused(jit):
 
 def test_a_relocation_outside_its_section_is_refused_before_anything_is_written(jit):
     code = bytearray(object_code(jit, relocations_module(unique_name("relocations"))))
-    obj = elf_loader._Object(bytes(code))
-    rela = next(s for s in obj.sections if s[1] == elf_loader.SHT_RELA
-                and obj.sections[s[7]][2] & elf_loader.SHF_ALLOC)
-    code[rela[4]:rela[4] + 8] = (1 << 40).to_bytes(8, "little")  # the first one's offset
+    obj = ElfObject(bytes(code))
+    rela = next(s for s in obj.sections if s.kind == SHT_RELA and obj.sections[s.info].loaded)
+    code[rela.offset:rela.offset + 8] = (1 << 40).to_bytes(8, "little")  # the first one's
     with pytest.raises(elf_loader.UnsupportedObject, match="outside its section"):
         elf_loader.Loader().load(bytes(code))
