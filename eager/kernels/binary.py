@@ -118,9 +118,21 @@ def _(ctx, g):
     return grad_a, grad_e
 
 
+def _first_on_ties(numpy):
+    """numpy's maximum or minimum (NaN wins), giving `a` where -0.0 ties with +0.0, as
+    PyTorch's std::max and std::min do: numpy's loops give the second operand of a tie
+    (as x86's maxps does; the special-values table, tests/compiler/test_special_values.py,
+    checks it), so the operands go in swapped, at no cost."""
+    def extremum(a, b):
+        return numpy(b, a)
+    extremum.__name__ = numpy.__name__
+    return extremum
+
+
 def _extremum(op, numpy, name, wins, larger: bool):
     record = declare(op, function=True, method=True, pointwise=Pointwise(
-        "promote", numpy, emit=lambda E, a, b: E.max(a, b) if larger else E.min(a, b)))
+        "promote", _first_on_ties(numpy),
+        emit=lambda E, a, b: E.max(a, b) if larger else E.min(a, b)))
 
     @record.derivative(name, "self other", save="self other")
     def _(ctx, g):

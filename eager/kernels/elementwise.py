@@ -177,8 +177,10 @@ def _native_elements(record: OpRecord):
     p = record.pointwise
     if p.emit is None or p.rule in ("compare", "logical"):
         return None, False
+    if record.op in ONE_UFUNC_ELEMENTS:
+        return ONE_UFUNC_ELEMENTS[record.op]
     if isinstance(p.numpy, np.ufunc):
-        return ONE_UFUNC_ELEMENTS.get(record.op, (None, False))
+        return None, False
     return NATIVE_ELEMENTS, False
 
 

@@ -276,8 +276,14 @@ def _(ctx, gg):
 
 # clamp ---------------------------------------------------------------------------------
 def _clamp(x, min=None, max=None):  # noqa: A002 (PyTorch's argument names)
-    return np.minimum(np.maximum(x, -np.inf if min is None else min),
-                      np.inf if max is None else max)
+    """x where it is not beyond a bound, so -0.0 against a bound of +0.0 and NaN stay, as
+    PyTorch's std::min(std::max(x, min), max): numpy's loops give the second operand of a
+    tie (binary._first_on_ties), so x goes second."""
+    if min is not None:
+        x = np.maximum(min, x)
+    if max is not None:
+        x = np.minimum(max, x)
+    return x
 
 
 def _clamp_dtype(self, min=None, max=None):  # noqa: A002
