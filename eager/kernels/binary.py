@@ -37,7 +37,7 @@ def _check_sub(dt, self, other, alpha=1):
 
 ADD = declare(Op.ADD, function=True, method=True, pointwise=Pointwise(
     "promote", np.add, emit=lambda E, a, b: E.add(a, b), check=_check_alpha,
-    check_attrs=True, quiet=True, scaled="alpha"))
+    check_attrs=True, scaled="alpha"))
 
 
 @ADD.derivative("AddBackward0", "self other", save="self_sizes other_sizes alpha")
@@ -47,7 +47,7 @@ def _(ctx, g):
 
 
 SUB = declare(Op.SUB, function=True, method=True, pointwise=Pointwise(
-    "promote", np.subtract, emit=lambda E, a, b: E.sub(a, b), check=_check_sub, quiet=True,
+    "promote", np.subtract, emit=lambda E, a, b: E.sub(a, b), check=_check_sub,
     scaled="alpha"))
 
 

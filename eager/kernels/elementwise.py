@@ -221,17 +221,18 @@ def _pointwise_kernel(record: OpRecord, split, shape_and_dtype):
                 if out is not None:
                     return out
             arrays = [operand(t, ct) for t in args]
+        scale = 1
         if attrs:
             attrs = {k: scalar_value(v) for k, v in attrs.items()}
-            if scaled and attrs.get(scaled, 1) != 1:
-                arrays = *arrays[:-1], arrays[-1] * attrs.pop(scaled)
-            else:
-                attrs.pop(scaled, None)
+            if scaled:
+                scale = attrs.pop(scaled, 1)
         if quiet:
             out = numpy(*arrays, **attrs) if attrs else numpy(*arrays)
         else:  # inf, nan and overflow are results, not warnings
             token = quiet_on()
             try:
+                if scale != 1:  # (a scaled op is never quiet: records.declare)
+                    arrays = *arrays[:-1], arrays[-1] * scale
                 out = numpy(*arrays, **attrs)
             finally:
                 quiet_off(token)

@@ -1,6 +1,9 @@
 """Values at the edges that kiln got wrong or refused (issue 28), each against PyTorch, in
 eager and compiled (through the interpreter and to native code). The standing table of
 special values through every elementwise op is test_special_values.py."""
+import math
+import warnings
+
 import numpy as np
 
 import compiler
@@ -8,6 +11,8 @@ import eager
 from runtime.jit import compiling_here
 from tests.compiler.value_checks import mismatches, not_native
 from tests.eager.torch_parity import require_torch
+
+INF = math.inf
 
 
 def results(fn, *tensors, native: bool = True) -> dict:
@@ -51,3 +56,13 @@ def test_clamp_keeps_x_where_it_ties_with_a_zero_bound():
         assert_as_pytorch(lambda lib, t: lib.clamp_min(t, bound), x)
         assert_as_pytorch(lambda lib, t: lib.clamp_max(t, bound), x)
         assert_as_pytorch(lambda lib, t: lib.clamp(t, bound, 1.0), x)
+
+
+def test_add_and_sub_of_infinities_and_overflow_give_values_not_warnings():
+    x = eager.tensor([INF, 3e38, -INF])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert_as_pytorch(lambda lib, t: t - t, x.numpy())
+        assert_as_pytorch(lambda lib, t: t + t, x.numpy())
+        assert_as_pytorch(lambda lib, t: lib.add(t, t, alpha=2), x.numpy())
+        assert_as_pytorch(lambda lib, t: lib.sub(t, t, alpha=-3), x.numpy())
