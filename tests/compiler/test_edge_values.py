@@ -66,3 +66,15 @@ def test_add_and_sub_of_infinities_and_overflow_give_values_not_warnings():
         assert_as_pytorch(lambda lib, t: t + t, x.numpy())
         assert_as_pytorch(lambda lib, t: lib.add(t, t, alpha=2), x.numpy())
         assert_as_pytorch(lambda lib, t: lib.sub(t, t, alpha=-3), x.numpy())
+
+
+def test_log1p_of_huge_and_infinite_values():
+    assert_as_pytorch(lambda lib, t: lib.log1p(t), np.array([INF, 3e38, -1.0, -INF], np.float32))
+    assert_as_pytorch(lambda lib, t: t.log1p(), np.array([1e308, INF, 1e-300, -0.0]))
+    assert eager.tensor([INF, 3e38]).log1p()[1].item() == np.log1p(np.float32(3e38))
+
+
+def test_expm1_of_large_small_and_infinite_values():
+    assert_as_pytorch(lambda lib, t: lib.expm1(t), np.array([INF, 88.0, 89.0, -INF, -1e-30,
+                                                             -0.0, 1e-45], np.float32))
+    assert_as_pytorch(lambda lib, t: t.expm1(), np.array([709.0, 710.0, -800.0, 1e-300]))
