@@ -27,6 +27,8 @@ from ir import dtypes
 
 def logsumexp(input: Tensor, dim, keepdim: bool = False) -> Tensor:
     dims = [dim] if isinstance(dim, int) else list(dim)
+    if input.numel() == 0:  # no maximum to shift by: log(0) is -inf over an empty dim
+        return ops.log(ops.sum(ops.exp(input), dims, keepdim))
     top = ops.amax(input.detach(), dims, True)
     top = ops.where(ops.abs(top) == math.inf, 0.0, top)  # all -inf rows stay -inf
     out = ops.log(ops.sum(ops.exp(input - top), dims, True)) + top

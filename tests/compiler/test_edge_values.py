@@ -5,6 +5,7 @@ import math
 import warnings
 
 import numpy as np
+import pytest
 
 import compiler
 import eager
@@ -28,13 +29,21 @@ def results(fn, *tensors, native: bool = True) -> dict:
     return out
 
 
-def assert_as_pytorch(fn, *arrays, native: bool = True):
+def assert_as_pytorch(fn, *arrays, native: bool = True, elementwise: bool = True):
     """fn(eager, *tensors) gives what fn(torch, *tensors) gives, on every path: the same
-    NaNs, infinities and signed zeros, finite values within 4 ulp."""
+    NaNs, infinities and signed zeros, finite values within 4 ulp. For an elementwise fn,
+    PyTorch's answer for each element alone (its scalar loop: its vectorised loops break
+    ties of signed zeros otherwise, see test_special_values.py)."""
     torch = require_torch()
-    want = fn(torch, *(torch.from_numpy(np.asarray(a)) for a in arrays)).numpy()
-    got = results(lambda *ts: fn(eager, *ts), *(eager.tensor(np.asarray(a)) for a in arrays),
-                  native=native)
+    arrays = [np.asarray(a) for a in arrays]
+    if elementwise:
+        flat = np.broadcast_arrays(*arrays)
+        want = np.concatenate([fn(torch, *(torch.from_numpy(a.reshape(-1)[i:i + 1].copy())
+                                           for a in flat)).numpy().reshape(-1)
+                               for i in range(flat[0].size)]).reshape(flat[0].shape)
+    else:
+        want = fn(torch, *(torch.from_numpy(a) for a in arrays)).numpy()
+    got = results(lambda *ts: fn(eager, *ts), *(eager.tensor(a) for a in arrays), native=native)
     for path, t in got.items():
         bad = mismatches(t.numpy(), want)
         assert t.dtype.name == str(want.dtype) and not bad.any(), \
@@ -78,3 +87,54 @@ def test_expm1_of_large_small_and_infinite_values():
     assert_as_pytorch(lambda lib, t: lib.expm1(t), np.array([INF, 88.0, 89.0, -INF, -1e-30,
                                                              -0.0, 1e-45], np.float32))
     assert_as_pytorch(lambda lib, t: t.expm1(), np.array([709.0, 710.0, -800.0, 1e-300]))
+
+
+SIGNED = np.array([-0.0, 0.0, np.nan, -1e-45, 1e-45, -1.0, 1.0, -INF, INF], np.float32)
+
+
+@pytest.mark.parametrize("name", ["relu", "elu", "celu", "selu", "relu6", "hardtanh",
+                                  "leaky_relu", "softshrink", "hardshrink", "logsigmoid",
+                                  "softplus", "mish"])
+def test_activations_keep_signed_zeros_subnormals_and_nan(name):
+    assert_as_pytorch(lambda lib, t: getattr(lib.nn.functional, name)(t), SIGNED)
+    assert_as_pytorch(lambda lib, t: getattr(lib.nn.functional, name)(t),
+                      SIGNED.astype(np.float64))
+
+
+def test_threshold_keeps_nan():
+    assert_as_pytorch(lambda lib, t: lib.nn.functional.threshold(t, 0.5, -2.0), SIGNED)
+
+
+def test_hardtanh_and_relu6_have_no_gradient_at_their_bounds():
+    torch = require_torch()
+    x = np.array([-1.0, 1.0, -0.0, 0.0, 6.0, 0.5], np.float64)
+    for fn in (lambda lib, t: lib.nn.functional.hardtanh(t),
+               lambda lib, t: lib.nn.functional.relu6(t)):
+        grads = []
+        for lib in (eager, torch):
+            t = lib.tensor(x, requires_grad=True)
+            fn(lib, t).sum().backward()
+            grads.append(t.grad.numpy())
+        np.testing.assert_array_equal(*grads)
+
+
+def test_logsigmoid_is_accurate_far_from_zero_and_its_gradient_at_zero_is_a_half():
+    torch = require_torch()
+    x = np.array([7.0, 20.0, -7.0, -25.0, -40.0], np.float32)
+    wide = x.astype(np.float64)
+    exact = np.minimum(wide, 0) - np.log1p(np.exp(-np.abs(wide)))  # PyTorch's formula
+    for dtype in (np.float32, np.float64):
+        got = eager.nn.functional.logsigmoid(eager.tensor(x.astype(dtype))).numpy()
+        assert not mismatches(got, exact.astype(dtype), ulps=1).any(), (got, exact)
+    t = eager.tensor([0.0], requires_grad=True)
+    eager.nn.functional.logsigmoid(t).backward()
+    w = torch.tensor([0.0], requires_grad=True)
+    torch.nn.functional.logsigmoid(w).backward()
+    assert t.grad.item() == w.grad.item() == 0.5
+
+
+def test_logsumexp_over_an_empty_dim_is_minus_inf():
+    for shape, dim, keepdim in [((2, 0), 1, False), ((0, 3), 0, True), ((2, 0, 3), (1, 2), False),
+                                ((0, 3), 1, False)]:
+        assert_as_pytorch(lambda lib, t: lib.logsumexp(t, dim, keepdim=keepdim),
+                          np.zeros(shape, np.float32), native=False, elementwise=False)
