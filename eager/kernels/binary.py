@@ -80,6 +80,11 @@ def _(ctx, g):
 
 
 def _pow(a, b):
+    if a.dtype.kind == "f" and b.shape != np.broadcast_shapes(a.shape, b.shape) and \
+            np.any(b == 0.5):
+        # numpy's power takes an exponent of 0.5 read repeatedly (a number, a broadcast
+        # dim) for sqrt, where pow(-inf, 0.5) is inf and pow(-0.0, 0.5) is 0.0
+        b = np.broadcast_to(b, np.broadcast_shapes(a.shape, b.shape)).copy()
     if a.dtype.kind != "i" or not np.any(b < 0):
         return np.power(a, b)
     # PyTorch's integer power: a negative exponent gives 0, except for bases 1 and -1
@@ -97,7 +102,7 @@ def _check_power(dt, self, exponent) -> None:
 
 POW = declare(Op.POW, function=True, method=True, pointwise=Pointwise(
     "power", _pow, emit=lambda E, a, b: E.math("pow", a, b), float_math=True,
-    check=_check_power))
+    check=_check_power, number_forms=((1, 0.5, Op.SQRT), (1, -0.5, Op.RSQRT))))
 
 
 @POW.derivative("PowBackward1", "self exponent", save="self exponent result",

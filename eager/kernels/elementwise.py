@@ -243,11 +243,30 @@ def _pointwise_kernel(record: OpRecord, split, shape_and_dtype):
     return kernel
 
 
+def _with_number_forms(record: OpRecord, kernel, shape_and_dtype):
+    """`kernel`, handing the call to another op's kernel where a tensor is a Python number
+    the record names (records.Pointwise.number_forms: pow(x, 0.5) is sqrt(x))."""
+    forms = record.pointwise.number_forms
+
+    def dispatch(*args, **attrs):
+        for position, number, op in forms:
+            t = args[position] if len(args) > position else None
+            if t is not None and t._wrapped and t._np() == number and \
+                    shape_and_dtype(args, attrs)[1] in _NATIVE_DTYPES:
+                rest = [a for i, a in enumerate(args) if i != position]
+                return ATEN[op].kernels[DispatchKey.CPU][0](*rest)
+        return kernel(*args, **attrs)
+    dispatch.__name__ = kernel.__name__
+    return dispatch
+
+
 def register_pointwise(record: OpRecord) -> None:
     """The CPU and Meta kernels of a pointwise record."""
     split, shape_and_dtype = _split_arguments(record), _shape_and_dtype(record)
-    register(record.op, _pointwise_kernel(record, split, shape_and_dtype),
-             meta_from_rule(_pointwise_rule(record, split, shape_and_dtype)))
+    kernel = _pointwise_kernel(record, split, shape_and_dtype)
+    if record.pointwise.number_forms:
+        kernel = _with_number_forms(record, kernel, shape_and_dtype)
+    register(record.op, kernel, meta_from_rule(_pointwise_rule(record, split, shape_and_dtype)))
 
 
 # in place: compute as the out-of-place op, check the result fits `self`, write it

@@ -138,3 +138,20 @@ def test_logsumexp_over_an_empty_dim_is_minus_inf():
                                 ((0, 3), 1, False)]:
         assert_as_pytorch(lambda lib, t: lib.logsumexp(t, dim, keepdim=keepdim),
                           np.zeros(shape, np.float32), native=False, elementwise=False)
+
+
+@pytest.mark.parametrize("exponent", [0.5, -0.5, 2, 3, -1, -2, 1.5, 0])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_pow_of_a_number_as_pytorch_half_is_sqrt(exponent, dtype):
+    """pow.Tensor_Scalar runs x ** 0.5 as sqrt and x ** -0.5 as rsqrt: NaN at -inf, -0.0
+    and -inf at -0.0, where C's pow gives inf, 0.0 and 0.0, inf."""
+    x = np.array([-INF, -0.0, 0.0, 4.0, np.nan, -2.0, INF, 1e-45], dtype)
+    assert_as_pytorch(lambda lib, t: t ** exponent, x)
+    assert_as_pytorch(lambda lib, t: lib.pow(t, exponent), np.tile(x, 200))  # eager's kernels
+
+
+def test_pow_with_a_tensor_exponent_of_a_half_is_cs_pow():
+    x = np.array([-INF, -0.0, 4.0], np.float32)
+    assert_as_pytorch(lambda lib, t: lib.pow(t, lib.tensor(0.5)), x, elementwise=False)
+    assert_as_pytorch(lambda lib, t, e: lib.pow(t, e), x.reshape(3, 1),
+                      np.array([[0.5, -0.5]], np.float32), elementwise=False)
