@@ -96,7 +96,10 @@ def _pow(a, b):
 def _check_power(dt, self, exponent) -> None:
     if dt is dtypes.bool_ and not exponent._wrapped:
         raise NotImplementedError("\"pow\" not implemented for 'Bool'")
-    if exponent._wrapped and not dt.is_floating_point and exponent._np() < 0:
+    # (a number's value is unknown to graph capture, whose stand-ins are meta tensors:
+    # the kernel that runs the graph checks it)
+    if exponent._wrapped and not dt.is_floating_point and not exponent.is_meta and \
+            exponent._np() < 0:
         raise RuntimeError("Integers to negative integer powers are not allowed.")
 
 

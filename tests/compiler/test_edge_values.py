@@ -155,3 +155,15 @@ def test_pow_with_a_tensor_exponent_of_a_half_is_cs_pow():
     assert_as_pytorch(lambda lib, t: lib.pow(t, lib.tensor(0.5)), x, elementwise=False)
     assert_as_pytorch(lambda lib, t, e: lib.pow(t, e), x.reshape(3, 1),
                       np.array([[0.5, -0.5]], np.float32), elementwise=False)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_pow_of_integers_by_a_number_compiles(dtype):
+    x = np.array([3, -4, 0], dtype)
+    # pow of integers has no generated code: its kernel runs through the interpreter
+    for exponent in (2, 3, 0):
+        assert_as_pytorch(lambda lib, t: t ** exponent, x, native=False)
+    for backend in ("eager", "native"):
+        compiled = compiler.compile(lambda t: t ** -1, backend=backend)
+        with pytest.raises(RuntimeError, match="Integers to negative integer powers"):
+            compiled(eager.tensor(x))
