@@ -167,3 +167,20 @@ def test_pow_of_integers_by_a_number_compiles(dtype):
         compiled = compiler.compile(lambda t: t ** -1, backend=backend)
         with pytest.raises(RuntimeError, match="Integers to negative integer powers"):
             compiled(eager.tensor(x))
+
+
+@pytest.mark.parametrize("name, fn", [
+    ("sum", lambda b: b.sum().sum(0)), ("sum-keepdim", lambda b: b.sum().sum(-1, keepdim=True)),
+    ("amax", lambda b: b.sum().amax(-1)), ("amin", lambda b: b.sum().amin(0)),
+    ("mean", lambda b: b.sum().mean(0)), ("mean-keepdim", lambda b: b.sum().mean(0, True)),
+    ("var", lambda b: b.sum().var(0, correction=0)), ("softmax", lambda b: b.sum().softmax(0)),
+    ("log_softmax", lambda b: b.sum().log_softmax(-1)),
+    ("exp-sum", lambda b: (b.sum() * 0.5).exp().sum(0) + 1)])
+def test_reductions_of_a_zero_dim_value_over_its_dim_compile(name, fn):
+    assert_as_pytorch(lambda lib, b: fn(b), np.arange(3.0, dtype=np.float32), elementwise=False)
+
+
+def test_max_over_the_dim_of_a_zero_dim_value_compiles():
+    # max.dim's two results have no generated code (test_native_coverage.NOT_NATIVE)
+    assert_as_pytorch(lambda lib, b: b.sum().max(0)[0], np.arange(3.0, dtype=np.float32),
+                      elementwise=False, native=False)
