@@ -1,8 +1,6 @@
 """More ops written in other ops (see eager/derived.py): math and linear algebra.
 
-    logsumexp, norm, log1p, expm1, log2, log10, reciprocal   composites (log1p and expm1
-        by the classic rewrites log(u) x / (u - 1) and (u - 1) x / log(u), u = 1 + x or
-        e^x, accurate near 0 without ops of their own)
+    logsumexp, norm, log2, log10, reciprocal   composites
     isnan, isinf, isfinite, isposinf, isneginf, nan_to_num, count_nonzero
     cumsum      floats: products with triangular ones matrices, in blocks of sqrt(n) along
                 the dim (O(n sqrt n) work), so gradients and every device come free;
@@ -29,6 +27,8 @@ from ir import dtypes
 
 def logsumexp(input: Tensor, dim, keepdim: bool = False) -> Tensor:
     dims = [dim] if isinstance(dim, int) else list(dim)
+    if input.numel() == 0:  # no maximum to shift by: log(0) is -inf over an empty dim
+        return ops.log(ops.sum(ops.exp(input), dims, keepdim))
     top = ops.amax(input.detach(), dims, True)
     top = ops.where(ops.abs(top) == math.inf, 0.0, top)  # all -inf rows stay -inf
     out = ops.log(ops.sum(ops.exp(input - top), dims, True)) + top
@@ -53,20 +53,6 @@ def norm(input: Tensor, p="fro", dim=None, keepdim: bool = False, dtype=None) ->
     if isinstance(p, str):
         raise RuntimeError(f"norm: p={p!r} is not supported by kiln (vector norms only)")
     return ops.sum(ops.abs(x) ** p, dims, keepdim) ** (1.0 / p)
-
-
-def log1p(input: Tensor) -> Tensor:
-    u = input + 1.0
-    same = u == 1.0
-    return ops.where(same, input, ops.log(u) * input / ops.where(same, 1.0, u - 1.0))
-
-
-def expm1(input: Tensor) -> Tensor:
-    u = ops.exp(input)
-    edge = (u == 1.0) | (u == 0.0) | (u == math.inf)
-    ratio = (u - 1.0) * input / ops.log(ops.where(edge, 2.0, u))
-    return ops.where(u == 1.0, input, ops.where(u == 0.0, -1.0, ops.where(
-        u == math.inf, math.inf, ratio)))
 
 
 def log2(input: Tensor) -> Tensor:
@@ -424,10 +410,10 @@ def unique(input: Tensor, sorted: bool = True, return_inverse: bool = False,  # 
     return out[0] if len(out) == 1 else tuple(out)
 
 
-FUNCTIONS = ["logsumexp", "norm", "log1p", "expm1", "log2", "log10", "reciprocal", "isnan",
-             "isinf", "isposinf", "isneginf", "isfinite", "nan_to_num", "count_nonzero",
-             "cumsum", "cumprod", "bucketize", "diff", "take_along_dim", "outer", "inner",
-             "diagonal", "diag", "trace", "masked_select", "bincount", "unique"]
+FUNCTIONS = ["logsumexp", "norm", "log2", "log10", "reciprocal", "isnan", "isinf", "isposinf",
+             "isneginf", "isfinite", "nan_to_num", "count_nonzero", "cumsum", "cumprod",
+             "bucketize", "diff", "take_along_dim", "outer", "inner", "diagonal", "diag",
+             "trace", "masked_select", "bincount", "unique"]
 """eager.<name> and Tensor.<name> for each (eye and einsum: eager.<name> only)."""
 __all__ = list(FUNCTIONS)
 for _name in FUNCTIONS:

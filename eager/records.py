@@ -63,10 +63,16 @@ class Pointwise(NamedTuple):
     emitter computes in floats only (pow of integers is not generated). `dtype` replaces
     the rule's result type and `check(dtype, *tensors, **attrs)` raises for bad input
     (`check_attrs`: only in the attributes, so a call without any skips it).
-    `quiet`: numpy gives no warning computing it (add does not: overflow only wraps or
-    gives inf), so the kernel saves the cost of silencing them. `scaled` names an
-    attribute (add's and sub's alpha) that multiplies the last tensor before `numpy` and
-    `emit` see the values: they take the tensors only, and numpy can be a ufunc."""
+    `quiet`: numpy gives no warning computing it for any input (where's selection; not
+    add, which warns at a float overflow and at inf - inf), so the kernel saves the cost
+    of silencing them. `scaled` names an attribute (add's and sub's alpha) that
+    multiplies the last tensor before `numpy` and `emit` see the values: they take the
+    tensors only, and numpy can be a ufunc; the product can overflow, so a scaled op is
+    not quiet. `number_forms`: (position, number, op) where the tensor at `position`
+    being that Python number makes the op `op` of the other tensor, for float32 and
+    float64 results: pow(x, 0.5) is sqrt(x), as PyTorch's pow.Tensor_Scalar runs it
+    (sqrt(-inf) is NaN where C's pow gives inf); eager's kernel and the compiler's
+    simplification both use them."""
     rule: str
     numpy: Callable
     emit: Callable | None = None
@@ -76,8 +82,9 @@ class Pointwise(NamedTuple):
     dtype: Callable | None = None
     check: Callable | None = None
     check_attrs: bool = False  # check reads only the attributes: none given, none to run
-    quiet: bool = False  # numpy never warns on it: run without silencing warnings (~1 us)
+    quiet: bool = False  # numpy never warns on it: run without silencing them (~0.2 us)
     scaled: str = ""
+    number_forms: tuple[tuple[int, float, Op], ...] = ()
 
 
 class OpRecord:
@@ -118,6 +125,8 @@ def declare(op: Op, *, function: bool | str = False, method: bool | str = False,
         raise ValueError(f"{op!r} is declared twice")
     if pointwise is not None and pointwise.rule not in POINTWISE_RULES:
         raise ValueError(f"unknown pointwise rule {pointwise.rule!r}; one of {POINTWISE_RULES}")
+    if pointwise is not None and pointwise.quiet and pointwise.scaled:
+        raise ValueError(f"{op!r}: a scaled operand can overflow, so the op is not quiet")
 
     def name(given):
         return op.schema.name if given is True else (given or None)

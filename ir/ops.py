@@ -32,6 +32,8 @@ class Op(enum.Enum):
     HARDSWISH = "hardswish" + _UNARY
     HARDSIGMOID = "hardsigmoid" + _UNARY
     ERF = "erf" + _UNARY
+    LOG1P = "log1p" + _UNARY
+    EXPM1 = "expm1" + _UNARY
     GELU = 'gelu(Tensor self, *, str approximate="none") -> Tensor'
     GELU_BACKWARD = ('gelu_backward(Tensor grad_output, Tensor self, *, str approximate="none")'
                      " -> Tensor")

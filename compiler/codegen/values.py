@@ -75,13 +75,14 @@ def _isnan(L: Lanes, x):
 
 
 def _max_min(L: Lanes, a, b, dt: DType, is_max: bool):
-    """NaN-propagating maximum/minimum (PyTorch's, not LLVM's maxnum)."""
+    """NaN-propagating maximum/minimum (PyTorch's, not LLVM's maxnum); a tie gives `a`,
+    as PyTorch's std::max and std::min do (-0.0 against +0.0 keeps a's sign)."""
     bld = L.b
     if not dt.is_floating_point:  # bools compare unsigned: True is 1, not -1
         op = ">" if is_max else "<"
         compare = bld.icmp_unsigned if dt is dtypes.bool_ else bld.icmp_signed
         return bld.select(compare(op, a, b), a, b)
-    r = bld.select(bld.fcmp_ordered(">" if is_max else "<", a, b), a, b)
+    r = bld.select(bld.fcmp_ordered(">" if is_max else "<", b, a), b, a)
     r = bld.select(_isnan(L, a), a, r)
     return bld.select(_isnan(L, b), b, r)
 

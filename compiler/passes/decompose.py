@@ -30,6 +30,8 @@ _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
 def _reduced_count(x, dim) -> int:
+    if x.dim() == 0:  # one element, whichever dim (0 or -1) names it
+        return 1
     dims = range(x.dim()) if dim is None or dim == () or dim == [] else \
         ([dim] if isinstance(dim, int) else dim)
     n = 1

@@ -153,12 +153,13 @@ def _shape(node: Node):
 
 
 def row_space(node: Node):
-    """(input shape, reduced dims) of a reduction, dims made non-negative."""
+    """(input shape, reduced dims) of a reduction, dims made non-negative; a zero-dim
+    input has none to reduce (its dim 0 or -1 is its one element)."""
     x = node.inputs[0].type.shape
     dims = node.attr["dim"]
     dims = range(len(x)) if dims is None or dims == () else \
         ((dims,) if isinstance(dims, int) else dims)
-    return tuple(x), frozenset(d % max(len(x), 1) for d in dims)
+    return tuple(x), frozenset(d % len(x) for d in dims) if x else frozenset()
 
 
 def _in_rows(shape, space) -> bool:

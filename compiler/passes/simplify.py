@@ -11,6 +11,9 @@ Every rule keeps results bit-identical to eager execution:
   when x is a freshly computed (contiguous) value; a view that drops the kept dims of a
   sum, amax or amin with keepdim=True -> that reduction with keepdim=False;
 - x / c -> x * (1 / c) only when c is a power of two, where the reciprocal is exact;
+- op(x, number) -> the op its record names for that number (records.Pointwise's
+  number_forms: pow(x, 0.5) -> sqrt(x), pow(x, -0.5) -> rsqrt(x)) for float32 and
+  float64 results, as eager's kernel runs it (sqrt(-inf) is NaN, C's pow gives inf);
 - an elementwise op reads x instead of expand(x) where its other operands alone give
   the result's shape: broadcasting repeats x as the expand did (x keeps at least one
   dim, so type promotion is unchanged). A row kernel then holds a reduction's result
@@ -74,6 +77,17 @@ def _div(rw, node, ins):
             math.frexp(abs(value))[0] == 0.5 and node.outputs[0].type.dtype.is_floating_point:
         (r,) = rw.emit(Op.SCALAR, [], {"value": 1.0 / value})
         return rw.emit(Op.MUL, [x, r], {}, [node.outputs[0].type])[0]
+    return None
+
+
+def _number_form(rw, node, ins):
+    out = node.outputs[0].type
+    if out.dtype.name not in ("float32", "float64"):
+        return None
+    for position, number, op in pointwise_ops()[node.op].number_forms:
+        if _is_number(rw, ins[position], number):
+            rest = [v for k, v in enumerate(ins) if k != position]
+            return rw.emit(op, rest, {}, [out])[0]
     return None
 
 
@@ -237,6 +251,7 @@ RULES = {Op.MUL: _mul, Op.ADD: _first_of(_join_slice_grads, _add_sub), Op.SUB: _
          Op.PERMUTE: _permute, Op.VIEW: _first_of(_same_type, _view_of_kept_dims),
          Op.EXPAND: _same_type,
          Op.TO_COPY: _same_type}
+RULES.update({op: _number_form for op, p in pointwise_ops().items() if p.number_forms})
 RULES.update({op: _first_of(RULES[op], _broadcast_expands, _through_view) if op in RULES
               else _first_of(_broadcast_expands, _through_view) for op in pointwise_ops()})
 

@@ -37,7 +37,7 @@ def _check_sub(dt, self, other, alpha=1):
 
 ADD = declare(Op.ADD, function=True, method=True, pointwise=Pointwise(
     "promote", np.add, emit=lambda E, a, b: E.add(a, b), check=_check_alpha,
-    check_attrs=True, quiet=True, scaled="alpha"))
+    check_attrs=True, scaled="alpha"))
 
 
 @ADD.derivative("AddBackward0", "self other", save="self_sizes other_sizes alpha")
@@ -47,7 +47,7 @@ def _(ctx, g):
 
 
 SUB = declare(Op.SUB, function=True, method=True, pointwise=Pointwise(
-    "promote", np.subtract, emit=lambda E, a, b: E.sub(a, b), check=_check_sub, quiet=True,
+    "promote", np.subtract, emit=lambda E, a, b: E.sub(a, b), check=_check_sub,
     scaled="alpha"))
 
 
@@ -80,6 +80,11 @@ def _(ctx, g):
 
 
 def _pow(a, b):
+    if a.dtype.kind == "f" and b.shape != np.broadcast_shapes(a.shape, b.shape) and \
+            np.any(b == 0.5):
+        # numpy's power takes an exponent of 0.5 read repeatedly (a number, a broadcast
+        # dim) for sqrt, where pow(-inf, 0.5) is inf and pow(-0.0, 0.5) is 0.0
+        b = np.broadcast_to(b, np.broadcast_shapes(a.shape, b.shape)).copy()
     if a.dtype.kind != "i" or not np.any(b < 0):
         return np.power(a, b)
     # PyTorch's integer power: a negative exponent gives 0, except for bases 1 and -1
@@ -91,13 +96,16 @@ def _pow(a, b):
 def _check_power(dt, self, exponent) -> None:
     if dt is dtypes.bool_ and not exponent._wrapped:
         raise NotImplementedError("\"pow\" not implemented for 'Bool'")
-    if exponent._wrapped and not dt.is_floating_point and exponent._np() < 0:
+    # (a number's value is unknown to graph capture, whose stand-ins are meta tensors:
+    # the kernel that runs the graph checks it)
+    if exponent._wrapped and not dt.is_floating_point and not exponent.is_meta and \
+            exponent._np() < 0:
         raise RuntimeError("Integers to negative integer powers are not allowed.")
 
 
 POW = declare(Op.POW, function=True, method=True, pointwise=Pointwise(
     "power", _pow, emit=lambda E, a, b: E.math("pow", a, b), float_math=True,
-    check=_check_power))
+    check=_check_power, number_forms=((1, 0.5, Op.SQRT), (1, -0.5, Op.RSQRT))))
 
 
 @POW.derivative("PowBackward1", "self exponent", save="self exponent result",
@@ -118,9 +126,21 @@ def _(ctx, g):
     return grad_a, grad_e
 
 
+def _first_on_ties(numpy):
+    """numpy's maximum or minimum (NaN wins), giving `a` where -0.0 ties with +0.0, as
+    PyTorch's std::max and std::min do: numpy's loops give the second operand of a tie
+    (as x86's maxps does; the special-values table, tests/compiler/test_special_values.py,
+    checks it), so the operands go in swapped, at no cost."""
+    def extremum(a, b):
+        return numpy(b, a)
+    extremum.__name__ = numpy.__name__
+    return extremum
+
+
 def _extremum(op, numpy, name, wins, larger: bool):
     record = declare(op, function=True, method=True, pointwise=Pointwise(
-        "promote", numpy, emit=lambda E, a, b: E.max(a, b) if larger else E.min(a, b)))
+        "promote", _first_on_ties(numpy),
+        emit=lambda E, a, b: E.max(a, b) if larger else E.min(a, b)))
 
     @record.derivative(name, "self other", save="self other")
     def _(ctx, g):

@@ -177,8 +177,10 @@ def _native_elements(record: OpRecord):
     p = record.pointwise
     if p.emit is None or p.rule in ("compare", "logical"):
         return None, False
+    if record.op in ONE_UFUNC_ELEMENTS:
+        return ONE_UFUNC_ELEMENTS[record.op]
     if isinstance(p.numpy, np.ufunc):
-        return ONE_UFUNC_ELEMENTS.get(record.op, (None, False))
+        return None, False
     return NATIVE_ELEMENTS, False
 
 
@@ -219,17 +221,18 @@ def _pointwise_kernel(record: OpRecord, split, shape_and_dtype):
                 if out is not None:
                     return out
             arrays = [operand(t, ct) for t in args]
+        scale = 1
         if attrs:
             attrs = {k: scalar_value(v) for k, v in attrs.items()}
-            if scaled and attrs.get(scaled, 1) != 1:
-                arrays = *arrays[:-1], arrays[-1] * attrs.pop(scaled)
-            else:
-                attrs.pop(scaled, None)
+            if scaled:
+                scale = attrs.pop(scaled, 1)
         if quiet:
             out = numpy(*arrays, **attrs) if attrs else numpy(*arrays)
         else:  # inf, nan and overflow are results, not warnings
             token = quiet_on()
             try:
+                if scale != 1:  # (a scaled op is never quiet: records.declare)
+                    arrays = *arrays[:-1], arrays[-1] * scale
                 out = numpy(*arrays, **attrs)
             finally:
                 quiet_off(token)
@@ -240,11 +243,30 @@ def _pointwise_kernel(record: OpRecord, split, shape_and_dtype):
     return kernel
 
 
+def _with_number_forms(record: OpRecord, kernel, shape_and_dtype):
+    """`kernel`, handing the call to another op's kernel where a tensor is a Python number
+    the record names (records.Pointwise.number_forms: pow(x, 0.5) is sqrt(x))."""
+    forms = record.pointwise.number_forms
+
+    def dispatch(*args, **attrs):
+        for position, number, op in forms:
+            t = args[position] if len(args) > position else None
+            if t is not None and t._wrapped and t._np() == number and \
+                    shape_and_dtype(args, attrs)[1] in _NATIVE_DTYPES:
+                rest = [a for i, a in enumerate(args) if i != position]
+                return ATEN[op].kernels[DispatchKey.CPU][0](*rest)
+        return kernel(*args, **attrs)
+    dispatch.__name__ = kernel.__name__
+    return dispatch
+
+
 def register_pointwise(record: OpRecord) -> None:
     """The CPU and Meta kernels of a pointwise record."""
     split, shape_and_dtype = _split_arguments(record), _shape_and_dtype(record)
-    register(record.op, _pointwise_kernel(record, split, shape_and_dtype),
-             meta_from_rule(_pointwise_rule(record, split, shape_and_dtype)))
+    kernel = _pointwise_kernel(record, split, shape_and_dtype)
+    if record.pointwise.number_forms:
+        kernel = _with_number_forms(record, kernel, shape_and_dtype)
+    register(record.op, kernel, meta_from_rule(_pointwise_rule(record, split, shape_and_dtype)))
 
 
 # in place: compute as the out-of-place op, check the result fits `self`, write it

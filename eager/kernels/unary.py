@@ -163,6 +163,22 @@ def _(ctx, g):
     return g * (2 / math.sqrt(math.pi)) * ops.exp(ops.neg(x * x))
 
 
+LOG1P = declare(Op.LOG1P, function=True, method=True, pointwise=_math("log1p", np.log1p))
+
+
+@LOG1P.derivative("Log1PBackward0", "self", save="self")
+def _(ctx, g):
+    return g / (ctx.self + 1)
+
+
+EXPM1 = declare(Op.EXPM1, function=True, method=True, pointwise=_math("expm1", np.expm1))
+
+
+@EXPM1.derivative("Expm1Backward0", "self", save="result")
+def _(ctx, g):
+    return g * (ctx.result + 1)
+
+
 def _relu6_of_x_plus_3(E, x):
     return E.min(E.max(E.add(x, E.const(3)), E.const(0)), E.const(6))
 
@@ -276,8 +292,14 @@ def _(ctx, gg):
 
 # clamp ---------------------------------------------------------------------------------
 def _clamp(x, min=None, max=None):  # noqa: A002 (PyTorch's argument names)
-    return np.minimum(np.maximum(x, -np.inf if min is None else min),
-                      np.inf if max is None else max)
+    """x where it is not beyond a bound, so -0.0 against a bound of +0.0 and NaN stay, as
+    PyTorch's std::min(std::max(x, min), max): numpy's loops give the second operand of a
+    tie (binary._first_on_ties), so x goes second."""
+    if min is not None:
+        x = np.maximum(min, x)
+    if max is not None:
+        x = np.minimum(max, x)
+    return x
 
 
 def _clamp_dtype(self, min=None, max=None):  # noqa: A002

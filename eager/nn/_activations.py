@@ -21,15 +21,15 @@ def leaky_relu(input: Tensor, negative_slope: float = 0.01, inplace: bool = Fals
 
 
 def elu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
-    """x for x > 0, alpha (exp(x) - 1) below (exp of min(x, 0): no overflow above)."""
-    return ops.where(input > 0, input, (ops.exp(ops.clamp(input, None, 0.0)) - 1) * alpha)
+    """x for x > 0, alpha expm1(x) below (of min(x, 0): no overflow above), as PyTorch
+    computes it (elu(-0.0) is -0.0, of a subnormal the subnormal)."""
+    return ops.where(input > 0, input, ops.expm1(ops.clamp(input, None, 0.0)) * alpha)
 
 
 def celu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     if alpha == 0:
         raise ValueError("ZeroDivisionError: alpha cannot be 0 for CELU")
-    return ops.where(input > 0, input,
-                     (ops.exp(ops.clamp(input, None, 0.0) / alpha) - 1) * alpha)
+    return ops.where(input > 0, input, ops.expm1(ops.clamp(input, None, 0.0) / alpha) * alpha)
 
 
 def selu(input: Tensor, inplace: bool = False) -> Tensor:
@@ -38,10 +38,11 @@ def selu(input: Tensor, inplace: bool = False) -> Tensor:
 
 def softplus_of(x: Tensor) -> Tensor:
     """log(1 + exp(x)): exp never overflows (each branch sees its own side of 0, so the
-    branch not taken has a finite gradient), and the gradient at 0 is sigmoid(0)."""
+    branch not taken has a finite gradient), the gradient at 0 is sigmoid(0), and
+    log1p keeps a small exp(x) exact (log(1 + e^-7) was 5e-5 off in float32)."""
     above = ops.clamp(x, 0.0, None)
     below = ops.clamp(x, None, 0.0)
-    return ops.where(x > 0, above + ops.log(ops.exp(-above) + 1), ops.log(ops.exp(below) + 1))
+    return ops.where(x > 0, above + ops.log1p(ops.exp(-above)), ops.log1p(ops.exp(below)))
 
 
 def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
@@ -58,9 +59,10 @@ def hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0,
              inplace: bool = False) -> Tensor:
     if min_val > max_val:
         raise ValueError("min_val cannot be greater than max_val")
-    # not clamp: PyTorch's hardtanh has no gradient at its bounds, clamp has
-    return ops.where(input <= min_val, float(min_val),
-                     ops.where(input >= max_val, float(max_val), input))
+    # clamp's values (x where it equals a bound: relu6(-0.0) is -0.0), and PyTorch's
+    # gradient, which is 0 at the bounds where clamp's is 1
+    inside = ops.logical_and(input > min_val, input < max_val)
+    return ops.where(inside, input, ops.clamp(input.detach(), min_val, max_val))
 
 
 def relu6(input: Tensor, inplace: bool = False) -> Tensor:
@@ -68,8 +70,10 @@ def relu6(input: Tensor, inplace: bool = False) -> Tensor:
 
 
 def logsigmoid(input: Tensor) -> Tensor:
-    """-softplus(-x), without overflow."""
-    return -softplus(-input)
+    """-softplus(-x) without overflow or softplus's threshold (which cut the tail of
+    logsigmoid(-25) in float64); 0 - it, so that logsigmoid(inf) is +0.0 as PyTorch's
+    min(0, x) - log1p(e^-|x|) gives."""
+    return 0.0 - softplus_of(-input)
 
 
 def mish(input: Tensor, inplace: bool = False) -> Tensor:
@@ -84,15 +88,15 @@ def softshrink(input: Tensor, lambd: float = 0.5) -> Tensor:
     if lambd < 0:
         raise RuntimeError(f"lambda must be greater or equal to 0, but found to be {lambd}.")
     return ops.where(input > lambd, input - lambd,
-                     ops.where(input < -lambd, input + lambd, 0.0))
+                     ops.where(input < -lambd, input + lambd, input * 0))  # -0.0, NaN stay
 
 
 def hardshrink(input: Tensor, lambd: float = 0.5) -> Tensor:
-    return ops.where(ops.abs(input) > lambd, input, 0.0)
+    return ops.where(ops.logical_and(input >= -lambd, input <= lambd), 0.0, input)  # NaN stays
 
 
 def threshold(input: Tensor, threshold: float, value: float, inplace: bool = False) -> Tensor:
-    return ops.where(input > threshold, input, float(value))
+    return ops.where(input <= threshold, float(value), input)  # NaN stays
 
 
 def glu(input: Tensor, dim: int = -1) -> Tensor:

@@ -124,6 +124,8 @@ ELEMENTWISE = [
     unary("tanh", Op.TANH, np.tanh),
     unary("sigmoid", Op.SIGMOID, _sigmoid),
     unary("erf", Op.ERF, _erf),
+    unary("log1p", Op.LOG1P, np.log1p),
+    unary("expm1", Op.EXPM1, np.expm1),
     unary("silu", Op.SILU, lambda x: x * _sigmoid(x), FLOATS,
           call=lambda lib, x: lib.nn.functional.silu(x)),
     unary("hardswish", Op.HARDSWISH, lambda x: x * np.clip(x + 3, 0, 6) / 6, FLOATS,
