@@ -31,7 +31,7 @@ from eager.device import device as Device
 from eager.dispatcher import DispatchKey
 from eager.profiler import profile, record_function
 from eager.tensor import Storage, Tensor, reading_why, set_data_watch, set_whole_step_hook
-from ir.graph import Graph, GraphBuilder, Node, TensorType, Value
+from ir.graph import Graph, GraphBuilder, Node, TensorType, Value, strict_key
 from ir.ops import DATA_DEPENDENT_SHAPE, INPLACE, Op
 
 TRACER_BIT = 1 << DispatchKey.Tracer
@@ -187,7 +187,7 @@ class Region:
 
     def _scalar(self, value, dtype) -> Value:
         """A Python number as a `scalar` node (one per distinct number in the region)."""
-        key = (type(value), value)
+        key = strict_key(value)  # -0.0 is not 0.0
         v = self._scalars.get(key)
         if v is None:
             v = Value(f"v{self._count}", TensorType((), dtype, "cpu"))

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ir.graph import Graph, Node, Sym, TensorType, Value
+from ir.graph import Graph, Node, Sym, TensorType, Value, strict_key
 
 KEPT_STATIC = 4  # members kept per family to generalize from (the latest)
 
@@ -35,15 +35,6 @@ def _values(graph: Graph):
     yield from graph.inputs
     for node in graph.nodes:
         yield from node.outputs
-
-
-def _strict(v):
-    """An attribute value as a key that tells 1 from 1.0 and True, and -0.0 from 0.0."""
-    if isinstance(v, tuple):
-        return tuple(_strict(x) for x in v)
-    if isinstance(v, float):
-        return (float, repr(v))
-    return (type(v), v)
 
 
 def _wiring(i):
@@ -57,7 +48,7 @@ def skeleton(graph: Graph) -> tuple:
     def decl(v: Value):
         return v.name, v.type.dtype, len(v.type.shape), v.type.device
     return (tuple(decl(v) for v in graph.inputs),
-            tuple((n.op, _strict(n.attrs), tuple(_wiring(i) for i in n.inputs),
+            tuple((n.op, strict_key(n.attrs), tuple(_wiring(i) for i in n.inputs),
                    tuple(decl(v) for v in n.outputs)) for n in graph.nodes),
             tuple(v.name for v in graph.outputs))
 

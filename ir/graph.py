@@ -129,6 +129,16 @@ class Node:
         return f"{lhs} = {self.op.qualified_name}({', '.join(args)})"
 
 
+def strict_key(v):
+    """A value (an attribute, a number) as a key that tells what `==` does not: 1 from
+    1.0 and True, -0.0 from 0.0 (constants merged by `==` turned -0.0 into 0.0)."""
+    if isinstance(v, tuple):
+        return tuple(strict_key(x) for x in v)
+    if isinstance(v, float):
+        return (float, repr(v))
+    return (type(v), v)
+
+
 def _format_input(i: Input) -> str:
     if i is None:
         return "None"

@@ -429,6 +429,14 @@ def test_eager_compile_is_compiler_compile():
     assert cf(eager.zeros(1)).tolist() == [1.0]
 
 
+@pytest.mark.parametrize("backend", ["eager", "native"])
+def test_a_negative_zero_in_python_is_not_captured_as_zero(backend):
+    cf = compiler.compile(lambda x: eager.where(x <= 0.0, -0.0, x), backend=backend)
+    out = cf(eager.tensor([-1.0, 0.0, 2.0]))
+    assert out.tolist() == [0.0, 0.0, 2.0] and np.signbit(out.numpy()).tolist() == [
+        True, True, False]
+
+
 def _symbolic_graphs(cf) -> list:
     return [g for family in cf.families.values() for g, _ in family.symbolic]
 

@@ -71,6 +71,21 @@ def test_cse_keeps_equal_constants_of_different_types_apart():
     assert kept.dtype == eager.int64 and kept.tolist() == [1, 0, 3]
 
 
+def test_cse_keeps_a_negative_zero_apart_from_zero():
+    graph = cse(G("""
+        graph(%m: b8[3], %f: f32[3]):
+          %0: f64[] = scalar(value=0.0)
+          %1: f64[] = scalar(value=-0.0)
+          %2: f32[3] = where(%m, %0, %f)
+          %3: f32[3] = where(%m, %1, %f)
+          return (%2, %3)
+        """))
+    m, f = eager.tensor([True, False, True]), eager.ones(3)
+    zero, negative = interpreter.prepare(graph)([m, f])
+    assert np.signbit(negative.numpy()).tolist() == [True, False, True]
+    assert not np.signbit(zero.numpy()).any()
+
+
 def test_constant_folding_uses_eager_arithmetic():
     same(dce(constant_fold(G("""
         graph(%x: f32[3]):
