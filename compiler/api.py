@@ -58,6 +58,8 @@ class CompileCheckError(AssertionError):
 
 
 class CompiledFunction:
+    recompile_limit = RECOMPILE_LIMIT
+
     def __init__(self, fn, *, backend="native", fullgraph: bool = False,
                  dynamic: bool | None = None, check: bool = False, module=None):
         self.fn = fn
@@ -89,7 +91,7 @@ class CompiledFunction:
             with self._lock:
                 entry = self.entries.get(key)
                 if entry is None:
-                    if self.recompiles >= RECOMPILE_LIMIT:
+                    if self.recompiles >= self.recompile_limit:
                         return self._give_up(key, args, kwargs)
                     return self._first_call(key, args, kwargs)
         entry.calls += 1

@@ -4,7 +4,6 @@ from __future__ import annotations
 import inspect
 
 from compiler import dynamic
-from compiler.api import RECOMPILE_LIMIT
 
 
 def _where(fn) -> str:
@@ -81,7 +80,7 @@ def explain(cf) -> str:
     lines = [f"kiln.compile: {cf.__name__} ({_where(cf.fn)})",
              f"backend: {cf.backend.name} — {cf.backend.note}",
              f"entries: {len(cf.entries)}, {cf.recompiles} of which compiled code "
-             f"(recompile limit {RECOMPILE_LIMIT}); dynamic={cf.dynamic}"]
+             f"(recompile limit {cf.recompile_limit}); dynamic={cf.dynamic}"]
     if cf.gave_up:
         lines.append("gave up after the recompile limit: the function now runs eagerly")
     for n, entry in enumerate(cf.entries.values(), 1):
