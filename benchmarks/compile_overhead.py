@@ -24,7 +24,7 @@ after spec-keyed warm hits, no importlib.metadata/argparse/GEMM stack on a point
 path, GEMM kernels at O1 and packed+pack_b compiled in parallel threads: six ops cold
 118 -> 99 ms, warm 72 -> 39 ms; the step cold 4.94 -> 4.39 s, warm 0.92 -> 0.43 s.
 Then (same method, min of 9, KILN_NUM_THREADS=1) kernels linked without LLVM
-(runtime/elf_loader.py), the target remembered on disk, no emitter or llvmlite import on
+(runtime/llvm/elf_loader.py), the target remembered on disk, no emitter or llvmlite import on
 a hit, entries not fsynced: six ops warm 25.5 -> 9.6 ms (42 -> 21 ms where the
 checkouts have no bytecode, as with PYTHONDONTWRITEBYTECODE=1), cold unchanged (57 ms;
 81 -> 79 ms without bytecode: LLVM's optimise and machine code are ~27 ms of it); the
@@ -38,7 +38,7 @@ specialised GEMM kernels (no packed variant compiled), pointwise kernels at O2, 
 for branches known when a kernel is built, faster fusion and tile choice: six ops
 unchanged (58.4 -> 58.1 ms cold, 10.1 -> 9.6 ms warm); the step cold 3.07 -> 1.89 s,
 warm 226 -> 178 ms. Then kernels compiled by background worker processes while the
-first call runs interpreted (runtime/compile_service.py; same command, shared machine):
+first call runs interpreted (runtime/llvm/compile_service.py; same command, shared machine):
 six ops cold 59 -> 35 ms, warm 10.0 -> 10.1 ms; the step cold 1.84 s -> 252 ms, warm
 176 -> 170 ms. "GPT step, until all native" is the cold step followed by steps and
 waits until every kernel runs natively (2.1 s: one niced worker builds the IR and runs

@@ -96,7 +96,8 @@ def mpi_missing() -> str | None:
 
 
 def gpu_missing() -> str | None:
-    from runtime.cuda import CudaUnavailable, driver
+    from runtime.cuda.current import driver
+    from runtime.cuda.driver import CudaUnavailable
     try:
         driver()
     except CudaUnavailable as e:

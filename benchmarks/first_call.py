@@ -10,7 +10,7 @@ gpt_step         examples.char_transformer (2 layers, 4 heads, d_model 64, conte
                  batch 16) compiled, forward and loss, then backward (the model's part
                  through its compiled backward graph): the first training step's
                  forward+backward; kernels that background workers compile meanwhile
-                 run interpreted (runtime/compile_service.py)
+                 run interpreted (runtime/llvm/compile_service.py)
 gpt_step_native  the same, until every kernel runs natively: the first step, then the
                  waits for the workers with a step after each until a step hands them
                  nothing new (benchmarks.harness.settle)
@@ -87,7 +87,7 @@ def measure(library: str, case: str) -> float:
     else:
         import eager
         seconds = _six_ops(eager, eager.compile)
-    from runtime.compile_service import wait_for_kernels
+    from runtime.llvm.compile_service import wait_for_kernels
     wait_for_kernels()
     return seconds
 

@@ -7,12 +7,12 @@ scores, and a linear layer with bias and relu at MLP shapes (128x784 @ 784x256),
 kiln fuses into the GEMM's store and numpy does in three steps.
 
 Contenders:
-- "kiln GEMM": compiler.gemm.api on numpy arrays, the library call (as np.matmul
+- "kiln GEMM": runtime.cpu.gemm.api on numpy arrays, the library call (as np.matmul
   is numpy's); it allocates its output, as np.matmul does.
 - "kiln compiled": `eager.compile` of the same PyTorch-shaped function over kiln tensors:
   shapes are known when it compiles, and the graph's epilogue is fused into the GEMM.
 - "kiln eager": kiln's eager `@`, whose CPU kernel is numpy's BLAS (kiln's GEMM goes
-  under it only with compiler.gemm.eager.use_kiln_gemm()): the difference to numpy is
+  under it only with eager.backends.native.gemm.use_kiln_gemm()): the difference to numpy is
   kiln's dispatch and allocation.
 Every contender uses the same thread count: `--threads N` sets OpenBLAS's (before numpy
 loads), torch's and kiln's; without it, all use every core this process may use.
@@ -48,7 +48,7 @@ def linear_relu_numpy(x, w, bias):
 
 
 def kiln_gemm(arrays: list[np.ndarray], **options):
-    from compiler.gemm.api import Epilogue, bmm, gemm
+    from runtime.cpu.gemm.api import Epilogue, bmm, gemm
     a, b, *rest = arrays
     product = gemm if a.ndim == 2 and b.ndim == 2 else bmm
     if rest:

@@ -1,22 +1,22 @@
 """Checks for a machine with an NVIDIA GPU, as one prepared run (issue 15): kiln's CUDA
 kernels against numpy there, and timed against PyTorch. Each check is a function of the
-driver (runtime.cuda.driver()) that returns a dict of figures for the JSON report.
+driver (runtime.cuda.current.driver()) that returns a dict of figures for the JSON report.
 
     python -m benchmarks.gpu_check [--json PATH] [--size full|small]
 
     run_tests          the CUDA tests that use a device (pytest -m gpu on the CUDA test
                        files), in a subprocess with this process's environment
-    check_sgemm        kiln's SGEMM (compiler/codegen/cuda/gemm.py, default tiles) checked
+    check_sgemm        kiln's SGEMM (runtime/cuda/codegen/gemm.py, default tiles) checked
                        against numpy float64 and timed at 4096^3 against cuBLAS fp32
                        (PyTorch's torch.mm with TF32 off); target: at least 0.7x
-    check_elementwise  a fused elementwise chain (compiler/codegen/cuda/pointwise.py's
+    check_elementwise  a fused elementwise chain (runtime/cuda/codegen/kernel_ir.py's
                        kernel, through compiler.lower) checked against numpy float64 and
                        timed against the device-to-device copy's bandwidth; target: at
                        least 0.8x
 
 The exit status is 1 when a test or a result is wrong (the speed targets are reported,
 not enforced), 2 when there is no device. Under KILN_CUDA=emulate everything runs on the
-emulated device (runtime/cuda_emulated.py) at `--size small`: its times are the host's,
+emulated device (runtime/cuda/emulated.py) at `--size small`: its times are the host's,
 so the script is known to work end to end before it meets a GPU.
 """
 from __future__ import annotations
@@ -33,10 +33,11 @@ from pathlib import Path
 
 import numpy as np
 
-from compiler.codegen.cuda.gemm import CudaGemmRequest, gemm_kernel
-from compiler.gemm.api import ACTIVATION_REFERENCE
-from compiler.gemm.ir.kernel import EpilogueSpec
-from runtime import nvptx
+import eager  # noqa: F401 - declares the op records (the GEMM store's activations)
+from runtime.cuda.codegen.gemm import CudaGemmRequest, gemm_kernel
+from runtime.cpu.gemm.api import activation_reference
+from runtime.cpu.gemm.emit.kernel import EpilogueSpec
+from runtime.cuda import nvptx
 
 SGEMM_TARGET = 0.7  # of cuBLAS fp32
 ELEMENTWISE_TARGET = 0.8  # of the device-to-device copy's bandwidth
@@ -51,7 +52,7 @@ _POINTERS = frozenset({"a", "b", "c", "out", "bias", "residual"})
 
 
 def device_arch(driver, ordinal: int = 0) -> str:
-    """The PTX architecture for the device (runtime.nvptx.arch_for)."""
+    """The PTX architecture for the device (runtime.cuda.nvptx.arch_for)."""
     return nvptx.arch_for(driver.compute_capability(ordinal))
 
 
@@ -120,7 +121,7 @@ def _check_epilogue_edges(driver, arch: str, m: int, n: int, k: int) -> float:
         kernel.close()
     x = 0.5 * (a.astype(np.float64) @ b.T.astype(np.float64)) - c + bias
     magnitude = 0.5 * np.abs(a) @ np.abs(b.T) + np.abs(c) + np.abs(bias)
-    exact = 2.0 * ACTIVATION_REFERENCE["gelu"](x) + residual
+    exact = 2.0 * activation_reference("gelu")(x) + residual
     return _error_ratio(out, exact, 2.4 * magnitude + np.abs(exact) + np.abs(residual), k,
                         np.float32)
 
@@ -218,12 +219,11 @@ def _chain_reference(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 def check_elementwise(driver, elements: int = 1 << 26, repeats: int = 20,
                       ordinal: int = 0) -> dict:
     """|sigmoid(x * y + 1.5) - y| over `elements` float32s as one fused CUDA kernel
-    (compiler/codegen/cuda/pointwise.py, made by compiler.lower): its result against
+    (runtime/cuda/codegen/kernel_ir.py, made by compiler.lower): its result against
     numpy float64 (within 2e-6 relative, 1e-6 absolute, as the emulator's tests), its
     bandwidth (3 x 4 bytes an element) against a device-to-device copy of one operand
     (2 x 4 bytes an element), both timed with CUDA events."""
     import compiler
-    import eager
     driver.activate(ordinal)
     arch = device_arch(driver, ordinal)
     rng = np.random.default_rng(2)
@@ -252,7 +252,7 @@ def check_elementwise(driver, elements: int = 1 << 26, repeats: int = 20,
     error = float(np.max(np.abs(out - exact) / (1e-6 + 2e-6 * np.abs(exact)), initial=0.0))
     kiln_gbps, copy_gbps = 3 * x.nbytes / kiln_ms / 1e6, 2 * x.nbytes / copy_ms / 1e6
     return {"elements": elements, "arch": arch, "kernel": launch.name,
-            "kernel_source": "compiler/codegen/cuda/pointwise.py via compiler.lower",
+            "kernel_source": "runtime/cuda/codegen/kernel_ir.py via compiler.lower",
             "grid": list(launch.grid), "block": list(launch.block),
             "error_of_tolerance": error, "kiln_ms": kiln_ms, "kiln_gbps": kiln_gbps,
             "copy_ms": copy_ms, "copy_gbps": copy_gbps, "of_copy": kiln_gbps / copy_gbps,
@@ -303,9 +303,10 @@ def main(argv=None) -> int:
     parser.add_argument("--size", choices=sorted(SIZES), default="full",
                         help="small: tiny problems, for the emulated device")
     options = parser.parse_args(argv)
-    from runtime import cuda
+    from runtime.cuda import current
+    from runtime.cuda import driver as cuda
     try:
-        driver = cuda.driver()
+        driver = current.driver()
     except cuda.CudaUnavailable as missing:
         return _finish(options, {"device": {"unavailable": str(missing)}, "correct": False}, 2)
     driver.activate(0)

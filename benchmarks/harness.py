@@ -184,10 +184,10 @@ def _guarded(outcome: Outcome, step: Callable[[], Any]):
 def settle(fn: Callable[[], Any], context=None, limit: int = 5) -> None:
     """Call `fn` until its calls hand no more kernels to kiln's background compile
     workers, waiting for them after each, so that timed calls run every kernel natively
-    (as a program's calls do once the workers are done: runtime/compile_service.py). A
+    (as a program's calls do once the workers are done: runtime/llvm/compile_service.py). A
     kernel can wait for another: the epilogue of a GEMM is planned once the GEMM runs."""
     import sys
-    service = sys.modules.get("runtime.compile_service")  # loaded once anything compiled
+    service = sys.modules.get("runtime.llvm.compile_service")  # loaded once anything compiled
     if service is None or not service.submitted():
         return
     for _ in range(limit):

@@ -34,9 +34,9 @@ from dataclasses import asdict, dataclass
 import llvmlite.ir as ir
 import numpy as np
 
-from runtime import llvm_ir as L
-from runtime.jit import host_jit, vector_width
-from runtime.target import selected
+from runtime.llvm import toolkit as L
+from runtime.llvm.jit import host_jit, vector_width
+from runtime.llvm.target import selected
 
 COPY_FOOTPRINTS = (64 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20, 16 << 20, 128 << 20)
 """Working sets (bytes of the arrays a kernel reads and writes): past L1 in L2 (64 KiB ..

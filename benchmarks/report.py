@@ -6,7 +6,7 @@ import os
 import platform
 
 from benchmarks.harness import CaseResult, Outcome, Settings, SuiteResult
-from runtime.target import selected
+from runtime.llvm.target import selected
 
 SCHEMA = "kiln-benchmarks/1"
 

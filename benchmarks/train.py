@@ -1,6 +1,6 @@
 """Training steps per second, kiln eager against PyTorch eager, from the same initial
 weights on the same batches in the same run. kiln eager steps its optimiser with the
-fused kernels (compiler/fused_optim.py, the default); "kiln eager, per-tensor step"
+fused kernels (eager/backends/native/optim.py, the default); "kiln eager, per-tensor step"
 with foreach=False, for comparison; "kiln compiled" runs the model under eager.compile
 (compiled forward and backward graphs; the loss and the optimiser step eager); "kiln
 compiled (whole step)" compiles the step itself (zero_grad, forward, loss, backward,

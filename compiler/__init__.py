@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from compiler import interpreter
 from compiler.api import RECOMPILE_LIMIT, CompileCheckError, CompiledFunction
-from compiler.debugging import debug
+from runtime.debugging import debug
 from compiler.lower import Lowered, lower
 
 
@@ -26,14 +26,14 @@ def compile(fn=None, *, backend: str = "native", fullgraph: bool = False,  # noq
 
 def cache_clear() -> int:
     """Empty the on-disk kernel cache ($KILN_CACHE_DIR, default ~/.cache/kiln); returns
-    the number of entries removed. Also `python -m runtime.cache clear`."""
-    from runtime.cache import clear
+    the number of entries removed. Also `python -m runtime.llvm.cache clear`."""
+    from runtime.llvm.cache import clear
     return clear()
 
 
 def cache_info():
     """Where the kernel cache is, how many entries and bytes it holds, its size cap."""
-    from runtime.cache import info
+    from runtime.llvm.cache import info
     return info()
 
 
@@ -64,8 +64,8 @@ class CompiledModule:
 def wait_for_kernels(timeout: float | None = None) -> bool:
     """Block until the kernels handed to background compile workers are compiled (True),
     or `timeout` seconds pass (False); without a timeout, at most 60 s, then the kernels
-    still pending compile in this thread (True): runtime/compile_service.py."""
-    from runtime import compile_service  # loaded by the first kernel handed out
+    still pending compile in this thread (True): runtime/llvm/compile_service.py."""
+    from runtime.llvm import compile_service  # loaded by the first kernel handed out
     return compile_service.wait_for_kernels(timeout)
 
 

@@ -47,7 +47,7 @@ class Entry:
     breaks: list = field(default_factory=list)
     calls: int = 0
     seconds: dict = field(default_factory=dict)
-    codegen: object = None         # runtime.jit.CompileClock of the first call's kernels
+    codegen: object = None         # runtime.llvm.jit.CompileClock of the first call's kernels
     direct: object = None          # replay as one kernel call on the arguments
     steps: list = field(default_factory=list)  # capture.EagerStep: whole steps, replayed
     program: list = field(default_factory=list)  # replay: ReplayRegion or (step, tensors)

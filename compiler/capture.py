@@ -24,7 +24,7 @@ import time
 import weakref
 from dataclasses import dataclass, field
 
-from compiler import debugging as debug
+from runtime import debugging as debug
 from eager import dispatcher
 from eager.device import CPU, META
 from eager.device import device as Device
@@ -286,7 +286,7 @@ class Trace:
         self.random = False
         self.grad_enabled = dispatcher.tls.grad_enabled
         self.seconds = {"trace": 0.0, "passes": 0.0, "codegen+JIT": 0.0, "run": 0.0}
-        self.codegen = None  # runtime.jit.CompileClock: what this call's kernels cost
+        self.codegen = None  # runtime.llvm.jit.CompileClock: what this call's kernels cost
 
     # inputs -------------------------------------------------------------------------
     def note_input(self, t: Tensor) -> None:
@@ -407,7 +407,7 @@ class Trace:
         graph, inputs = region.graph([v for v, _ in live])
         needs_grad = tuple(t._requires_grad for t in inputs) if differentiable else None
         debug.banner(f"captured graph (ended by: {reason})", str(graph))
-        from runtime.jit import compile_clock
+        from runtime.llvm.jit import compile_clock
         clock = compile_clock()
         start = time.perf_counter()
         run = self.compile_region(graph, needs_grad)

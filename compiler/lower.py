@@ -64,7 +64,7 @@ def lower(fn, *args, target: str = "cpu", **kwargs) -> Lowered:
     without a GPU), run it once on `args` (CPU tensors), and collect what was
     generated."""
     from compiler.api import CompiledFunction
-    from runtime.jit import compiling_here
+    from runtime.llvm.jit import compiling_here
     if target not in TARGETS:
         raise ValueError(f"unknown lowering target {target!r}; choose one of {TARGETS}")
     if target == "cuda":
@@ -95,8 +95,8 @@ def lower(fn, *args, target: str = "cpu", **kwargs) -> Lowered:
 
 def _read_ptx(out: Lowered) -> None:
     """The architecture, and ptxas's report on each kernel where ptxas is installed."""
-    from compiler.backends.cuda import device_arch
-    from runtime import nvptx
+    from runtime.cuda.current import device_arch
+    from runtime.cuda import nvptx
     out.arch = device_arch()
     for k in out.cuda_kernels:
         try:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from compiler.joint import Joint, NotDifferentiable
-from eager.records import pointwise_ops
+from ir.records import pointwise_ops
 from ir.graph import Graph, GraphBuilder, Value
 from ir.ops import VIEW, Op
 

@@ -14,7 +14,7 @@ from eager.backends import backend_for
 from eager.device import as_device
 from eager.dispatcher import ATEN
 from eager.factories import ones, tensor, zeros
-from eager.records import named
+from ir.records import named
 from eager.tensor import Tensor, ops, whole_step
 from ir import dtypes
 from ir.dtypes import DType

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from eager.arguments import int_arg, int_list, tensor_list
 from eager.dispatcher import ATEN, DispatchKey
-from eager.records import declare
+from ir.records import declare
 from eager.shapes import broadcast_shapes, infer_size, view_strides, wrap_dim
 from eager.tensor import ops
 from ir.ops import Op
@@ -12,7 +12,7 @@ from ir.ops import Op
 
 def _composite(op: Op, **names):
     """Register the decorated function as `op`'s composite kernel, and declare the op's
-    record with `names` (see eager/records.py)."""
+    record with `names` (see ir/records.py)."""
     declare(op, **names)
 
     def register(fn):

@@ -1,4 +1,4 @@
-"""`eager.cuda`: torch.cuda's functions over kiln's driver binding (runtime/cuda.py).
+"""`eager.cuda`: torch.cuda's functions over kiln's driver binding (runtime/cuda/driver.py).
 
 is_available() and device_count() say whether CUDA *tensors* can be made: False and 0
 until the CUDA backend registers its kernels (eager/backends), so PyTorch-style guards
@@ -28,12 +28,13 @@ def is_available() -> bool:
 
 
 def device_count() -> int:
-    from runtime.cuda import device_count as count
+    from runtime.cuda.current import device_count as count
     return count() if is_available() else 0
 
 
 def _driver():
-    from runtime.cuda import CudaUnavailable, driver
+    from runtime.cuda.current import driver
+    from runtime.cuda.driver import CudaUnavailable
     try:
         return driver()
     except CudaUnavailable as missing:
@@ -236,7 +237,7 @@ class Event:
 
 def _allocator(device=None):
     """The device's caching allocator if it ever allocated, else None (no GPU: None)."""
-    from runtime.cuda_allocator import existing_allocator
+    from runtime.cuda.current import existing_allocator
     return existing_allocator(_index(device) if device is not None else
                               getattr(_thread, "device", 0))
 
@@ -271,7 +272,7 @@ def reset_peak_memory_stats(device=None) -> None:
 
 def empty_cache() -> None:
     """Give the cached free blocks of every device back to the driver."""
-    from runtime.cuda_allocator import existing_allocators
+    from runtime.cuda.current import existing_allocators
     for found in existing_allocators():
         found.empty_cache()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from eager.dispatcher import ATEN
 from eager.kernels._common import can_cast, promote  # noqa: F401 - can_cast is public
 from eager.out_argument import takes_out
-from eager.records import named
+from ir.records import named
 from eager.indexing import gather, index_put, nonzero, scatter, scatter_add  # noqa: F401
 from eager.shapes import broadcast_shapes as broadcast_tuples
 from eager.tensor import Size, Tensor, ops, wrap_scalar

@@ -15,23 +15,6 @@ def contiguous_strides(shape) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def merge_dims(dims) -> list:
-    """The fewest dims addressing the elements of `dims` (in order, each (size, element
-    stride per operand)) as they do: dims of size 1 dropped, and a dim merged into the
-    one before it where every operand steps through the two as through one (its stride
-    there is this dim's size times its stride here), as PyTorch's TensorIterator merges
-    them. Each kernel generator (the CPU's, CUDA's, eager CUDA's) addresses through it."""
-    merged: list = []
-    for size, strides in dims:
-        if size == 1:
-            continue
-        if merged and all(prev == cur * size for prev, cur in zip(merged[-1][1], strides)):
-            merged[-1] = (merged[-1][0] * size, tuple(strides))
-        else:
-            merged.append((size, tuple(strides)))
-    return merged
-
-
 def view_strides(old_shape, old_stride, new_shape):
     """Strides that let `new_shape` view memory laid out as (old_shape, old_stride), or
     None when the sizes cross a gap (PyTorch's computeStride)."""

@@ -10,7 +10,6 @@ attached to Tensor by eager/_tensor_methods.py, which sits above the kernels and
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import math
 import threading
 import types
@@ -22,6 +21,7 @@ from eager._formatting import tensor_repr
 from eager.device import CPU, META, device
 from eager.dispatcher import AUTOGRAD_OF, DispatchKey
 from eager.shapes import contiguous_strides, wrap_dim
+from runtime.addresses import array_address
 from ir import dtypes
 from ir.dtypes import DType
 
@@ -56,27 +56,6 @@ class Storage:
         return self._address
 
 
-def array_address(a: np.ndarray) -> int:
-    """Where ndarray a's data starts."""
-    if _native_address is not None and type(a) is np.ndarray:
-        return _native_address(a)
-    try:  # three times faster than numpy's ctypes bridge
-        return _addressof(_char_at(a))
-    except (TypeError, ValueError):  # read-only or empty memory
-        return a.ctypes.data
-
-
-_native_address = None  # runtime.fastcall.address_reader() once a native kernel loaded it
-
-
-def read_addresses_with(reader) -> None:
-    """Read ndarrays' addresses through `reader` (runtime.fastcall's ~60 ns builtin, set
-    by the native backend: eager itself loads no native code) instead of ctypes (~0.35
-    us, a tenth of a small compiled call)."""
-    global _native_address
-    _native_address = reader
-
-
 class DeviceStorage(Storage):
     """Memory on a device: `memory` is the device backend's allocation (a CUDA tensor's
     holds a runtime/cuda_allocator.DeviceMemory, freed when the last view goes) and
@@ -90,7 +69,6 @@ class DeviceStorage(Storage):
 
 
 # bound once: every new tensor passed to native code asks for its address
-_addressof, _char_at = ctypes.addressof, ctypes.c_char.from_buffer
 
 
 _BACKEND_KEY = {"cpu": DispatchKey.CPU, "cuda": DispatchKey.CUDA, "meta": DispatchKey.Meta}
@@ -472,6 +450,13 @@ def aligned(a: np.ndarray) -> np.ndarray:
     out = aligned_empty(a.shape, a.dtype)
     np.copyto(out, a)
     return out
+
+
+def empty_spec(shape, dtype: DType) -> tuple:
+    """(Size, contiguous strides, elements, dtype) of a new tensor of `shape`: what
+    `empty_cpu` takes, computed once (a kernel's output spec)."""
+    size = Size(shape)
+    return size, contiguous_strides(size), size.numel(), dtype
 
 
 def empty_cpu(shape: Size, strides: tuple, numel: int, dtype: DType) -> Tensor:

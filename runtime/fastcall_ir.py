@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from runtime.fastcall import ARRAY_DATA_OFFSET, HIDDEN_WORDS
-from runtime.llvm_ir import I8, I8P, I64, VOID, at, define, i64
+from runtime.addresses import ARRAY_DATA_OFFSET
+from runtime.fastcall import HIDDEN_WORDS
+from runtime.llvm.toolkit import I8, I8P, I64, VOID, at, define, i64
 
 FASTCALL = ir.FunctionType(I8P, [I8P, I8P.as_pointer(), I64])
 

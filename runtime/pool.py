@@ -35,9 +35,9 @@ import threading
 import llvmlite.ir as ir
 import numpy as np
 
-from runtime.fastcall import address
-from runtime.llvm_ir import (I8P, I32, I64, VOID, Target, at, claim_loop, define, i32, i64,
-                             intrinsic, while_loop)
+from runtime.addresses import address
+from runtime.llvm.toolkit import (I8P, I32, I64, VOID, Target, at, claim_loop, define, i32,
+                                  i64, intrinsic, while_loop)
 
 TASK = ir.FunctionType(VOID, [I8P, I64, I64])  # fn(ctx, worker, threads)
 ITEM = ir.FunctionType(VOID, [I8P, I64])  # fn(record, worker)
@@ -220,7 +220,7 @@ class _Emitter:
 def _functions() -> dict[str, int]:
     """Addresses of the pool's native functions: kiln_pool_items everywhere, the worker
     and kiln_pool_run where the pool is available."""
-    from runtime.jit import host_jit
+    from runtime.llvm.jit import host_jit
     with_pool = available()
 
     def build(module) -> None:

@@ -5,6 +5,8 @@ tests/runtime/test_compile_service.py turns the background workers on where it t
 them."""
 import pytest
 
+import eager  # noqa: F401 - declares the ops' records, which the kernel generators read
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _private_kernel_cache(tmp_path_factory):
@@ -14,3 +16,4 @@ def _private_kernel_cache(tmp_path_factory):
     mp.setenv("KILN_COMPILE_WORKERS", "0")
     yield
     mp.undo()
+

@@ -3,7 +3,7 @@ run in this order (KILN_DEBUG=2 prints the graph after each; `verify=True`, used
 tests, checks it with ir.verify and the ops' type rules after each)."""
 from __future__ import annotations
 
-from compiler import debugging as debug
+from runtime import debugging as debug
 from compiler.passes.constant_fold import constant_fold
 from compiler.passes.cse import cse
 from compiler.passes.dce import dce

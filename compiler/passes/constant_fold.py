@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from compiler.passes.rewrite import Rewriter
 from eager.dispatcher import ATEN
-from eager.records import pointwise_ops
+from ir.records import pointwise_ops
 from eager.tensor import wrap_scalar
 from ir.graph import Graph
 from ir.ops import Op

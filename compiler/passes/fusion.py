@@ -25,7 +25,7 @@ from typing import Callable
 from compiler.passes.rewrite import Rewriter
 from ir.dag import merging_closes_cycle, topological_order
 from ir.graph import Graph, GraphBuilder, Node, Value
-from eager.records import pointwise_ops
+from ir.records import pointwise_ops
 from ir.ops import VIEW, Op
 
 FREE = VIEW | {Op.SCALAR}

@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 
 from compiler.passes.rewrite import Rewriter
-from eager.records import pointwise_ops
+from ir.records import pointwise_ops
 from eager.kernels.shape import slice_bounds
 from eager.shapes import broadcast_shapes, wrap_dim
 from ir.graph import Graph, TensorType, Value

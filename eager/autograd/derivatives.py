@@ -1,10 +1,10 @@
-"""The derivative rules autograd uses, read from the op records (eager/records.py: each
+"""The derivative rules autograd uses, read from the op records (ir/records.py: each
 op's rule is declared beside its kernel in eager/kernels/<family>.py, as PyTorch's
 derivatives.yaml entry would be). In-place ops use their out-of-place twin's rule."""
 from __future__ import annotations
 
 import eager.kernels  # noqa: F401  (declares every op's record)
-from eager.records import RECORDS, Derivative
+from ir.records import RECORDS, Derivative
 from ir.ops import Op
 
 DERIVATIVES: dict[Op, Derivative] = {op: r.rule for op, r in RECORDS.items() if r.rule}

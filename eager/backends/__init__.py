@@ -33,12 +33,13 @@ def backend_for(dev: device):
 
 
 def _cuda_backend():
-    from runtime.cuda import CudaUnavailable, driver
+    from runtime.cuda.current import driver
+    from runtime.cuda.driver import CudaUnavailable
     try:
         driver()
     except CudaUnavailable as e:
         raise RuntimeError(f"CUDA backend is not available: {e}") from None
-    from compiler.eager_cuda import load
+    from eager.backends.cuda import load
     return load()
 
 

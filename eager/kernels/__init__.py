@@ -1,5 +1,5 @@
 """Kernels for the CPU (numpy) and Meta (shape and dtype only) dispatch keys, and the op
-records (eager/records.py) they sit beside.
+records (ir/records.py) they sit beside.
 
 Each family file holds, per op, one block: its record (names, derivative, and for a
 pointwise op its numpy function, dtype rule and code emitter), its shape/dtype rule
@@ -9,7 +9,7 @@ registers them all.
 """
 from eager.kernels import (binary, copies, elementwise, indexing, linalg,  # noqa: F401
                            normalization, reduction, shape, unary, windows)
-from eager.records import RECORDS
+from ir.records import RECORDS
 
 for _record in RECORDS.values():
     if _record.pointwise is not None:

@@ -1,4 +1,4 @@
-"""The records of the binary pointwise ops, comparisons and where (eager/records.py), and
+"""The records of the binary pointwise ops, comparisons and where (ir/records.py), and
 of the in-place arithmetic: names, numpy function and dtype rule, code emitter and
 derivative, one block per op. Python numbers given for a tensor are zero-dim wrapped
 numbers, so they promote as PyTorch's scalars do."""
@@ -11,7 +11,7 @@ from eager.factories import zeros_like
 from eager.kernels._common import promote, register, scalar_value, type_word
 from eager.kernels.elementwise import check_no_internal_overlap
 from eager.kernels.gradients import sum_to
-from eager.records import Pointwise, declare
+from ir.records import Pointwise, declare
 from eager.shapes import broadcast_shapes
 from eager.tensor import ops
 from ir import dtypes

@@ -11,7 +11,7 @@ from eager.factories import zeros
 from eager.kernels._common import (add_at, meta_from_rule, operand, promote, register, result,
                                    scalar_value, type_word)
 from eager.kernels.shape import slice_bounds
-from eager.records import declare
+from ir.records import declare
 from eager.shapes import wrap_dim
 from eager.tensor import ops
 from ir import dtypes

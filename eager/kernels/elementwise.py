@@ -1,4 +1,4 @@
-"""The CPU and Meta kernels of pointwise ops, made from their records (eager/records.py):
+"""The CPU and Meta kernels of pointwise ops, made from their records (ir/records.py):
 an op's record gives its numpy function and dtype rule, and `register_pointwise` makes
 the rule (broadcast shape, result dtype, the op's own checks) and the kernel (numpy in
 the compute type, float16 computing in float32 and rounded once). In-place variants
@@ -14,7 +14,7 @@ from eager.dispatcher import ATEN, DispatchKey
 from eager.kernels._common import (check_castable, compute_np, float_of, load_native,
                                    meta_from_rule, operand, promote, quiet_off, quiet_on,
                                    register, result, scalar_value, type_word)
-from eager.records import OpRecord
+from ir.records import OpRecord
 from eager.shapes import broadcast_shapes
 from eager.tensor import Tensor, from_array
 from ir import dtypes
@@ -99,7 +99,7 @@ NATIVE_ELEMENTS = 1024
 """From this many elements in an operand, float32 and float64 pointwise ops whose record
 has an emitter and whose numpy function is composed of several numpy calls (gelu,
 gelu_backward, sigmoid, silu, relu, erf, pow, where, ...) run as the compiler's generated
-kernels (compiler/backends/native/eager_pointwise.py, loaded at the first such call; set
+kernels (eager/backends/native/pointwise.py, loaded at the first such call; set
 KILN_EAGER_NATIVE=0 to keep numpy). Ops numpy runs as one ufunc have their own sizes,
 ONE_UFUNC_ELEMENTS. Measured on one thread, numpy / native in us, float32, a layout seen
 before: gelu at 1024 elements 81 / 5.8, at 256K 12186 / 137; sigmoid at 1024 8.0 / 4.7;
@@ -154,7 +154,7 @@ _native_pointwise = None  # that module once loaded, False where it cannot be
 
 
 def _import_pointwise():
-    from compiler.backends.native import eager_pointwise
+    from eager.backends.native import pointwise as eager_pointwise
     return eager_pointwise
 
 

@@ -16,7 +16,7 @@ from eager.factories import zeros
 from eager.kernels._common import add_at, meta_from_rule, register, result, type_word
 from eager.kernels.elementwise import check_no_internal_overlap
 from eager.kernels.gradients import sum_to
-from eager.records import declare
+from ir.records import declare
 from eager.shapes import broadcast_shapes, wrap_dim
 from eager.tensor import ops
 from ir import dtypes

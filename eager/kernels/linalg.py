@@ -1,5 +1,5 @@
 """Matrix products: dot, mv, mm, bmm, addmm on numpy's BLAS, and mm and bmm of floats
-large enough on kiln's GEMM (compiler/gemm/eager.py). Errors use PyTorch's text."""
+large enough on kiln's GEMM (eager/backends/native/gemm.py). Errors use PyTorch's text."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +8,7 @@ from eager.kernels._common import (compute_np, load_native, meta_from_rule, oper
                                    register, result, scalar_value, type_word)
 from eager.kernels.gradients import sum_to
 from eager.kernels.shape import expand
-from eager.records import declare
+from ir.records import declare
 from eager.tensor import from_array, ops
 from ir import dtypes
 from ir.ops import Op
@@ -91,7 +91,7 @@ def addmm_rule(self, mat1, mat2, *, beta=1, alpha=1):
 
 def _matmul_kernel(rule, product=np.matmul, batched=None):
     """`batched`: False for mm, True for bmm: products of GEMM_MACS or more run on kiln's
-    GEMM (compiler/gemm/eager.py), where it is loaded."""
+    GEMM (eager/backends/native/gemm.py), where it is loaded."""
     def kernel(self, other):
         _, dt = rule(self, other)
         if dt is dtypes.float16:  # computed in float32, rounded once
@@ -110,7 +110,7 @@ def _matmul_kernel(rule, product=np.matmul, batched=None):
 GEMM_MACS = 1 << 19
 GEMM_EDGE = 16
 """From GEMM_MACS multiply-adds (a batch's together), with GEMM_EDGE rows and columns or
-more, float mm, bmm and addmm run on kiln's GEMM (compiler/gemm/eager.py, loaded at the
+more, float mm, bmm and addmm run on kiln's GEMM (eager/backends/native/gemm.py, loaded at the
 first such product); numpy's BLAS runs smaller products, where calling it costs less.
 Measured on one thread (znver5), numpy's time / kiln's: 64x64x64 (262K) 0.74, 96^3
 (885K) 1.33, 128^3 1.67, 512x32x512 1.96, 8 x (64x32 @ 32x64) 1.31, 128x784x10 (10
@@ -128,11 +128,11 @@ def _product(a, b, batched: bool):
 
 
 _GEMM_DTYPES = frozenset({dtypes.float32, dtypes.float64})
-_gemm = None  # compiler/gemm/eager.py once loaded, False where it cannot be
+_gemm = None  # eager/backends/native/gemm.py once loaded, False where it cannot be
 
 
 def native_gemm():
-    """compiler/gemm/eager.py, loaded at the first product large enough for it; None
+    """eager/backends/native/gemm.py, loaded at the first product large enough for it; None
     where numpy must serve (KILN_EAGER_NATIVE=0, no llvmlite)."""
     global _gemm
     if _gemm is None:
@@ -141,7 +141,7 @@ def native_gemm():
 
 
 def _import_gemm():
-    from compiler.gemm import eager
+    from eager.backends.native import gemm as eager
     return eager
 
 

@@ -2,7 +2,7 @@
 backward (_softmax_backward_data, _log_softmax_backward_data), as PyTorch's ops of those
 names: numpy kernels, computed in float64 or float32 (float16 in float32, rounded once),
 and from reduction.NATIVE_ELEMENTS elements of float32 or float64 the compiler's
-generated row kernels (compiler/backends/native/eager_rows.py: layer norm forward one
+generated row kernels (eager/backends/native/rows.py: layer norm forward one
 kernel over rows giving out, mean and rstd; backward one over rows for grad_input and
 one over columns for grad_weight and grad_bias; softmax backward one over rows).
 
@@ -23,7 +23,7 @@ from eager.dispatcher import DispatchKey
 from eager.kernels._common import (compute_np, meta_from_rule, operand, register, result,
                                    type_word)
 from eager.kernels import reduction
-from eager.records import declare
+from ir.records import declare
 from eager.shapes import wrap_dim
 from eager.tensor import meta_empty, ops
 from ir import dtypes

@@ -10,7 +10,7 @@ from eager.factories import arange
 from eager.kernels._common import (compute_np, load_native, meta_from_rule, operand, register,
                                    result, scalar_value, type_word)
 from eager.kernels.gradients import expand_reduced, numel_over
-from eager.records import declare
+from ir.records import declare
 from eager.shapes import reduce_dims, reduced_shape, wrap_dim
 from eager.tensor import ops
 from ir import dtypes
@@ -29,7 +29,7 @@ _native_rows = None  # that module once loaded, False where it cannot be
 
 
 def native_rows():
-    """compiler/backends/native/eager_rows.py, loaded at the first call; None where
+    """eager/backends/native/rows.py, loaded at the first call; None where
     numpy must serve (KILN_EAGER_NATIVE=0, no llvmlite)."""
     global _native_rows
     if _native_rows is None:
@@ -38,7 +38,7 @@ def native_rows():
 
 
 def _import_rows():
-    from compiler.backends.native import eager_rows
+    from eager.backends.native import rows as eager_rows
     return eager_rows
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from eager.arguments import int_arg, int_list, size_args
 from eager.dispatcher import ATEN, DispatchKey
 from eager.kernels.gradients import sum_to
-from eager.records import declare
+from ir.records import declare
 from eager.shapes import infer_size, view_strides, wrap_dim
 from eager.tensor import Size, Tensor, ops
 from ir.ops import Op

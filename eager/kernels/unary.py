@@ -1,4 +1,4 @@
-"""The records of the unary pointwise ops (eager/records.py): names, numpy function and
+"""The records of the unary pointwise ops (ir/records.py): names, numpy function and
 dtype rule, code emitter and derivative, one block per op. A new one is a block here and
 its line in ir/ops.py; its kernels (eager/kernels/elementwise.py makes them), autograd,
 eager function, Tensor method and native code follow from the record."""
@@ -9,9 +9,9 @@ import math
 import numpy as np
 
 from eager.kernels._common import promote, scalar_value
-from eager.kernels._erf import erf
+from runtime.cpu.erf import erf
 from eager.kernels.gradients import sum_to
-from eager.records import Pointwise, declare
+from ir.records import Pointwise, declare
 from eager.tensor import ops, wrap_scalar
 from ir import dtypes
 from ir.ops import Op

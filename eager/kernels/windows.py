@@ -7,7 +7,7 @@ The CPU kernels are one strided numpy copy (im2col: the windows as a view of the
 input; float32 and float64 from _NATIVE_ELEMENTS on as a generated kernel) and one
 strided add per kernel offset (col2im). `im2col_ops` and `col2im_ops`
 write the same in other ops (slices, stack, slice_backward), for a device backend with
-no kernel of its own (compiler/eager_cuda/composed.py)."""
+no kernel of its own (eager/backends/cuda/composed.py)."""
 from __future__ import annotations
 
 import math
@@ -17,7 +17,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from eager.kernels._common import (compute_np, load_native, meta_from_rule, operand,
                                    register, result)
-from eager.records import declare
+from ir.records import declare
 from eager.tensor import Tensor, from_array, ops
 from ir.ops import Op
 
@@ -110,11 +110,11 @@ def im2col_cpu(self, kernel_size, dilation, padding, stride):
 _NATIVE_DTYPES = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
 _NATIVE_ELEMENTS = 1 << 12
 """From this many output elements, float32 and float64 im2col runs as a generated kernel
-(compiler/backends/native/eager_windows.py, loaded at the first such call; numpy's copy
+(eager/backends/native/windows.py, loaded at the first such call; numpy's copy
 goes a row of output columns at a time, ~5 ns a row). Measured on one thread (znver5):
 3x3 over 8x16x16x16 padded by 1, 98 -> 64 us (its conv2d + bias + relu 323 -> 292 us);
 7x7 stride 2 over 8x3x32x32 padded by 3, 109 -> 68 us (its conv2d 333 -> 301 us)."""
-_windows = None  # compiler/backends/native/eager_windows.py once loaded; False: it cannot be
+_windows = None  # eager/backends/native/windows.py once loaded; False: it cannot be
 
 
 def native_windows():
@@ -127,7 +127,7 @@ def native_windows():
 
 
 def _import_windows():
-    from compiler.backends.native import eager_windows
+    from eager.backends.native import windows as eager_windows
     return eager_windows
 
 

@@ -8,7 +8,7 @@ from eager import _missing
 from eager import factories
 from eager import dispatcher
 from eager.dispatcher import ATEN, DispatchKey
-from eager.records import named
+from ir.records import named
 from eager.tensor import Tensor, ops, reading_values
 from ir import dtypes
 

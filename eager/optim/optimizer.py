@@ -1,7 +1,7 @@
 """The Optimizer base: parameter groups, per-parameter state, zero_grad and state_dict in
 PyTorch's format ({'state': {index: {...}}, 'param_groups': [{..., 'params': [index]}]}).
 
-A step updates a group's parameters in one fused native call (compiler/fused_optim.py,
+A step updates a group's parameters in one fused native call (eager/backends/native/optim.py,
 loaded on the first step) unless the group says foreach=False; the parameters the
 fused kernel cannot take (see `fusable`), and every one where the compiler cannot load,
 take the per-tensor `_update`.
@@ -175,11 +175,11 @@ _kernels = []
 
 
 def _fused_kernels():
-    """compiler.fused_optim, loaded on first use; None where it cannot load (no
+    """eager.backends.native.optim, loaded on first use; None where it cannot load (no
     llvmlite): steps then take the per-tensor path."""
     if not _kernels:
         try:
-            from compiler import fused_optim
+            from eager.backends.native import optim as fused_optim
         except ImportError:
             fused_optim = None
         _kernels.append(fused_optim)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from benchmarks import limits
-from runtime import jit, target
+from runtime.llvm import jit, target
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -123,7 +123,7 @@ def test_the_limits_are_at_least_what_simple_kernels_reach():
     rate over it is measured again with the limits, twice (the L3 is shared with other
     machines: once a 3 MB add read 117 GB/s against a 2 MiB limit measured at 102 while
     the suite ran beside it)."""
-    from compiler.gemm.api import gemm
+    from runtime.cpu.gemm.api import gemm
     measured = limits.measure(threads=1, quick=True)
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((256, 256)).astype(np.float32) for _ in range(2))

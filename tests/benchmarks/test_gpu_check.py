@@ -9,8 +9,9 @@ import sys
 import pytest
 
 from benchmarks import gpu_check
-from runtime import cuda
-from runtime.cuda_emulated import EmulatedDriver
+from runtime.cuda import current
+from runtime.cuda import driver as cuda
+from runtime.cuda.emulated import EmulatedDriver
 
 
 @pytest.mark.slow
@@ -27,7 +28,7 @@ def test_the_whole_check_runs_on_the_emulated_device_and_reports_every_figure(tm
     assert "-m gpu" in tests["command"] and "test_runtime_cuda_emulated.py" in tests["command"]
     sgemm, elementwise = report["sgemm"], report["elementwise"]
     assert sgemm["size"] == 32 and sgemm["error_of_bound"] <= 1
-    assert elementwise["kernel_source"].startswith("compiler/codegen/cuda/pointwise.py")
+    assert elementwise["kernel_source"].startswith("runtime/cuda/codegen/kernel_ir.py")
     assert elementwise["elements"] == 4099 and elementwise["error_of_tolerance"] <= 1
     assert all(elementwise[key] > 0 for key in ("kiln_ms", "kiln_gbps", "copy_ms",
                                                    "copy_gbps", "of_copy"))
@@ -50,7 +51,7 @@ def test_the_exit_status_says_whether_every_result_is_correct(monkeypatch, tmp_p
                                                               error, status):
     _fake_checks(monkeypatch, error)
     out = tmp_path / "gpu.json"
-    with cuda.use_driver(EmulatedDriver()):
+    with current.use_driver(EmulatedDriver()):
         assert gpu_check.main(["--size", "small", "--json", str(out)]) == status
     report = json.loads(out.read_text())
     assert report["correct"] is (status == 0)
@@ -61,7 +62,7 @@ def test_without_a_device_the_check_says_why_and_exits_2(monkeypatch, tmp_path):
     def unavailable():
         raise cuda.CudaUnavailable("no CUDA device was found")
 
-    monkeypatch.setattr(cuda, "driver", unavailable)
+    monkeypatch.setattr(current, "driver", unavailable)
     out = tmp_path / "gpu.json"
     assert gpu_check.main(["--json", str(out)]) == 2
     assert json.loads(out.read_text())["device"] == {"unavailable": "no CUDA device was found"}

@@ -1,10 +1,10 @@
 """benchmarks/gpu_check.py's SGEMM check without a GPU: its copies, arguments and grid
-through the emulated device (runtime/cuda_emulated.py), whose launches run the kernels'
+through the emulated device (runtime/cuda/emulated.py), whose launches run the kernels'
 IR on the emulator; its events time the host's clock."""
 import pytest
 
 from benchmarks import gpu_check
-from runtime.cuda_emulated import EmulatedDriver
+from runtime.cuda.emulated import EmulatedDriver
 
 
 @pytest.mark.slow

@@ -247,7 +247,7 @@ def test_small_kernels_are_called_as_builtins_and_large_ones_through_ctypes(monk
     """A one-output kernel on the calling thread is called through a runtime.fastcall
     builtin up to FASTCALL_ELEMENTS (it keeps the GIL while it runs), made at its second
     call; larger ones through ctypes, which lets the GIL go."""
-    from compiler.backends.native import launch
+    from runtime.cpu import launch
     from runtime import fastcall
     monkeypatch.setenv("KILN_NUM_THREADS", "1")
     for n, fast in ((37, fastcall.available()), (launch.FASTCALL_ELEMENTS + 3, False)):

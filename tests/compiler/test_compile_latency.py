@@ -31,9 +31,9 @@ def test_a_gemm_kernel_compiles_each_entry_when_first_used(monkeypatch):
     it needs (A read in place, deep K blocks: one micro-kernel of the full entry's four)."""
     import numpy as np
 
-    from compiler.gemm import kernels
-    from compiler.gemm.api import gemm
-    from compiler.gemm.ir.kernel import EpilogueSpec
+    from runtime.cpu.gemm import kernels
+    from runtime.cpu.gemm.api import gemm
+    from runtime.cpu.gemm.emit.kernel import EpilogueSpec
     monkeypatch.setattr(kernels, "_kernels", {})
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((9, 7)), rng.standard_normal((7, 11))
@@ -52,7 +52,7 @@ import eager
 x, y = (eager.tensor(np.ones(8, dtype=np.float32)) for _ in range(2))
 eager.compile(lambda x, y: (x * y + 1.0).tanh() * x - y.abs())(x, y)
 print(sorted(m for m in ("importlib.metadata", "argparse", "tomllib", "networkx",
-                         "compiler.gemm.api") if m in sys.modules))
+                         "runtime.cpu.gemm.api") if m in sys.modules))
 """
 
 
@@ -71,9 +71,9 @@ x, y = (eager.tensor(np.linspace(-2, 2, 8, dtype=np.float32) + i) for i in range
 out = eager.compile(lambda x, y: (x * y + 1.0).tanh() * x - y.abs())(x, y).numpy()
 a, b = x.numpy().astype(np.float64), y.numpy().astype(np.float64)
 np.testing.assert_allclose(out, np.tanh(a * b + 1.0) * a - np.abs(b), rtol=1e-5, atol=1e-6)
-from runtime import jit
+from runtime.llvm import jit
 print(jit.compile_clock().compiled, *sorted(m for m in sys.modules if m.startswith(
-    ("llvmlite.binding", "llvmlite.ir", "compiler.codegen.pointwise", "runtime.pool"))))
+    ("llvmlite.binding", "llvmlite.ir", "runtime.cpu.kernel_ir", "runtime.pool"))))
 """
 
 
@@ -94,10 +94,10 @@ def test_gemm_entries_compiled_in_parallel_threads_are_the_serial_ones_byte_for_
         tmp_path):
     """Each way fills a disk cache of its own: the entries' object code is the same, and
     the calling thread's CompileClock counts both compiles either way."""
-    from compiler.gemm.ir.kernel import EpilogueSpec
-    from compiler.gemm.kernels import CompiledGemm, default_tile
-    from runtime.cache import KernelCache
-    from runtime.jit import HostJit, compile_clock, vector_width
+    from runtime.cpu.gemm.emit.kernel import EpilogueSpec
+    from runtime.cpu.gemm.kernels import CompiledGemm, default_tile
+    from runtime.llvm.cache import KernelCache
+    from runtime.llvm.jit import HostJit, compile_clock, vector_width
     tile, entries = default_tile("float32", vector_width()), ["packed_a_in_place_shallow",
                                                             "pack_b"]
     cached = []
@@ -117,8 +117,8 @@ def test_gemm_entries_compiled_in_parallel_threads_are_the_serial_ones_byte_for_
 def _pipelines_and_a_jit(tmp_path, monkeypatch) -> tuple:
     """(the speed level of every LLVM pipeline run from now on, a HostJit caching in
     tmp_path)."""
-    from runtime import jit
-    from runtime.cache import KernelCache
+    from runtime.llvm import jit
+    from runtime.llvm.cache import KernelCache
     levels, run_pipeline = [], jit.run_pipeline
 
     def spy(module, machine, speed_level):
@@ -130,10 +130,10 @@ def _pipelines_and_a_jit(tmp_path, monkeypatch) -> tuple:
 
 
 def test_gemm_kernels_compile_with_their_measured_pipeline(tmp_path, monkeypatch):
-    from compiler.gemm import config, small
-    from compiler.gemm.ir.kernel import EpilogueSpec
-    from compiler.gemm.kernels import CompiledGemm, default_tile
-    from runtime import jit
+    from runtime.cpu.gemm import config, small
+    from runtime.cpu.gemm.emit.kernel import EpilogueSpec
+    from runtime.cpu.gemm.kernels import CompiledGemm, default_tile
+    from runtime.llvm import jit
     levels, host = _pipelines_and_a_jit(tmp_path, monkeypatch)
     CompiledGemm(default_tile("float64", jit.vector_width()), EpilogueSpec(), host
                  ).items["direct"]
@@ -149,7 +149,7 @@ def test_a_graphs_pointwise_kernels_compile_and_dump_with_their_measured_pipelin
     import compiler
     import eager
     from compiler.backends.native import pointwise
-    from runtime import jit
+    from runtime.llvm import jit
     levels, host = _pipelines_and_a_jit(tmp_path, monkeypatch)
     monkeypatch.setattr(jit, "host_jit", lambda: host)
     x = eager.tensor(np.arange(11, dtype=np.float32))
@@ -163,8 +163,8 @@ def test_a_graphs_pointwise_kernels_compile_and_dump_with_their_measured_pipelin
 COUNT_COMPILES = """
 import numpy as np
 import eager
-from runtime import jit
-from runtime.jit import compile_clock
+from runtime.llvm import jit
+from runtime.llvm.jit import compile_clock
 modules = []  # every IR module a kernel is built into
 new_module = jit.HostJit.new_module
 jit.HostJit.new_module = lambda self, name: modules.append(name) or new_module(self, name)

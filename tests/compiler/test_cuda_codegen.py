@@ -1,7 +1,7 @@
-"""CUDA kernels of fused graphs (compiler/codegen/cuda, compiler/backends/cuda), tested
+"""CUDA kernels of fused graphs (runtime/cpu/cuda, compiler/backends/cuda), tested
 without a GPU: every kernel made here assembles with `ptxas -arch=sm_90` (skipped, with
 the reason, where ptxas is missing), and its IR runs on the host emulator
-(runtime/cuda_emulator.py) against eager's CPU result and numpy float64 references:
+(runtime/cuda/emulator/launch.py) against eager's CPU result and numpy float64 references:
 every pointwise op of the records, odd sizes, no elements, broadcast and non-contiguous
 inputs, gathers, reductions over rows shorter and longer than a block, softmax,
 log_softmax and layer_norm rows. Emulated sizes stay small: the emulator runs Python
@@ -20,21 +20,22 @@ import eager
 from compiler.backends import cuda as cuda_backend
 from compiler.backends import native
 from compiler.backends.native.pointwise import PointwiseNode
-from compiler.codegen import values as V
-from compiler.codegen import vmath
-from compiler.codegen.cuda import CudaKernel
-from compiler.codegen.cuda.rows import threads_for
+from runtime.cpu import values as V
+from runtime.cpu import vmath
+from runtime.cuda.codegen import CudaKernel
+from runtime.cuda.codegen.rows import threads_for
 from ir.ops import Op
-from runtime import llvm_ir, nvptx
+from runtime.llvm import toolkit as llvm_ir
+from runtime.cuda import current, nvptx
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "eager"))  # the op table lives there
 import op_table  # noqa: E402
 from op_cases import Maker  # noqa: E402
 
 F = eager.nn.functional
-HAS_EMULATOR = importlib.util.find_spec("runtime.cuda_emulator") is not None
+HAS_EMULATOR = importlib.util.find_spec("runtime.cuda.emulator.launch") is not None
 needs_emulator = pytest.mark.skipif(not HAS_EMULATOR,
-                                    reason="runtime/cuda_emulator.py is not on this branch")
+                                    reason="runtime/cuda/emulator/launch.py is not on this branch")
 
 
 # helpers --------------------------------------------------------------------------------
@@ -103,7 +104,7 @@ def _same(got, want, dtype):
 def _pointwise_cases():
     params = []
     for case in op_table.ELEMENTWISE:
-        if all(op in V.NATIVE_OPS for op in case.ops):
+        if all(op in V.native_ops() for op in case.ops):
             params += [pytest.param(case, dtype, id=f"{case.name}-{dtype}")
                        for dtype in case.dtypes if dtype in V.SUPPORTED]
     return params
@@ -130,7 +131,7 @@ def _small_samples(case, dtype):
 
 def test_the_op_table_covers_every_pointwise_op_kernels_emit():
     covered = {op for case in op_table.ELEMENTWISE for op in case.ops}
-    assert V.NATIVE_OPS - V.COPIES <= covered
+    assert V.native_ops() - V.COPIES <= covered
 
 
 @pytest.fixture(scope="module")
@@ -426,7 +427,7 @@ def test_vmath_emulated_on_nvptx_ir_matches_numpy(name, dtype):
 def test_lower_for_cuda_gives_each_kernel_its_ir_ptx_report_and_launch():
     x = eager.tensor(np.random.default_rng(1).standard_normal((4, 40)).astype(np.float32))
     lowered = compiler.lower(lambda t: eager.softmax(t * 2, -1) + 1, x, target="cuda")
-    assert lowered.target == "cuda" and lowered.arch == cuda_backend.device_arch()
+    assert lowered.target == "cuda" and lowered.arch == current.device_arch()
     assert lowered.kernels == [] and lowered.not_cuda == {}
     (launch,) = lowered.cuda_kernels
     assert launch.kind == "reduction" and launch.grid == (4, 1, 1)

@@ -1,8 +1,8 @@
-"""compiler/codegen/cuda/gemm.py: the tiled CUDA SGEMM/DGEMM. Every kernel generated
+"""runtime/cuda/codegen/gemm.py: the tiled CUDA SGEMM/DGEMM. Every kernel generated
 here assembles with ptxas -arch=sm_90 with no spills (skipped, with the reason, where
 ptxas is not installed); results come from running the kernels' IR on the host
-(runtime/cuda_emulator.py), checked against numpy float64 within the CPU GEMM's error
-bound (compiler/gemm/api.py):
+(runtime/cuda/emulator/launch.py), checked against numpy float64 within the CPU GEMM's error
+bound (runtime/cpu/gemm/api.py):
 
     |out - exact| <= (K + 8) * eps * (1.2 * |scale| * P + |exact| + |residual|)
     P = |alpha| * |op(A)| @ |op(B)| + |beta| * |C| + |bias|
@@ -15,11 +15,14 @@ import llvmlite.ir as ir
 import numpy as np
 import pytest
 
-from compiler.codegen.cuda.gemm import (DEFAULT_TILES, SMALL_TILES, CudaGemmRequest,
-                                        CudaGemmTiles, gemm_kernel)
-from compiler.gemm.api import ACTIVATION_REFERENCE
-from compiler.gemm.ir.kernel import ACTIVATIONS, EpilogueSpec
-from runtime import nvptx
+from runtime.cuda.codegen.gemm import (DEFAULT_TILES, SMALL_TILES, CudaGemmRequest,
+                                       CudaGemmTiles, gemm_kernel)
+from runtime.cpu.gemm.api import activation_reference
+from ir.records import activations
+from runtime.cpu.gemm.emit.kernel import EpilogueSpec
+
+ACTIVATIONS = tuple(activations())
+from runtime.cuda import nvptx
 
 DTYPES = ["float32", "float64"]
 TRANSPOSES = [(False, False), (True, False), (False, True), (True, True)]
@@ -153,7 +156,7 @@ def _reference(a, b, *, alpha, beta, c, bias, bias_axis, activation, scale, resi
         bias = bias[None, :] if bias_axis == "col" else bias[:, None]
         x, size = x + bias, size + np.abs(bias)
     if activation is not None:
-        x = ACTIVATION_REFERENCE[activation](x)
+        x = activation_reference(activation)(x)
     x = scale * x
     if residual is not None:
         x = x + residual

@@ -2,7 +2,7 @@
 read by the native backend's plan, served by codegen/cuda/gemm.py's kernel with the
 store's bias, activation, scale and residual fused. Each kernel made here assembles with
 ptxas -arch=sm_90 (skipped, with the reason, where ptxas is missing) and runs on the
-host emulator (runtime/cuda_emulator.py) against the function in float64 on eager's CPU
+host emulator (runtime/cuda/emulator/launch.py) against the function in float64 on eager's CPU
 kernels; what the CUDA GEMM cannot serve is refused with the reason."""
 import numpy as np
 import pytest
@@ -12,7 +12,7 @@ import eager
 from compiler.backends import cuda as cuda_backend
 from compiler.backends import native
 from ir.ops import Op
-from runtime import nvptx
+from runtime.cuda import nvptx
 
 F = eager.nn.functional
 

@@ -2,7 +2,7 @@
 on the CPU, optimised with the CUDA backend's `emits`, and each fused node runs as its
 CUDA kernel (loaded once, launched on the operands' device memory), the rest through
 the interpreter on eager's CUDA kernels. On a GPU where the driver finds one, else on
-runtime/cuda_emulated.py's emulated device, so every check runs on every machine; the
+runtime/cuda/emulated.py's emulated device, so every check runs on every machine; the
 emulated device counts its launches and loaded modules, which tells kernels from the
 interpreter. Results are compared with the same function on eager's CPU kernels."""
 import numpy as np
@@ -11,7 +11,7 @@ import pytest
 import eager
 from compiler.backends.cuda.run import CudaNode
 from compiler.backends.native.pointwise import PointwiseNode
-from runtime.cuda_emulated import unless_gpu
+from runtime.cuda.current import unless_gpu
 
 F = eager.nn.functional
 
@@ -175,15 +175,15 @@ def test_aligned_operands_take_the_gemms_vector_loads_on_the_device(emulated):
 
 _PTX_BEFORE_THE_DEVICE = """
 import numpy as np, eager
-from compiler.eager_cuda.elementwise import ElementwiseSpec, elementwise_kernel
+from eager.backends.cuda.elementwise import ElementwiseSpec, elementwise_kernel
 from ir import dtypes
 from ir.ops import Op
-from runtime import cuda
-from runtime.cuda_emulated import EmulatedDriver
+from runtime.cuda import current
+from runtime.cuda.emulated import EmulatedDriver
 kernel = elementwise_kernel(ElementwiseSpec(Op.NEG, ((dtypes.float32, False),),
                                             dtypes.float32, dtypes.float32))
 ptx = kernel.ptx()  # made before any emulated device: nothing was recorded then
-with cuda.use_driver(EmulatedDriver()):
+with current.use_driver(EmulatedDriver()):
     x = eager.tensor([1.0, -2.0, 3.0], device="cuda")
     print((-x).cpu().tolist())
 """

@@ -13,14 +13,14 @@ import pytest
 
 import compiler
 import eager
-from compiler.codegen import pointwise as K
-from compiler.codegen.cuda.pointwise import CudaSpec
-from compiler.eager_cuda.elementwise import ElementwiseSpec, elementwise_kernel, operand
+from runtime.cpu import kernel_ir as K
+from runtime.cuda.codegen.kernel_ir import CudaSpec
+from eager.backends.cuda.elementwise import ElementwiseSpec, elementwise_kernel, operand
 from ir import dtypes
 from ir.ops import Op
-from runtime import cuda as runtime_cuda
-from runtime import nvptx
-from runtime.cuda_emulated import unless_gpu
+from runtime.cuda import driver as runtime_cuda
+from runtime.cuda import nvptx
+from runtime.cuda.current import unless_gpu
 
 SIZES = (0, 1, 3, 5, 4099)
 DTYPES = ("float32", "float64", "int32", "bool")
@@ -220,7 +220,7 @@ def test_the_vector_kernel_on_a_misaligned_pointer_faults_on_the_emulated_device
     alignment, so these tests would catch a vector kernel taken for a misaligned view."""
     if emulated is None:
         pytest.skip("a misaligned launch on a real GPU would spoil its context")
-    from compiler.eager_cuda import device
+    from eager.backends.cuda import device
     f32 = dtypes.float32
     kernel = elementwise_kernel(ElementwiseSpec(Op.ADD, ((f32, False), (f32, False)), f32,
                                                 f32, rank=1, vector=(1, 1, 1)))

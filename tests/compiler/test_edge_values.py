@@ -9,7 +9,7 @@ import pytest
 
 import compiler
 import eager
-from runtime.jit import compiling_here
+from runtime.llvm.jit import compiling_here
 from tests.compiler.value_checks import mismatches, not_native
 from tests.eager.torch_parity import require_torch
 

@@ -8,7 +8,7 @@ import pytest
 
 import ir
 from compiler.backends.native.gemm_node_plan import plan_gemm_node
-from compiler.backends.native.pointwise import NotNative
+from runtime.layout import NotNative
 
 
 def G(text: str) -> ir.Graph:

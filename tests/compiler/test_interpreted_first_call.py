@@ -1,6 +1,6 @@
 """The path a compiled function takes while background workers compile its kernels: each
 fused node runs through the interpreter on its first call, natively on the next
-(KILN_COMPILE_WORKERS=inline makes that deterministic: runtime/compile_service.py). Both
+(KILN_COMPILE_WORKERS=inline makes that deterministic: runtime/llvm/compile_service.py). Both
 must give eager's values and types: a merged constant once made an integer `where`
 interpreted as float and broke the char transformer's compiled training step."""
 import numpy as np
@@ -12,7 +12,7 @@ from test_random_programs import program, run_program
 import eager
 from benchmarks import train
 from compiler.backends.native.gemm_node import GemmNode
-from runtime import compile_service
+from runtime.llvm import compile_service
 
 
 @pytest.fixture(autouse=True)

@@ -240,7 +240,7 @@ def test_python_threads_may_share_a_kernel_on_the_pool():
 def _rows_sum_on_two_threads(monkeypatch):
     """A compiled sum of 513 x 257 rows on two threads (a Launch between PARALLEL_ELEMENTS
     and FASTCALL_ELEMENTS), the Launch, and its input."""
-    from compiler.backends.native import launch as launch_module
+    from runtime.cpu import launch as launch_module
     monkeypatch.setenv("KILN_NUM_THREADS", "2")
     x = eager.tensor(np.random.default_rng(8).random((513, 257)).astype(np.float32))
     assert launch_module.PARALLEL_ELEMENTS <= x.numel() <= launch_module.FASTCALL_ELEMENTS
@@ -413,7 +413,7 @@ def test_debug_levels_3_and_4_print_llvm_ir_and_assembly(capsys):
 def test_a_kernel_keeps_no_ir_text_yet_shows_the_ir_it_was_compiled_from(monkeypatch):
     """lower() and the dumps make the IR again on request: it is exactly what was
     compiled, and no kernel holds its text (about 30 KB each)."""
-    from runtime.jit import HostJit
+    from runtime.llvm.jit import HostJit
     loaded, build = [], HostJit._build
 
     def spy(jit, text, *level):
@@ -481,7 +481,7 @@ def test_static_gemm_sizes_get_specialised_kernels_and_dynamic_ones_the_generic(
     """A graph compiled for fixed sizes runs its product on a gemm_small kernel made for
     them (from the second call on); with dynamic=True the sizes are symbols and the
     shape-generic kernels serve every size, nothing compiled per size."""
-    from compiler.gemm import small as gemm_small
+    from runtime.cpu.gemm import small as gemm_small
     rng = np.random.default_rng(11)
     w = eager.tensor(rng.standard_normal((12, 5)).astype("float32"))
     fn = lambda x, w: (x @ w).relu()  # noqa: E731
@@ -613,7 +613,7 @@ def test_float64_column_kernels_take_their_groups_too(columns):
 def test_column_groups_keep_the_accumulators_in_half_the_registers():
     from types import SimpleNamespace as Fake
 
-    from compiler.codegen.pointwise import column_groups
+    from runtime.cpu.kernel_ir import column_groups
     from ir.ops import Op
 
     def spec(*ops, dtype=eager.float32):
@@ -630,7 +630,7 @@ def test_column_groups_keep_the_accumulators_in_half_the_registers():
 def test_softmax_keeps_its_exponentials_in_its_output_between_passes():
     """The last pass of softmax reads exp(x - max) back from the output's memory rather
     than computing it again; log_softmax's x - max is one op, computed again."""
-    from compiler.codegen.pointwise import RowPasses
+    from runtime.cpu.kernel_ir import RowPasses
     x = eager.tensor(np.random.default_rng(14).standard_normal((37, 53)).astype(np.float32))
     stashes = {}
     for name, fn in [("softmax", lambda t: eager.softmax(t, -1)),

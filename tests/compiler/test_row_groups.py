@@ -9,8 +9,9 @@ import pytest
 
 import compiler
 import eager
-from compiler.backends.native import eager_rows
-from compiler.codegen import pointwise, row_ops
+from eager.backends.native import rows as eager_rows
+from runtime.cpu import kernel_ir as pointwise
+from eager.backends import row_ops
 from ir.ops import Op
 from tests.compiler.test_native import _assert_ran_natively
 

@@ -4,7 +4,7 @@ to), compiled through the interpreter, and compiled to native code (in the haswe
 too, .ci/run).
 
 The ops are derived, so a new one is tested here unless a table below says why not:
-- the pointwise records of one or two tensors (eager/records.py), called as ops;
+- the pointwise records of one or two tensors (ir/records.py), called as ops;
 - the functions written in other ops that eager.derived_math, eager.derived and
   nn.functional's activations list (a new one is called with one tensor unless
   COMPOSITE_ARITY says otherwise, or NOT_ELEMENTWISE that it is no elementwise function).
@@ -14,7 +14,7 @@ the smallest normal, subnormals, and +-0.5, +-1, +-2 where pow and the activatio
 or, for two tensors, one pair of tensors holding every pair of them. A result must be
 PyTorch's exactly where PyTorch's is NaN, infinite or zero (the sign of zero included),
 and within ULPS units in the last place where it is finite and not zero: vmath's stated
-bounds (compiler/codegen/vmath.py: at most 1.81 ulp) plus PyTorch's own rounding. A
+bounds (runtime/cpu/vmath.py: at most 1.81 ulp) plus PyTorch's own rounding. A
 numpy warning about a value (overflow, inf - inf) fails the test: PyTorch warns of none.
 
 PyTorch's answer is taken for each element alone (its scalar loop): its vectorised loop
@@ -28,14 +28,14 @@ import pytest
 
 import compiler
 import eager
-from compiler.backends.native import eager_pointwise
+from eager.backends.native import pointwise as eager_pointwise
 from eager import derived, derived_math
 from eager.dispatcher import ATEN
 from eager.kernels import elementwise
 from eager.nn import _activations
-from eager.records import RECORDS, pointwise_ops
+from ir.records import RECORDS, pointwise_ops
 from ir.ops import Op
-from runtime.jit import compiling_here
+from runtime.llvm.jit import compiling_here
 from tests.compiler.value_checks import ULPS, mismatches, not_native
 from tests.eager.torch_parity import require_torch
 

@@ -1,21 +1,21 @@
 """eager.cuda, torch.cuda's shape: without a GPU (clear errors, PyTorch's no-op-safe
 calls), over the fake driver of tests/runtime/fake_cuda.py, and on a GPU where the driver
-finds one (allocate, copy, load a PTX kernel made by runtime/nvptx.py, launch)."""
+finds one (allocate, copy, load a PTX kernel made by runtime/cuda/nvptx.py, launch)."""
 import ctypes
 
 import numpy as np
 import pytest
 
 import eager
-from runtime import cuda as runtime_cuda
-from runtime import cuda_allocator
+from runtime.cuda import current
+from runtime.cuda import driver as runtime_cuda
 from tests.runtime.fake_cuda import FakeCuda
 
 
 def _no_gpu_reason():
     """Why the driver is unusable here, or None where it is usable."""
     try:
-        runtime_cuda.driver()
+        current.driver()
     except runtime_cuda.CudaUnavailable as missing:
         return str(missing)
     return None
@@ -34,8 +34,8 @@ def fake(monkeypatch):
     """eager.cuda over a fake driver with two devices."""
     lib = FakeCuda(devices=2, memory=64 << 20)
     drv = runtime_cuda.Driver.open(lib)
-    monkeypatch.setattr(runtime_cuda, "driver", lambda: drv)
-    monkeypatch.setattr(cuda_allocator, "_allocators", {})
+    monkeypatch.setattr(current, "driver", lambda: drv)
+    monkeypatch.setattr(current, "_allocators", {})
     monkeypatch.setattr(eager.cuda, "_thread", type(eager.cuda._thread)())
     return lib
 
@@ -134,7 +134,7 @@ def test_streams_order_work_and_the_stream_context_selects_one(fake):
 
 def test_memory_stats_read_the_devices_allocator(fake):
     assert eager.cuda.memory_stats() == {}
-    memory = cuda_allocator.allocator(0).malloc(3000)
+    memory = current.allocator(0).malloc(3000)
     assert eager.cuda.memory_allocated() == 3072
     assert eager.cuda.memory_stats(0)["allocation.all.current"] == 1
     memory.free()
@@ -153,13 +153,13 @@ def gpu():
     reason = _no_gpu_reason()
     if reason is not None:
         pytest.skip(f"no usable GPU: {reason}")
-    return runtime_cuda.driver()
+    return current.driver()
 
 
 def _add_kernel_ptx():
     import llvmlite.ir as ir
-    from runtime import llvm_ir as L
-    from runtime import nvptx
+    from runtime.llvm import toolkit as L
+    from runtime.cuda import nvptx
     module = nvptx.new_module()
     pointer = ir.PointerType(ir.FloatType(), 1)
     fn, b = nvptx.kernel(module, "kiln_add", [pointer, pointer, pointer, L.I64],
@@ -175,7 +175,7 @@ def _add_kernel_ptx():
 @pytest.mark.gpu
 def test_on_a_gpu_memory_round_trips_through_the_allocator(gpu):
     host = np.arange(1000, dtype=np.float32)
-    memory = cuda_allocator.allocator(0).malloc(host.nbytes)
+    memory = current.allocator(0).malloc(host.nbytes)
     gpu.activate(0)
     gpu.copy_to_device(memory.pointer, host.ctypes.data, host.nbytes)
     back = np.zeros_like(host)
@@ -190,7 +190,7 @@ def test_on_a_gpu_a_ptx_kernel_from_nvptx_loads_and_adds(gpu):
     gpu.activate(0)
     n = 100_003
     x, y = np.random.rand(n).astype(np.float32), np.random.rand(n).astype(np.float32)
-    buffers = [cuda_allocator.allocator(0).malloc(x.nbytes) for _ in range(3)]
+    buffers = [current.allocator(0).malloc(x.nbytes) for _ in range(3)]
     gpu.copy_to_device(buffers[1].pointer, x.ctypes.data, x.nbytes)
     gpu.copy_to_device(buffers[2].pointer, y.ctypes.data, y.nbytes)
     module = gpu.load_module(_add_kernel_ptx())

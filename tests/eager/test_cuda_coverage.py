@@ -23,7 +23,7 @@ gpu = test_cuda_tensors.gpu  # the autouse fixture: a GPU, else an emulated devi
 
 NOT_ON_CUDA: dict = {}
 """Ops with a CPU kernel and no CUDA kernel, with the reason (none today: nonzero's CUDA
-kernel finds its indices on the host, see compiler/eager_cuda/indexing.py)."""
+kernel finds its indices on the host, see eager/backends/cuda/indexing.py)."""
 NOT_ON_CUDA_DTYPES = {"float16": "kiln's CUDA code generators have no half arithmetic "
                                  "(loads, stores and math in float16 are not written)"}
 

@@ -4,7 +4,7 @@ CPU: odd sizes, 0-sized tensors, negative and repeated indices, non-contiguous i
 an index out of range raises the CPU's error (found on the device, read from its status
 word); backward of every derivative rule on CUDA equals the CPU's; Adam and AdamW on
 CUDA parameters equal the CPU's. On a GPU where the driver finds one, else on
-runtime/cuda_emulated.py's emulated device (the `gpu` fixture of test_cuda_tensors.py)."""
+runtime/cuda/emulated.py's emulated device (the `gpu` fixture of test_cuda_tensors.py)."""
 import numpy as np
 import pytest
 
@@ -272,10 +272,10 @@ def test_the_new_kernels_assemble_with_ptxas_for_sm_90():
     """The emulator runs the IR; ptxas checks the PTX a GPU would load: the index kernel
     with its compare-and-swap and atomic adds (float32, float64, int64), the arg-reduction
     with values."""
-    from compiler.eager_cuda.argreduce import ArgSpec, arg_kernel
-    from compiler.eager_cuda.indexed import IndexedSpec, indexed_kernel
+    from eager.backends.cuda.argreduce import ArgSpec, arg_kernel
+    from eager.backends.cuda.indexed import IndexedSpec, indexed_kernel
     from ir import dtypes
-    from runtime import nvptx
+    from runtime.cuda import nvptx
     if nvptx.ptxas_path() is None:
         pytest.skip("ptxas is not installed")
     kernels = [indexed_kernel(IndexedSpec(dt, (dtypes.int64, dtypes.int32), 2, scatter,

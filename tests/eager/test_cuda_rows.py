@@ -1,4 +1,4 @@
-"""Eager's row ops on CUDA tensors (compiler/eager_cuda/reductions.py): sum, mean, amax,
+"""Eager's row ops on CUDA tensors (eager/backends/cuda/reductions.py): sum, mean, amax,
 amin, argmax, argmin, var, softmax and log_softmax each one launch of the row kernels
 (codegen/cuda/rows.py, row length, rows and strides as launch arguments), compared with
 the CPU over rows shorter than a warp, between a warp and a block, longer than a block,
@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 import eager
-from compiler.eager_cuda import elementwise, reductions
-from compiler.eager_cuda.elementwise import ElementwiseSpec
-from compiler.eager_cuda.reductions import RowSpec
+from eager.backends.cuda import elementwise, reductions
+from eager.backends.cuda.elementwise import ElementwiseSpec
+from eager.backends.cuda.reductions import RowSpec
 from ir import dtypes
 from ir.ops import Op
-from runtime import nvptx
-from runtime.cuda_emulated import unless_gpu
+from runtime.cuda import nvptx
+from runtime.cuda.current import unless_gpu
 
 
 @pytest.fixture(autouse=True)

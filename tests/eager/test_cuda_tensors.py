@@ -1,5 +1,5 @@
 """Eager CUDA tensors through the dispatcher: on a GPU where the driver finds one, else
-on runtime/cuda_emulated.py's emulated device (every kernel's IR run on the host), so
+on runtime/cuda/emulated.py's emulated device (every kernel's IR run on the host), so
 every check runs on every machine. Each op family is compared with the same
 op on the CPU; sizes stay small (the emulator runs Python per GPU thread)."""
 import numpy as np
@@ -9,7 +9,7 @@ import eager
 from eager import nn
 from eager.dispatcher import ATEN, DispatchKey
 from ir.ops import Op
-from runtime.cuda_emulated import unless_gpu
+from runtime.cuda.current import unless_gpu
 
 
 @pytest.fixture(autouse=True)
@@ -102,7 +102,7 @@ def test_an_op_without_a_cuda_kernel_raises_not_implemented_naming_it(monkeypatc
 def test_the_dispatch_table_lists_the_cuda_kernels():
     eager.ones(1, device="cuda")
     table = eager._C._dispatch_dump_table("aten::mm")
-    assert "CUDA: registered at compiler/eager_cuda/matmul.py:" in table
+    assert "CUDA: registered at eager/backends/cuda/matmul.py:" in table
     assert "AutogradCUDA: registered at" in table
     assert ATEN[Op.ADD].kernels[DispatchKey.CUDA][0].__name__ == "add_cuda"
 

@@ -9,7 +9,7 @@ import pytest
 
 import eager
 from eager.autograd.gradcheck import gradcheck
-from runtime.cuda_emulated import unless_gpu
+from runtime.cuda.current import unless_gpu
 
 RNG = np.random.default_rng(0)
 X = RNG.standard_normal((3, 4, 5))

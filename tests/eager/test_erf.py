@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import eager
-from eager.kernels._erf import erf
+from runtime.cpu.erf import erf
 
 _math_erf = np.vectorize(math.erf, otypes=[np.float64])
 # the boundaries between the approximation's pieces, where mistakes would show first

@@ -6,24 +6,32 @@ wrapper and recorder). Every import is read from the source with ast, inside fun
 """
 from __future__ import annotations
 
-import ast
-import pathlib
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tests.imports import ROOT, imports, module_name
 
 LAYERS = [
     ("base: devices, argument checks, shape arithmetic, op records (no tensors yet)", [
-        "eager.device", "eager.arguments", "eager.shapes", "eager.records",
+        "eager.device", "eager.arguments", "eager.shapes",
         "eager._torch_tensor_names", "eager._torch_names", "eager._missing"]),
     ("core: the dispatcher and profiler, Tensor and Storage, backends, factories", [
         "eager.dispatcher", "eager.profiler", "eager._C", "eager._formatting", "eager.tensor",
         "eager.backends", "eager.factories"]),
     ("kernels: op records, CPU and Meta kernels per op family, composite kernels", [
-        "eager.kernels._common", "eager.kernels._erf", "eager.kernels.gradients",
+        "eager.kernels._common", "eager.kernels.gradients",
         "eager.kernels.elementwise", "eager.kernels.unary", "eager.kernels.binary",
         "eager.kernels.indexing", "eager.kernels.reduction", "eager.kernels.normalization",
         "eager.kernels.shape", "eager.kernels.windows",
         "eager.kernels.copies", "eager.kernels.linalg", "eager.kernels", "eager.composite"]),
+    ("backends: eager's generated CPU kernels (runtime/cpu's generators) and its CUDA "
+     "backend, each registered for the ops it takes over", [
+        "eager.backends.row_ops", "eager.backends.native", "eager.backends.native.rows",
+        "eager.backends.native.pointwise", "eager.backends.native.windows",
+        "eager.backends.native.gemm", "eager.backends.native.optim",
+        "eager.backends.cuda.device", "eager.backends.cuda.elementwise",
+        "eager.backends.cuda.pointwise", "eager.backends.cuda.argreduce",
+        "eager.backends.cuda.reductions", "eager.backends.cuda.composed",
+        "eager.backends.cuda.matmul", "eager.backends.cuda.joins",
+        "eager.backends.cuda.indexed", "eager.backends.cuda.indexing",
+        "eager.backends.cuda"]),
     ("autograd: grad mode, nodes, derivative rules, Autograd kernels, the engine", [
         "eager.autograd.grad_mode", "eager.autograd.function", "eager.autograd.derivatives",
         "eager.autograd.kernels", "eager.autograd.engine", "eager.autograd.gradcheck",
@@ -58,27 +66,36 @@ ALLOWED = {
     # (importer, imported): why the import goes up a layer or waits inside a function
     ("eager", "compiler"): "eager.compile() loads the compiler on first use: `import eager` "
                            "must not load llvmlite or networkx",
-    ("eager.backends", "runtime.cuda"): "the CUDA driver is looked for only when a CUDA tensor "
-                                        "is asked for",
-    ("eager.backends", "compiler.eager_cuda"): "the CUDA backend registers its kernels the first "
-                                               "time a CUDA tensor is asked for",
-    ("eager.optim.optimizer", "compiler.fused_optim"): "the fused optimiser kernels load on "
-                                                       "the first step: `import eager` must not "
-                                                       "load llvmlite",
-    ("eager.kernels.reduction", "compiler.backends.native.eager_rows"):
+    ("eager.backends", "runtime.cuda.current"): "the CUDA driver is looked for only when a "
+                                                "CUDA tensor is asked for",
+    ("eager.backends", "runtime.cuda.driver"): "(CudaUnavailable, with the driver)",
+    ("eager.backends", "eager.backends.cuda"): "the CUDA backend registers its kernels the "
+                                               "first time a CUDA tensor is asked for",
+    ("eager.optim.optimizer", "eager.backends.native.optim"):
+        "the fused optimiser kernels load on the first step: `import eager` must not load "
+        "llvmlite",
+    ("eager.kernels.reduction", "eager.backends.native.rows"):
         "the generated row kernels load at the first float reduction or softmax of "
         "NATIVE_ELEMENTS or more: `import eager` must not load llvmlite",
-    ("eager.kernels.elementwise", "compiler.backends.native.eager_pointwise"):
+    ("eager.kernels.elementwise", "eager.backends.native.pointwise"):
         "the generated pointwise kernels load at the first float pointwise op with an "
         "operand of NATIVE_ELEMENTS or more: `import eager` must not load llvmlite",
-    ("eager.kernels.linalg", "compiler.gemm.eager"):
+    ("eager.kernels.linalg", "eager.backends.native.gemm"):
         "kiln's GEMM loads at the first float mm or bmm of GEMM_MACS or more: `import "
         "eager` must not load llvmlite",
-    ("eager.kernels.windows", "compiler.backends.native.eager_windows"):
+    ("eager.kernels.windows", "eager.backends.native.windows"):
         "the generated im2col loads at the first float im2col of _NATIVE_ELEMENTS or "
         "more: `import eager` must not load llvmlite",
-    ("eager.cuda", "runtime.cuda"): "the CUDA driver is looked for only when asked",
-    ("eager.cuda", "runtime.cuda_allocator"): "device memory is looked at only when asked",
+    ("eager.backends.native.rows", "runtime.cpu.kernels"): "the IR builder (llvmlite) "
+        "loads only to build a kernel: one from the disk cache loads without it",
+    ("eager.backends.native.rows", "runtime.llvm.jit"): "the JIT loads with the first kernel",
+    ("eager.backends.native.windows", "runtime.llvm.target"): "the CPU's vector width is "
+                                                             "read with the first kernel",
+    ("eager.backends.native.windows", "runtime.llvm.toolkit"): "the IR toolkit (llvmlite) "
+        "loads only to build a kernel: one from the disk cache loads without it",
+    ("eager.cuda", "runtime.cuda.current"): "the CUDA driver and device memory are looked "
+                                            "at only when asked",
+    ("eager.cuda", "runtime.cuda.driver"): "(CudaUnavailable, with the driver)",
     ("eager._missing", "eager._torch_names"): "PyTorch's names (a 40 KB table) load when a "
                                               "name kiln lacks is first asked for",
     ("eager._missing", "eager._torch_tensor_names"): "Tensor's stand-ins are made once "
@@ -89,45 +106,11 @@ ORDER = [m for _, modules in LAYERS for m in modules]
 POSITION = {m: i for i, m in enumerate(ORDER)}
 
 
-def _module_name(path: pathlib.Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def _is_module(name: str) -> bool:
-    path = ROOT.joinpath(*name.split("."))
-    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
-
-
-def _imports(path: pathlib.Path):
-    """(imported module, line, inside a function?) for each import statement in `path`."""
-    importer = _module_name(path)
-    package = importer if path.name == "__init__.py" else importer.rpartition(".")[0]
-    found = []
-
-    def visit(node, in_function: bool):
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.Import):
-                found.extend((a.name, child.lineno, in_function) for a in child.names)
-            elif isinstance(child, ast.ImportFrom):
-                base = child.module or ""
-                if child.level:
-                    parent = package.split(".")[:len(package.split(".")) - child.level + 1]
-                    base = ".".join(parent + ([base] if base else []))
-                for a in child.names:
-                    sub = f"{base}.{a.name}"
-                    found.append((sub if _is_module(sub) else base, child.lineno, in_function))
-            visit(child, in_function or isinstance(
-                child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
-    visit(ast.parse(path.read_text()), False)
-    return found
-
-
 def _eager_imports():
     """(importer, imported, line, inside a function?) over every eager module."""
     for path in sorted((ROOT / "eager").rglob("*.py")):
-        importer = _module_name(path)
-        for imported, line, in_function in _imports(path):
+        importer = module_name(path)
+        for imported, line, in_function in imports(path):
             if imported.partition(".")[0] in ("eager", "ir", "runtime", "compiler", "benchmarks"):
                 yield importer, imported, line, in_function
 
@@ -141,7 +124,7 @@ def _loaded_with(importer: str, imported: str) -> list[str]:
 
 
 def test_every_eager_module_has_one_place_in_the_layers():
-    modules = {_module_name(p) for p in (ROOT / "eager").rglob("*.py")}
+    modules = {module_name(p) for p in (ROOT / "eager").rglob("*.py")}
     assert len(ORDER) == len(set(ORDER)), "a module is listed twice"
     assert sorted(modules - set(ORDER)) == [], "add these modules to LAYERS"
     assert sorted(set(ORDER) - modules) == [], "these modules in LAYERS no longer exist"
@@ -165,10 +148,11 @@ def test_imports_inside_functions_are_only_the_listed_ones():
     assert inside == []
 
 
-def test_eager_loads_no_other_project_package_but_ir_at_import():
+def test_eager_loads_no_other_project_package_but_ir_and_runtime_at_import():
     others = [f"{importer} imports {imported} (line {line})"
               for importer, imported, line, in_function in _eager_imports()
-              if not in_function and imported.partition(".")[0] not in ("eager", "ir")]
+              if not in_function and imported.partition(".")[0] not in ("eager", "ir",
+                                                                          "runtime")]
     assert others == []
 
 

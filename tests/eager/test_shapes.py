@@ -1,6 +1,6 @@
 """eager/shapes.py's merge_dims: the dims every kernel generator (the CPU's, CUDA's,
 eager CUDA's) addresses, merged where every operand allows."""
-from eager.shapes import merge_dims
+from runtime.layout import merge_dims
 
 
 def test_a_contiguous_tensor_is_one_dim_and_size_one_dims_are_dropped():

@@ -1,11 +1,11 @@
-"""Fused optimiser steps (compiler/fused_optim.py): bit for bit the per-tensor steps
+"""Fused optimiser steps (eager/backends/native/optim.py): bit for bit the per-tensor steps
 over 20 iterations for every option, mixed and odd sizes, empty parameters, parameters
 without a gradient; the fused kernel is what ran; what it cannot take falls back."""
 import numpy as np
 import pytest
 
 import eager
-from compiler import fused_optim
+from eager.backends.native import optim as fused_optim
 from eager import optim
 
 SHAPES = [(3, 5), (7,), (0,), (33, 17), (1,), (70000,)]  # the last spans chunks

@@ -9,8 +9,8 @@ import os
 import signal
 import sys
 
-from runtime import compile_service
-from runtime.jit import HostJit, KernelPending, deferring
+from runtime.llvm import compile_service
+from runtime.llvm.jit import HostJit, KernelPending, deferring
 from runtime_kernels import add_one, unique_name
 
 

@@ -1,16 +1,16 @@
 """Damage to a real object's ELF structure, for the ELF loader's tests: MUTATIONS changes
 one field each (of a relocation, a symbol, a section header or the ELF header) of the
 object of runtime_kernels.relocations_module(KERNEL), each with what the loader
-(runtime/elf_object.py) says about it; `random_flips` xors seeded random bytes of its
+(runtime/llvm/elf_object.py) says about it; `random_flips` xors seeded random bytes of its
 headers and tables."""
 import random
 import struct
 from typing import Callable, NamedTuple
 
-from runtime.cache_trust import ELF_HEADER, SECTION_HEADER
-from runtime.elf_object import (RELA, SHF_EXECINSTR, SHF_WRITE, SHN_ABS, SHT_NOBITS,
-                                SHT_RELA, SHT_SYMTAB, SYMBOL, STB_GLOBAL, STT_TLS,
-                                R_X86_64_PC32, R_X86_64_PLT32, ElfObject)
+from runtime.llvm.cache_trust import ELF_HEADER, SECTION_HEADER
+from runtime.llvm.elf_object import (RELA, SHF_EXECINSTR, SHF_WRITE, SHN_ABS, SHT_NOBITS,
+                                     SHT_RELA, SHT_SYMTAB, SYMBOL, STB_GLOBAL, STT_TLS,
+                                     R_X86_64_PC32, R_X86_64_PLT32, ElfObject)
 
 KERNEL = "mutated"  # the function relocations_module defines; also KERNEL_strlen
 THREE_GIB = 3 << 30

@@ -1,4 +1,4 @@
-"""A fake libcuda for runtime.cuda.Driver: the driver calls kiln makes, in Python.
+"""A fake libcuda for runtime.cuda.driver.Driver: the driver calls kiln makes, in Python.
 
 Device memory is a dict of bytearrays, so copies round-trip; events read a clock the test
 sets (`clock_ms`); kernels are the names given to `define_kernel`, and a launch records

@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 import llvmlite.binding as llvm
 
-from runtime import cache
-from runtime.jit import HostJit
+from runtime.llvm import cache
+from runtime.llvm.jit import HostJit
 from elf_mutations import KERNEL, MUTATIONS, random_flips
 from runtime_kernels import (ADD_ONE, add_one_module, object_code, relocations_kernel_results,
                              relocations_module)

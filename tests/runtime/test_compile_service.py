@@ -1,4 +1,4 @@
-"""Kernels compiled by background worker processes (runtime/compile_service.py): the
+"""Kernels compiled by background worker processes (runtime/llvm/compile_service.py): the
 protocol, the JIT's deferred loads, and a compiled function whose first call runs
 interpreted while its kernels compile, then natively; failures fall back to compiling in
 the calling process. The rest of the suite runs with KILN_COMPILE_WORKERS=0
@@ -18,10 +18,10 @@ import pytest
 import eager
 from compiler.backends.native.gemm_node import GemmNode
 from compiler.backends.native.pointwise import PointwiseNode
-from runtime import cache, compile_service
-from runtime.cache import TMP_PREFIX, KernelCache
-from runtime.compile_service import ROOT, CompileService, Job, configured_workers
-from runtime.jit import HostJit, KernelPending, deferring
+from runtime.llvm import cache, compile_service
+from runtime.llvm.cache import TMP_PREFIX, KernelCache
+from runtime.llvm.compile_service import ROOT, CompileService, Job, configured_workers
+from runtime.llvm.jit import HostJit, KernelPending, deferring
 from runtime_kernels import ADD_ONE, add_one, add_one_module, unique_name
 from tests.processes import reads_proc, running
 

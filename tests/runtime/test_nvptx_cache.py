@@ -1,4 +1,4 @@
-"""CUDA kernels' PTX in the kernel cache (runtime/nvptx.py cached_ptx, runtime/cache.py
+"""CUDA kernels' PTX in the kernel cache (runtime/cuda/nvptx.py cached_ptx, runtime/llvm/cache.py
 with cache_trust.ptx_problem): a fresh cache over the same directory, or another
 process, gets the PTX from disk without compiling; entries follow the CPU entries'
 trust rules, and an entry that is damaged, is not PTX, or is not this user's alone is
@@ -12,10 +12,11 @@ from pathlib import Path
 import llvmlite
 import pytest
 
-from compiler.codegen.cuda import CudaKernel
-from runtime import cache, nvptx
-from runtime.cache_trust import ptx_problem
-from runtime.llvm_ir import I64, Target, at, for_range
+from runtime.cuda.codegen import CudaKernel
+from runtime.llvm import cache
+from runtime.cuda import nvptx
+from runtime.llvm.cache_trust import ptx_problem
+from runtime.llvm.toolkit import I64, Target, at, for_range
 
 ROOT = Path(__file__).parents[2]
 
@@ -80,7 +81,7 @@ def test_another_process_reads_the_ptx_from_disk_without_compiling(cache_dir, tm
     module = _module()
     ptx = nvptx.cached_ptx(module, "sm_80", _ptx_cache(cache_dir))
     (tmp_path / "kernel.ll").write_text(str(module))
-    script = ("import json, sys\nfrom runtime import nvptx\n"
+    script = ("import json, sys\nfrom runtime.cuda import nvptx\n"
               "ptx = nvptx.cached_ptx(open(sys.argv[1]).read(), 'sm_80')\n"
               "stats = nvptx.ptx_cache().stats\n"
               "print(json.dumps([stats.misses, stats.disk_hits, ptx]))\n")

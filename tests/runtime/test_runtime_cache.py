@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from runtime import cache, target
-from runtime.jit import HostJit
+from runtime.llvm import cache, target
+from runtime.llvm.jit import HostJit
 import runtime_cache_worker as worker
 from runtime_kernels import ADD_ONE, add_one_module, object_code, unique_name
 
@@ -56,7 +56,7 @@ def expected() -> np.ndarray:
 
 
 def entry_files(directory: Path) -> list[Path]:
-    """The kernel entries in `directory` (not the target facts runtime/target.py keeps)."""
+    """The kernel entries in `directory` (not the target facts runtime/llvm/target.py keeps)."""
     return sorted(path for path in directory.glob("*" + cache.SUFFIX)
                   if path.name != f"{target.remembered_key()}{cache.SUFFIX}")
 
@@ -217,7 +217,7 @@ def test_info_clear_and_the_command_line(cache_dir):
     assert now.bytes == sum(p.stat().st_size for p in entry_files(cache_dir))
 
     def cli(command):
-        return subprocess.run([sys.executable, "-m", "runtime.cache", command], cwd=ROOT,
+        return subprocess.run([sys.executable, "-m", "runtime.llvm.cache", command], cwd=ROOT,
                               env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True,
                               text=True, check=True).stdout
 
@@ -261,8 +261,8 @@ pwd.getpwuid = no_passwd_entry
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     import eager as torch
-    from runtime.jit import host_jit
-    from compiler.gemm import tune
+    from runtime.llvm.jit import host_jit
+    from runtime.cpu.gemm import tune
     x = torch.arange(4096, dtype=torch.float32).reshape(64, 64) / 4096
     y = (x * 2 + 1).exp().sum(-1)
     product = torch.ones(256, 256) @ torch.ones(256, 256)
@@ -366,7 +366,7 @@ def test_a_module_calling_a_library_function_does_not_shift_later_constants(tmp_
     import llvmlite.ir as ir
     import numpy as np
 
-    from runtime.jit import HostJit
+    from runtime.llvm.jit import HostJit
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
     jit = HostJit()
     i8p, i64 = ir.PointerType(ir.IntType(8)), ir.IntType(64)

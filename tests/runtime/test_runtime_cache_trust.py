@@ -1,4 +1,4 @@
-"""What the kernel cache trusts (runtime/cache_trust.py): entries that are not regular files
+"""What the kernel cache trusts (runtime/llvm/cache_trust.py): entries that are not regular files
 of this user's, directories that others own or can write, and object code that is not an
 ELF object for this machine, or that the ELF loader refuses, are refused. Whatever could
 hang or crash the process is loaded by a worker process (runtime_cache_worker.py), which
@@ -11,9 +11,9 @@ import struct
 import llvmlite.ir as ir
 import pytest
 
-from runtime import cache
-from runtime.cache_trust import MAX_ENTRY_BYTES
-from runtime.jit import HostJit
+from runtime.llvm import cache
+from runtime.llvm.cache_trust import MAX_ENTRY_BYTES
+from runtime.llvm.jit import HostJit
 import runtime_cache_worker as worker
 from elf_mutations import MUTATIONS
 from runtime_kernels import RELOCATIONS_KERNEL_RESULTS, add_one_module, object_code, unique_name
@@ -270,7 +270,7 @@ def test_an_entry_hashed_again_over_a_damaged_object_is_rebuilt_and_never_reache
     should); MCJIT is never made. Eight flips of the relocation table are loaded but not
     run where they pass: an addend or symbol index changed within its section's bounds
     is well-formed code computing something else, which no structural check can tell
-    from LLVM's (runtime/cache_trust.py: such a file is trusted because only this user
+    from LLVM's (runtime/llvm/cache_trust.py: such a file is trusted because only this user
     could have written it)."""
     outcomes = worker.finish(worker.start("mutations", "2027", cache_dir=cache_dir))
     targeted = {case: outcomes[case] for case in MUTATIONS}

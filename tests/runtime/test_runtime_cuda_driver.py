@@ -1,4 +1,4 @@
-"""runtime/cuda.py and runtime/cuda_allocator.py over a fake libcuda (tests/runtime/
+"""runtime/cuda/driver.py and runtime/cuda/allocator.py over a fake libcuda (tests/runtime/
 fake_cuda.py): every call checked, every error naming its call and the driver's words,
 the caching allocator's reuse, statistics and out-of-memory retry. No GPU needed."""
 import ctypes
@@ -8,9 +8,11 @@ import threading
 import numpy as np
 import pytest
 
-from runtime import cuda, cuda_allocator
-from runtime.cuda import CudaError, CudaUnavailable, Driver
-from runtime.cuda_allocator import CachingAllocator, CudaOutOfMemory, PinnedMemory, size_class
+from runtime.cuda import current
+from runtime.cuda import driver as cuda
+from runtime.cuda.driver import CudaError, CudaUnavailable, Driver
+from runtime.cuda.allocator import (CachingAllocator, CudaOutOfMemory, PinnedMemory,
+                                    size_class)
 from tests.runtime import fake_cuda
 from tests.runtime.fake_cuda import FakeCuda
 
@@ -342,20 +344,20 @@ def test_zero_bytes_take_no_block(drv, fake):
 
 
 def test_the_process_allocator_is_made_once_per_existing_device(drv, monkeypatch):
-    monkeypatch.setattr(cuda, "driver", lambda: drv)
-    monkeypatch.setattr(cuda_allocator, "_allocators", {})
-    assert cuda_allocator.existing_allocator(0) is None
-    assert cuda_allocator.allocator(0) is cuda_allocator.allocator(0)
-    assert cuda_allocator.existing_allocator(0) is cuda_allocator.allocator(0)
+    monkeypatch.setattr(current, "driver", lambda: drv)
+    monkeypatch.setattr(current, "_allocators", {})
+    assert current.existing_allocator(0) is None
+    assert current.allocator(0) is current.allocator(0)
+    assert current.existing_allocator(0) is current.allocator(0)
     with pytest.raises(ValueError, match="there is no CUDA device 1: the driver sees 1"):
-        cuda_allocator.allocator(1)
+        current.allocator(1)
 
 
 def test_without_a_driver_there_are_no_devices_and_a_reason():
     try:
-        cuda.driver()
+        current.driver()
     except CudaUnavailable as missing:
         assert str(missing)
-        assert cuda.device_count() == 0
+        assert current.device_count() == 0
     else:
-        assert cuda.device_count() >= 1
+        assert current.device_count() >= 1

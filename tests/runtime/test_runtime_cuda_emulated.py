@@ -1,5 +1,5 @@
-"""runtime/cuda_emulated.py, the emulated CUDA device: runtime.cuda.Driver's methods over
-host memory, kernels from runtime/nvptx.py loaded by their PTX and run on the emulator,
+"""runtime/cuda/emulated.py, the emulated CUDA device: runtime.cuda.driver.Driver's methods over
+host memory, kernels from runtime/cuda/nvptx.py loaded by their PTX and run on the emulator,
 every misuse a CudaError as the driver gives. The tests that hold on any device run on the
 real driver too where a GPU is usable (marked gpu); the rest check what only the emulator
 can show (fresh memory's bytes, its limits, bad accesses)."""
@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 
 import eager
-from runtime import cuda, cuda_allocator, nvptx
-from runtime import llvm_ir as L
-from runtime.cache import KernelCache
-from runtime.cache_trust import ptx_problem
-from runtime.cuda import CudaError, CudaUnavailable, Driver
-from runtime.cuda_allocator import CachingAllocator, CudaOutOfMemory
-from runtime.cuda_emulated import EmulatedDriver
+from runtime.cuda import allocator as cuda_allocator, current, nvptx
+from runtime.llvm import toolkit as L
+from runtime.llvm.cache import KernelCache
+from runtime.llvm.cache_trust import ptx_problem
+from runtime.cuda.driver import CudaError, CudaUnavailable, Driver
+from runtime.cuda.allocator import CachingAllocator, CudaOutOfMemory
+from runtime.cuda.emulated import EmulatedDriver
 
 MiB = 1 << 20
 ROOT = Path(__file__).parents[2]
@@ -44,7 +44,7 @@ def device(request):
         found = EmulatedDriver(memory=64 * MiB)
     else:
         try:
-            found = cuda.driver()
+            found = current.driver()
         except CudaUnavailable as missing:
             pytest.skip(f"no usable GPU: {missing}")
     found.activate(0)
@@ -98,7 +98,7 @@ def test_the_emulated_driver_has_every_public_method_of_the_driver_with_its_sign
 
 
 def test_the_device_is_named_and_described(emulated):
-    assert emulated.device_count() == 1 and cuda.KILN_CUDA["emulate"]
+    assert emulated.device_count() == 1 and current.KILN_CUDA["emulate"]
     assert emulated.device_name(0) == "kiln CUDA emulator"
     assert emulated.compute_capability(0) == (9, 0)
     assert emulated.total_memory(0) == 64 * MiB == emulated.memory_info()[1]
@@ -469,38 +469,38 @@ def test_events_time_the_host_clock_between_their_records(emulated):
 # choosing the driver --------------------------------------------------------------------
 def _process_driver():
     try:
-        return cuda.driver()
+        return current.driver()
     except CudaUnavailable as missing:
         return str(missing)
 
 
 def test_use_driver_switches_the_process_driver_and_its_allocators_then_restores(emulated):
-    before, outside = cuda_allocator._allocators, _process_driver()
-    with cuda.use_driver(emulated):
-        assert cuda.driver() is emulated and cuda.device_count() == 1
+    before, outside = current._allocators, _process_driver()
+    with current.use_driver(emulated):
+        assert current.driver() is emulated and current.device_count() == 1
         inner = EmulatedDriver()
-        with cuda.use_driver(inner):
-            assert cuda.driver() is inner
-        memory = cuda_allocator.allocator(0).malloc(1000)
+        with current.use_driver(inner):
+            assert current.driver() is inner
+        memory = current.allocator(0).malloc(1000)
         assert emulated.resources()["allocations"] == 1
         assert eager.cuda.get_device_name() == "kiln CUDA emulator"
         memory.free()
-    assert cuda_allocator._allocators is before and _process_driver() is outside
+    assert current._allocators is before and _process_driver() is outside
 
 
 def test_kiln_cuda_must_name_a_known_choice(monkeypatch):
-    monkeypatch.setattr(cuda, "_driver", None)
-    monkeypatch.setattr(cuda, "_failure", None)
-    monkeypatch.setattr(cuda, "_chosen", [])
+    monkeypatch.setattr(current, "_driver", None)
+    monkeypatch.setattr(current, "_failure", None)
+    monkeypatch.setattr(current, "_chosen", [])
     monkeypatch.setenv("KILN_CUDA", "emulated")
     with pytest.raises(ValueError, match="KILN_CUDA='emulated' is not understood; it may be "
                                          "'': the CUDA driver .*; 'emulate': kiln's emulated"):
-        cuda.driver()
+        current.driver()
 
 
 def test_kiln_cuda_emulate_makes_the_emulated_driver_the_processs():
-    script = ("import eager; from runtime import cuda; d = cuda.driver(); "
-              "print(type(d).__name__, d is cuda.driver(), cuda.device_count(), "
+    script = ("import eager; from runtime.cuda import current; d = current.driver(); "
+              "print(type(d).__name__, d is current.driver(), current.device_count(), "
               "eager.cuda.get_device_name(), sep=',')")
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
                           text=True, env=dict(os.environ, KILN_CUDA="emulate"))

@@ -1,4 +1,4 @@
-"""runtime/cuda_emulator.py: CUDA kernels' IR run on the host, compared with numpy; each
+"""runtime/cuda/emulator/launch.py: CUDA kernels' IR run on the host, compared with numpy; each
 kernel here also assembles with ptxas (skipped, with the reason, where it is missing)."""
 import functools
 
@@ -6,8 +6,9 @@ import llvmlite.ir as ir
 import numpy as np
 import pytest
 
-from runtime import cuda_emulator, nvptx
-from runtime import llvm_ir as L
+from runtime.cuda.emulator import launch as cuda_emulator
+from runtime.cuda import nvptx
+from runtime.llvm import toolkit as L
 
 F32 = ir.FloatType()
 EmulationError = cuda_emulator.EmulationError
@@ -579,7 +580,7 @@ def test_maxnum_ignores_nan_where_maximum_propagates_it():
 
 def test_float64_fma_beyond_double_range_is_infinite():
     """IEEE fma rounds an exact result beyond double's range to +-inf (it raised)."""
-    from runtime.emulator.operations import _fma_f64
+    from runtime.cuda.emulator.operations import _fma_f64
     assert _fma_f64(1e300, 1e300, 1.0) == float("inf")
     assert _fma_f64(-1e300, 1e300, 1.0) == float("-inf")
     assert _fma_f64(1e300, 1e10, -1e308) == float("inf")

@@ -1,13 +1,13 @@
-"""runtime/elf_loader.py: object code the host JIT emits, loaded without LLVM's engine
+"""runtime/llvm/elf_loader.py: object code the host JIT emits, loaded without LLVM's engine
 (the MCJIT engine is made only for what the loader does not take)."""
 import ctypes
 
 import numpy as np
 import pytest
 
-from runtime import elf_loader
-from runtime.elf_object import SHT_RELA, ElfObject
-from runtime.jit import HostJit
+from runtime.llvm import elf_loader
+from runtime.llvm.elf_object import SHT_RELA, ElfObject
+from runtime.llvm.jit import HostJit
 from runtime_kernels import (ADD_ONE, RELOCATIONS_KERNEL_RESULTS, add_one_module, object_code,
                              relocations_kernel_results, relocations_module, unique_name)
 

@@ -1,12 +1,12 @@
-"""runtime/elf_object.py: what the ELF loader checks before it maps anything, on a real
+"""runtime/llvm/elf_object.py: what the ELF loader checks before it maps anything, on a real
 object damaged one field at a time (elf_mutations.py). The loads that could crash a
 process, of damaged entries through the kernel cache, run in a worker process
 (test_runtime_cache_trust.py)."""
 import pytest
 
-from runtime import elf_loader
-from runtime.elf_object import UnsupportedObject
-from runtime.jit import HostJit
+from runtime.llvm import elf_loader
+from runtime.llvm.elf_object import UnsupportedObject
+from runtime.llvm.jit import HostJit
 from elf_mutations import KERNEL, MUTATIONS
 from runtime_kernels import (RELOCATIONS_KERNEL_RESULTS, object_code, relocations_kernel_results,
                              relocations_module)

@@ -5,7 +5,7 @@ import sys
 import numpy as np
 import pytest
 
-from runtime import fastcall, fastcall_ir
+from runtime import addresses, fastcall, fastcall_ir, launchers
 
 pytestmark = pytest.mark.skipif(not fastcall.available(),
                                 reason="runtime.fastcall needs CPython with a GIL")
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.skipif(not fastcall.available(),
 def _add_words(words):
     import llvmlite.ir as ir
 
-    from runtime.jit import host_jit
+    from runtime.llvm.jit import host_jit
     jit = host_jit()
     module = jit.new_module("fastcall_test_add_words")
     entry = fastcall_ir.Entry(module, "fastcall_test_add_words")
@@ -52,9 +52,9 @@ def test_the_wrong_number_of_arguments_is_an_error_that_names_the_function():
 
 def test_the_array_layout_is_the_one_numpy_reports():
     x = np.arange(10.0)[3:]
-    assert fastcall.ARRAY_DATA_OFFSET > 0
+    assert addresses.ARRAY_DATA_OFFSET > 0
     import ctypes
-    found = ctypes.c_void_p.from_address(id(x) + fastcall.ARRAY_DATA_OFFSET).value
+    found = ctypes.c_void_p.from_address(id(x) + addresses.ARRAY_DATA_OFFSET).value
     assert found == x.__array_interface__["data"][0]
 
 
@@ -63,8 +63,8 @@ def _recorder_kernel() -> int:
     pointer's memory: the second data pointer, offsets, strides, then the four ranges."""
     import llvmlite.ir as ir
 
-    from runtime.jit import host_jit
-    from runtime.llvm_ir import I8P, I64, define
+    from runtime.llvm.jit import host_jit
+    from runtime.llvm.toolkit import I8P, I64, define
     jit = host_jit()
     module = jit.new_module("fastcall_test_recorder")
     fn, b = define(module, "fastcall_test_recorder", fastcall_ir.KERNEL)
@@ -80,7 +80,7 @@ def _recorder_kernel() -> int:
 
 
 def test_a_launcher_calls_a_kernel_over_every_row_with_the_pointers_given():
-    launch = fastcall.launcher(_recorder_kernel(), 2, offsets=1111, strides=2222, rows=33,
+    launch = launchers.launcher(_recorder_kernel(), 2, offsets=1111, strides=2222, rows=33,
                                inner=44)
     record = np.zeros(7, np.int64)
     other = np.zeros(3)[1:]  # the output: an array, its own data pointer read
@@ -92,7 +92,7 @@ def test_a_launcher_calls_a_kernel_over_every_row_with_the_pointers_given():
 
 
 def test_the_address_reader_gives_numpys_data_pointer_as_a_new_int():
-    read = fastcall.address_reader()
+    read = launchers.address_reader()
     base = np.arange(10.0)
     frozen = np.arange(4.0)
     frozen.flags.writeable = False
@@ -105,15 +105,13 @@ def test_the_address_reader_gives_numpys_data_pointer_as_a_new_int():
 
 
 def test_tensors_read_their_addresses_natively_once_a_kernel_launched(monkeypatch):
-    import importlib
 
     import eager
-    from compiler.backends.native import launch
-    tensor_module = importlib.import_module("eager.tensor")  # (eager.tensor: the factory)
+    from runtime.cpu import launch
     launch._read_addresses_natively()
-    assert tensor_module._native_address is fastcall.address_reader()
+    assert addresses._native_address is launchers.address_reader()
     x = eager.arange(12.0).reshape(3, 4)[1:, ::2]
     assert x.data_ptr() == x.numpy().__array_interface__["data"][0]
     calls = []
-    monkeypatch.setattr(tensor_module, "_native_address", lambda a: calls.append(a) or 7)
+    monkeypatch.setattr(addresses, "_native_address", lambda a: calls.append(a) or 7)
     assert eager.ones(3).data_ptr() == 7 and len(calls) == 1

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from llvmlite.binding.newpassmanagers import NewPassManager
 
-from runtime import jit as jit_module
-from runtime.jit import HostJit
+from runtime.llvm import jit as jit_module
+from runtime.llvm.jit import HostJit
 from runtime_kernels import ADD_ONE, add_one, add_one_module, unique_name
 
 
@@ -79,17 +79,17 @@ def test_a_new_code_generator_version_misses_the_entries_of_the_old_one(jit, mon
 
 
 def test_the_generator_version_follows_every_source_file(tmp_path, monkeypatch):
-    for relative in ("compiler/codegen/a.py", "compiler/codegen/deeper/b.py", "runtime/c.py"):
+    for relative in ("runtime/cpu/a.py", "runtime/cpu/deeper/b.py", "runtime/c.py"):
         (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / relative).write_text("x = 1\n")
     monkeypatch.setattr(jit_module, "ROOT", str(tmp_path))
     monkeypatch.setattr(jit_module, "GENERATORS", ("compiler/codegen", "runtime/c.py"))
     version = jit_module.generator_version.__wrapped__
     seen = {version()}
-    for relative in ("compiler/codegen/a.py", "compiler/codegen/deeper/b.py", "runtime/c.py"):
+    for relative in ("runtime/cpu/a.py", "runtime/cpu/deeper/b.py", "runtime/c.py"):
         (tmp_path / relative).write_text("x = 2\n")
         seen.add(version())
-    (tmp_path / "compiler/codegen/new.py").write_text("")
+    (tmp_path / "runtime/cpu/new.py").write_text("")
     seen.add(version())
     assert len(seen) == 5
 

@@ -1,4 +1,4 @@
-"""runtime/llvm_ir.py, the IR toolkit: loops, lanes and reductions run on this CPU through
+"""runtime/llvm/toolkit.py, the IR toolkit: loops, lanes and reductions run on this CPU through
 the host JIT; intrinsic names and NVPTX's thread indices read from the IR text (no GPU)."""
 import ctypes
 import uuid
@@ -8,8 +8,8 @@ import llvmlite.ir as ir
 import numpy as np
 import pytest
 
-from runtime import llvm_ir
-from runtime.jit import host_jit, vector_width
+from runtime.llvm import toolkit as llvm_ir
+from runtime.llvm.jit import host_jit, vector_width
 
 F32 = ir.FloatType()
 W = vector_width()  # float32 lanes of this target's vectors

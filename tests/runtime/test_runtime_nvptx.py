@@ -1,10 +1,11 @@
-"""runtime/nvptx.py: LLVM IR to PTX through llvmlite, and ptxas's report on it."""
+"""runtime/cuda/nvptx.py: LLVM IR to PTX through llvmlite, and ptxas's report on it."""
 import llvmlite.ir as ir
 import numpy as np
 import pytest
 
-from runtime import llvm_ir as L
-from runtime import cuda_emulator, nvptx
+from runtime.llvm import toolkit as L
+from runtime.cuda.emulator import launch as cuda_emulator
+from runtime.cuda import nvptx
 
 F32 = ir.FloatType()
 

@@ -21,7 +21,7 @@ def _items():
     count:  record[0] += 1 (atomically), record[1] = worker, then `record[2]` pause
             instructions (work that takes time)
     copy:   record[1] = *(i64 *)record[0] (reads a value another item wrote)"""
-    from runtime.jit import host_jit
+    from runtime.llvm.jit import host_jit
     jit = host_jit()
     module = jit.new_module("pool_test_items")
     pause = ir.Function(module, ir.FunctionType(ir.VoidType(), []), "llvm.x86.sse2.pause")

@@ -1,5 +1,5 @@
 """The CUDA backend's kernels: the fused nodes of a graph after the passes as CUDA kernels
-(compiler/codegen/cuda) with their launch configuration. Making them needs no GPU: a
+(runtime/cuda/codegen) with their launch configuration. Making them needs no GPU: a
 kernel is LLVM IR for NVPTX, its PTX comes from llvmlite, and where ptxas is installed
 its report (registers, spills, shared memory).
 
@@ -8,7 +8,6 @@ its report (registers, spills, shared memory).
                         `native_reasons`)
     kernel_for(node) -> CudaLaunch of one fused node, for its operands' layout
     emits(node)      whether fusion may put `node` in a CUDA kernel
-    device_arch()    the architecture to generate for: the GPU's, else sm_90
 
 run.py runs graphs over CUDA tensors with these kernels (eager.compile on CUDA
 inputs); LoweringBackend below makes them to be read (compiler.lower, target="cuda").
@@ -28,31 +27,19 @@ import numpy as np
 from compiler import interpreter
 from compiler.backends.cuda.gemm_node import address_of, gemm_call
 from compiler.backends.cuda.plan import CudaLaunch, CudaPlan, NotCuda
-from compiler.backends.native.launch import output_spec
-from compiler.backends.native.pointwise import NotNative, PointwiseNode, row_dims
-from compiler.codegen import pointwise as K
-from compiler.codegen.cuda.gemm import gemm_kernel
-from compiler.codegen.cuda import VECTOR_BYTES
-from compiler.codegen.cuda.pointwise import MAX_BLOCKS, CudaSpec, blocks_for, \
-    build_elementwise
-from compiler.codegen.cuda.rows import build_rows
-from eager.tensor import empty_cpu
+from compiler.backends.native.pointwise import PointwiseNode
+from runtime.cpu import kernel_ir as K
+from runtime.cuda.codegen.gemm import gemm_kernel
+from runtime.cuda.codegen import VECTOR_BYTES
+from runtime.cuda.codegen.kernel_ir import (MAX_BLOCKS, CudaSpec, blocks_for,
+                                            build_elementwise)
+from runtime.cuda.codegen.rows import build_rows
+from eager.tensor import empty_cpu, empty_spec
 from ir.graph import Graph, Node
 from ir.ops import Op
-from runtime import nvptx
+from runtime.layout import STRIDED, NotNative, row_dims
 
 _names = itertools.count(1)
-
-
-def device_arch() -> str:
-    """The architecture to generate for: the GPU's (nvptx.arch_for), sm_90 where the
-    driver finds none."""
-    from runtime import cuda
-    try:
-        capability = cuda.driver().compute_capability(0)
-    except cuda.CudaUnavailable:
-        return nvptx.DEFAULT_ARCH
-    return nvptx.arch_for(capability)
 
 
 def emits(node: Node) -> bool:
@@ -104,7 +91,7 @@ def kernel_for(node: Node, arrays: list | None = None, threads: int | None = Non
         set(inner[1]) <= {0, 1} and inner[1][-len(reader.body.outputs):].count(0) == 0 \
         and all(address_of(a) % VECTOR_BYTES == 0 for a in arrays)
     name = f"kiln_cuda_{reader.kind}{'_vector' if vector else ''}_{next(_names)}"
-    classes = tuple(s if s in (0, 1) else K.STRIDED for s in inner[1])
+    classes = tuple(s if s in (0, 1) else STRIDED for s in inner[1])
     kernel_spec = K.KernelSpec(name, reader.kind, reader.operands, reader.nodes,
                                tuple(reader.body.outputs), reader.scalars,
                                reader.row_values, classes, gathers=gathers)
@@ -133,7 +120,7 @@ def _gemm_launch(node: Node, arrays: list | None) -> CudaLaunch:
 def _contiguous(node: Node) -> list | None:
     """The operands' arrays when the node's inputs are contiguous (the layouts of its
     leading views follow)."""
-    return _arrays_of(node, [empty_cpu(*output_spec(v.type))
+    return _arrays_of(node, [empty_cpu(*empty_spec(v.type.shape, v.type.dtype))
                              for v in node.attr["body"].inputs])
 
 
@@ -169,7 +156,7 @@ def _arrays_of(node: Node, inputs: list) -> list | None:
         return None
     operands = [t._np() for t in reader.operands_of(inputs)]
     return operands + [np.empty(shape, dtype.np) for shape, _, _, dtype in
-                       map(output_spec, (v.type for v in reader.body.outputs))]
+                       (empty_spec(v.type.shape, v.type.dtype) for v in reader.body.outputs)]
 
 
 class LoweringBackend:

@@ -1,6 +1,6 @@
 """A fused `gemm` node as a CUDA kernel: its body read as the native backend reads it
 (backends/native/gemm_node_plan.py: prologue, product, transpose flags, the store's
-bias/activation/scale/residual, the rest), served by compiler/codegen/cuda/gemm.py's
+bias/activation/scale/residual, the rest), served by runtime/cuda/codegen/gemm.py's
 tiled SGEMM/DGEMM with that store as its fused epilogue.
 
     gemm_call(node, layouts) -> GemmCall: the kernel's request for the operands' layouts
@@ -27,9 +27,9 @@ import numpy as np
 from compiler.backends.cuda.plan import NotCuda
 from compiler.backends.native.gemm_node_plan import plan_gemm_node
 from compiler.backends.native.pointwise import NotNative
-from compiler.codegen.cuda import VECTOR_BYTES
-from compiler.codegen.cuda.gemm import DEFAULT_TILES, SMALL_TILES, CudaGemmRequest
-from compiler.gemm.ir.kernel import EpilogueSpec
+from runtime.cuda.codegen import VECTOR_BYTES
+from runtime.cuda.codegen.gemm import DEFAULT_TILES, SMALL_TILES, CudaGemmRequest
+from runtime.cpu.gemm.emit.kernel import EpilogueSpec
 from ir.graph import Node
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from compiler.codegen.cuda import CudaKernel
-from runtime import nvptx
+from runtime.cuda.codegen import CudaKernel
+from runtime.cuda import nvptx
 
 if TYPE_CHECKING:
     from compiler.backends.cuda.gemm_node import GemmCall

@@ -9,7 +9,7 @@ backend: compiler/eager_cuda).
 A CudaNode makes its kernel for the layout of the operands it is called with (their
 strides, and whether each is 16-byte aligned: a GEMM's and an elementwise node's vector
 loads need it), keeps it per layout, and
-launches it through compiler/eager_cuda/device.py: the module loaded once per kernel
+launches it through eager/backends/cuda/device.py: the module loaded once per kernel
 and device, the operands' device addresses as pointers, outputs fresh CUDA tensors, the
 grid from the sizes. What has no kernel runs the node's body through the interpreter:
 a node the generators do not take (`refused`), or a layout they do not take
@@ -19,7 +19,6 @@ which raises the op's own error.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -27,27 +26,13 @@ from compiler import interpreter
 from compiler.backends.cuda import emits, kernel_for
 from compiler.backends.cuda.gemm_node import check_plan
 from compiler.backends.cuda.plan import NotCuda
-from compiler.backends.native.pointwise import NotNative, PointwiseNode
-from compiler.codegen.cuda import VECTOR_BYTES
+from compiler.backends.native.pointwise import PointwiseNode
+from runtime.layout import Layout, NotNative
+from runtime.cuda.codegen import VECTOR_BYTES
 from ir.graph import Graph
 from ir.ops import Op
 
 _INTERPRETED = object()  # a layout the kernels do not take
-
-
-@dataclass(frozen=True)
-class Layout:
-    """A CUDA tensor's layout as the kernel makers read it (numpy's terms: strides in
-    bytes) and its first element's device address."""
-    shape: tuple
-    strides: tuple
-    itemsize: int
-    address: int
-
-    @classmethod
-    def of(cls, t) -> "Layout":
-        size = t.dtype.itemsize
-        return cls(tuple(t.shape), tuple(s * size for s in t._stride), size, t.data_ptr())
 
 
 class CudaNode:
@@ -120,17 +105,17 @@ def _contiguous(shape, itemsize: int) -> tuple:
 
 
 def _empty(value, dev):
-    from compiler.eager_cuda import device
+    from eager.backends.cuda import device
     return device.empty(value.type.shape, value.type.dtype, dev)
 
 
 def _status_word(dev):
-    from compiler.eager_cuda import device
+    from eager.backends.cuda import device
     return device.from_host(np.zeros(1, np.int64), dev)
 
 
 def _launch(launch, args: list, dev) -> None:
-    from compiler.eager_cuda import device
+    from eager.backends.cuda import device
     device.launch(launch.kernel, launch.grid, args, dev)
 
 

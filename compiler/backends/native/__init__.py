@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from compiler import interpreter
 from compiler.backends.native.pointwise import NotNative, PointwiseNode, node_problem
-from compiler.gemm import DTYPES as GEMM_DTYPES
+from runtime.cpu.gemm import DTYPES as GEMM_DTYPES
 from ir.graph import Graph, Node
 from ir.ops import Op
 from runtime.host_memory import keep_freed_memory
@@ -19,7 +19,7 @@ from runtime.host_memory import keep_freed_memory
 def codegen_seconds() -> float:
     """Seconds this thread has spent compiling and loading kernels (all of them: the
     elementwise and row kernels here, GEMM kernels in compiler/gemm)."""
-    from runtime.jit import load_seconds
+    from runtime.llvm.jit import load_seconds
     return load_seconds()
 
 

@@ -1,6 +1,6 @@
 """GEMM kernels of the native backend: a fused `gemm` node (views and prologues of its
 operands, mm or bmm, an elementwise epilogue) runs as kiln's own GEMM
-(compiler/gemm/api.py), with the leading part of the epilogue that the GEMM can
+(runtime/cpu/gemm/api.py), with the leading part of the epilogue that the GEMM can
 fuse into its store (bias, relu/tanh/gelu/silu, scale, residual) fused there, and the
 rest of the epilogue as one native elementwise kernel. gemm_node_plan.py reads the
 body; this file runs what it planned."""
@@ -15,7 +15,7 @@ from compiler.backends.native.views import LeadingViews
 from eager.tensor import from_array
 from ir.graph import Graph, Node
 from ir.ops import VIEW, Op
-from runtime.jit import KernelPending, deferring_call
+from runtime.llvm.jit import KernelPending, deferring_call
 
 
 class GemmNode:
@@ -32,7 +32,7 @@ class GemmNode:
         self._rest = _elementwise_node(plan.rest) if plan.rest else None
         # the GEMM stack loads with the first gemm node, not with the backend (a graph
         # without products never imports it: ~25 ms)
-        from compiler.gemm import api
+        from runtime.cpu.gemm import api
         # what a call reads, kept on the instance for the per-call path
         self._product = api.bmm if plan.batched else api.gemm
         self._epilogue = api.Epilogue

@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from compiler.backends.native.pointwise import NotNative
-from compiler.gemm import DTYPES
-from eager.records import activations
+from runtime.cpu.gemm import DTYPES
+from ir.records import activations
 from ir.graph import Graph, GraphBuilder, Node, Value
 from ir.ops import Op
 

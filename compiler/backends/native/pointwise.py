@@ -16,16 +16,18 @@ import threading
 
 import numpy as np
 
-from compiler import debugging as debug
 from compiler import interpreter
-from compiler.codegen import kernel_spec as K
-from compiler.backends.native.launch import Launch, OutOfRange, output_spec
 from compiler.backends.native.views import LeadingViews
 from compiler.passes.fusion import row_space
-from runtime.jit import KernelPending, deferring
-from eager.shapes import merge_dims
+from eager.tensor import Tensor, empty_cpu, empty_spec
 from ir.graph import Graph, Node
 from ir.ops import VIEW, Op
+from runtime import debugging as debug
+from runtime.cpu import kernel_spec as K
+from runtime.cpu.kernels import SPEED_LEVEL, KernelArtifact
+from runtime.cpu.launch import Launch, OutOfRange
+from runtime.layout import STRIDED, NotNative, rows_layout, stride_class
+from runtime.llvm.jit import KernelPending, deferring
 
 GATHERING = frozenset({Op.INDEX, Op.INDEX_SELECT, Op.EMBEDDING, Op.GATHER})
 """Ops an elementwise kernel runs as gathered loads (codegen/gather.py)."""
@@ -36,14 +38,9 @@ _requests: dict[tuple, tuple] = {}  # the same keys -> _request() of a kernel co
 _INTERPRETED = object()  # a layout the kernel cannot run: the interpreter does
 
 
-class NotNative(Exception):
-    """A fused node (or one layout of its operands) the native code generators do not
-    take; the message says why, and the interpreter runs it instead."""
-
-
 def node_problem(n: Node) -> str | None:
     """Why the pointwise code generators cannot emit node `n` inside a kernel, or None."""
-    if n.op not in K.NATIVE_OPS and n.op not in K.REDUCE_OPS and n.op not in GATHERING:
+    if n.op not in K.native_ops() and n.op not in K.REDUCE_OPS and n.op not in GATHERING:
         return f"no native code for {n.op.qualified_name}"
     for v in list(n.input_values()) + list(n.outputs):
         if v.type.dtype.name not in K.SUPPORTED:
@@ -53,71 +50,10 @@ def node_problem(n: Node) -> str | None:
     # float math computes in the result's type (2 ** x is float); reductions in their
     # input's
     typed = n.input_values()[0] if n.op in K.REDUCE_OPS else n.outputs[0]
-    if (n.op in K.FLOAT_ONLY or n.op in K.REDUCE_OPS) \
+    if (n.op in K.float_only_ops() or n.op in K.REDUCE_OPS) \
             and not typed.type.dtype.is_floating_point:
         return f"{n.op.qualified_name} on integers"
     return None
-
-
-# LLVM's O2 pipeline for these kernels (explicit vector IR): the first training step of
-# the char transformer compiles its 28 in 0.60 instead of 0.80 s (optimise 210 instead of
-# 280 ms, machine code 245 instead of 365), and elementwise, reductions and fusion
-# --quick --threads 1 ran in the noise of O3 (19 cases, min of 3 alternated runs, O2/O3
-# 0.76-1.02); O1 compiled no faster than O2.
-SPEED_LEVEL = 2
-
-
-class BuildKernel:
-    """Builds a kernel's IR into a module: `BuildKernel(spec, width)(module)`. (A plain
-    class: a dataclass costs ~0.4 ms to define, on every warm first call's path.)"""
-    __slots__ = ("spec", "width")
-
-    def __init__(self, spec: K.KernelSpec, width: int):
-        self.spec, self.width = spec, width
-
-    def __reduce__(self):
-        return BuildKernel, (self.spec, self.width)
-
-    def __call__(self, module) -> None:
-        from compiler.codegen.pointwise import build_kernel  # llvmlite: only to build IR
-        build_kernel(module, self.spec, self.width)
-
-
-class KernelArtifact:
-    """One generated kernel: its spec, and on request its LLVM IR, the IR after
-    optimisation and the machine assembly. All are made again when asked (building IR and
-    LLVM are deterministic), so a kernel keeps no text (its IR was ~30 KB)."""
-
-    def __init__(self, spec: K.KernelSpec, width: int, jit):
-        self.spec, self.width, self._jit = spec, width, jit
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    def module(self):
-        """A new IR module holding the kernel."""
-        module = self._jit.new_module(self.name)
-        self.fill(module)
-        return module
-
-    @property
-    def fill(self) -> "BuildKernel":
-        """What builds the kernel into a module (it pickles: a background compile worker
-        can build it)."""
-        return BuildKernel(self.spec, self.width)
-
-    @property
-    def llvm_ir(self) -> str:
-        return str(self.module())
-
-    @property
-    def optimised_ir(self) -> str:
-        return str(self._jit.optimise(self.llvm_ir, SPEED_LEVEL))
-
-    @property
-    def assembly(self) -> str:
-        return self._jit.assembly(self.llvm_ir, SPEED_LEVEL)
 
 
 class PointwiseNode:
@@ -156,7 +92,7 @@ class PointwiseNode:
         self.calls_while_compiling = 0  # interpreted while a worker compiled the kernel
         self.artifacts: list[KernelArtifact] = []  # one per compiled stride pattern
         self._layouts: dict = {}  # operand strides -> how to launch (shapes are the graph's)
-        self._outputs = tuple(output_spec(v.type) for v in body.outputs)
+        self._outputs = tuple(empty_spec(v.type.shape, v.type.dtype) for v in body.outputs)
         self._positions = None if self.views else [body.inputs.index(v) for v in self.operands]
         self._in_order = self._positions == list(range(len(body.inputs)))
         self._one_operand = len(self.operands) == 1  # its layout key spelled out
@@ -287,16 +223,16 @@ class PointwiseNode:
         """How to call the kernel for operands laid out like `arrays`."""
         full, reduced = self.space
         gathers, placed = self.gathers_over(arrays)
-        rows, inner, offsets, strides, outer = _layout(arrays, self.shapes, full, reduced,
-                                                       self.squeezed, placed)
-        classes = tuple(_stride_class(s) for s in strides)
+        rows, inner, offsets, strides, outer = rows_layout(arrays, self.shapes, full, reduced,
+                                                           self.squeezed, placed)
+        classes = tuple(stride_class(s) for s in strides)
         columns = ()
-        if self.kind == "reduction" and K.STRIDED in classes and len(outer) == 1 and \
+        if self.kind == "reduction" and STRIDED in classes and len(outer) == 1 and \
                 all(s in (0, 1) for s in outer[0]):
             columns = tuple(outer[0])  # rows adjacent in memory: put them in the lanes
         address = self._function(classes, columns, tuple(gathers))
         return Launch(address, offsets, strides, rows, inner, self.kind == "elementwise",
-                      self._outputs, checked=bool(gathers))
+                      self._outputs, empty_cpu, Tensor.data_ptr, checked=bool(gathers))
 
     @property
     def shapes(self) -> list:
@@ -333,7 +269,7 @@ class PointwiseNode:
 
     def _request(self, classes, columns=(), gathers=()) -> tuple:
         """(name, cache key, artifact) of the kernel for one layout."""
-        from runtime.jit import host_jit, vector_width
+        from runtime.llvm.jit import host_jit, vector_width
         width = vector_width()
         # the body's text and the layout decide every field of spec (operands, nodes,
         # rows are read from the body): the kernel cache's key without building IR. The
@@ -368,65 +304,3 @@ def _is_kept(shape, full, reduced) -> bool:
     return tuple(shape) in (kept, squeezed)
 
 
-def _stride_class(s: int):
-    return s if s in (0, 1) else K.STRIDED
-
-
-def _broadcast_strides(a: np.ndarray, shape, full, reduced, squeezed: bool) -> list[int]:
-    """Element strides of `a` (of `shape`) over the iteration space `full`; a per-row
-    value without its reduced dims (`squeezed`) gets them back with stride 0."""
-    if squeezed:
-        strides, it = [], iter(zip(shape, a.strides))
-        for d in range(len(full)):
-            if d in reduced:
-                strides.append(0)
-            else:
-                size, stride = next(it)
-                strides.append(0 if size == 1 else stride // a.itemsize)
-        return strides
-    lead = len(full) - len(shape)
-    out = [0] * len(full)
-    for d, (size, stride) in enumerate(zip(shape, a.strides)):
-        out[lead + d] = 0 if size == 1 else stride // a.itemsize
-    return out
-
-
-def row_dims(arrays, shapes, full, reduced, squeezed, placed=None):
-    """The iteration space as (outer, inner): the outer dims, each (size, its element
-    stride per operand), and the inner dim likewise (the reduced one in a row kernel), the
-    kept dims and the reduced dims each merged by eager.shapes.merge_dims. `placed`
-    gives some operands' strides over the iteration space (gathers' sources and
-    indices). `arrays` may be any objects with numpy's shape, strides (in bytes) and
-    itemsize."""
-    placed = placed or {}
-    strides = [placed[j] if j in placed else _broadcast_strides(a, s, full, reduced, q)
-               for j, (a, s, q) in enumerate(zip(arrays, shapes, squeezed))]
-
-    def dims(ds):
-        return [(full[d], [st[d] for st in strides]) for d in ds]
-    outer = merge_dims(dims(d for d in range(len(full)) if d not in reduced))
-    rows = merge_dims(dims(sorted(reduced)))
-    if len(rows) > 1:
-        raise NotNative("reduced dims that do not merge into one")
-    if rows:
-        return outer, rows[0]
-    if reduced or not outer:  # an inner dim of one element
-        return outer, (1, (1,) * len(arrays))
-    return outer[:-1], outer[-1]
-
-
-def _layout(arrays, shapes, full, reduced, squeezed, placed=None):
-    """Rows, inner length, per-operand row offsets and inner strides, and the outer dims'
-    strides per operand (row_dims)."""
-    outer, (inner, inner_strides) = row_dims(arrays, shapes, full, reduced, squeezed,
-                                             placed)
-    rows = 1
-    for size, _ in outer:
-        rows *= size
-    offsets = []
-    for j in range(len(arrays)):
-        off = np.zeros(1, np.int64)
-        for size, col in outer:
-            off = (off[:, None] + np.arange(size, dtype=np.int64)[None, :] * col[j]).ravel()
-        offsets.append(np.ascontiguousarray(off))
-    return rows, inner, offsets, list(inner_strides), [col for _, col in outer]

@@ -1,4 +1,0 @@
-"""Code generation: LLVM IR only (no numpy arrays, no threads): pointwise.py builds the
-elementwise and row kernels, accumulators.py their reductions, gather.py their gathered
-loads, values.py one op's values in lanes, vmath.py the vectorised math functions, all on
-runtime/llvm_ir.py (the IR toolkit). The GEMM's emitters are in compiler/gemm/ir."""

@@ -1,0 +1,79 @@
+"""Eager's CUDA backend: CUDA tensors in device memory, and a CUDA kernel for each op of
+the vocabulary it covers, registered under DispatchKey.CUDA through the dispatcher's
+public API, as any third-party backend would register (`ATEN[op].register(key, fn)`).
+
+eager/backends loads it the first time a CUDA tensor is asked for, once the driver is
+found (runtime.cuda.current.driver()); `load()` registers the kernels once and returns the
+backend (`from_host`). Each op runs single-op kernels from kiln's CUDA code generators,
+built once per op, dtypes and rank and cached (elementwise.py), launched through
+device.py. An op with no CUDA kernel raises the dispatcher's NotImplementedError
+("Could not run 'aten::xxx' with arguments from the 'CUDA' backend"): nothing runs on
+the host in its place.
+
+    pointwise.py    pointwise ops from their records, copies and casts, fill_/zero_/
+                    copy_, in-place arithmetic
+    reductions.py   sum, mean, amax, amin over dims; softmax, log_softmax; argmax,
+                    argmin and var of floats: one launch of the row kernels where the
+                    reduced dims merge into one
+    matmul.py       mm, bmm, addmm, mv, dot through codegen/cuda/gemm.py
+    composed.py     native_layer_norm, its backward and softmax's backward, im2col
+                    and col2im in other CUDA ops
+    argreduce.py    argmax, argmin, max.dim, min.dim; var (where reductions.py's
+                    rows do not take them)
+    joins.py        cat; select_backward, slice_backward
+    indexing.py     index, index_put(_), index_select, index_add, embedding, gather,
+                    scatter, scatter_add (indexed.py's kernel, indices checked on the
+                    device); nonzero (through the host)
+    views           the CPU's view kernels (eager/kernels/shape.py): they compute
+                    strides over the same storage, whatever the device
+"""
+from __future__ import annotations
+
+from eager.backends.cuda import (argreduce, composed, device, indexing, joins, matmul,
+                                 pointwise, reductions)
+from eager.dispatcher import ATEN, DispatchKey
+from ir.records import RECORDS
+from ir.ops import VIEW, Op
+
+_loaded = False
+
+
+class CudaBackend:
+    """What eager/backends asks of a device backend."""
+
+    @staticmethod
+    def from_host(a, dev):
+        return device.from_host(a, dev)
+
+
+def load() -> type:
+    global _loaded
+    if not _loaded:
+        _register()
+        _loaded = True
+    return CudaBackend
+
+
+def _register() -> None:
+    def register(op: Op, kernel) -> None:
+        ATEN[op].register(DispatchKey.CUDA, kernel)
+
+    for op, record in RECORDS.items():
+        if record.pointwise is not None and record.pointwise.emit is not None:
+            register(op, pointwise.pointwise_kernel(record))
+    for op, record in RECORDS.items():
+        if record.inplace_of is not None and DispatchKey.CUDA in ATEN[record.inplace_of].kernels:
+            register(op, pointwise.inplace_kernel(op, record.inplace_of))
+    for op in VIEW:
+        if DispatchKey.CPU in ATEN[op].kernels:  # composites (reshape, ...) need none
+            fn, where = ATEN[op].kernels[DispatchKey.CPU]
+            ATEN[op].register(DispatchKey.CUDA, fn, where)
+    for op, kernel in ((Op.CLONE, pointwise.clone), (Op.TO_COPY, pointwise.to_copy),
+                       (Op.COPY_, pointwise.copy_), (Op.FILL_, pointwise.fill_),
+                       (Op.ZERO_, pointwise.zero_), *reductions.KERNELS.items(),
+                       *matmul.KERNELS.items(), *argreduce.KERNELS.items(),
+                       *joins.KERNELS.items(), *indexing.KERNELS.items(),
+                       *composed.KERNELS.items()):
+        register(op, kernel)
+    for op, kernel in reductions.ROW_KERNELS.items():  # argmax, argmin, var as rows
+        register(op, kernel)

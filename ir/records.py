@@ -1,0 +1,184 @@
+"""Op records: what kiln knows of one op besides its schema (ir/ops.py), declared in one
+place, beside the op's kernel in its family file (eager/kernels/<family>.py):
+
+    EXP = declare(Op.EXP, function=True, method=True,
+                  pointwise=Pointwise("float", np.exp, emit=lambda E, x: E.math("exp", x)))
+
+    @EXP.derivative("ExpBackward0", "self", save="result")
+    def _(ctx, g):
+        return g * ctx.result
+
+- names: `eager.exp` (function), `Tensor.exp` (method), `eager.nn.functional.exp`
+  (functional); True means the schema's name;
+- `pointwise`: for an op that computes each output element from the input elements at the
+  same position: its dtype rule, its numpy function (the CPU kernel is made from it), and
+  its code emitter, a function of the compiler's element toolkit `E` and the input values
+  (runtime/cpu/values.py: E.add, E.select, E.math("exp", x), ...), so eager never
+  imports the code generator; `float_only` (PyTorch has no integer kernel), `activations`
+  (the names a GEMM's store applies it under, with the attributes each stands for);
+- `derivative`: the op's backward rule (eager/autograd reads them; see Derivative);
+- `inplace_of`: an in-place op's out-of-place twin, whose derivative it uses.
+
+Every table a layer needs (eager's functions and Tensor methods, the native op set, the
+float-only set, the GEMM's activations) is derived from RECORDS, never kept beside it.
+"""
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Callable, NamedTuple
+
+from ir.ops import Op
+
+
+# Records are NamedTuples: immutable values as a frozen dataclass is, and ~0.06 ms to
+# define where a frozen dataclass takes ~0.35 ms (`import eager` is a benchmark)
+class Derivative(NamedTuple):
+    """An op's backward rule. `inputs` names the differentiable arguments; the formula
+    returns one gradient (or None) for each, in order (a Tensor[] argument contributes one
+    per element). `save` names what backward needs: arguments, `result` (the output),
+    `result1`, `result2` (a second, a third output), or `<arg>_sizes` / `<arg>_dtype` /
+    `<arg>_device` when only that fact is needed. Formulas are written in eager ops, so backward is itself a
+    run of ordinary ops: it can be differentiated again (create_graph=True) and traced by
+    the compiler. Where one kiln op stands for several PyTorch overloads (`x.sum()` and
+    `x.sum(1)`), `overloads` maps the node name PyTorch gives an overload to a test of the
+    bound arguments."""
+    op: Op
+    name: str
+    inputs: tuple[str, ...]
+    save: tuple[str, ...]
+    formula: Callable
+    overloads: tuple[tuple[str, Callable[[dict], bool]], ...] = ()
+
+
+POINTWISE_RULES = ("same", "float", "promote", "divide", "compare", "logical", "power")
+"""Dtype rules of pointwise ops: the input's type (same), a float for integer inputs
+(float), the promoted type (promote), a float of the promoted type (divide), bool from
+the promoted inputs (compare), bool from bools (logical), promote with pow's checks."""
+
+
+class Pointwise(NamedTuple):
+    """A pointwise op: `numpy(*arrays, **attrs)` computes it on arrays in the compute type
+    (the result type; the promoted inputs' for comparisons), `emit(E, *values, **attrs)`
+    in generated code (None: not generated). `float_only` names the kernel in PyTorch's
+    error for integer inputs (its last tensor argument is checked); `float_math`: the
+    emitter computes in floats only (pow of integers is not generated). `dtype` replaces
+    the rule's result type and `check(dtype, *tensors, **attrs)` raises for bad input
+    (`check_attrs`: only in the attributes, so a call without any skips it).
+    `quiet`: numpy gives no warning computing it for any input (where's selection; not
+    add, which warns at a float overflow and at inf - inf), so the kernel saves the cost
+    of silencing them. `scaled` names an attribute (add's and sub's alpha) that
+    multiplies the last tensor before `numpy` and `emit` see the values: they take the
+    tensors only, and numpy can be a ufunc; the product can overflow, so a scaled op is
+    not quiet. `number_forms`: (position, number, op) where the tensor at `position`
+    being that Python number makes the op `op` of the other tensor, for float32 and
+    float64 results: pow(x, 0.5) is sqrt(x), as PyTorch's pow.Tensor_Scalar runs it
+    (sqrt(-inf) is NaN where C's pow gives inf); eager's kernel and the compiler's
+    simplification both use them."""
+    rule: str
+    numpy: Callable
+    emit: Callable | None = None
+    float_only: str = ""
+    float_math: bool = False
+    activations: tuple[tuple[str, tuple], ...] = ()  # (GEMM store name, attrs)
+    dtype: Callable | None = None
+    check: Callable | None = None
+    check_attrs: bool = False  # check reads only the attributes: none given, none to run
+    quiet: bool = False  # numpy never warns on it: run without silencing them (~0.2 us)
+    scaled: str = ""
+    number_forms: tuple[tuple[int, float, Op], ...] = ()
+
+
+class OpRecord:
+    """One op's names, pointwise facts, derivative and in-place twin."""
+
+    def __init__(self, op: Op, function: str | None, method: str | None,
+                 functional: str | None, pointwise: Pointwise | None, inplace_of: Op | None,
+                 differentiable: bool):
+        self.op, self.function, self.method, self.functional = op, function, method, functional
+        self.pointwise, self.inplace_of, self.differentiable = pointwise, inplace_of, \
+            differentiable
+        self.rule: Derivative | None = None
+
+    def derivative(self, name: str, inputs: str, save: str = "",
+                   overloads: dict[str, Callable[[dict], bool]] | None = None):
+        """Decorator: the formula below is this op's backward rule, its node `name`."""
+        def register(formula):
+            if self.rule is not None:
+                raise ValueError(f"{self.op!r} has a derivative already")
+            self.rule = Derivative(self.op, name, tuple(inputs.split()), tuple(save.split()),
+                                   formula, tuple((overloads or {}).items()))
+            return formula
+        return register
+
+    def __repr__(self) -> str:
+        return f"OpRecord({self.op!r})"
+
+
+RECORDS: dict[Op, OpRecord] = {}
+_DECLARED_IN: dict[str, None] = {}  # the modules that declared records, in order
+
+
+def declare(op: Op, *, function: bool | str = False, method: bool | str = False,
+            functional: bool | str = False, pointwise: Pointwise | None = None,
+            inplace_of: Op | None = None, differentiable: bool = True) -> OpRecord:
+    """Record `op`; a name given as True is the schema's. `differentiable=False`: its
+    outputs never carry a gradient (integer or boolean results, detach)."""
+    if op in RECORDS:
+        raise ValueError(f"{op!r} is declared twice")
+    if pointwise is not None and pointwise.rule not in POINTWISE_RULES:
+        raise ValueError(f"unknown pointwise rule {pointwise.rule!r}; one of {POINTWISE_RULES}")
+    if pointwise is not None and pointwise.quiet and pointwise.scaled:
+        raise ValueError(f"{op!r}: a scaled operand can overflow, so the op is not quiet")
+
+    def name(given):
+        return op.schema.name if given is True else (given or None)
+    RECORDS[op] = OpRecord(op, name(function), name(method), name(functional), pointwise,
+                           inplace_of, differentiable)
+    _DECLARED_IN.setdefault(sys._getframe(1).f_globals.get("__name__", ""))
+    return RECORDS[op]
+
+
+def declaring_modules() -> tuple[str, ...]:
+    """The modules whose import declared the records there are: what another process
+    imports to have them too (a background compile worker building a kernel's IR)."""
+    return tuple(_DECLARED_IN)
+
+
+def _derived(table):
+    """A table derived from RECORDS, made again when records were declared since it was
+    last made (the layers below eager read them: they hold no copy made too early)."""
+    made: list = [None, None]
+
+    @functools.wraps(table)
+    def current():
+        if made[0] != len(RECORDS):
+            if not RECORDS:
+                raise RuntimeError(f"{table.__name__}(): no op records are declared yet; "
+                                   f"they are declared by `import eager`")
+            made[:] = len(RECORDS), table()
+        return made[1]
+    return current
+
+
+# derived tables -------------------------------------------------------------------------
+def named(kind: str) -> dict[str, Op]:
+    """Python name -> op for "function", "method" or "functional" names."""
+    return {getattr(r, kind): op for op, r in RECORDS.items() if getattr(r, kind)}
+
+
+@_derived
+def pointwise_ops() -> dict[Op, Pointwise]:
+    return {op: r.pointwise for op, r in RECORDS.items() if r.pointwise is not None}
+
+
+@_derived
+def float_only() -> frozenset[Op]:
+    return frozenset(op for op, p in pointwise_ops().items() if p.float_only or p.float_math)
+
+
+@_derived
+def activations() -> dict[str, tuple[Op, dict]]:
+    """GEMM store activation name -> (op, attributes), from the pointwise records."""
+    return {name: (op, dict(attrs)) for op, p in pointwise_ops().items()
+            for name, attrs in p.activations}

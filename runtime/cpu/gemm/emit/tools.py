@@ -1,0 +1,53 @@
+"""What the GEMM's LLVM IR builders share beyond runtime/llvm/toolkit.py: the element and
+vector types of a tile, the function being built (arguments by kind) and the rank-1
+updates of its accumulators."""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from runtime.llvm.toolkit import I64, VOID, define, intrinsic, lane_mask, splat
+
+PACK_ALIGN = 64  # bytes; packed buffers are ours and aligned to it, user buffers are not
+
+
+class Emitter:
+    """The types of a tile's elements (T, pointer P, tile-row vector V) and the builder
+    `b` of the function being built."""
+
+    def __init__(self, module: ir.Module, tile):
+        self.module, self.tile = module, tile
+        self.T = ir.FloatType() if tile.dtype == "float32" else ir.DoubleType()
+        self.P = self.T.as_pointer()
+        self.V = ir.VectorType(self.T, tile.lanes)
+        self.itemsize = 4 if tile.dtype == "float32" else 8
+        self.b: ir.IRBuilder = None
+
+    def define(self, name: str, args: tuple, linkage: str = "") -> ir.Function:
+        """A new function void `name`(args), each arg (name, kind): kind "i" an i64,
+        "f" an element, "p" an element pointer; the builder at its entry."""
+        kinds = {"i": I64, "f": self.T, "p": self.P}
+        fn_type = ir.FunctionType(VOID, [kinds[kind] for _, kind in args])
+        fn, self.b = define(self.module, name, fn_type, [arg_name for arg_name, _ in args],
+                            linkage)
+        return fn
+
+    def lane_masks(self, count, vectors: int) -> list:
+        """Masks of the lanes j < count, for `vectors` consecutive tile-row vectors."""
+        lanes = self.tile.lanes
+        return [lane_mask(self.b, count, lanes, v * lanes) for v in range(vectors)]
+
+    def rank1_updates(self, accs: list, ks: list, rows: int, vectors: int, load_a,
+                      load_b) -> list:
+        """accs (rows x vectors accumulators, row-major) plus A[:, k] times B[k, :] for
+        each k of `ks` in order, one FMA chain per accumulator: load_b(k, v) gives
+        vector v of B's row k, load_a(k, i) the element of A's row i broadcast."""
+        b, accs = self.b, list(accs)
+        for k in ks:
+            b_vectors = [load_b(k, v) for v in range(vectors)]
+            for i in range(rows):
+                a_i = splat(b, load_a(k, i), self.tile.lanes)
+                for v in range(vectors):
+                    index = i * vectors + v
+                    accs[index] = intrinsic(b, "fma", [a_i, b_vectors[v], accs[index]],
+                                            self.V, (self.V,))
+        return accs

@@ -1,0 +1,113 @@
+"""Layouts as kernels address them: the dims of an iteration merged where every operand
+allows it (as PyTorch's TensorIterator does), leaving rows and one inner dim, with each
+operand's strides over them. Shared by the CPU's and CUDA's kernel makers, eager's and
+the compiler's."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+STRIDED = None  # an operand's inner-stride class when it is neither 1 nor 0
+
+
+class NotNative(Exception):
+    """A fused node (or one layout of its operands) the native code generators do not
+    take; the message says why, and the interpreter runs it instead."""
+
+
+def merge_dims(dims) -> list:
+    """The fewest dims addressing the elements of `dims` (in order, each (size, element
+    stride per operand)) as they do: dims of size 1 dropped, and a dim merged into the
+    one before it where every operand steps through the two as through one (its stride
+    there is this dim's size times its stride here), as PyTorch's TensorIterator merges
+    them. Each kernel generator (the CPU's, CUDA's, eager CUDA's) addresses through it."""
+    merged: list = []
+    for size, strides in dims:
+        if size == 1:
+            continue
+        if merged and all(prev == cur * size for prev, cur in zip(merged[-1][1], strides)):
+            merged[-1] = (merged[-1][0] * size, tuple(strides))
+        else:
+            merged.append((size, tuple(strides)))
+    return merged
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A tensor's layout as the kernel makers read it (numpy's terms: strides in bytes)
+    and its first element's address (a device address for a CUDA tensor)."""
+    shape: tuple
+    strides: tuple
+    itemsize: int
+    address: int
+
+    @classmethod
+    def of(cls, t) -> "Layout":
+        size = t.dtype.itemsize
+        return cls(tuple(t.shape), tuple(s * size for s in t._stride), size, t.data_ptr())
+
+
+def stride_class(s: int):
+    """An inner stride as kernels are specialised on it: 1, 0 or STRIDED."""
+    return s if s in (0, 1) else STRIDED
+
+
+def broadcast_strides(a: np.ndarray, shape, full, reduced, squeezed: bool) -> list[int]:
+    """Element strides of `a` (of `shape`) over the iteration space `full`; a per-row
+    value without its reduced dims (`squeezed`) gets them back with stride 0."""
+    if squeezed:
+        strides, it = [], iter(zip(shape, a.strides))
+        for d in range(len(full)):
+            if d in reduced:
+                strides.append(0)
+            else:
+                size, stride = next(it)
+                strides.append(0 if size == 1 else stride // a.itemsize)
+        return strides
+    lead = len(full) - len(shape)
+    out = [0] * len(full)
+    for d, (size, stride) in enumerate(zip(shape, a.strides)):
+        out[lead + d] = 0 if size == 1 else stride // a.itemsize
+    return out
+
+
+def row_dims(arrays, shapes, full, reduced, squeezed, placed=None):
+    """The iteration space as (outer, inner): the outer dims, each (size, its element
+    stride per operand), and the inner dim likewise (the reduced one in a row kernel), the
+    kept dims and the reduced dims each merged by merge_dims. `placed`
+    gives some operands' strides over the iteration space (gathers' sources and
+    indices). `arrays` may be any objects with numpy's shape, strides (in bytes) and
+    itemsize."""
+    placed = placed or {}
+    strides = [placed[j] if j in placed else broadcast_strides(a, s, full, reduced, q)
+               for j, (a, s, q) in enumerate(zip(arrays, shapes, squeezed))]
+
+    def dims(ds):
+        return [(full[d], [st[d] for st in strides]) for d in ds]
+    outer = merge_dims(dims(d for d in range(len(full)) if d not in reduced))
+    rows = merge_dims(dims(sorted(reduced)))
+    if len(rows) > 1:
+        raise NotNative("reduced dims that do not merge into one")
+    if rows:
+        return outer, rows[0]
+    if reduced or not outer:  # an inner dim of one element
+        return outer, (1, (1,) * len(arrays))
+    return outer[:-1], outer[-1]
+
+
+def rows_layout(arrays, shapes, full, reduced, squeezed, placed=None):
+    """Rows, inner length, per-operand row offsets and inner strides, and the outer dims'
+    strides per operand (row_dims)."""
+    outer, (inner, inner_strides) = row_dims(arrays, shapes, full, reduced, squeezed,
+                                             placed)
+    rows = 1
+    for size, _ in outer:
+        rows *= size
+    offsets = []
+    for j in range(len(arrays)):
+        off = np.zeros(1, np.int64)
+        for size, col in outer:
+            off = (off[:, None] + np.arange(size, dtype=np.int64)[None, :] * col[j]).ravel()
+        offsets.append(np.ascontiguousarray(off))
+    return rows, inner, offsets, list(inner_strides), [col for _, col in outer]
