@@ -11,9 +11,9 @@ import numpy as np
 STRIDED = None  # an operand's inner-stride class when it is neither 1 nor 0
 
 
-class NotNative(Exception):
-    """A fused node (or one layout of its operands) the native code generators do not
-    take; the message says why, and the interpreter runs it instead."""
+class CannotLower(Exception):
+    """A fused node (or one layout of its operands) that no kernel generator, the CPU's
+    or CUDA's, takes; the message says why, and the interpreter runs it instead."""
 
 
 def merge_dims(dims) -> list:
@@ -88,7 +88,7 @@ def row_dims(arrays, shapes, full, reduced, squeezed, placed=None):
     outer = merge_dims(dims(d for d in range(len(full)) if d not in reduced))
     rows = merge_dims(dims(sorted(reduced)))
     if len(rows) > 1:
-        raise NotNative("reduced dims that do not merge into one")
+        raise CannotLower("reduced dims that do not merge into one")
     if rows:
         return outer, rows[0]
     if reduced or not outer:  # an inner dim of one element

@@ -1,14 +1,14 @@
 """Backends turn a captured Graph into a callable `run(list[Tensor]) -> list[Tensor]`.
 
-"eager" runs the graph through the reference interpreter. "native" runs the
-optimisation passes first, then the fused nodes as generated machine code (native/) and
-the rest through the interpreter; `explain()` says which ran how. A graph over CUDA
-tensors goes from "native" to the CUDA backend (cuda/run.py): its fused nodes run as
-CUDA kernels. The inputs of one graph are on one device.
+"eager" runs the graph through the reference interpreter. "native" hands each graph to
+its device's backend (DEVICE_BACKENDS): the CPU's (native/) and CUDA's (cuda/run.py)
+are siblings that run the optimisation passes with their own `emits`, then the fused
+nodes as their kernels (read by backends/fused.py and backends/gemm_plan.py, which both
+share) and the rest through the interpreter; `explain()` says which ran how. A node no
+kernel generator takes is CannotLower (runtime/layout.py). The inputs of one graph are
+on one device.
 """
 from __future__ import annotations
-
-import time
 
 from compiler import interpreter
 from ir.graph import Graph
@@ -40,19 +40,25 @@ class NativeBackend(EagerBackend):
             "run through the reference interpreter")
 
     def compile(self, graph: Graph):
-        from compiler.backends import native
-        from compiler.passes import optimize
-        if graph_device(graph).startswith("cuda"):  # CUDA tensors: CUDA kernels
-            from compiler.backends.cuda.run import CudaBackend
-            return CudaBackend().compile(graph)
-        start = time.perf_counter()
-        optimized = optimize(graph, emits=native.emits)
-        passes = time.perf_counter() - start
-        run = native.prepare(optimized)
-        run.source = graph
-        run.phase_seconds = {"passes": passes}
-        return run
+        device = graph_device(graph).split(":")[0]
+        if device not in DEVICE_BACKENDS:
+            raise RuntimeError(f"kiln.compile: no backend compiles graphs on {device} "
+                               f"(there are {sorted(DEVICE_BACKENDS)})")
+        return DEVICE_BACKENDS[device]().compile(graph)
 
+
+def _cpu():
+    from compiler.backends.native import CpuBackend
+    return CpuBackend()
+
+
+def _cuda():
+    from compiler.backends.cuda.run import CudaBackend
+    return CudaBackend()
+
+
+DEVICE_BACKENDS = {"cpu": _cpu, "cuda": _cuda}
+"""The backend of each device's graphs (imported with the first graph on the device)."""
 
 _BACKENDS = {"eager": EagerBackend, "native": NativeBackend}
 

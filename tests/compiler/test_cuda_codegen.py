@@ -19,7 +19,7 @@ import compiler
 import eager
 from compiler.backends import cuda as cuda_backend
 from compiler.backends import native
-from compiler.backends.native.pointwise import PointwiseNode
+from compiler.backends.fused import FusedKernel
 from runtime.cpu import values as V
 from runtime.cpu import vmath
 from runtime.cuda.codegen import CudaKernel
@@ -75,7 +75,7 @@ def _emulate(fn, *tensors, threads=None, blocks=None, lowered=None):
     fused = [n for n in graph.nodes if n.op is Op.FUSED]
     assert len(fused) == 1, graph
     node, env = fused[0], dict(zip(graph.inputs, tensors))
-    operands = [t._np() for t in PointwiseNode(node).operands_of(
+    operands = [t._np() for t in FusedKernel(node).operands_of(
         [env[v] for v in node.inputs[0]])]
     outputs = [np.full(v.type.shape, 7, v.type.dtype.np) for v in node.outputs]
     launch = cuda_backend.kernel_for(node, operands + outputs, threads)

@@ -174,7 +174,7 @@ def test_what_the_cuda_gemm_cannot_serve_is_refused_with_the_reason(name):
 def test_an_operand_with_neither_rows_nor_columns_contiguous_is_refused():
     x = _tensor((5, 8))[:, ::2]
     graph, node = _gemm_node(lambda a, w: a @ w, x, _tensor((4, 3)))
-    with pytest.raises(cuda_backend.NotCuda, match="neither rows nor columns"):
+    with pytest.raises(cuda_backend.CannotLower, match="neither rows nor columns"):
         cuda_backend.kernel_for(node, [x._np(), _tensor((4, 3))._np()])
 
 

@@ -552,7 +552,7 @@ def test_leading_views_made_directly_are_the_eager_views(n):
     """From a layout's second call the views are made without eager ops: the same shapes,
     strides, offsets and memory as eager's views, per layout of the input (contiguous,
     transposed, at an offset in a wider tensor)."""
-    from compiler.backends.native.views import LeadingViews
+    from compiler.backends.views import LeadingViews
     graph = _view_chain(n)
     views = LeadingViews(graph)
     grid = np.arange((n + 1) * 8, dtype=np.float32).reshape(n + 1, 8)

@@ -12,10 +12,10 @@ its report (registers, spills, shared memory).
 run.py runs graphs over CUDA tensors with these kernels (eager.compile on CUDA
 inputs); LoweringBackend below makes them to be read (compiler.lower, target="cuda").
 
-A fused node is read as the native backend reads it (backends/native/pointwise.py's
-PointwiseNode: operands, iteration space, per-row values, gathers, merged dims; a gemm
-node through gemm_node_plan.py, see gemm_node.py), so both backends agree on what a
-node computes. Kernels are made for given operand layouts,
+A fused node is read as the native backend reads it (backends/fused.py's FusedKernel:
+operands, iteration space, per-row values, gathers, merged dims; a gemm node through
+backends/gemm_plan.py, see gemm_node.py), so both backends agree on what a node
+computes. Kernels are made for given operand layouts,
 by default contiguous inputs (the layouts of the node's leading views follow from them).
 """
 from __future__ import annotations
@@ -26,8 +26,9 @@ import numpy as np
 
 from compiler import interpreter
 from compiler.backends.cuda.gemm_node import address_of, gemm_call
-from compiler.backends.cuda.plan import CudaLaunch, CudaPlan, NotCuda
-from compiler.backends.native.pointwise import PointwiseNode
+from compiler.backends.cuda.plan import CudaLaunch, CudaPlan
+from compiler.backends import fused
+from compiler.backends.fused import FusedKernel
 from runtime.cpu import kernel_ir as K
 from runtime.cuda.codegen.gemm import gemm_kernel
 from runtime.cuda.codegen import VECTOR_BYTES
@@ -37,7 +38,7 @@ from runtime.cuda.codegen.rows import build_rows
 from eager.tensor import empty_cpu, empty_spec
 from ir.graph import Graph, Node
 from ir.ops import Op
-from runtime.layout import STRIDED, NotNative, row_dims
+from runtime.layout import STRIDED, CannotLower, row_dims
 
 _names = itertools.count(1)
 
@@ -46,8 +47,7 @@ def emits(node: Node) -> bool:
     """Whether a CUDA kernel can hold `node`: what the native kernels hold, but a batched
     product, which the CUDA GEMM does not compute (it runs interpreted, and the ops
     around it still fuse)."""
-    from compiler.backends import native
-    return node.op is not Op.BMM and native.emits(node)
+    return node.op is not Op.BMM and fused.emits(node)
 
 
 def prepare(graph: Graph) -> CudaPlan:
@@ -57,7 +57,7 @@ def prepare(graph: Graph) -> CudaPlan:
         if node.op is Op.FUSED:
             try:
                 plan.launches[i] = kernel_for(node)
-            except NotCuda as e:
+            except CannotLower as e:
                 plan.refused[str(node).split(" = ")[0]] = str(e)
     return plan
 
@@ -72,21 +72,14 @@ def kernel_for(node: Node, arrays: list | None = None, threads: int | None = Non
     16-byte aligned gets the vector kernel (codegen/cuda/pointwise.py)."""
     if node.attr["kind"] == "gemm":
         return _gemm_launch(node, arrays)
-    try:
-        reader = PointwiseNode(node)
-    except NotNative as e:
-        raise NotCuda(str(e)) from None
+    reader = FusedKernel(node)
     full, reduced = reader.space
     if reader.kind == "reduction" and 0 in full:
-        raise NotCuda("a reduction over no elements (the interpreter gives eager's "
-                      "answer or error)")
+        raise CannotLower("a reduction over no elements (the interpreter gives eager's "
+                          "answer or error)")
     arrays = arrays if arrays is not None else _contiguous(node)
-    try:
-        gathers, placed = reader.gathers_over(arrays)
-        outer, inner = row_dims(arrays, reader.shapes, full, reduced, reader.squeezed,
-                                placed)
-    except NotNative as e:
-        raise NotCuda(str(e)) from None
+    gathers, placed = reader.gathers_over(arrays)
+    outer, inner = row_dims(arrays, reader.shapes, full, reduced, reader.squeezed, placed)
     vector = reader.kind == "elementwise" and not gathers and not outer and \
         set(inner[1]) <= {0, 1} and inner[1][-len(reader.body.outputs):].count(0) == 0 \
         and all(address_of(a) % VECTOR_BYTES == 0 for a in arrays)
@@ -139,7 +132,7 @@ class _Lowered:
             try:
                 self.plan.launches[self.index] = kernel_for(self.node, _arrays_of(self.node,
                                                                                   inputs))
-            except NotCuda as e:
+            except CannotLower as e:
                 self.plan.refused[name] = str(e)
         return self.interpreted(inputs)
 
@@ -151,8 +144,8 @@ def _arrays_of(node: Node, inputs: list) -> list | None:
     if node.attr["kind"] == "gemm":
         return [t._np() for t in inputs]
     try:
-        reader = PointwiseNode(node)
-    except NotNative:
+        reader = FusedKernel(node)
+    except CannotLower:
         return None
     operands = [t._np() for t in reader.operands_of(inputs)]
     return operands + [np.empty(shape, dtype.np) for shape, _, _, dtype in

@@ -1,5 +1,5 @@
 """A fused `gemm` node as a CUDA kernel: its body read as the native backend reads it
-(backends/native/gemm_node_plan.py: prologue, product, transpose flags, the store's
+(backends/gemm_plan.py: prologue, product, transpose flags, the store's
 bias/activation/scale/residual, the rest), served by runtime/cuda/codegen/gemm.py's
 tiled SGEMM/DGEMM with that store as its fused epilogue.
 
@@ -7,7 +7,7 @@ tiled SGEMM/DGEMM with that store as its fused epilogue.
                                 and how to make its launch arguments
 
 It serves a plan of one 2-D product of float32 or float64 matrices whose store ends the
-body; NotCuda, with the reason, for the rest: a prologue (elementwise ops or views
+body; CannotLower, with the reason, for the rest: a prologue (elementwise ops or views
 before the product other than the transposes its flags take), a batched product (bmm),
 an epilogue past the store, an operand that is neither rows nor columns in memory.
 
@@ -24,9 +24,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from compiler.backends.cuda.plan import NotCuda
-from compiler.backends.native.gemm_node_plan import plan_gemm_node
-from compiler.backends.native.pointwise import NotNative
+from compiler.backends.gemm_plan import plan_gemm_node
+from runtime.layout import CannotLower
 from runtime.cuda.codegen import VECTOR_BYTES
 from runtime.cuda.codegen.gemm import DEFAULT_TILES, SMALL_TILES, CudaGemmRequest
 from runtime.cpu.gemm.emit.kernel import EpilogueSpec
@@ -69,20 +68,20 @@ class GemmCall:
 
 
 def check_plan(node: Node):
-    """The plan of gemm `node` if the CUDA GEMM can serve it, else NotCuda saying why."""
+    """The plan of gemm `node` if the CUDA GEMM can serve it, else CannotLower saying why."""
     try:
         plan = plan_gemm_node(node.attr["body"])
-    except NotNative as e:
-        raise NotCuda(str(e)) from None
+    except CannotLower as e:
+        raise CannotLower(str(e)) from None
     if plan.prologue is not None:
         ops = ", ".join(sorted({n.op.name.lower() for n in plan.prologue.nodes}))
-        raise NotCuda(f"a prologue before the product ({ops}): the CUDA GEMM reads "
+        raise CannotLower(f"a prologue before the product ({ops}): the CUDA GEMM reads "
                           f"its operands as they are in memory")
     if plan.batched:
-        raise NotCuda("a batched product (bmm): the CUDA GEMM computes one matrix")
+        raise CannotLower("a batched product (bmm): the CUDA GEMM computes one matrix")
     if plan.rest is not None:
         ops = ", ".join(sorted({n.op.name.lower() for n in plan.rest.nodes}))
-        raise NotCuda(f"an epilogue past what the GEMM's store fuses ({ops})")
+        raise CannotLower(f"an epilogue past what the GEMM's store fuses ({ops})")
     return plan
 
 
@@ -110,7 +109,7 @@ def gemm_call(node: Node, layouts: list) -> GemmCall:
         i = inputs.index(store.residual)
         ld, transposed = _as_matrix(layouts[i], False, "the residual")
         if transposed:
-            raise NotCuda("a residual laid out by columns: the store reads it by rows")
+            raise CannotLower("a residual laid out by columns: the store reads it by rows")
         residual = (i, ld)
     epilogue = EpilogueSpec("col" if bias else None, store.activation, residual is not None)
     tiles = DEFAULT_TILES[dtype]
@@ -131,10 +130,10 @@ def address_of(layout) -> int:
 
 
 def _strides(layout) -> list[int]:
-    """Element strides; NotCuda for a negative one (the kernel walks forwards)."""
+    """Element strides; CannotLower for a negative one (the kernel walks forwards)."""
     strides = [s // layout.itemsize for s in layout.strides]
     if any(s < 0 for size, s in zip(layout.shape, strides) if size > 1):
-        raise NotCuda("an operand with a negative stride")
+        raise CannotLower("an operand with a negative stride")
     return strides
 
 
@@ -147,5 +146,5 @@ def _as_matrix(layout, transposed: bool, name: str) -> tuple[int, bool]:
         return (row_stride if rows > 1 else max(cols, 1)), transposed
     if rows <= 1 or row_stride == 1:
         return (col_stride if cols > 1 else max(rows, 1)), not transposed
-    raise NotCuda(f"{name} has neither rows nor columns contiguous (element strides "
+    raise CannotLower(f"{name} has neither rows nor columns contiguous (element strides "
                       f"{row_stride}, {col_stride})")

@@ -1,5 +1,5 @@
 """What the CUDA backend makes of a graph's fused nodes: a CudaLaunch per node it has a
-kernel for, in a CudaPlan with the reasons for the others (NotCuda)."""
+kernel for, in a CudaPlan with the reasons for the others (CannotLower)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -10,10 +10,6 @@ from runtime.cuda import nvptx
 
 if TYPE_CHECKING:
     from compiler.backends.cuda.gemm_node import GemmCall
-
-
-class NotCuda(Exception):
-    """A fused node the CUDA code generators do not take; the message says why."""
 
 
 @dataclass

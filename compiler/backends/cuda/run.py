@@ -25,9 +25,8 @@ import numpy as np
 from compiler import interpreter
 from compiler.backends.cuda import emits, kernel_for
 from compiler.backends.cuda.gemm_node import check_plan
-from compiler.backends.cuda.plan import NotCuda
-from compiler.backends.native.pointwise import PointwiseNode
-from runtime.layout import Layout, NotNative
+from compiler.backends.fused import FusedKernel
+from runtime.layout import Layout, CannotLower
 from runtime.cuda.codegen import VECTOR_BYTES
 from ir.graph import Graph
 from ir.ops import Op
@@ -52,8 +51,8 @@ class CudaNode:
             if self.kind == "gemm":
                 check_plan(node)
             else:
-                self._reader = PointwiseNode(node)
-        except (NotCuda, NotNative) as e:
+                self._reader = FusedKernel(node)
+        except CannotLower as e:
             self.refused = str(e)
 
     def __call__(self, inputs: list) -> list:
@@ -91,7 +90,7 @@ class CudaNode:
                                v.type.dtype.itemsize, 0) for v in self.body.outputs]
         try:
             return kernel_for(self.node, layouts)
-        except NotCuda as e:
+        except CannotLower as e:
             self.fallback_reason = str(e)
             return _INTERPRETED
 

@@ -1,19 +1,37 @@
-"""The native backend: a graph after the passes runs as generated machine code where it
+"""The CPU's backend: a graph after the passes runs as generated machine code where it
 can, the reference interpreter running the rest.
 
-    pointwise.py   fused elementwise and row nodes as native kernels (codegen/pointwise.py)
-    gemm_node.py   fused gemm nodes as kiln's GEMM (compiler/gemm) with their epilogue,
-                   as gemm_node_plan.py reads their bodies
-    launch.py      a pointwise kernel's call prepared per layout, on runtime.pool's threads
+    pointwise.py   fused elementwise and row nodes as kernels of runtime/cpu's generators,
+                   launched per layout of their operands (runtime/cpu/launch.py)
+    gemm_node.py   fused gemm nodes as kiln's GEMM (runtime/cpu/gemm) with their
+                   epilogue, as backends/gemm_plan.py reads their bodies
 """
 from __future__ import annotations
 
+import time
+
 from compiler import interpreter
-from compiler.backends.native.pointwise import NotNative, PointwiseNode, node_problem
-from runtime.cpu.gemm import DTYPES as GEMM_DTYPES
+from compiler.backends.fused import emits  # noqa: F401 (the native backend's answer)
+from compiler.backends.native.pointwise import PointwiseNode
+from runtime.layout import CannotLower
 from ir.graph import Graph, Node
 from ir.ops import Op
 from runtime.host_memory import keep_freed_memory
+
+
+class CpuBackend:
+    """The passes with the CPU kernels' `emits`, then the graph with its fused nodes as
+    native kernels."""
+
+    def compile(self, graph: Graph):
+        from compiler.passes import optimize
+        start = time.perf_counter()
+        optimized = optimize(graph, emits=emits)
+        passes = time.perf_counter() - start
+        run = prepare(optimized)
+        run.source = graph
+        run.phase_seconds = {"passes": passes}
+        return run
 
 
 def codegen_seconds() -> float:
@@ -21,14 +39,6 @@ def codegen_seconds() -> float:
     elementwise and row kernels here, GEMM kernels in compiler/gemm)."""
     from runtime.llvm.jit import load_seconds
     return load_seconds()
-
-
-def emits(node: Node) -> bool:
-    """Whether a native kernel can hold `node`: fusion asks, so a node no code generator
-    takes stays out of kernels (and runs interpreted) while its neighbours still fuse."""
-    if node.op in (Op.MM, Op.BMM):
-        return all(v.type.dtype.name in GEMM_DTYPES for v in node.input_values())
-    return node_problem(node) is None
 
 
 def _gemm_node(node: Node):
@@ -67,7 +77,7 @@ def prepare(graph: Graph):
             try:
                 natives[i] = _gemm_node(node) if node.attr["kind"] == "gemm" else \
                     PointwiseNode(node)
-            except NotNative as e:
+            except CannotLower as e:
                 reasons[i] = str(e)
     run = interpreter.prepare(graph, replace=natives)
     if len(graph.nodes) == 1 and natives and graph.nodes[0].outputs == graph.outputs and \

@@ -2,16 +2,16 @@
 operands, mm or bmm, an elementwise epilogue) runs as kiln's own GEMM
 (runtime/cpu/gemm/api.py), with the leading part of the epilogue that the GEMM can
 fuse into its store (bias, relu/tanh/gelu/silu, scale, residual) fused there, and the
-rest of the epilogue as one native elementwise kernel. gemm_node_plan.py reads the
+rest of the epilogue as one native elementwise kernel. backends/gemm_plan.py reads the
 body; this file runs what it planned."""
 from __future__ import annotations
 
 import functools
 
 from compiler import interpreter
-from compiler.backends.native.gemm_node_plan import plan_gemm_node
+from compiler.backends.gemm_plan import plan_gemm_node
 from compiler.backends.native.pointwise import PointwiseNode
-from compiler.backends.native.views import LeadingViews
+from compiler.backends.views import LeadingViews
 from eager.tensor import from_array
 from ir.graph import Graph, Node
 from ir.ops import VIEW, Op
@@ -20,7 +20,7 @@ from runtime.llvm.jit import KernelPending, deferring_call
 
 class GemmNode:
     """A fused `gemm` node as kiln's GEMM with the epilogue its store takes, the rest of
-    the epilogue as a PointwiseNode. `plan` is what gemm_node_plan made of its body."""
+    the epilogue as a PointwiseNode. `plan` is what gemm_plan made of its body."""
 
     def __init__(self, node: Node):
         self.body = node.attr["body"]

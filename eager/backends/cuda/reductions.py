@@ -25,7 +25,7 @@ import functools
 import itertools
 from dataclasses import dataclass
 
-from runtime.layout import Layout, NotNative, row_dims
+from runtime.layout import Layout, CannotLower, row_dims
 from runtime.cpu import kernel_ir as K
 from runtime.cpu import values as V
 from runtime.cuda.codegen import CudaKernel
@@ -88,7 +88,7 @@ def rows(op: Op, self, dims: tuple, out, numbers=()) -> bool:
         outer, inner = row_dims([Layout.of(self), Layout.of(out)],
                                 [tuple(self._shape), tuple(out._shape)], tuple(self._shape),
                                 frozenset(dims), [False, out.dim() < self.dim()])
-    except NotNative:
+    except CannotLower:
         return False
     if op in (Op.SUM, Op.MEAN, Op.AMAX, Op.AMIN) and inner[1][0] != 1 and inner[0] > 1:
         return False  # a column per block: the per-output kernel reads rows together

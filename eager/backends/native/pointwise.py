@@ -26,7 +26,7 @@ import numpy as np
 from eager.backends.native import rows as eager_rows
 from eager.backends.native.rows import NUMPY, _Strided, load_kernel, planned
 from runtime.cpu.launch import PARALLEL_ELEMENTS, Launch, thread_count
-from runtime.layout import NotNative, rows_layout, stride_class
+from runtime.layout import CannotLower, rows_layout, stride_class
 from runtime.cpu import kernel_spec as K
 from eager.kernels._common import scalar_value
 from ir.records import OpRecord
@@ -90,7 +90,7 @@ def _plan(op: Op, dt, attrs: dict, scaled: bool, operands: list, shape):
     try:
         rows, inner, offsets, strides, _ = rows_layout(arrays, shapes, shape, frozenset(),
                                                    [False] * len(arrays))
-    except NotNative:
+    except CannotLower:
         return NUMPY
     classes = tuple(stride_class(s) for s in strides)
     address = _kernel(op, dt, tuple(attrs.items()), scaled,

@@ -27,7 +27,7 @@ import time
 import numpy as np
 
 from runtime.cpu.launch import Launch
-from runtime.layout import STRIDED, NotNative, rows_layout, stride_class
+from runtime.layout import STRIDED, CannotLower, rows_layout, stride_class
 from runtime.cpu import kernel_spec as K
 from eager.backends import row_ops
 from eager.tensor import Tensor, contiguous_strides, empty_cpu, empty_spec, from_array
@@ -156,7 +156,7 @@ def _plan(name, graph, tensors: list, numbers: tuple, dims: tuple, outputs: tupl
     try:
         rows, inner, offsets, strides, outer = rows_layout(operands, shapes, full, frozenset(dims),
                                                        squeezed)
-    except NotNative:
+    except CannotLower:
         return NUMPY
     classes = tuple(stride_class(s) for s in strides)
     columns = ()

@@ -8,7 +8,7 @@
     rest         the epilogue after that, as one elementwise graph
 
 `plan_gemm_node(body)` is a pure function of the body Graph (gemm_node.GemmNode runs
-what it returns); a body it cannot plan raises NotNative with the reason.
+what it returns); a body it cannot plan raises CannotLower with the reason.
 
 The store's steps must be consecutive nodes of the body, each the only reader of the
 one before. So it does not take a bias or residual made inside the body (such as a
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.backends.native.pointwise import NotNative
+from runtime.layout import CannotLower
 from runtime.cpu.gemm import DTYPES
 from ir.records import activations
 from ir.graph import Graph, GraphBuilder, Node, Value
@@ -75,20 +75,20 @@ class GemmNodePlan:
 
 
 def plan_gemm_node(body: Graph) -> GemmNodePlan:
-    """The plan of a fused gemm node's body; NotNative when it has other than one
+    """The plan of a fused gemm node's body; CannotLower when it has other than one
     product, a product of non-float values, or an output that is not the product's
     epilogue."""
     products = [n for n in body.nodes if n.op in (Op.MM, Op.BMM)]
     if len(products) != 1:
-        raise NotNative("a gemm kernel with other than one matrix product")
+        raise CannotLower("a gemm kernel with other than one matrix product")
     product = products[0]
     if any(v.type.dtype.name not in GEMM_DTYPES for v in product.input_values()):
-        raise NotNative(f"{product.outputs[0].type.dtype.name} matrix products")
+        raise CannotLower(f"{product.outputs[0].type.dtype.name} matrix products")
     index = body.nodes.index(product)
     before, after = body.nodes[:index], body.nodes[index + 1:]
     computed = {v for n in after for v in n.outputs} | {product.outputs[0]}
     if any(v not in computed for v in body.outputs):
-        raise NotNative("a gemm kernel whose outputs are not its product's epilogue")
+        raise CannotLower("a gemm kernel whose outputs are not its product's epilogue")
     users, producers = body.users(), body.producers()
     operands, transposes = _operands(body, product, users, producers)
     views = {v for v, flag in zip(product.input_values(), transposes) if flag}
