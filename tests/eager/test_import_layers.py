@@ -13,8 +13,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 LAYERS = [
     ("base: devices, argument checks, shape arithmetic, op records (no tensors yet)", [
-        "eager.device", "eager.arguments", "eager.shapes", "eager.records",
-        "eager._torch_tensor_names", "eager._torch_names", "eager._missing"]),
+        "eager._torch_tensor_names", "eager._torch_names", "eager._missing",
+        "eager.device", "eager.arguments", "eager.shapes", "eager.records"]),
     ("core: the dispatcher and profiler, Tensor and Storage, backends, factories", [
         "eager.dispatcher", "eager.profiler", "eager._C", "eager._formatting", "eager.tensor",
         "eager.backends", "eager.factories"]),
@@ -29,7 +29,8 @@ LAYERS = [
         "eager.autograd.kernels", "eager.autograd.engine", "eager.autograd.gradcheck",
         "eager.autograd"]),
     ("api: PyTorch's namespace and Tensor's op methods", [
-        "eager.indexing", "eager._tensor_methods", "eager.out_argument", "eager.functional",
+        "eager.type_info", "eager.indexing", "eager._tensor_methods", "eager.out_argument",
+        "eager.functional",
         "eager.derived",
         "eager.derived_shapes", "eager.derived_math",
         "eager.cuda",
