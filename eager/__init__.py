@@ -16,6 +16,8 @@ from eager import autograd as autograd
 from eager import _C, dispatcher, kernels, composite, _tensor_methods  # noqa: F401
 from eager import out_argument  # noqa: F401 - out= on every op
 from eager import profiler as profiler
+from eager import version as version
+from eager.torch_version import __version__  # "2.13.0+kiln.0.1.0": the API kiln follows
 from eager.autograd import (enable_grad, inference_mode, is_grad_enabled, no_grad,
                             set_grad_enabled)
 from eager.device import device, get_default_device
@@ -47,8 +49,6 @@ half = float16
 long = int64
 int = int32  # noqa: A001
 short = int16
-
-__version__ = "0.1.0"
 
 
 def is_tensor(obj) -> bool:

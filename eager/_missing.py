@@ -139,12 +139,13 @@ def _write() -> None:
     (ROOT / "eager" / "_torch_names.py").write_text(
         f'"""PyTorch {torch.__version__}\'s public names per namespace (written by '
         f'`python -m eager._missing`)."""\n# flake8: noqa\n'
-        f'from eager._torch_tensor_names import TENSOR_NAMES\n\nTORCH_VERSION = '
-        f'{torch.__version__!r}\nNAMES = {{\n{body},\n    "torch.Tensor": TENSOR_NAMES,\n}}\n')
+        f'from eager._torch_tensor_names import TENSOR_NAMES, TORCH_VERSION\n\n'
+        f'NAMES = {{\n{body},\n    "torch.Tensor": TENSOR_NAMES,\n}}\n')
     (ROOT / "eager" / "_torch_tensor_names.py").write_text(
-        f'"""PyTorch {torch.__version__}\'s public torch.Tensor names (written by '
-        f'`python -m eager._missing`; loaded by `import eager`, the rest of the table in '
+        f'"""PyTorch {torch.__version__}\'s version and public torch.Tensor names (written '
+        f'by `python -m eager._missing`; loaded by `import eager`, the rest of the table in '
         f'eager/_torch_names.py only at a missing name)."""\n# flake8: noqa\n'
+        f'TORCH_VERSION = {torch.__version__!r}\n'
         f'TENSOR_NAMES = frozenset({sorted(tensor)!r})\n')
     print(f"wrote eager/_torch_names.py and eager/_torch_tensor_names.py "
           f"({sum(map(len, names.values())) + len(tensor)} names)")

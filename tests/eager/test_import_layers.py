@@ -12,9 +12,10 @@ import pathlib
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 LAYERS = [
-    ("base: devices, argument checks, shape arithmetic, op records (no tensors yet)", [
+    ("base: PyTorch's names and version, devices, argument checks, shape arithmetic, op "
+     "records (no tensors yet)", [
         "eager._torch_tensor_names", "eager._torch_names", "eager._missing",
-        "eager.device", "eager.arguments", "eager.shapes", "eager.records"]),
+        "eager.torch_version", "eager.version", "eager.device", "eager.arguments", "eager.shapes", "eager.records"]),
     ("core: the dispatcher and profiler, Tensor and Storage, backends, factories", [
         "eager.dispatcher", "eager.profiler", "eager._C", "eager._formatting", "eager.tensor",
         "eager.backends", "eager.factories"]),
@@ -40,10 +41,15 @@ LAYERS = [
         "eager.nn.parameter", "eager.nn.init", "eager.nn._activations", "eager.nn._losses",
         "eager.nn._normalization", "eager.nn._convolution", "eager.nn.functional",
         "eager.nn.utils",
-        "eager.nn.modules.module", "eager.nn.modules.container", "eager.nn.modules.layers",
-        "eager.nn.modules.activation", "eager.nn.modules.conv", "eager.nn.modules.loss",
-        "eager.nn.modules.normalization",
-        "eager.nn.modules.recurrent", "eager.nn.modules.transformer",
+        "eager.nn.modules.utils", "eager.nn.modules.module", "eager.nn.modules.container",
+        "eager.nn.modules.layers", "eager.nn.modules.conv", "eager.nn.modules.loss",
+        "eager.nn.modules.normalization", "eager.nn.modules.recurrent",
+        "eager.nn.modules.transformer", "eager.nn.modules.activation",
+        # torch.nn.modules' names for the classes above, where PyTorch defines them
+        "eager.nn.modules.linear", "eager.nn.modules.batchnorm",
+        "eager.nn.modules.instancenorm", "eager.nn.modules.dropout", "eager.nn.modules.sparse",
+        "eager.nn.modules.flatten", "eager.nn.modules.rnn", "eager.nn.modules.pooling",
+        "eager.nn.modules.padding", "eager.nn.modules.fold", "eager.nn.modules.distance",
         "eager.nn.modules", "eager.nn.parallel.distributed", "eager.nn.parallel", "eager.nn",
         "eager.optim.optimizer", "eager.optim.sgd",
         "eager.optim.adam", "eager.optim.adaptive", "eager.optim.lr_scheduler", "eager.optim",
