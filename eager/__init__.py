@@ -60,7 +60,7 @@ def compile(fn=None, **options):  # noqa: A001 - PyTorch's name
     import compiler
     return compiler.compile(fn, **options)
 
-_SUBMODULES = ("nn", "optim", "utils", "cuda", "distributed", "testing", "serialization")
+_SUBMODULES = ("nn", "optim", "utils", "cuda", "distributed", "testing", "serialization", "hub")
 _FROM_MODULE = {"load": "eager.serialization", "save": "eager.serialization"}
 # PyTorch's names kiln lacks: NotSupportedYet (eager/_missing.py)
 _missing_name = _missing.module_getattr("torch", "eager")

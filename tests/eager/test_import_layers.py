@@ -53,7 +53,7 @@ LAYERS = [
         "eager.nn.modules", "eager.nn.parallel.distributed", "eager.nn.parallel", "eager.nn",
         "eager.optim.optimizer", "eager.optim.sgd",
         "eager.optim.adam", "eager.optim.adaptive", "eager.optim.lr_scheduler", "eager.optim",
-        "eager.utils.data.dataset", "eager.utils.data.sampler", "eager.utils.data.collate",
+        "eager.hub", "eager.utils.model_zoo", "eager.utils.data.dataset", "eager.utils.data.sampler", "eager.utils.data.collate",
         "eager.utils.data.worker", "eager.utils.data.dataloader", "eager.utils.data.distributed",
         "eager.utils.data",
         "eager.utils"]),
