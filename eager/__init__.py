@@ -14,6 +14,7 @@ import importlib
 from eager import _missing
 from eager import autograd as autograd
 from eager import _C, dispatcher, kernels, composite, _tensor_methods  # noqa: F401
+from eager._ops import ops
 from eager import out_argument  # noqa: F401 - out= on every op
 from eager import profiler as profiler
 from eager import version as version
@@ -60,7 +61,8 @@ def compile(fn=None, **options):  # noqa: A001 - PyTorch's name
     import compiler
     return compiler.compile(fn, **options)
 
-_SUBMODULES = ("nn", "optim", "utils", "cuda", "distributed", "testing", "serialization", "hub")
+_SUBMODULES = ("nn", "optim", "utils", "cuda", "distributed", "testing", "serialization", "hub",
+               "jit", "onnx", "fx", "compiler", "ao", "_custom_ops")
 _FROM_MODULE = {"load": "eager.serialization", "save": "eager.serialization"}
 # PyTorch's names kiln lacks: NotSupportedYet (eager/_missing.py)
 _missing_name = _missing.module_getattr("torch", "eager")

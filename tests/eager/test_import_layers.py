@@ -17,7 +17,7 @@ LAYERS = [
         "eager._torch_tensor_names", "eager._torch_names", "eager._missing",
         "eager.torch_version", "eager.version", "eager.device", "eager.arguments", "eager.shapes", "eager.records"]),
     ("core: the dispatcher and profiler, Tensor and Storage, backends, factories", [
-        "eager.dispatcher", "eager.profiler", "eager._C", "eager._formatting", "eager.tensor",
+        "eager.dispatcher", "eager._ops", "eager._custom_ops", "eager.profiler", "eager._C", "eager._formatting", "eager.tensor",
         "eager.backends", "eager.factories"]),
     ("kernels: op records, CPU and Meta kernels per op family, composite kernels", [
         "eager.kernels._common", "eager.kernels._erf", "eager.kernels.gradients",
@@ -53,7 +53,8 @@ LAYERS = [
         "eager.nn.modules", "eager.nn.parallel.distributed", "eager.nn.parallel", "eager.nn",
         "eager.optim.optimizer", "eager.optim.sgd",
         "eager.optim.adam", "eager.optim.adaptive", "eager.optim.lr_scheduler", "eager.optim",
-        "eager.hub", "eager.utils.model_zoo", "eager.utils.data.dataset", "eager.utils.data.sampler", "eager.utils.data.collate",
+        "eager.hub", "eager.utils.model_zoo", "eager.onnx", "eager.jit", "eager.fx",
+        "eager.compiler", "eager.ao.quantization", "eager.ao", "eager.utils.data.dataset", "eager.utils.data.sampler", "eager.utils.data.collate",
         "eager.utils.data.worker", "eager.utils.data.dataloader", "eager.utils.data.distributed",
         "eager.utils.data",
         "eager.utils"]),
