@@ -14,6 +14,8 @@ import os
 import threading
 import types
 
+from eager.arguments import refuse_dtype
+from ir.dtypes import DType
 from ir.ops import Op
 from ir.schema import FunctionSchema, parse_schema
 
@@ -448,10 +450,28 @@ def _entry(handle: OpHandle):
     else:
         def call(*args, **kwargs):
             return dispatch(args, kwargs)
+    if any(a.type.base == "ScalarType" for a in handle.schema.arguments):
+        call = _refusing_dtypes_without_kernels(handle, call)
     call.__name__ = handle.schema.name
     call.__qualname__ = handle.qualified_name
     call.handle = handle
     return call
+
+
+def _refusing_dtypes_without_kernels(handle: OpHandle, call):
+    """`call`, refusing first a dtype argument that kiln names but has no kernels for
+    (bfloat16, uint8, ...: NotSupportedYet naming it and the op). Only the few ops with
+    a ScalarType argument (sum, mean, softmax, _to_copy, ...) take this step."""
+    where = tuple((i, a.name) for i, a in enumerate(handle.schema.arguments)
+                  if a.type.base == "ScalarType")
+
+    def checked(*args, **kwargs):
+        for i, name in where:
+            dt = args[i] if i < len(args) else kwargs.get(name)
+            if dt.__class__ is DType and not dt.has_kernels:
+                refuse_dtype(handle.schema.name, dt)
+        return call(*args, **kwargs)
+    return checked
 
 
 def _entry_below(handle: OpHandle, below: DispatchKey):

@@ -225,6 +225,13 @@ class Tensor:
     def is_meta(self) -> bool:
         return self.device.type == "meta"
 
+    # PyTorch's predicates for devices kiln has no backend for, and for layouts it has not
+    # (kiln's tensors are dense and strided: not sparse, quantized, nested or mkldnn)
+    is_xpu = is_mps = is_ipu = is_mtia = is_xla = is_maia = is_vulkan = property(
+        lambda self: False)
+    is_sparse = is_sparse_csr = is_quantized = is_nested = is_mkldnn = property(
+        lambda self: False)
+
     def is_floating_point(self) -> bool:
         return self.dtype.is_floating_point
 

@@ -404,3 +404,22 @@ def test_importing_eager_does_not_load_multiprocessing():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_dataset_sampler_and_dataloader_are_generic_as_pytorchs():
+    """`class Images(Dataset[Tensor])` and `Sampler[int]` annotations, as libraries write."""
+    from eager.utils.data import Sampler
+
+    class Squares(Dataset[int]):
+        def __getitem__(self, i):
+            return i * i
+
+        def __len__(self):
+            return 4
+
+    assert Dataset[int] is not None and IterableDataset[str] is not None
+    assert Subset[int] is not None and Sampler[int] is not None and DataLoader[int] is not None
+    assert isinstance(Squares(), Dataset) and Squares()[3] == 9
+    assert list(SequentialSampler(range(3))) == [0, 1, 2]
+    assert issubclass(TensorDataset, Dataset) and isinstance(SequentialSampler([]), Sampler)
+    assert [int(b) for b in DataLoader(Squares(), batch_size=None)] == [0, 1, 4, 9]

@@ -4,6 +4,8 @@ eager.Generator); without one, each pass seeds a fresh generator from the defaul
 so eager.manual_seed makes the order repeat."""
 from __future__ import annotations
 
+from typing import Generic, TypeVar
+
 import numpy as np
 
 from eager import factories
@@ -22,7 +24,10 @@ def _count(name: str, value) -> int:
     return value
 
 
-class Sampler:
+T_co = TypeVar("T_co", covariant=True)
+
+
+class Sampler(Generic[T_co]):
     """The base: a sampler defines __iter__ (and __len__ where it knows it)."""
 
     def __init__(self, data_source=None):
@@ -32,7 +37,7 @@ class Sampler:
         raise NotImplementedError(f"{type(self).__name__} must define __iter__")
 
 
-class SequentialSampler(Sampler):
+class SequentialSampler(Sampler[int]):
     def __init__(self, data_source):
         self.data_source = data_source
 
@@ -43,7 +48,7 @@ class SequentialSampler(Sampler):
         return len(self.data_source)
 
 
-class RandomSampler(Sampler):
+class RandomSampler(Sampler[int]):
     """A permutation of the indices; with `replacement`, `num_samples` draws."""
 
     def __init__(self, data_source, replacement: bool = False, num_samples: int | None = None,
@@ -72,7 +77,7 @@ class RandomSampler(Sampler):
         return self.num_samples
 
 
-class SubsetRandomSampler(Sampler):
+class SubsetRandomSampler(Sampler[int]):
     """The given indices in a random order."""
 
     def __init__(self, indices, generator=None):
@@ -86,7 +91,7 @@ class SubsetRandomSampler(Sampler):
         return len(self.indices)
 
 
-class WeightedRandomSampler(Sampler):
+class WeightedRandomSampler(Sampler[int]):
     """`num_samples` indices drawn with probabilities proportional to `weights`."""
 
     def __init__(self, weights, num_samples: int, replacement: bool = True, generator=None):
@@ -118,7 +123,7 @@ class WeightedRandomSampler(Sampler):
         return self.num_samples
 
 
-class BatchSampler(Sampler):
+class BatchSampler(Sampler[list[int]]):
     """Lists of `batch_size` indices from `sampler`; the last one shorter unless
     `drop_last`."""
 
