@@ -109,8 +109,13 @@ class SavedTensor:
     __slots__ = ("tensor", "version", "is_output", "__weakref__")
 
     def __init__(self, tensor, is_output: bool):
-        # an output is kept without its grad_fn (that is the saving node: a cycle)
-        self.tensor = _alias(tensor) if is_output else tensor
+        # an output is kept without its grad_fn (that is the saving node: a cycle), with
+        # its place among the node's outputs (an autograd.Function may save any of them)
+        if is_output:
+            self.tensor = _alias(tensor)
+            self.tensor.output_nr = tensor.output_nr
+        else:
+            self.tensor = tensor
         self.version = tensor._storage.version
         self.is_output = is_output
         if tensor._lazy is not None:  # capture: the version is known once it materialises
@@ -124,6 +129,7 @@ class SavedTensor:
         if self.is_output and node is not None:
             t = t.detach() if t._lazy is not None else detach(t)  # under capture: an op
             t.grad_fn = node
+            t.output_nr = self.tensor.output_nr
             t._set_requires_grad(True)
         return t
 
@@ -276,3 +282,4 @@ def retain_grad(tensor) -> None:
     keep._retains_grad = True
     tensor.grad_fn.register_prehook(tensor.output_nr, keep)
     tensor._retains_grad = True
+

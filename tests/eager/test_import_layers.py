@@ -27,7 +27,7 @@ LAYERS = [
     ("autograd: grad mode, nodes, derivative rules, Autograd kernels, the engine", [
         "eager.autograd.grad_mode", "eager.autograd.function", "eager.autograd.derivatives",
         "eager.autograd.kernels", "eager.autograd.engine", "eager.autograd.gradcheck",
-        "eager.autograd"]),
+        "eager.autograd.custom_function", "eager.autograd"]),
     ("api: PyTorch's namespace and Tensor's op methods", [
         "eager.indexing", "eager._tensor_methods", "eager.out_argument", "eager.functional",
         "eager.derived",
