@@ -1,6 +1,7 @@
 """Reverse-mode automatic differentiation: backward nodes, the engine, grad mode, the
 derivative table and gradcheck."""
 from eager import _missing
+from eager.autograd import graph as graph
 from eager.autograd import kernels as _kernels  # noqa: F401 - registers the Autograd kernels
 from eager.autograd.engine import backward, grad
 from eager.autograd.custom_function import Function, FunctionCtx, once_differentiable

@@ -27,7 +27,7 @@ LAYERS = [
     ("autograd: grad mode, nodes, derivative rules, Autograd kernels, the engine", [
         "eager.autograd.grad_mode", "eager.autograd.function", "eager.autograd.derivatives",
         "eager.autograd.kernels", "eager.autograd.engine", "eager.autograd.gradcheck",
-        "eager.autograd.custom_function", "eager.autograd"]),
+        "eager.autograd.custom_function", "eager.autograd.graph", "eager.autograd"]),
     ("api: PyTorch's namespace and Tensor's op methods", [
         "eager.indexing", "eager._tensor_methods", "eager.out_argument", "eager.functional",
         "eager.derived",
@@ -48,7 +48,7 @@ LAYERS = [
         "eager.optim.adam", "eager.optim.adaptive", "eager.optim.lr_scheduler", "eager.optim",
         "eager.utils.data.dataset", "eager.utils.data.sampler", "eager.utils.data.collate",
         "eager.utils.data.worker", "eager.utils.data.dataloader", "eager.utils.data.distributed",
-        "eager.utils.data",
+        "eager.utils.data", "eager.utils._pytree", "eager.utils.checkpoint",
         "eager.utils"]),
     ("the package, its walkthrough and the torch alias", ["eager", "eager.tour",
                                                            "eager.alias"]),
