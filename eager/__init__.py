@@ -6,7 +6,8 @@ The modules read in layers, bottom-up: docs/ARCHITECTURE.md, "eager, layer by la
 
 What a script may not use is imported on first use (module __getattr__ below):
 `eager.nn`, `eager.optim`, `eager.utils`, `eager.cuda`, `eager.distributed`, `eager.testing`,
-`eager.serialization` and its `eager.save` / `eager.load` are module attributes all the same.
+`eager.library`, `eager.distributions`, `eager.serialization` and its `eager.save` /
+`eager.load` are module attributes all the same; so is `eager.ops` (torch.ops).
 """
 # ruff: noqa: F401 - this module's imports are its public names
 import importlib
@@ -57,8 +58,10 @@ def compile(fn=None, **options):  # noqa: A001 - PyTorch's name
     import compiler
     return compiler.compile(fn, **options)
 
-_SUBMODULES = ("nn", "optim", "utils", "cuda", "distributed", "testing", "serialization")
-_FROM_MODULE = {"load": "eager.serialization", "save": "eager.serialization"}
+_SUBMODULES = ("nn", "optim", "utils", "cuda", "distributed", "testing", "serialization",
+               "library", "distributions")
+_FROM_MODULE = {"load": "eager.serialization", "save": "eager.serialization",
+                "ops": "eager.tensor"}
 # PyTorch's names kiln lacks: NotSupportedYet (eager/_missing.py)
 _missing_name = _missing.module_getattr("torch", "eager")
 _missing.stand_in_for_lacking_tensor_names(Tensor)  # after every module adding methods

@@ -595,6 +595,8 @@ def _first_use(name: str):
     try:
         entry = dispatcher.find(name).entry
     except KeyError:
+        if dispatcher.has_namespace(name):  # ops.mylib, ops.aten: not kept (ops come later)
+            return dispatcher.OpNamespace(name)
         raise AttributeError(f"eager.ops has no operator named {name!r}") from None
     setattr(ops, name, entry)
     return entry

@@ -33,7 +33,7 @@ LAYERS = [
         "eager.derived",
         "eager.derived_shapes", "eager.derived_math",
         "eager.cuda",
-        "eager.serialization", "eager.testing"]),
+        "eager.serialization", "eager.testing", "eager.library"]),
     ("libraries: distributed, nn, optim and utils.data", [
         "eager.distributed.process_group", "eager.distributed.collectives", "eager.distributed",
         "eager.nn.parameter", "eager.nn.init", "eager.nn._activations", "eager.nn._losses",
