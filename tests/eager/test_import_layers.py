@@ -34,7 +34,7 @@ LAYERS = [
         "eager.derived_shapes", "eager.derived_math",
         "eager.cuda",
         "eager.serialization", "eager.testing", "eager.library"]),
-    ("libraries: distributed, nn, optim and utils.data", [
+    ("libraries: distributed, nn, optim, utils and distributions", [
         "eager.distributed.process_group", "eager.distributed.collectives", "eager.distributed",
         "eager.nn.parameter", "eager.nn.init", "eager.nn._activations", "eager.nn._losses",
         "eager.nn._normalization", "eager.nn._convolution", "eager.nn.functional",
@@ -49,7 +49,13 @@ LAYERS = [
         "eager.utils.data.dataset", "eager.utils.data.sampler", "eager.utils.data.collate",
         "eager.utils.data.worker", "eager.utils.data.dataloader", "eager.utils.data.distributed",
         "eager.utils.data", "eager.utils._pytree", "eager.utils.checkpoint",
-        "eager.utils"]),
+        "eager.utils",
+        "eager.distributions.utils", "eager.distributions.constraints",
+        "eager.distributions.distribution", "eager.distributions._linalg",
+        "eager.distributions.normal", "eager.distributions.uniform",
+        "eager.distributions.bernoulli", "eager.distributions.categorical",
+        "eager.distributions.multivariate_normal", "eager.distributions.independent",
+        "eager.distributions.kl", "eager.distributions"]),
     ("the package, its walkthrough and the torch alias", ["eager", "eager.tour",
                                                            "eager.alias"]),
 ]
