@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import collections.abc
 import inspect
-import types
 import typing
+from types import UnionType
 
 from eager.autograd import Function
 from eager.dispatcher import BACKEND_KEYS, DispatchKey, OpHandle, find, undefine
@@ -103,11 +103,11 @@ def define(qualname: str, schema: str, *, lib: Library | None = None, tags=()) -
     (lib or Library(ns, "FRAGMENT")).define(name + schema, tags=tags)
 
 
-def impl(qualname, types_, func=None, *, lib: Library | None = None):
+def impl(qualname, types, func=None, *, lib: Library | None = None):
     """Register `func` for a device type ("cpu"), a list of them or a dispatch key name;
     a decorator when `func` is not given."""
     def register(fn):
-        for kind in [types_] if isinstance(types_, str) else types_:
+        for kind in [types] if isinstance(types, str) else types:
             for key in _keys(kind):
                 _handle(qualname).register(key, fn)
         return fn
@@ -118,7 +118,7 @@ def register_kernel(op, device_types, func=None, *, lib: Library | None = None):
     return impl(op, device_types, func, lib=lib)
 
 
-def register_fake(op, func=None, *, lib: Library | None = None, _stacklevel: int = 1):
+def register_fake(op, func=None, *, lib: Library | None = None):
     """The op's fake kernel: shapes and dtypes from meta tensors (kiln's Meta key)."""
     return impl(op, "Meta", func, lib=lib)
 
@@ -224,7 +224,7 @@ def _schema_type(annotation) -> str | None:
     """`Tensor` -> "Tensor", `int | None` -> "SymInt?", `list[Tensor | None]` ->
     "Tensor?[]"; None for a type a schema cannot say."""
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if origin in (typing.Union, types.UnionType):
+    if origin in (typing.Union, UnionType):
         rest = [a for a in args if a is not type(None)]
         inner = _schema_type(rest[0]) if len(rest) == 1 < len(args) else None
         return None if inner is None else inner + "?"

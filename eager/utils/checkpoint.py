@@ -159,7 +159,7 @@ class CheckpointFunction(Function):
         ctx.rng = get_rng_state() if preserve_rng_state else None
         if not any(isinstance(a, Tensor) and a.requires_grad for a in args):
             warnings.warn("None of the inputs have requires_grad=True. Gradients will be None",
-                          stacklevel=4)
+                          stacklevel=2)
         ctx.others = [None if isinstance(a, Tensor) else a for a in args]
         ctx.save_for_backward(*(a for a in args if isinstance(a, Tensor)))
         return run_function(*args)
