@@ -6,7 +6,8 @@ The modules read in layers, bottom-up: docs/ARCHITECTURE.md, "eager, layer by la
 
 What a script may not use is imported on first use (module __getattr__ below):
 `eager.nn`, `eager.optim`, `eager.utils`, `eager.cuda`, `eager.distributed`, `eager.testing`,
-`eager.serialization` and its `eager.save` / `eager.load` are module attributes all the same.
+`eager.library`, `eager.distributions`, `eager.serialization` and its `eager.save` /
+`eager.load` are module attributes all the same; so is `eager.ops` (torch.ops).
 """
 # ruff: noqa: F401 - this module's imports are its public names
 import importlib
@@ -62,7 +63,8 @@ def compile(fn=None, **options):  # noqa: A001 - PyTorch's name
     return compiler.compile(fn, **options)
 
 _SUBMODULES = ("nn", "optim", "utils", "cuda", "distributed", "testing", "serialization", "hub",
-               "jit", "onnx", "fx", "compiler", "ao", "_custom_ops")
+               "jit", "onnx", "fx", "compiler", "ao", "_custom_ops", "library",
+               "distributions")
 _FROM_MODULE = {"load": "eager.serialization", "save": "eager.serialization"}
 # PyTorch's names kiln lacks: NotSupportedYet (eager/_missing.py)
 _missing_name = _missing.module_getattr("torch", "eager")

@@ -591,6 +591,48 @@ def find(name: str) -> OpHandle:
         raise KeyError(f"no operator named {name!r} is defined") from None
 
 
+class OpNamespace:
+    """`ops.mylib`: one namespace's operators by name, `ops.mylib.foo(x)` (PyTorch's
+    torch.ops.<namespace>); `ops.mylib.foo.default` and `ops.aten.add.Tensor` are the
+    overloads' handles."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"eager.ops.{self.name}"
+
+    def __getattr__(self, op: str) -> OpPacket:
+        try:
+            return OpPacket(find(f"{self.name}::{op}"))
+        except KeyError:
+            raise AttributeError(f"'_OpNamespace' '{self.name}' object has no attribute "
+                                 f"'{op}'") from None
+
+
+class OpPacket:
+    """An operator with its overloads: called, the default one runs."""
+
+    def __init__(self, handle: OpHandle):
+        self._handle = handle
+        self.__name__ = handle.schema.name
+
+    def __repr__(self) -> str:
+        return self._handle.name.replace("::", ".")
+
+    def __call__(self, *args, **kwargs):
+        return self._handle(*args, **kwargs)
+
+    def __getattr__(self, overload: str) -> OpHandle:
+        if overload == "default":
+            return self._handle
+        try:
+            return find(f"{self._handle.name}.{overload}")
+        except KeyError:
+            raise AttributeError(f"The underlying op of '{self}' has no overload name "
+                                 f"'{overload}'") from None
+
+
 def impl(name: str | Op | OpHandle, key: DispatchKey | str):
     """Decorator registering a kernel: `@impl("mm", "CPU") def mm_cpu(self, mat2): ...`"""
     if isinstance(key, str):

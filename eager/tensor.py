@@ -135,6 +135,22 @@ def whole_step(call, what: str, nulls_grads_of=(), tensors=()):
     return call(*tensors) if hook is None else hook(call, what, nulls_grads_of, tensors)
 
 
+_break_hook = None  # while graph capture runs: see run_eagerly
+
+
+def set_break_hook(hook) -> None:
+    global _break_hook
+    _break_hook = hook
+
+
+def run_eagerly(call, why: str):
+    """Run `call()` eagerly: while a capture runs, compiler/capture.py's hook ends the
+    pending region there (a graph break explain() lists, `why` its reason) and runs
+    `call` outside capture (an autograd.Function: its backward is the user's Python)."""
+    hook = _break_hook
+    return call() if hook is None else hook(call, why)
+
+
 _reading = threading.local()
 
 

@@ -28,15 +28,15 @@ LAYERS = [
     ("autograd: grad mode, nodes, derivative rules, Autograd kernels, the engine", [
         "eager.autograd.grad_mode", "eager.autograd.function", "eager.autograd.derivatives",
         "eager.autograd.kernels", "eager.autograd.engine", "eager.autograd.gradcheck",
-        "eager.autograd"]),
+        "eager.autograd.custom_function", "eager.autograd.graph", "eager.autograd"]),
     ("api: PyTorch's namespace and Tensor's op methods", [
         "eager.type_info", "eager.indexing", "eager._tensor_methods", "eager.out_argument",
         "eager.functional",
         "eager.derived",
         "eager.derived_shapes", "eager.derived_math",
         "eager.cuda",
-        "eager.serialization", "eager.testing"]),
-    ("libraries: distributed, nn, optim and utils.data", [
+        "eager.serialization", "eager.testing", "eager.library"]),
+    ("libraries: distributed, nn, optim, utils and distributions", [
         "eager.distributed.process_group", "eager.distributed.collectives", "eager.distributed",
         "eager.nn.parameter", "eager.nn.init", "eager.nn._activations", "eager.nn._losses",
         "eager.nn._normalization", "eager.nn._convolution", "eager.nn.functional",
@@ -56,8 +56,14 @@ LAYERS = [
         "eager.hub", "eager.utils.model_zoo", "eager.onnx", "eager.jit", "eager.fx",
         "eager.compiler", "eager.ao.quantization", "eager.ao", "eager.utils.data.dataset", "eager.utils.data.sampler", "eager.utils.data.collate",
         "eager.utils.data.worker", "eager.utils.data.dataloader", "eager.utils.data.distributed",
-        "eager.utils.data",
-        "eager.utils"]),
+        "eager.utils.data", "eager.utils._pytree", "eager.utils.checkpoint",
+        "eager.utils",
+        "eager.distributions.utils", "eager.distributions.constraints",
+        "eager.distributions.distribution", "eager.distributions._linalg",
+        "eager.distributions.normal", "eager.distributions.uniform",
+        "eager.distributions.bernoulli", "eager.distributions.categorical",
+        "eager.distributions.multivariate_normal", "eager.distributions.independent",
+        "eager.distributions.kl", "eager.distributions"]),
     ("the package, its walkthrough and the torch alias", ["eager", "eager.tour",
                                                            "eager.alias"]),
 ]
