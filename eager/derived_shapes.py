@@ -1,7 +1,8 @@
 """More ops written in other ops (see eager/derived.py): shape and layout functions,
 joins, in-place spellings and tensor constructors of an existing tensor.
 
-    repeat, tile, repeat_interleave   expand + reshape (a copy, gradients summed back)
+    repeat, tile, repeat_interleave   expand, clone, view: always a new tensor, as PyTorch's
+                                      (gradients summed back by expand's rule)
     narrow, movedim/moveaxis, swapaxes/swapdims, unflatten, ravel, broadcast_to
     hstack, vstack, dstack, column_stack, concatenate, atleast_1d/2d/3d, meshgrid,
     cartesian_prod
@@ -12,6 +13,7 @@ joins, in-place spellings and tensor constructors of an existing tensor.
 from __future__ import annotations
 
 from eager import derived, factories
+from eager.composite import copied_as
 from eager.arguments import int_arg, int_list
 from ir import dtypes
 from eager.shapes import wrap_dim
@@ -31,7 +33,9 @@ def repeat(input: Tensor, *sizes) -> Tensor:
     shape = [1] * (len(sizes) - input.dim()) + list(input.shape)
     spread = input.reshape([d for s in shape for d in (1, s)])
     expanded = ops.expand(spread, [d for r, s in zip(sizes, shape) for d in (r, s)])
-    return expanded.reshape([r * s for r, s in zip(sizes, shape)])
+    # copied: a reshape would be a view where it can (stride 0 where a dim repeats, of the
+    # input itself where none does), refusing an in-place op or writing into the input
+    return copied_as(expanded, [r * s for r, s in zip(sizes, shape)])
 
 
 def tile(input: Tensor, dims) -> Tensor:
@@ -62,7 +66,7 @@ def repeat_interleave(input: Tensor, repeats, dim: int | None = None, *,
     shape = list(x.shape)
     spread = ops.unsqueeze(x, d + 1)
     expanded = ops.expand(spread, shape[:d + 1] + [count] + shape[d + 1:])
-    return expanded.reshape(shape[:d] + [shape[d] * count] + shape[d + 1:])
+    return copied_as(expanded, shape[:d] + [shape[d] * count] + shape[d + 1:])
 
 
 def narrow(input: Tensor, dim: int, start: int, length: int) -> Tensor:
