@@ -14,6 +14,8 @@ from eager.backends import backend_for
 from eager.device import as_device
 from eager.dispatcher import ATEN
 from eager.factories import ones, tensor, zeros
+from eager.functional import result_type
+from eager.kernels._common import check_castable
 from eager.records import named
 from eager.tensor import Tensor, ops, whole_step
 from ir import dtypes
@@ -150,9 +152,27 @@ def _pos(self):
 
 
 def _invert(self):
-    if self.dtype.name != "bool":
-        raise TypeError("~ is only supported on bool tensors in kiln")
-    return ops.eq(self, False)
+    if self.dtype.is_floating_point:
+        raise TypeError("~ (operator.invert) is only implemented on integer and Boolean-type "
+                        "tensors")
+    return ops.bitwise_not(self)
+
+
+def _reflected(fn):
+    def reflected(self, other):
+        return fn(other, self)
+    return reflected
+
+
+def _written_back(name: str, fn):
+    """`t.bitwise_and_(u)`, `t &= u`: the result written into `t`, as PyTorch's in-place
+    ops write it (a type `t` cannot hold is refused)."""
+    def inplace(self, *args):
+        if args:
+            check_castable(result_type(self, args[0]), self.dtype)
+        return ops.copy_(self, fn(self, *args))
+    inplace.__name__ = name
+    return inplace
 
 
 def _iadd(self, other):
@@ -169,10 +189,6 @@ def _imul(self, other):
 
 def _idiv(self, other):
     return ops.div_(self, other)
-
-
-def _and(self, other):
-    return ops.logical_and(self, other)
 
 
 def _eq(self, other):
@@ -311,7 +327,10 @@ _METHODS = {
     "__pow__": ATEN[Op.POW].entry, "__rpow__": _rpow,
     "__matmul__": ATEN[Op.MATMUL].entry, "__rmatmul__": _rmatmul,
     "__neg__": ATEN[Op.NEG].entry, "__pos__": _pos, "__abs__": ATEN[Op.ABS].entry,
-    "__invert__": _invert, "__and__": _and,
+    "__invert__": _invert,
+    "__and__": ATEN[Op.BITWISE_AND].entry, "__rand__": _reflected(ops.bitwise_and),
+    "__or__": ATEN[Op.BITWISE_OR].entry, "__ror__": _reflected(ops.bitwise_or),
+    "__xor__": ATEN[Op.BITWISE_XOR].entry, "__rxor__": _reflected(ops.bitwise_xor),
     "__lt__": ATEN[Op.LT].entry, "__le__": ATEN[Op.LE].entry, "__gt__": ATEN[Op.GT].entry,
     "__ge__": ATEN[Op.GE].entry, "__eq__": _eq, "__ne__": _ne,
     "__iadd__": _iadd, "__isub__": _isub, "__imul__": _imul, "__itruediv__": _idiv,
@@ -321,6 +340,11 @@ _METHODS = {
     "nonzero": indexing.nonzero, "index_put": indexing.index_put,
     "index_put_": indexing.index_put_,
 }
+for _name, _op in (("and", Op.BITWISE_AND), ("or", Op.BITWISE_OR), ("xor", Op.BITWISE_XOR),
+                  ("not", Op.BITWISE_NOT)):
+    _METHODS[f"bitwise_{_name}_"] = _written_back(f"bitwise_{_name}_", ATEN[_op].entry)
+    if _name != "not":
+        _METHODS[f"__i{_name}__"] = _METHODS[f"bitwise_{_name}_"]
 for _name, _fn in _METHODS.items():
     setattr(Tensor, _name, _fn)
 Tensor.T = property(_T)

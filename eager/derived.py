@@ -8,7 +8,7 @@ run on every device those ops run on, and graph capture sees the same ops.
     isclose, allclose,  PyTorch's closeness test |a - b| <= atol + rtol |b| (equal infs
     equal               close, NaNs only with equal_nan); equal: same shape and values
     all, any            counts of zeros and non-zeros
-    logical_not/or/xor  comparisons with zero and logical_and (|, ^ on bool tensors)
+    logical_not/or/xor  comparisons with zero and logical_and
     lerp                start + weight (end - start)
     sort, argsort,      the order found on the host (numpy's stable argsort), moved to
     topk, kthvalue      the input's device; values are gather(input, dim, indices), so
@@ -185,18 +185,6 @@ def logical_xor(input: Tensor, other) -> Tensor:
     return (input != 0) != (other != 0)
 
 
-def _or(self: Tensor, other) -> Tensor:
-    if self.dtype != dtypes.bool_:
-        raise TypeError("| is only supported on bool tensors in kiln")
-    return logical_or(self, other)
-
-
-def _xor(self: Tensor, other) -> Tensor:
-    if self.dtype != dtypes.bool_:
-        raise TypeError("^ is only supported on bool tensors in kiln")
-    return logical_xor(self, other)
-
-
 def lerp(input: Tensor, end: Tensor, weight) -> Tensor:
     return input + weight * (end - input)
 
@@ -301,5 +289,3 @@ FUNCTIONS = ["tril", "triu", "flip", "fliplr", "flipud", "roll", "unbind", "iscl
 
 for _name in FUNCTIONS:
     setattr(Tensor, _name, globals()[_name])
-Tensor.__or__ = Tensor.__ror__ = _or
-Tensor.__xor__ = Tensor.__rxor__ = _xor

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from eager.kernels._common import promote, scalar_value
+from eager.kernels._common import integral_only, promote, scalar_value
 from eager.kernels._erf import erf
 from eager.kernels.gradients import sum_to
 from eager.records import Pointwise, declare
@@ -177,6 +177,11 @@ EXPM1 = declare(Op.EXPM1, function=True, method=True, pointwise=_math("expm1", n
 @EXPM1.derivative("Expm1Backward0", "self", save="result")
 def _(ctx, g):
     return g * (ctx.result + 1)
+
+
+BITWISE_NOT = declare(Op.BITWISE_NOT, function=True, method=True, differentiable=False,
+                      pointwise=Pointwise("same", np.invert, emit=lambda E, x: E.not_(x),
+                                          check=integral_only("bitwise_not_cpu"), quiet=True))
 
 
 def _relu6_of_x_plus_3(E, x):
