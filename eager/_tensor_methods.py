@@ -14,10 +14,9 @@ from eager.backends import backend_for
 from eager.device import as_device
 from eager.dispatcher import ATEN
 from eager.factories import ones, tensor, zeros
-from eager.functional import result_type
-from eager.kernels._common import check_castable
+from eager.kernels._common import check_castable, promote
 from eager.records import named
-from eager.tensor import Tensor, ops, whole_step
+from eager.tensor import Tensor, ops, whole_step, wrap_scalar
 from ir import dtypes
 from ir.dtypes import DType
 from ir.ops import Op
@@ -165,12 +164,16 @@ def _reflected(fn):
 
 
 def _written_back(name: str, fn):
-    """`t.bitwise_and_(u)`, `t &= u`: the result written into `t`, as PyTorch's in-place
-    ops write it (a type `t` cannot hold is refused)."""
+    """`t.bitwise_and_(u)`, `t &= u`, `t.erfinv_()`: the result written into `t`, as
+    PyTorch's in-place ops write it (a type `t` cannot hold is refused); autograd records
+    the copy."""
     def inplace(self, *args):
-        if args:
-            check_castable(result_type(self, args[0]), self.dtype)
-        return ops.copy_(self, fn(self, *args))
+        if args:  # before the op's own checks, as PyTorch checks
+            other = args[0] if isinstance(args[0], Tensor) else wrap_scalar(args[0])
+            check_castable(promote(self, other), self.dtype)
+        out = fn(self, *args)
+        check_castable(out.dtype, self.dtype)
+        return ops.copy_(self, out)
     inplace.__name__ = name
     return inplace
 
@@ -345,6 +348,7 @@ for _name, _op in (("and", Op.BITWISE_AND), ("or", Op.BITWISE_OR), ("xor", Op.BI
     _METHODS[f"bitwise_{_name}_"] = _written_back(f"bitwise_{_name}_", ATEN[_op].entry)
     if _name != "not":
         _METHODS[f"__i{_name}__"] = _METHODS[f"bitwise_{_name}_"]
+_METHODS["erfinv_"] = _written_back("erfinv_", ATEN[Op.ERFINV].entry)
 for _name, _fn in _METHODS.items():
     setattr(Tensor, _name, _fn)
 Tensor.T = property(_T)

@@ -8,7 +8,8 @@ joins, in-place spellings and tensor constructors of an existing tensor.
     cartesian_prod
     masked_fill_, tril_, triu_, uniform_, normal_    the out-of-place op copied in (autograd
                                                      records the copy, as PyTorch's in-place op)
-    type_as, new_full, new_empty, nelement, ndimension, is_cpu, clip, clamp_min/max, square
+    type_as, new_full, new_empty, nelement, ndimension, is_cpu, clip, clamp_min/max, square,
+    is_floating_point
 """
 from __future__ import annotations
 
@@ -228,13 +229,17 @@ def new_empty(self: Tensor, *size, dtype=None, device=None, requires_grad: bool 
                            device=device or self.device, requires_grad=requires_grad)
 
 
+def is_floating_point(input: Tensor) -> bool:
+    return input.dtype.is_floating_point
+
+
 def clip(input: Tensor, min=None, max=None) -> Tensor:  # noqa: A002
     return ops.clamp(input, min, max)
 
 
 FUNCTIONS = ["repeat_interleave", "narrow", "movedim", "unflatten", "ravel", "broadcast_to",
              "tile", "clip", "atleast_1d", "atleast_2d", "atleast_3d", "hstack", "vstack",
-             "dstack", "column_stack", "meshgrid", "cartesian_prod"]
+             "dstack", "column_stack", "meshgrid", "cartesian_prod", "is_floating_point"]
 """eager.<name>; those taking a tensor first are Tensor methods too."""
 __all__ = list(FUNCTIONS)
 METHODS = {"repeat": repeat, "tile": tile, "repeat_interleave": repeat_interleave,

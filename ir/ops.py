@@ -32,6 +32,7 @@ class Op(enum.Enum):
     HARDSWISH = "hardswish" + _UNARY
     HARDSIGMOID = "hardsigmoid" + _UNARY
     ERF = "erf" + _UNARY
+    ERFINV = "erfinv" + _UNARY
     LOG1P = "log1p" + _UNARY
     EXPM1 = "expm1" + _UNARY
     BITWISE_NOT = "bitwise_not" + _UNARY

@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from eager.kernels._common import integral_only, promote, scalar_value
-from eager.kernels._erf import erf
+from eager.kernels._erf import emit_erfinv, erf, erfinv
 from eager.kernels.gradients import sum_to
 from eager.records import Pointwise, declare
 from eager.tensor import ops, wrap_scalar
@@ -161,6 +161,15 @@ ERF = declare(Op.ERF, function=True, method=True, pointwise=_math("erf", erf))
 def _(ctx, g):
     x = ctx.self
     return g * (2 / math.sqrt(math.pi)) * ops.exp(ops.neg(x * x))
+
+
+ERFINV = declare(Op.ERFINV, function=True, method=True, pointwise=Pointwise(
+    "float", erfinv, emit=emit_erfinv, float_math=True))
+
+
+@ERFINV.derivative("ErfinvBackward0", "self", save="result")
+def _(ctx, g):
+    return g * (math.sqrt(math.pi) / 2) * ops.exp(ctx.result * ctx.result)
 
 
 LOG1P = declare(Op.LOG1P, function=True, method=True, pointwise=_math("log1p", np.log1p))

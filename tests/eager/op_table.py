@@ -3,6 +3,7 @@ over awkward shapes (0-sized dims, size-1 dims, primes, broadcasting, 0-d tensor
 The views, copies, indexing and in-place ops are in op_table_shape.py."""
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -17,6 +18,20 @@ BINARY_SHAPES = [((3, 5), (3, 5)), ((3, 5), (5,)), ((3, 1), (1, 5)), ((), (2, 3)
                  ((5, 1, 1), (1, 3, 2)), ((1,), ())]
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+@functools.partial(np.vectorize, otypes=[np.float64])
+def _erfinv(y: float) -> float:
+    """Bisection on math.erf: independent of the kernel's rational guess and Newton steps."""
+    if not -1.0 <= y <= 1.0:
+        return math.nan
+    if abs(y) == 1.0:
+        return math.copysign(math.inf, y)
+    lo, hi = -6.0, 6.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if math.erf(mid) < y else (lo, mid)
+    return (lo + hi) / 2
 
 
 def _axis(x, dim):
@@ -126,6 +141,7 @@ ELEMENTWISE = [
     unary("erf", Op.ERF, _erf),
     unary("log1p", Op.LOG1P, np.log1p),
     unary("expm1", Op.EXPM1, np.expm1),
+    unary("erfinv", Op.ERFINV, _erfinv),
     OpCase("bitwise_not", (Op.BITWISE_NOT,), lambda lib, x: lib.bitwise_not(x), np.invert,
            unary_samples(), INTS + ("bool",)),
     unary("silu", Op.SILU, lambda x: x * _sigmoid(x), FLOATS,

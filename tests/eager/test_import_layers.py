@@ -31,7 +31,7 @@ LAYERS = [
     ("api: PyTorch's namespace and Tensor's op methods", [
         "eager.indexing", "eager._tensor_methods", "eager.out_argument", "eager.functional",
         "eager.derived",
-        "eager.derived_shapes", "eager.derived_math",
+        "eager.derived_shapes", "eager.memory_formats", "eager.derived_math",
         "eager.cuda",
         "eager.serialization", "eager.testing"]),
     ("libraries: distributed, nn, optim and utils.data", [
