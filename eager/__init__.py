@@ -60,7 +60,8 @@ def compile(fn=None, **options):  # noqa: A001 - PyTorch's name
     return compiler.compile(fn, **options)
 
 _SUBMODULES = ("nn", "optim", "utils", "cuda", "distributed", "testing", "serialization")
-_FROM_MODULE = {"load": "eager.serialization", "save": "eager.serialization"}
+_FROM_MODULE = {"load": "eager.serialization", "save": "eager.serialization",
+                "pixel_shuffle": "eager.nn.functional", "pixel_unshuffle": "eager.nn.functional"}
 # PyTorch's names kiln lacks: NotSupportedYet (eager/_missing.py)
 _missing_name = _missing.module_getattr("torch", "eager")
 _missing.stand_in_for_lacking_tensor_names(Tensor)  # after every module adding methods

@@ -23,6 +23,7 @@ from eager.nn._losses import *  # noqa: E402,F401,F403 - F's other losses
 from eager.nn._normalization import *  # noqa: E402,F401,F403 - norms, channel dropout, pad
 from eager.nn._normalization import dropped  # noqa: E402
 from eager.nn._convolution import *  # noqa: E402,F401,F403 - convolutions and pools
+from eager.nn._sampling import *  # noqa: E402,F401,F403 - pixel shuffle, interpolate, grid_sample
 
 
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
