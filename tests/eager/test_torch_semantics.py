@@ -2,6 +2,9 @@
 transformers) rely on, each compared with PyTorch: copies where PyTorch copies, dtype
 promotion of the bitwise operators, membership and isin, and the smaller Tensor
 methods."""
+import contextlib
+import warnings
+
 import numpy as np
 import pytest
 
@@ -156,3 +159,47 @@ def test_erfinv_and_its_in_place_form_match_pytorch_with_gradients():
     y.erfinv_()
     y.sum().backward()
     np.testing.assert_allclose(w.grad.numpy(), tx.grad.numpy() / 2, rtol=1e-10)
+
+
+# indexing with ranges and lists -----------------------------------------------------------
+INDICES = {
+    "range": range(3), "stepped-range": range(0, 4, 2), "empty-range": range(0),
+    "range-on-dim-1": (slice(None), range(2)), "two-ranges": (range(2), range(1, 3)),
+    "list": [0, 2], "repeated-list-on-dim-1": (slice(None), [1, 1]), "negative-list": [-1, 0],
+    "empty-list": [], "bool-list": [True, False, True, False], "list-after-ellipsis":
+    (Ellipsis, [5, 0]), "int-and-list": (0, [1, 2]), "numpy-ints": [np.int64(1), 2],
+}
+SEQUENCES_AS_TUPLES = {  # NumPy's old rule, which PyTorch keeps with a warning
+    "nested-lists": [[0, 1], [1, 0]], "int-and-slice": [0, slice(None)],
+}
+
+
+@contextlib.contextmanager
+def _no_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        yield
+
+
+@pytest.mark.filterwarnings("ignore:Using a non-tuple sequence")
+@pytest.mark.parametrize("name", [*INDICES, *SEQUENCES_AS_TUPLES])
+def test_indexing_with_ranges_and_lists_gets_and_sets_as_pytorch(name):
+    torch = require_torch()
+    idx = {**INDICES, **SEQUENCES_AS_TUPLES}[name]
+    a = RNG.standard_normal((4, 6))
+    x, tx = _pair(torch, a, requires_grad=True)
+    with pytest.warns(UserWarning, match="non-tuple sequence") if name in SEQUENCES_AS_TUPLES \
+            else _no_warning():
+        y = x[idx]
+    ty = tx[idx]
+    np.testing.assert_array_equal(y.detach().numpy(), ty.detach().numpy())
+    w = RNG.standard_normal(tuple(ty.shape))
+    y.backward(eager.tensor(w))
+    ty.backward(torch.tensor(w))
+    np.testing.assert_array_equal(x.grad.numpy(), tx.grad.numpy())
+    (z, tz), value = _pair(torch, a), RNG.standard_normal(tuple(ty.shape))
+    z[idx], tz[idx] = eager.tensor(value), torch.tensor(value)
+    np.testing.assert_array_equal(z.numpy(), tz.numpy())
+    z[idx], tz[idx] = -1.0, -1.0
+    np.testing.assert_array_equal(z.numpy(), tz.numpy())
+
