@@ -60,3 +60,33 @@ def test_sdpa_with_enable_gqa_refuses_heads_that_do_not_divide_the_querys():
     with pytest.raises(RuntimeError, match=r"number of heads in key \(4\) and value \(2\) must "
                                            r"divide the number of heads in query \(6\)"):
         F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+
+
+# channel dropout: the ranks each takes, and what it drops whole ----------------------------
+def _dropout_outcome(lib, name, rank):
+    """(warnings, error or the dims the output is constant along) of lib's `name` on ones:
+    the dims a dropped channel spans."""
+    lib.manual_seed(0)
+    x = lib.ones(*[10] * rank)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            out = getattr(lib.nn.functional, name)(x, 0.5).numpy()
+        except RuntimeError as e:
+            return [], str(e)
+    shared = [bool((np.diff(out, axis=d) == 0).all()) for d in range(rank)]
+    assert set(np.unique(out)) == {0.0, 2.0}
+    return [str(w.message) for w in caught], shared
+
+
+@pytest.mark.parametrize("name", ["dropout1d", "dropout2d", "dropout3d"])
+@pytest.mark.parametrize("rank", [1, 2, 3, 4, 5, 6])
+def test_channel_dropout_takes_the_ranks_pytorch_takes_and_drops_the_same_slices(name, rank):
+    assert _dropout_outcome(eager, name, rank) == _dropout_outcome(torch, name, rank)
+
+
+def test_channel_dropout_out_of_training_or_with_a_bad_p():
+    x = eager.ones(2, 3, 4)
+    assert F.dropout1d(x, 0.5, training=False).tolist() == x.tolist()
+    with pytest.raises(ValueError, match="dropout probability has to be between 0 and 1"):
+        F.dropout2d(eager.ones(2), 1.5)
