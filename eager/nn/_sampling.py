@@ -106,7 +106,7 @@ def _output_sizes(input: Tensor, size, scale_factor, recompute: bool):
                             f"{[type(s) for s in sizes]}")
         return [int(s) for s in sizes], [None] * len(sizes)
     scales = [float(s) for s in _per_dim("scale_factor", scale_factor, input)]
-    sizes = [int(math.floor(n * s)) for n, s in zip(input.shape[2:], scales)]
+    sizes = [math.floor(n * s) for n, s in zip(input.shape[2:], scales)]
     return sizes, [None] * len(sizes) if recompute else scales
 
 

@@ -7,7 +7,6 @@ import pytest
 
 import eager
 import eager.nn.functional as F
-from eager import nn
 
 torch = pytest.importorskip("torch", reason="PyTorch (the 'compare' extra) is not installed")
 

@@ -214,11 +214,11 @@ def test_affine_grid_then_grid_sample_matches_pytorch():
     """The spatial transformer's pair."""
     theta = RNG.standard_normal((2, 2, 3)) * 0.5 + np.array([[1.0, 0, 0], [0, 1.0, 0]])
     image = RNG.standard_normal((2, 3, 5, 4))
-    for align_corners in (False, True):
-        _compare(lambda t, x: F.grid_sample(x, F.affine_grid(t, [2, 3, 6, 3], align_corners),
-                                            align_corners=align_corners),
-                 lambda t, x: TF.grid_sample(x, TF.affine_grid(t, [2, 3, 6, 3], align_corners),
-                                             align_corners=align_corners), [theta, image])
+    for corners in (False, True):
+        _compare(lambda t, x, c=corners: F.grid_sample(x, F.affine_grid(t, [2, 3, 6, 3], c),
+                                                       align_corners=c),
+                 lambda t, x, c=corners: TF.grid_sample(x, TF.affine_grid(t, [2, 3, 6, 3], c),
+                                                        align_corners=c), [theta, image])
 
 
 def test_grid_sample_without_align_corners_warns_as_pytorch():
