@@ -32,9 +32,11 @@ from eager.factories import (BoolTensor, DoubleTensor, FloatTensor, HalfTensor, 
 from eager.tensor import Size, Tensor
 from eager.functional import *  # noqa: F401,F403
 from eager.derived import (all, allclose, any, argsort, equal, flip, fliplr, flipud,  # noqa: A004
-                           isclose, kthvalue, lerp, logical_not, logical_or, logical_xor,
-                           multinomial, roll, sort, topk, tril, triu, unbind)
+                           isclose, isin, kthvalue, lerp, logical_not, logical_or,
+                           logical_xor, multinomial, roll, sort, topk, tril, triu, unbind)
 from eager.derived_shapes import *  # noqa: F401,F403 - repeat_interleave, narrow, movedim, ...
+from eager.memory_formats import (channels_last, channels_last_3d, clone, contiguous_format,
+                                  memory_format, preserve_format)
 from eager.derived_shapes import concatenate, moveaxis, swapaxes, swapdims  # noqa: F401
 from eager.derived_math import *  # noqa: F401,F403 - cumsum, logsumexp, norm, isnan, ...
 from eager.derived_math import einsum, eye, searchsorted  # noqa: F401
@@ -65,7 +67,8 @@ def compile(fn=None, **options):  # noqa: A001 - PyTorch's name
 _SUBMODULES = ("nn", "optim", "utils", "cuda", "distributed", "testing", "serialization", "hub",
                "jit", "onnx", "fx", "compiler", "ao", "_custom_ops", "library",
                "distributions")
-_FROM_MODULE = {"load": "eager.serialization", "save": "eager.serialization"}
+_FROM_MODULE = {"load": "eager.serialization", "save": "eager.serialization",
+                "pixel_shuffle": "eager.nn.functional", "pixel_unshuffle": "eager.nn.functional"}
 # PyTorch's names kiln lacks: NotSupportedYet (eager/_missing.py)
 _missing_name = _missing.module_getattr("torch", "eager")
 _missing.stand_in_for_lacking_tensor_names(Tensor)  # after every module adding methods

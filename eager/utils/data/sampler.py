@@ -49,7 +49,8 @@ class SequentialSampler(Sampler[int]):
 
 
 class RandomSampler(Sampler[int]):
-    """A permutation of the indices; with `replacement`, `num_samples` draws."""
+    """A permutation of the indices (another after each n); with `replacement`,
+    `num_samples` draws."""
 
     def __init__(self, data_source, replacement: bool = False, num_samples: int | None = None,
                  generator=None):
@@ -66,8 +67,10 @@ class RandomSampler(Sampler[int]):
 
     def __iter__(self):
         n, numbers = len(self.data_source), _generator(self.generator)
-        if self.replacement:
-            yield from numbers.integers(0, n, self.num_samples).tolist()
+        if self.replacement:  # drawn lazily, 32 at a time as PyTorch draws them: num_samples
+            for _ in range(self.num_samples // 32):  # may be far more than memory holds
+                yield from numbers.integers(0, n, 32).tolist()
+            yield from numbers.integers(0, n, self.num_samples % 32).tolist()
             return
         for _ in range(self.num_samples // n):
             yield from numbers.permutation(n).tolist()
