@@ -33,7 +33,7 @@ LAYERS = [
         "eager.derived",
         "eager.derived_shapes", "eager.derived_math",
         "eager.cuda",
-        "eager.serialization", "eager.testing"]),
+        "eager.testing"]),
     ("libraries: distributed, nn, optim and utils.data", [
         "eager.distributed.process_group", "eager.distributed.collectives", "eager.distributed",
         "eager.nn.parameter", "eager.nn.init", "eager.nn._activations", "eager.nn._losses",
@@ -44,6 +44,8 @@ LAYERS = [
         "eager.nn.modules.normalization",
         "eager.nn.modules.recurrent", "eager.nn.modules.transformer",
         "eager.nn.modules", "eager.nn.parallel.distributed", "eager.nn.parallel", "eager.nn",
+        "eager.serialization_files", "eager.serialization_pickle", "eager.serialization_torch",
+        "eager.serialization",
         "eager.optim.optimizer", "eager.optim.sgd",
         "eager.optim.adam", "eager.optim.adaptive", "eager.optim.lr_scheduler", "eager.optim",
         "eager.utils.data.dataset", "eager.utils.data.sampler", "eager.utils.data.collate",
