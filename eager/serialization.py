@@ -1,7 +1,8 @@
 """eager.save / eager.load: state dicts and nested containers of tensors and Python values.
 
 eager.load reads kiln's own files and PyTorch's (torch.save's zip layout and its legacy one:
-eager/serialization_torch.py); eager.save writes kiln's.
+eager/serialization_torch.py); eager.save writes kiln's, or PyTorch's zip layout with
+format="torch" (eager/serialization_torch_save.py), which torch.load reads.
 
 kiln's format is safe by construction: a zip of .npy arrays plus a JSON manifest (no pickle
 on load). The manifest records each array's dtype, shape and SHA-256, so a truncated or
@@ -27,7 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from eager import serialization_torch
+from eager import serialization_torch, serialization_torch_save
 from eager.factories import tensor
 from eager.serialization_files import (
     DAMAGE,
@@ -67,14 +68,27 @@ def _encode(obj, arrays: list):
                     "tensors, dicts, lists, tuples, numbers, strings and None")
 
 
-def save(obj, f) -> None:
+def save(obj, f, *, format: str = "kiln") -> None:
     """Write `obj` to the path or binary file `f`; a path is written atomically: to a
-    temporary file beside it, renamed over `f` only once complete."""
-    arrays: list = []
-    manifest = {"format": _FORMAT, "root": _encode(obj, arrays)}
+    temporary file beside it, renamed over `f` only once complete.
 
-    def write(fh):
-        _write(fh, manifest, arrays)
+    format="kiln" (the default) writes kiln's format; format="torch" writes PyTorch's zip
+    layout, which torch.load(f, weights_only=True) reads and which keeps views that share
+    memory sharing it. kiln's stays the default: a kiln file holds no pickle, so any
+    reader can check it without running one, and it holds each tensor's own elements
+    (PyTorch's writes the whole storage a view looks into: saving x[:10] of a 1 GB tensor
+    writes 1 GB)."""
+    if format == "kiln":
+        arrays: list = []
+        manifest = {"format": _FORMAT, "root": _encode(obj, arrays)}
+
+        def write(fh):
+            _write(fh, manifest, arrays)
+    elif format == "torch":
+        def write(fh):
+            serialization_torch_save.write_zip(obj, fh)
+    else:
+        raise ValueError(f"eager.save writes format 'kiln' or 'torch', not {format!r}")
     if not isinstance(f, (str, os.PathLike)):
         write(f)
         return

@@ -45,7 +45,7 @@ LAYERS = [
         "eager.nn.modules.recurrent", "eager.nn.modules.transformer",
         "eager.nn.modules", "eager.nn.parallel.distributed", "eager.nn.parallel", "eager.nn",
         "eager.serialization_files", "eager.serialization_pickle", "eager.serialization_torch",
-        "eager.serialization",
+        "eager.serialization_torch_save", "eager.serialization",
         "eager.optim.optimizer", "eager.optim.sgd",
         "eager.optim.adam", "eager.optim.adaptive", "eager.optim.lr_scheduler", "eager.optim",
         "eager.utils.data.dataset", "eager.utils.data.sampler", "eager.utils.data.collate",

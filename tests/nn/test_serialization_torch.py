@@ -1,6 +1,7 @@
-"""PyTorch's checkpoint files: torch.save -> eager.load (the zip layout and the legacy one),
-for tensors of every layout and dtype, views sharing storage, Python values, module and
-optimizer state dicts, map_location, and pickles asking for more than weights."""
+"""PyTorch's checkpoint files: torch.save -> eager.load (the zip layout and the legacy one)
+and eager.save(format="torch") -> torch.load(weights_only=True), for tensors of every
+layout and dtype, views sharing storage, Python values, module and optimizer state dicts,
+map_location, and pickles asking for more than weights."""
 import collections
 import io
 import math
@@ -23,6 +24,13 @@ LAYOUTS = {"zip": True, "legacy": False}  # _use_new_zipfile_serialization
 def torch_saved(obj, layout="zip") -> io.BytesIO:
     buf = io.BytesIO()
     torch.save(obj, buf, _use_new_zipfile_serialization=LAYOUTS[layout])
+    buf.seek(0)
+    return buf
+
+
+def kiln_saved(obj) -> io.BytesIO:
+    buf = io.BytesIO()
+    eager.save(obj, buf, format="torch")
     buf.seek(0)
     return buf
 
@@ -192,6 +200,15 @@ def test_a_torch_modules_state_dict_loads_into_kilns_model_of_the_same_architect
                                net(x).detach().numpy(), rtol=1e-5, atol=1e-6)
 
 
+def test_a_kiln_modules_state_dict_loads_into_torchs_model_of_the_same_architecture():
+    eager.manual_seed(0)
+    ours, net = KilnNet(), TorchNet()
+    net.load_state_dict(torch.load(kiln_saved(ours.state_dict()), weights_only=True))
+    x = np.random.default_rng(0).standard_normal((2, 2, 4, 4), dtype=np.float32)
+    np.testing.assert_allclose(net(torch.from_numpy(x)).detach().numpy(),
+                               ours(eager.tensor(x)).detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
 def _adam_steps(lib, net, opt, steps, x):
     for _ in range(steps):
         opt.zero_grad()
@@ -225,6 +242,89 @@ def test_a_torch_optimizer_state_dict_continues_training_in_kiln_as_in_torch():
     for (name, p), q in zip(net.named_parameters(), ours.parameters()):
         np.testing.assert_allclose(q.detach().numpy(), p.detach().numpy(), rtol=1e-5,
                                    atol=1e-6, err_msg=name)
+
+
+def test_a_kiln_optimizer_state_dict_continues_training_in_torch_as_in_kiln():
+    eager.manual_seed(0)
+    ours, x = KilnNet(), np.random.default_rng(1).standard_normal((2, 2, 4, 4),
+                                                                   dtype=np.float32)
+    our_opt = eager.optim.Adam(ours.parameters(), lr=0.01)
+    _adam_steps(eager, ours, our_opt, 2, eager.tensor(x))
+    net = TorchNet()
+    net.load_state_dict(torch.load(kiln_saved(ours.state_dict()), weights_only=True))
+    opt = torch.optim.Adam(net.parameters(), lr=0.01)
+    opt.load_state_dict(torch.load(kiln_saved(our_opt.state_dict()), weights_only=True))
+    _adam_steps(eager, ours, our_opt, 1, eager.tensor(x))
+    _adam_steps(torch, net, opt, 1, torch.from_numpy(x))
+    for (name, p), q in zip(net.named_parameters(), ours.parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-5,
+                                   atol=1e-6, err_msg=name)
+
+
+def kiln_sample():
+    base = eager.arange(24.0).reshape(4, 6)
+    meta = collections.OrderedDict(w=base)
+    meta._metadata = {"": {"version": 1}}
+    return {
+        "contiguous": eager.linspace(-1, 1, 7), "transposed": base.t(),
+        "strided": base[1:, ::2], "row": base[2], "expanded": eager.tensor([1.5]).expand(3, 2),
+        "zero-d": eager.tensor(math.pi, dtype=eager.float64), "empty": eager.zeros(0, 3),
+        "leaf": eager.ones(2, requires_grad=True),
+        "parameter": eager.nn.Parameter(eager.full((2, 2), 0.5)),
+        **{f"dtype {d.name}": eager.tensor([0, 1, 1], dtype=d) for d in KILN_DTYPES.values()},
+        "meta": eager.empty(2, 3, device="meta"), "size": eager.Size([2, 3]),
+        "device": eager.device("cpu"), "dtype": eager.float16, "state dict": meta,
+        "values": [None, True, 3, -2**31, 2**70, 2.5, math.nan, "h\u00e9\U0001F600", b"",
+                   b"\x00\xff", 1 + 2j, {1, 2}, (), (1,), (1, 2, 3, 4)],
+        7: {"nested": [(eager.ones(1), {"x": eager.zeros(2, dtype=eager.int64)})]},
+    }
+
+
+def test_kilns_torch_files_load_in_torch_with_every_value_layout_and_geometry():
+    obj = kiln_sample()
+    same(obj, torch.load(kiln_saved(obj), weights_only=True))
+
+
+def test_kilns_torch_files_load_back_in_kiln_as_in_torch():
+    buf = kiln_saved(kiln_sample())
+    same(eager.load(buf), torch.load(io.BytesIO(buf.getvalue()), weights_only=True))
+
+
+def test_views_sharing_kiln_memory_share_one_storage_in_torch():
+    base = eager.arange(12.0)
+    loaded = torch.load(kiln_saved([base, base.reshape(3, 4).t(), base[8:]]),
+                        weights_only=True)
+    assert len({t.untyped_storage().data_ptr() for t in loaded}) == 1
+    loaded[0].mul_(10)
+    assert loaded[2].tolist() == [80.0, 90.0, 100.0, 110.0]
+
+
+def test_kilns_torch_files_map_into_memory_in_torch(tmp_path):
+    """torch.load(mmap=True) finds each storage from the zip's own offsets."""
+    obj = {"a": eager.arange(100.0), "b": eager.ones(3, dtype=eager.int32)}
+    eager.save(obj, tmp_path / "m.pt", format="torch")
+    same(obj, torch.load(tmp_path / "m.pt", mmap=True, weights_only=True))
+
+
+@pytest.mark.parametrize("obj, type_name", [
+    (np.ones(3), "ndarray"), ({"a": [object()]}, "object"), (eager.nn.Linear(1, 1), "Linear"),
+    (np.float64(1.0), "float64"), (2**2100, "int of 263 bytes"),
+])
+def test_what_pytorch_cannot_read_is_not_saved_for_it(obj, type_name, tmp_path):
+    with pytest.raises(TypeError, match=type_name):
+        eager.save(obj, tmp_path / "x.pt", format="torch")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_unknown_format_is_refused():
+    with pytest.raises(ValueError, match="'kiln' or 'torch', not 'pickle'"):
+        eager.save({}, io.BytesIO(), format="pickle")
+
+
+def test_kilns_own_format_stays_the_default():
+    buf = io.BytesIO()
+    eager.save({"w": eager.ones(2)}, buf)
+    assert b"manifest.json" in buf.getvalue() and b"data.pkl" not in buf.getvalue()
 
 
 def _rewritten(data: bytes, location: str) -> io.BytesIO:
