@@ -8,11 +8,16 @@ rules, for files that are hostile rather than merely foreign:
 
 - a read never passes the end of the pickle (a string claiming 4 GiB is refused unread);
 - the objects built are charged by their size (sys.getsizeof, 8 bytes a reference held,
-  64 a dict entry or memo entry) and refused past a budget the caller sizes from the
-  pickle's length: one byte of pickle can build a 64-byte dict;
-- dict keys and set items whose hashes Python does not salt (numbers, tuples) are refused
-  when more than 8 distinct ones share a hash: building the dict would take time quadratic
-  in its size;
+  64 a dict entry or memo entry) against a budget the caller sizes from the pickle's
+  length. A legitimate pickle's objects take 10 to 40 times its length (a state dict's
+  kiln tensors most); what the budget stops is a few bytes copying a memoised object again
+  and again (OrderedDict of a memoised dict, BUILD with a memoised state), which would
+  otherwise grow with the square of the pickle's length;
+- a dict key or set item that is a tuple holds at most 64 items and no tuple: hashing a
+  tuple is not cached, and memoised tuples nest in a few bytes into one whose hash takes
+  exponential time; keys whose hashes Python does not salt (numbers, tuples) are refused
+  when more than 8 distinct ones share a hash, which would make building the dict take
+  time quadratic in its size;
 - BUILD sets attributes only on an OrderedDict (a state dict's `_metadata`), from a dict of
   names; NEWOBJ and EMPTY_SET are refused; a pickle ends at its STOP with one object built.
 """
@@ -36,6 +41,9 @@ class Call(NamedTuple):
     kiln loads holds; any other exception it raises is taken for corruption too."""
     name: str
     fn: Callable
+
+    def __repr__(self) -> str:
+        return self.name
 
 
 class Lacking(NamedTuple):
@@ -67,6 +75,7 @@ _RENAMES = {
     ("UserDict", "UserDict"): ("collections", "UserDict")}
 _NAME_MAX = 1024  # bytes in a GLOBAL's module or name line
 _SAME_HASH_MAX = 8
+_KEY_ITEMS_MAX = 64
 _UNSALTED = (int, float, complex, tuple)  # str and bytes hashes are salted per process
 _EXPECTED = (IndexError, KeyError, TypeError, ValueError, OverflowError, UnicodeError,
              RuntimeError)  # what a damaged pickle makes a step or a table's function raise
@@ -146,7 +155,7 @@ class Unpickler:
         if len(items) % 2:
             raise CorruptFileError("SETITEMS has a key without its value")
         keys = items[::2]
-        refuse_hash_floods(keys, self.hashes)
+        check_keys(keys, self.hashes)
         self.charge(64 * len(keys))
         target.update(zip(keys, items[1::2]))
 
@@ -157,11 +166,16 @@ class Unpickler:
         return self.stack.pop()
 
 
-def refuse_hash_floods(keys, seen: dict) -> None:
-    """Refuse `keys` if, with those in `seen` (hash -> distinct unsalted keys), more than 8
-    distinct unsalted ones share a hash."""
+def check_keys(keys, seen: dict) -> None:
+    """Refuse any of `keys` that is a tuple of more than 64 items or of a tuple, or that
+    makes more than 8 distinct unsalted keys share a hash with those in `seen` (hash ->
+    the distinct unsalted keys met with it)."""
     for key in keys:
-        if type(key) not in _UNSALTED:
+        if isinstance(key, tuple) and (len(key) > _KEY_ITEMS_MAX or
+                                       any(isinstance(k, tuple) for k in key)):
+            raise CorruptFileError(f"a dict key or set item {brief(key)}: a tuple key holds "
+                                   f"at most {_KEY_ITEMS_MAX} items and no tuple")
+        if not isinstance(key, _UNSALTED):
             continue
         same = seen.setdefault(hash(key), [])
         if key not in same:
@@ -230,6 +244,7 @@ def _build(u: Unpickler) -> None:
     if type(state) is not dict or not all(type(k) is str for k in state):
         raise CorruptFileError(f"BUILD of an OrderedDict with {brief(state)}, not a dict "
                                f"of names")
+    u.charge(64 * len(state))
     inst.__dict__.update(state)
 
 
@@ -370,9 +385,11 @@ _STEPS: dict[int, Callable[[Unpickler], None]] = {
 
 # Python's own types, as protocol 2 pickles them ---------------------------------------------
 def _ordered_dict(*args) -> OrderedDict:
-    if args and (len(args) > 1 or not isinstance(args[0], dict)):
-        raise CorruptFileError(f"OrderedDict of {brief(args)}; expected nothing or a dict")
-    return OrderedDict(*args)
+    """OrderedDict(), then SETITEMS, as pickle writes one (copying a dict into one takes
+    microseconds an item: a few bytes could make the load crawl)."""
+    if args:
+        raise CorruptFileError(f"OrderedDict of {brief(args)}; pickle makes one of nothing")
+    return OrderedDict()
 
 
 def _counter(*args) -> Counter:
@@ -384,7 +401,7 @@ def _counter(*args) -> Counter:
 def _set(*args) -> set:
     if args and (len(args) > 1 or type(args[0]) is not list):
         raise CorruptFileError(f"set of {brief(args)}; expected nothing or a list")
-    refuse_hash_floods(args[0] if args else (), {})
+    check_keys(args[0] if args else (), {})
     return set(*args)
 
 

@@ -33,7 +33,8 @@ from eager.tensor import Size, Storage, Tensor, aligned_empty, from_array
 from ir import dtypes
 
 PICKLE_MAX = 1 << 30  # bytes of a file's pickle
-_BUDGET = (64 << 20, 16)  # a pickle may build 64 MiB of objects, and 16 bytes a byte of it
+_BUDGET = (64 << 20, 64)  # a pickle may build 64 MiB of objects, and 64 bytes a byte of it
+_DIMS_MAX = 64  # numpy's
 _LEGACY_MAGIC, _LEGACY_PROTOCOL = 0x1950A86A20F9469CFC6C, 1001
 _VERSIONS = range(1, 11)  # of the zip layout, as torch.load reads them
 
@@ -103,10 +104,10 @@ _STATIC_GLOBALS = {
 
 
 def _whole_numbers(value, what: str) -> tuple:
-    if not isinstance(value, tuple) or \
+    if not isinstance(value, tuple) or len(value) > _DIMS_MAX or \
             not all(type(v) is int and 0 <= v < 1 << 63 for v in value):
-        raise CorruptFileError(f"{what} {brief(value)}; expected a tuple of whole numbers "
-                               f"under 2**63")
+        raise CorruptFileError(f"{what} {brief(value)}; expected a tuple of at most "
+                               f"{_DIMS_MAX} whole numbers under 2**63")
     return value
 
 
@@ -191,7 +192,9 @@ class TorchFile:
         if nbytes > self.file_size:
             raise CorruptFileError(f"storage {key} claims {nbytes} bytes; the file has only "
                                    f"{self.file_size}")
-        entry = self.entries.setdefault(key, _Entry(key, kind, nbytes, location))
+        entry = self.entries.get(key)
+        if entry is None:
+            entry = self.entries[key] = _Entry(key, kind, nbytes, location)
         if (entry.kind, entry.nbytes, entry.location) != (kind, nbytes, location):
             raise CorruptFileError(f"storage {key} is claimed as {entry.kind} of "
                                    f"{entry.nbytes} bytes on {entry.location!r} and as {kind} "
@@ -264,7 +267,8 @@ class TorchFile:
         """PyTorch's way to save a tensor subclass or a tensor with attributes."""
         if type(call) is not Call or new_type not in (Tensor, Parameter) or \
                 type(args) is not tuple:
-            raise WeightsOnlyError(f"rebuilds {brief(new_type)} with {brief(call)}")
+            raise WeightsOnlyError(f"rebuilds {brief(new_type)} with {brief(call)}; kiln "
+                                   f"rebuilds tensors and Parameters")
         if state:
             raise CorruptFileError(f"a tensor with Python attributes {brief(state)}, which "
                                    f"kiln does not restore")
