@@ -1,10 +1,10 @@
 """A pickle interpreter under PyTorch's weights_only rules (torch/_weights_only_unpickler.py).
 
 It runs the opcodes torch.load(weights_only=True) runs, those of protocol 2 that build
-data, and no other; GLOBAL takes names only from a table the caller gives, and REDUCE calls
-only that table's `Call`s. PLAIN_GLOBALS is the table's part for Python's own types (set,
-OrderedDict, bytes, ...); eager/serialization_torch.py adds PyTorch's. Beyond PyTorch's
-rules, for files that are hostile rather than merely foreign:
+data, and no other; GLOBAL takes names only from a table the caller gives
+(eager/serialization_torch_globals.py: PyTorch's allowlist in kiln's objects), and REDUCE
+calls only that table's `Call`s. Beyond PyTorch's rules, for files that are hostile rather
+than merely foreign:
 
 - a read never passes the end of the pickle (a string claiming 4 GiB is refused unread);
 - the objects built are charged by their size (sys.getsizeof, 8 bytes a reference held,
@@ -27,7 +27,7 @@ import pickle
 import pickletools
 import reprlib
 import sys
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable
 from struct import unpack
 from typing import Any, NamedTuple
@@ -381,50 +381,3 @@ _STEPS: dict[int, Callable[[Unpickler], None]] = {
     pickle.BINPUT[0]: _put(1), pickle.LONG_BINPUT[0]: _put(4),
     pickle.PROTO[0]: _proto,
 }
-
-
-# Python's own types, as protocol 2 pickles them ---------------------------------------------
-def _ordered_dict(*args) -> OrderedDict:
-    """OrderedDict(), then SETITEMS, as pickle writes one (copying a dict into one takes
-    microseconds an item: a few bytes could make the load crawl)."""
-    if args:
-        raise CorruptFileError(f"OrderedDict of {brief(args)}; pickle makes one of nothing")
-    return OrderedDict()
-
-
-def _counter(*args) -> Counter:
-    if args and (len(args) > 1 or not isinstance(args[0], dict)):
-        raise CorruptFileError(f"Counter of {brief(args)}; expected nothing or a dict")
-    return Counter(*args)
-
-
-def _set(*args) -> set:
-    if args and (len(args) > 1 or type(args[0]) is not list):
-        raise CorruptFileError(f"set of {brief(args)}; expected nothing or a list")
-    check_keys(args[0] if args else (), {})
-    return set(*args)
-
-
-def _complex(real, imag=0.0) -> complex:
-    if not all(type(x) in (int, float) for x in (real, imag)):
-        raise CorruptFileError(f"complex of {brief((real, imag))}; expected two numbers")
-    return complex(real, imag)
-
-
-def _latin1(text, encoding) -> str:
-    if type(text) is not str or encoding not in ("latin1", "latin-1"):
-        raise CorruptFileError(f"bytes of {brief((text, encoding))}; protocol 2 writes "
-                               f"bytes as (str, 'latin1')")
-    return text
-
-
-def _bytearray(*args) -> bytearray:
-    return bytearray(_latin1(*args), "latin-1") if args else bytearray()
-
-
-PLAIN_GLOBALS = {name: Call(name, fn) for name, fn in [
-    ("collections.OrderedDict", _ordered_dict), ("collections.Counter", _counter),
-    ("builtins.set", _set), ("builtins.complex", _complex),
-    ("builtins.bytearray", _bytearray),
-    ("_codecs.encode", lambda text, encoding: _latin1(text, encoding).encode("latin-1")),
-]}

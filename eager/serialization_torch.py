@@ -8,8 +8,8 @@ protocol version, system info, the object, the storage keys), then each storage 
 8-byte element count and its bytes.
 
 Pickles run in eager/serialization_pickle.py under PyTorch's weights_only rules, with the
-globals below: torch's dtypes and storage classes, torch.Size, torch.device and the
-functions that rebuild tensors and Parameters, each made a kiln object. A tensor is checked
+globals of eager/serialization_torch_globals.py and the functions below that rebuild
+tensors and Parameters as kiln's. A tensor is checked
 against the storage its persistent id claims (a negative stride or an element past the end
 is refused) and made a view of one kiln Storage per key, so tensors that shared a storage
 in torch share one in kiln. A storage is read after the pickle, straight into its tensors'
@@ -28,93 +28,26 @@ import numpy as np
 from eager.device import CPU, META, device
 from eager.nn.parameter import Parameter
 from eager.serialization_files import CorruptFileError, Members, WeightsOnlyError
-from eager.serialization_pickle import PLAIN_GLOBALS, Call, Lacking, Unpickler, brief
-from eager.tensor import Size, Storage, Tensor, aligned_empty, from_array
+from eager.serialization_pickle import Call, Unpickler, brief
+from eager.serialization_torch_globals import (
+    PLAIN_GLOBALS,
+    WEIGHTS_ONLY_GLOBALS,
+    StorageKind,
+    whole_numbers,
+)
+from eager.tensor import Storage, Tensor, aligned_empty, from_array
 from ir import dtypes
 
 PICKLE_MAX = 1 << 30  # bytes of a file's pickle
 _BUDGET = (64 << 20, 64)  # a pickle may build 64 MiB of objects, and 64 bytes a byte of it
-_DIMS_MAX = 64  # numpy's
 _LEGACY_MAGIC, _LEGACY_PROTOCOL = 0x1950A86A20F9469CFC6C, 1001
 _VERSIONS = range(1, 11)  # of the zip layout, as torch.load reads them
-
-# torch's legacy storage classes, by the dtype each holds: torch.save names storages by these
-STORAGE_DTYPES = {
-    "DoubleStorage": "float64", "FloatStorage": "float32", "HalfStorage": "float16",
-    "BFloat16Storage": "bfloat16", "LongStorage": "int64", "IntStorage": "int32",
-    "ShortStorage": "int16", "CharStorage": "int8", "ByteStorage": "uint8",
-    "BoolStorage": "bool", "ComplexDoubleStorage": "complex128",
-    "ComplexFloatStorage": "complex64", "QInt8Storage": "qint8", "QInt32Storage": "qint32",
-    "QUInt8Storage": "quint8", "QUInt4x2Storage": "quint4x2", "QUInt2x4Storage": "quint2x4"}
-# torch's dtypes with no storage class: a tensor of one names an UntypedStorage and its dtype
-UNTYPED_DTYPES = ("uint16", "uint32", "uint64", "complex32", "float8_e4m3fn",
-                  "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu",
-                  "float4_e2m1fn_x2", "bits8", "bits16", "bits1x8", "bits2x4", "bits4x2",
-                  *(f"{s}int{n}" for s in ("", "u") for n in range(1, 8)))
-KILN_DTYPES = {d.name: d for d in dtypes.ALL}
-
-
-class _StorageKind:
-    """What GLOBAL torch.FloatStorage (or torch.storage.UntypedStorage: dtype None) gives."""
-    def __init__(self, name: str, dtype):
-        self.name, self.dtype = name, dtype
-
-    def __repr__(self) -> str:
-        return f"torch.{self.name}"
-
-
-def _dtype_entry(name: str):
-    return KILN_DTYPES.get(name) or Lacking(f"tensors of {name}")
-
-
-def _storage_entry(name: str, dtype_name: str):
-    dt = KILN_DTYPES.get(dtype_name)
-    return _StorageKind(name, dt) if dt else Lacking(f"tensors of {dtype_name} (torch.{name})")
-
-
-def _size(dims) -> Size:
-    return Size(_whole_numbers(dims, "torch.Size"))
-
-
-def _device(kind, index=None) -> device:
-    if type(kind) is not str or not (index is None or type(index) is int):
-        raise CorruptFileError(f"a device of {brief((kind, index))}")
-    return device(kind, index)
-
-
-_LACKING_FUNCTIONS = {
-    "_rebuild_sparse_tensor": "sparse tensors", "_rebuild_qtensor": "quantized tensors",
-    "_rebuild_nested_tensor": "nested tensors",
-    "_rebuild_wrapper_subclass": "a tensor subclass",
-    "_rebuild_device_tensor_from_numpy": "a tensor of a device without storage (XLA, ...)",
-    "_rebuild_device_tensor_from_cpu_tensor": "a tensor of a device without storage"}
-_STATIC_GLOBALS = {
-    **PLAIN_GLOBALS,
-    **{f"torch.{n}": _storage_entry(n, d) for n, d in STORAGE_DTYPES.items()},
-    **{f"torch.{d}": _dtype_entry(d) for d in (*STORAGE_DTYPES.values(), *UNTYPED_DTYPES)},
-    "torch.storage.UntypedStorage": _StorageKind("UntypedStorage", None),
-    "torch.Size": Call("torch.Size", _size), "torch.device": Call("torch.device", _device),
-    "torch.Tensor": Tensor, "torch.nn.parameter.Parameter": Parameter,
-    **{f"torch._utils.{f}": Lacking(what) for f, what in _LACKING_FUNCTIONS.items()},
-    "torch.serialization._get_layout": Lacking("sparse tensors"),
-    **{f"torch.{q}": Lacking("quantized tensors") for q in (
-        "per_tensor_affine", "per_tensor_symmetric", "per_channel_affine",
-        "per_channel_symmetric", "per_channel_affine_float_qparams")},
-}
-
-
-def _whole_numbers(value, what: str) -> tuple:
-    if not isinstance(value, tuple) or len(value) > _DIMS_MAX or \
-            not all(type(v) is int and 0 <= v < 1 << 63 for v in value):
-        raise CorruptFileError(f"{what} {brief(value)}; expected a tuple of at most "
-                               f"{_DIMS_MAX} whole numbers under 2**63")
-    return value
 
 
 class _Entry:
     """One storage key's claim (kind, bytes, saved location) and, once a tensor views it,
     its dtype and kiln Storage (without data until the file's bytes are read)."""
-    def __init__(self, key: str, kind: _StorageKind, nbytes: int, location: str):
+    def __init__(self, key: str, kind: StorageKind, nbytes: int, location: str):
         self.key, self.kind, self.nbytes, self.location = key, kind, nbytes, location
         self.dtype, self.storage = kind.dtype, None
 
@@ -150,6 +83,7 @@ class TorchFile:
         self.name, self.file_size, self.legacy = name, file_size, legacy
         self.entries: dict[str, _Entry] = {}
         self.views: list[Tensor] = []  # every tensor over the file's storages
+        self.rebuilds: set[Call] = set()  # the functions that rebuild a tensor
         self.result = None
 
     def refuse(self, why: str) -> CorruptFileError:
@@ -171,9 +105,10 @@ class TorchFile:
                     "_rebuild_parameter_with_state": self.parameter_with_state,
                     "_rebuild_meta_tensor_no_storage": self.meta_tensor}
         table = {f"torch._utils.{n}": Call(f"torch._utils.{n}", f) for n, f in rebuilds.items()}
+        self.rebuilds = set(table.values())
         table["torch._tensor._rebuild_from_type_v2"] = Call(
             "torch._tensor._rebuild_from_type_v2", self.from_type)
-        return _STATIC_GLOBALS | table
+        return WEIGHTS_ONLY_GLOBALS | table
 
     # persistent ids -----------------------------------------------------------------------
     def claim(self, pid: tuple) -> _StorageRef:
@@ -184,7 +119,7 @@ class TorchFile:
             raise CorruptFileError(f"persistent id {brief(pid)}; expected ('storage', kind, "
                                    f"key, location, numel{', None' if self.legacy else ''})")
         _, kind, key, location, numel = pid[:5]
-        if type(kind) is not _StorageKind or type(key) is not str or \
+        if type(kind) is not StorageKind or type(key) is not str or \
                 type(location) is not str or type(numel) is not int or numel < 0:
             raise CorruptFileError(f"persistent id {brief(pid)}; expected ('storage', a "
                                    f"storage class, key, location, element count)")
@@ -206,9 +141,8 @@ class TorchFile:
              metadata=None) -> Tensor:
         """A tensor over `ref`'s storage, its geometry checked against the storage's
         claimed size."""
-        if type(ref) is not _StorageRef:
-            raise CorruptFileError(f"a tensor over {brief(ref)}, not a storage")
-        size, stride = _whole_numbers(size, "size"), _strides(stride)
+        _storage_ref(ref)
+        size, stride = whole_numbers(size, "size"), _strides(stride)
         if len(size) != len(stride) or type(offset) is not int or not 0 <= offset < 1 << 63:
             raise CorruptFileError(f"a tensor of size {size}, stride {stride} at offset "
                                    f"{brief(offset)}")
@@ -256,7 +190,7 @@ class TorchFile:
     def meta_tensor(self, dt, size, stride, requires_grad) -> Tensor:
         if type(dt) is not dtypes.DType:
             raise CorruptFileError(f"dtype {brief(dt)}")
-        size, stride = _whole_numbers(size, "size"), _strides(stride)
+        size, stride = whole_numbers(size, "size"), _strides(stride)
         if len(size) != len(stride):
             raise CorruptFileError(f"a tensor of size {size} and stride {stride}")
         _check_flags(requires_grad, None, None)
@@ -265,7 +199,7 @@ class TorchFile:
 
     def from_type(self, call, new_type, args, state):
         """PyTorch's way to save a tensor subclass or a tensor with attributes."""
-        if type(call) is not Call or new_type not in (Tensor, Parameter) or \
+        if call not in self.rebuilds or new_type not in (Tensor, Parameter) or \
                 type(args) is not tuple:
             raise WeightsOnlyError(f"rebuilds {brief(new_type)} with {brief(call)}; kiln "
                                    f"rebuilds tensors and Parameters")
@@ -309,7 +243,7 @@ class TorchFile:
         for key in keys:
             entry = self.entries[key]
             count = fh.read(8)
-            numel = entry.nbytes // entry.dtype.itemsize
+            numel = entry.nbytes // (entry.kind.dtype or entry.dtype).itemsize
             if len(count) != 8 or struct.unpack("<q", count)[0] != numel:
                 raise self.refuse(f"storage {key} is stored with element count "
                                   f"{brief(count)}; its claim is {numel}")
@@ -344,13 +278,14 @@ class TorchFile:
 
 
 def _target(map_location, location: str, refuse) -> device:
-    if isinstance(map_location, dict):
-        location = map_location.get(location, location)
-    elif map_location is not None:
-        if callable(map_location):
-            raise TypeError("eager.load's map_location is a device, a string or a dict; "
-                            "kiln takes no function")
-        return device(map_location)
+    """Where a storage saved on `location` goes; a bad `map_location` is the caller's
+    error, a saved location kiln does not know is the file's."""
+    if callable(map_location):
+        raise TypeError("eager.load's map_location is a device, a string or a dict; kiln "
+                        "takes no function")
+    chosen = map_location.get(location) if isinstance(map_location, dict) else map_location
+    if chosen is not None:
+        return device(chosen)
     try:
         return device(location)
     except (RuntimeError, TypeError):
@@ -358,16 +293,24 @@ def _target(map_location, location: str, refuse) -> device:
                      f"map_location='cpu' loads it on the CPU") from None
 
 
+def _storage_ref(ref) -> _StorageRef:
+    if type(ref) is not _StorageRef:
+        raise CorruptFileError(f"a tensor over {brief(ref)}, not a storage")
+    return ref
+
+
 def _typed(ref) -> dtypes.DType:
-    if type(ref) is _StorageRef and ref.entry.kind.dtype is None:
+    """The dtype of `ref`'s storage class (a tensor_v1 or v2 names none of its own)."""
+    dt = _storage_ref(ref).entry.kind.dtype
+    if dt is None:
         raise CorruptFileError(f"storage {ref.entry.key} is untyped and names no dtype")
-    return ref.entry.kind.dtype if type(ref) is _StorageRef else None
+    return dt
 
 
 def _strides(stride) -> tuple:
     if isinstance(stride, tuple) and any(type(s) is int and s < 0 for s in stride):
         raise CorruptFileError(f"stride {brief(stride)} is negative; tensors have none")
-    return _whole_numbers(stride, "stride")
+    return whole_numbers(stride, "stride")
 
 
 def _check_flags(requires_grad, hooks, metadata) -> None:
@@ -409,11 +352,10 @@ def _record(members: Members, member: str) -> bytes | None:
 def read_legacy(fh, name: str, file_size: int) -> TorchFile:
     """A torch.save(..., _use_new_zipfile_serialization=False) file, from its start."""
     loaded = TorchFile(name, file_size, legacy=True)
-    end = min(file_size, PICKLE_MAX)
 
     def plain(what: str):
-        budget = _BUDGET[0]
-        return Unpickler(fh, end, name, what, PLAIN_GLOBALS, None, budget).load()
+        end = min(file_size, fh.tell() + PICKLE_MAX)
+        return Unpickler(fh, end, name, what, PLAIN_GLOBALS, None, _BUDGET[0]).load()
     if plain("the magic number") != _LEGACY_MAGIC:
         raise loaded.refuse("it starts with a pickle but not PyTorch's magic number")
     if plain("the protocol version") != _LEGACY_PROTOCOL:

@@ -29,7 +29,7 @@ import numpy as np
 
 from eager.device import device
 from eager.nn.parameter import Parameter
-from eager.serialization_torch import STORAGE_DTYPES
+from eager.serialization_torch_globals import STORAGE_DTYPES
 from eager.shapes import contiguous_strides
 from eager.tensor import Size, Tensor
 from ir.dtypes import DType

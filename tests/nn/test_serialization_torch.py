@@ -14,7 +14,7 @@ from torch_files import LAYOUTS, kiln_saved, same, torch_saved
 
 import eager
 from eager.serialization import CorruptFileError, WeightsOnlyError
-from eager.serialization_torch import KILN_DTYPES
+from eager.serialization_torch_globals import KILN_DTYPES
 from eager.tensor import ALIGN
 
 torch = pytest.importorskip("torch", reason="PyTorch (the 'compare' extra) is not installed")
@@ -326,6 +326,13 @@ def test_a_location_kiln_does_not_know_needs_map_location():
         eager.load(_rewritten(data, "xpu:1"))
     assert eager.load(_rewritten(data, "xpu:1"), map_location="cpu")["w"].tolist() == \
         [0.0, 1.0, 2.0]
+
+
+def test_a_map_location_naming_no_device_is_the_callers_error_not_the_files():
+    for where in ["no-such-device", {"cpu": "no-such-device"}]:
+        with pytest.raises(RuntimeError) as caught:
+            eager.load(torch_saved({"w": torch.ones(1)}), map_location=where)
+        assert not isinstance(caught.value, CorruptFileError)
 
 
 def test_map_location_as_a_function_is_refused_as_kiln_takes_none():
