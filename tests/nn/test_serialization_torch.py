@@ -320,6 +320,32 @@ def test_a_storage_saved_on_a_gpu_goes_to_the_gpu_without_map_location():
     assert not isinstance(caught.value, CorruptFileError)
 
 
+@pytest.fixture
+def kiln_gpu():
+    if not eager.cuda.is_available():
+        pytest.skip("no usable GPU: eager.cuda.is_available() is False")
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_map_location_cuda_moves_each_storage_once_and_keeps_views(kiln_gpu):
+    base = torch.arange(12.0)
+    loaded = eager.load(torch_saved([base, base.view(3, 4).t(), base[8:]]),
+                        map_location="cuda")
+    assert [t.device.type for t in loaded] == ["cuda"] * 3
+    assert loaded[0]._storage is loaded[1]._storage is loaded[2]._storage
+    for t, ref in zip(loaded, [base, base.view(3, 4).t(), base[8:]]):
+        assert (tuple(t.shape), t.stride(), t.storage_offset()) == \
+            (tuple(ref.shape), ref.stride(), ref.storage_offset())
+        np.testing.assert_array_equal(t.cpu().numpy(), ref.numpy())
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_a_cuda_tensor_is_saved_for_torch_as_its_own_elements(kiln_gpu):
+    x = eager.arange(12.0).reshape(3, 4).to("cuda").t()
+    loaded = torch.load(kiln_saved({"x": x}), weights_only=True, map_location="cpu")
+    np.testing.assert_array_equal(loaded["x"].numpy(), x.cpu().numpy())
+
+
 def test_a_location_kiln_does_not_know_needs_map_location():
     data = torch_saved({"w": torch.arange(3.0)}).getvalue()
     with pytest.raises(CorruptFileError, match="saved on 'xpu:1', not a device kiln knows"):
