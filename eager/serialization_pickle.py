@@ -144,6 +144,8 @@ class Unpickler:
         self.stack.append(obj)
 
     def pop_mark(self) -> list:
+        if not self.marks:
+            raise CorruptFileError("an opcode closes a MARK that was never set")
         items, self.stack = self.stack, self.marks.pop()
         return items
 

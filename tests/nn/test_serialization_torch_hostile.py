@@ -281,6 +281,7 @@ FORBIDDEN = {  # id: (data.pkl body, the error's class, what it says)
                             "needs 2147483647 bytes where"),
     "two-objects": (b"NN", CorruptFileError, "STOP leaves 2 objects"),
     "memo-unwritten": (b"h\x05", CorruptFileError, "memo 5 is read before it is written"),
+    "tuple-without-mark": (b"Nt", CorruptFileError, "closes a MARK that was never set"),
     "global-without-newline": (b"cos system", CorruptFileError, "does not end in a newline"),
     "sparse": (g("torch._utils", "_rebuild_sparse_tensor"), CorruptFileError,
                "holds sparse tensors, which kiln lacks"),
