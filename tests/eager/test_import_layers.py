@@ -35,7 +35,7 @@ LAYERS = [
         "eager.derived",
         "eager.derived_shapes", "eager.memory_formats", "eager.derived_math",
         "eager.cuda",
-        "eager.serialization", "eager.testing", "eager.library"]),
+        "eager.testing", "eager.library"]),
     ("libraries: distributed, nn, optim, utils and distributions", [
         "eager.distributed.process_group", "eager.distributed.collectives", "eager.distributed",
         "eager.nn.parameter", "eager.nn.init", "eager.nn._activations", "eager.nn._losses",
@@ -54,6 +54,9 @@ LAYERS = [
         "eager.nn.modules.padding", "eager.nn.modules.fold", "eager.nn.modules.distance",
         "eager.nn.modules.pixelshuffle", "eager.nn.modules.upsampling",
         "eager.nn.modules", "eager.nn.parallel.distributed", "eager.nn.parallel", "eager.nn",
+        "eager.serialization_files", "eager.serialization_pickle",
+        "eager.serialization_torch_globals", "eager.serialization_torch",
+        "eager.serialization_torch_save", "eager.serialization",
         "eager.optim.optimizer", "eager.optim.sgd",
         "eager.optim.adam", "eager.optim.adaptive", "eager.optim.lr_scheduler", "eager.optim",
         "eager.hub", "eager.utils.model_zoo", "eager.onnx", "eager.jit", "eager.fx",
