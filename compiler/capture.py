@@ -30,7 +30,8 @@ from eager.device import CPU, META
 from eager.device import device as Device
 from eager.dispatcher import DispatchKey
 from eager.profiler import profile, record_function
-from eager.tensor import Storage, Tensor, reading_why, set_data_watch, set_whole_step_hook
+from eager.tensor import (Storage, Tensor, reading_why, set_break_hook, set_data_watch,
+                          set_whole_step_hook)
 from ir.graph import Graph, GraphBuilder, Node, TensorType, Value, strict_key
 from ir.ops import DATA_DEPENDENT_SHAPE, INPLACE, Op
 
@@ -388,6 +389,18 @@ class Trace:
         self.flush(reason, user_location())
         return handle.redispatch(DispatchKey.Tracer, *args, **kwargs)
 
+    def run_eagerly(self, call, reason: str):
+        """A graph break around `call()` (eager.tensor.run_eagerly): it runs outside
+        capture, on the concrete tensors the flush made."""
+        self.flush(reason, user_location())
+        tls = dispatcher.tls
+        previous = tls.exclude
+        tls.exclude = previous | TRACER_BIT
+        try:
+            return call()
+        finally:
+            tls.exclude = previous
+
     # flushing -----------------------------------------------------------------------
     def flush(self, reason: str, where: str | None = None) -> None:
         """Compile and run the pending region; its live tensors become concrete."""
@@ -571,6 +584,14 @@ def _whole_step(call, what: str, nulls_grads_of, tensors):
     return trace.whole_step(call, what, nulls_grads_of, tensors)
 
 
+def _run_eagerly(call, why: str):
+    """The break hook (eager.tensor.set_break_hook) while any thread captures."""
+    trace = getattr(_local, "trace", None)
+    if trace is None or dispatcher.tls.exclude & TRACER_BIT:
+        return call()
+    return trace.run_eagerly(call, why)
+
+
 def _watch_grad(t: Tensor, value) -> None:
     trace = getattr(_local, "trace", None)
     if trace is not None and not dispatcher.tls.exclude & TRACER_BIT:
@@ -586,6 +607,7 @@ def _count_capture(step: int) -> None:
         _capturing[0] += step
         set_data_watch(_watch_data if _capturing[0] else None)
         set_whole_step_hook(*((_whole_step, _watch_grad) if _capturing[0] else (None, None)))
+        set_break_hook(_run_eagerly if _capturing[0] else None)
 
 
 def start(trace: Trace):

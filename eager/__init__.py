@@ -6,7 +6,8 @@ The modules read in layers, bottom-up: docs/ARCHITECTURE.md, "eager, layer by la
 
 What a script may not use is imported on first use (module __getattr__ below):
 `eager.nn`, `eager.optim`, `eager.utils`, `eager.cuda`, `eager.distributed`, `eager.testing`,
-`eager.serialization` and its `eager.save` / `eager.load` are module attributes all the same.
+`eager.library`, `eager.distributions`, `eager.serialization` and its `eager.save` /
+`eager.load` are module attributes all the same; so is `eager.ops` (torch.ops).
 """
 # ruff: noqa: F401 - this module's imports are its public names
 import importlib
@@ -14,29 +15,36 @@ import importlib
 from eager import _missing
 from eager import autograd as autograd
 from eager import _C, dispatcher, kernels, composite, _tensor_methods  # noqa: F401
+from eager._ops import ops
 from eager import out_argument  # noqa: F401 - out= on every op
 from eager import profiler as profiler
+from eager import version as version
+from eager.torch_version import __version__  # "2.13.0+kiln.0.1.0": the API kiln follows
 from eager.autograd import (enable_grad, inference_mode, is_grad_enabled, no_grad,
                             set_grad_enabled)
-from eager.device import device
+from eager.device import device, get_default_device
 from eager.factories import (BoolTensor, DoubleTensor, FloatTensor, HalfTensor, IntTensor,
                              LongTensor, Generator, arange, default_generator, empty, empty_like,
                              from_numpy, full, full_like, get_rng_state, initial_seed,
                              linspace, manual_seed, ones, ones_like, rand, rand_like, randint,
-                             randn, randn_like, randperm, seed, set_rng_state, tensor, zeros,
-                             zeros_like)
+                             randn, randn_like, randperm, seed, set_default_dtype, set_rng_state,
+                             tensor, zeros, zeros_like)
 from eager.tensor import Size, Tensor
 from eager.functional import *  # noqa: F401,F403
 from eager.derived import (all, allclose, any, argsort, equal, flip, fliplr, flipud,  # noqa: A004
-                           isclose, kthvalue, lerp, logical_not, logical_or, logical_xor,
-                           multinomial, roll, sort, topk, tril, triu, unbind)
+                           isclose, isin, kthvalue, lerp, logical_not, logical_or,
+                           logical_xor, multinomial, roll, sort, topk, tril, triu, unbind)
 from eager.derived_shapes import *  # noqa: F401,F403 - repeat_interleave, narrow, movedim, ...
+from eager.memory_formats import (channels_last, channels_last_3d, clone, contiguous_format,
+                                  memory_format, preserve_format)
 from eager.derived_shapes import concatenate, moveaxis, swapaxes, swapdims  # noqa: F401
 from eager.derived_math import *  # noqa: F401,F403 - cumsum, logsumexp, norm, isnan, ...
 from eager.derived_math import einsum, eye, searchsorted  # noqa: F401
 from eager.functional import __all__ as _functional_all
+from eager.type_info import finfo, iinfo
 from ir.dtypes import (bool_ as bool, float16, float32, float64, int32, int64,  # noqa: A004
-                       get_default_dtype, set_default_dtype)
+                       get_default_dtype)
+from ir.dtypes import bfloat16, int8, int16, uint8  # named; no kernels yet (ir/dtypes.py)
 from ir.dtypes import DType as dtype
 
 float = float32  # noqa: A001 - PyTorch's aliases
@@ -44,8 +52,7 @@ double = float64
 half = float16
 long = int64
 int = int32  # noqa: A001
-
-__version__ = "0.1.0"
+short = int16
 
 
 def is_tensor(obj) -> bool:
@@ -57,8 +64,11 @@ def compile(fn=None, **options):  # noqa: A001 - PyTorch's name
     import compiler
     return compiler.compile(fn, **options)
 
-_SUBMODULES = ("nn", "optim", "utils", "cuda", "distributed", "testing", "serialization")
-_FROM_MODULE = {"load": "eager.serialization", "save": "eager.serialization"}
+_SUBMODULES = ("nn", "optim", "utils", "cuda", "distributed", "testing", "serialization", "hub",
+               "jit", "onnx", "fx", "compiler", "ao", "_custom_ops", "library",
+               "distributions")
+_FROM_MODULE = {"load": "eager.serialization", "save": "eager.serialization",
+                "pixel_shuffle": "eager.nn.functional", "pixel_unshuffle": "eager.nn.functional"}
 # PyTorch's names kiln lacks: NotSupportedYet (eager/_missing.py)
 _missing_name = _missing.module_getattr("torch", "eager")
 _missing.stand_in_for_lacking_tensor_names(Tensor)  # after every module adding methods

@@ -17,7 +17,10 @@ NAMESPACES = {  # PyTorch's namespace -> kiln's module (or class) that stands fo
     "torch.nn.functional": "eager.nn.functional", "torch.nn.init": "eager.nn.init",
     "torch.nn.utils": "eager.nn.utils", "torch.optim": "eager.optim",
     "torch.optim.lr_scheduler": "eager.optim.lr_scheduler", "torch.utils.data":
-        "eager.utils.data", "torch.cuda": "eager.cuda", "torch.autograd": "eager.autograd"}
+        "eager.utils.data", "torch.cuda": "eager.cuda", "torch.autograd": "eager.autograd",
+    "torch.hub": "eager.hub", "torch.jit": "eager.jit", "torch.fx": "eager.fx",
+    "torch.compiler": "eager.compiler", "torch.onnx": "eager.onnx",
+    "torch.ao.quantization": "eager.ao.quantization"}
 
 
 def _torch_version_and_names() -> tuple[str, dict]:
@@ -30,13 +33,28 @@ class NotSupportedYet(NotImplementedError, AttributeError):
     """A PyTorch name kiln does not have yet."""
 
 
+def _not_supported(qualified_name: str) -> NotSupportedYet:
+    return NotSupportedYet(f"{qualified_name} is not supported by kiln yet (PyTorch has it; "
+                           f"kiln's list of what it lacks: docs/MISSING.md)")
+
+
 def missing(namespace: str, name: str, owner: str) -> AttributeError:
     """The error for `owner.name`: NotSupportedYet where PyTorch's `namespace` has the
     name, else the plain AttributeError Python would raise."""
     if name in _torch_version_and_names()[1].get(namespace, ()):
-        return NotSupportedYet(f"{namespace}.{name} is not supported by kiln yet (PyTorch "
-                               f"has it; kiln's list of what it lacks: docs/MISSING.md)")
+        return _not_supported(f"{namespace}.{name}")
     return AttributeError(f"{owner} has no attribute {name!r}")
+
+
+def not_supported(namespace: str, name: str):
+    """A stand-in for PyTorch's function `namespace.name`, which kiln has not: a library
+    may import it (its module loads: a missing name would stop the import), and calling
+    it raises NotSupportedYet naming it. docs/MISSING.md lists it as lacking."""
+    def stand_in(*args, **kwargs):
+        raise _not_supported(f"{namespace}.{name}")
+    stand_in.__name__ = stand_in.__qualname__ = name
+    stand_in.not_supported_yet = True
+    return stand_in
 
 
 def module_getattr(namespace: str, module: str):
@@ -90,10 +108,10 @@ def lacking() -> dict[str, list[str]]:
 
 def _has(holder, name: str) -> bool:
     try:
-        getattr(holder, name)
+        value = getattr(holder, name)
     except AttributeError:
         return False
-    return True
+    return not getattr(value, "not_supported_yet", False)
 
 
 def missing_markdown() -> str:
@@ -112,23 +130,28 @@ def missing_markdown() -> str:
 
 def _torch_names() -> dict[str, list[str]]:
     import importlib
-    import types
     names = {}
     for namespace in NAMESPACES:
         module_name, _, attribute = namespace.partition(".Tensor")
         holder = importlib.import_module(module_name)
         if namespace.endswith(".Tensor"):
             holder = holder.Tensor
-        public = []
-        for name in dir(holder):
-            if name.startswith("_"):
-                continue
-            value = getattr(holder, name, None)
-            if isinstance(value, types.ModuleType) and not value.__name__.startswith("torch"):
-                continue  # a module PyTorch imported for itself (os, math, ...)
-            public.append(name)
-        names[namespace] = sorted(public)
+        names[namespace] = sorted(
+            name for name in dir(holder) if not name.startswith("_")
+            and not _imported_for_itself(namespace, getattr(holder, name, None)))
     return names
+
+
+def _imported_for_itself(namespace: str, value) -> bool:
+    """Whether `value` is something PyTorch's module imported for its own use rather than
+    one of its names: a module other than its submodules (os, math, torch itself), or an
+    object of the standard library or typing (Any, Path, partial)."""
+    import types
+    if isinstance(value, types.ModuleType):
+        return not value.__name__.startswith(namespace + ".")
+    module = getattr(value, "__module__", None)
+    return (isinstance(module, str) and module.partition(".")[0] not in ("torch", "builtins")
+            and not isinstance(value, (bool, int, float, str)))
 
 
 def _write() -> None:
@@ -139,12 +162,13 @@ def _write() -> None:
     (ROOT / "eager" / "_torch_names.py").write_text(
         f'"""PyTorch {torch.__version__}\'s public names per namespace (written by '
         f'`python -m eager._missing`)."""\n# flake8: noqa\n'
-        f'from eager._torch_tensor_names import TENSOR_NAMES\n\nTORCH_VERSION = '
-        f'{torch.__version__!r}\nNAMES = {{\n{body},\n    "torch.Tensor": TENSOR_NAMES,\n}}\n')
+        f'from eager._torch_tensor_names import TENSOR_NAMES, TORCH_VERSION\n\n'
+        f'NAMES = {{\n{body},\n    "torch.Tensor": TENSOR_NAMES,\n}}\n')
     (ROOT / "eager" / "_torch_tensor_names.py").write_text(
-        f'"""PyTorch {torch.__version__}\'s public torch.Tensor names (written by '
-        f'`python -m eager._missing`; loaded by `import eager`, the rest of the table in '
+        f'"""PyTorch {torch.__version__}\'s version and public torch.Tensor names (written '
+        f'by `python -m eager._missing`; loaded by `import eager`, the rest of the table in '
         f'eager/_torch_names.py only at a missing name)."""\n# flake8: noqa\n'
+        f'TORCH_VERSION = {torch.__version__!r}\n'
         f'TENSOR_NAMES = frozenset({sorted(tensor)!r})\n')
     print(f"wrote eager/_torch_names.py and eager/_torch_tensor_names.py "
           f"({sum(map(len, names.values())) + len(tensor)} names)")

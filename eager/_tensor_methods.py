@@ -14,8 +14,9 @@ from eager.backends import backend_for
 from eager.device import as_device
 from eager.dispatcher import ATEN
 from eager.factories import ones, tensor, zeros
+from eager.kernels._common import check_castable, promote
 from ir.records import named
-from eager.tensor import Tensor, ops, whole_step
+from eager.tensor import Tensor, ops, whole_step, wrap_scalar
 from ir import dtypes
 from ir.dtypes import DType
 from ir.ops import Op
@@ -150,9 +151,31 @@ def _pos(self):
 
 
 def _invert(self):
-    if self.dtype.name != "bool":
-        raise TypeError("~ is only supported on bool tensors in kiln")
-    return ops.eq(self, False)
+    if self.dtype.is_floating_point:
+        raise TypeError("~ (operator.invert) is only implemented on integer and Boolean-type "
+                        "tensors")
+    return ops.bitwise_not(self)
+
+
+def _reflected(fn):
+    def reflected(self, other):
+        return fn(other, self)
+    return reflected
+
+
+def _written_back(name: str, fn):
+    """`t.bitwise_and_(u)`, `t &= u`, `t.erfinv_()`: the result written into `t`, as
+    PyTorch's in-place ops write it (a type `t` cannot hold is refused); autograd records
+    the copy."""
+    def inplace(self, *args):
+        if args:  # before the op's own checks, as PyTorch checks
+            other = args[0] if isinstance(args[0], Tensor) else wrap_scalar(args[0])
+            check_castable(promote(self, other), self.dtype)
+        out = fn(self, *args)
+        check_castable(out.dtype, self.dtype)
+        return ops.copy_(self, out)
+    inplace.__name__ = name
+    return inplace
 
 
 def _iadd(self, other):
@@ -169,10 +192,6 @@ def _imul(self, other):
 
 def _idiv(self, other):
     return ops.div_(self, other)
-
-
-def _and(self, other):
-    return ops.logical_and(self, other)
 
 
 def _eq(self, other):
@@ -311,7 +330,10 @@ _METHODS = {
     "__pow__": ATEN[Op.POW].entry, "__rpow__": _rpow,
     "__matmul__": ATEN[Op.MATMUL].entry, "__rmatmul__": _rmatmul,
     "__neg__": ATEN[Op.NEG].entry, "__pos__": _pos, "__abs__": ATEN[Op.ABS].entry,
-    "__invert__": _invert, "__and__": _and,
+    "__invert__": _invert,
+    "__and__": ATEN[Op.BITWISE_AND].entry, "__rand__": _reflected(ops.bitwise_and),
+    "__or__": ATEN[Op.BITWISE_OR].entry, "__ror__": _reflected(ops.bitwise_or),
+    "__xor__": ATEN[Op.BITWISE_XOR].entry, "__rxor__": _reflected(ops.bitwise_xor),
     "__lt__": ATEN[Op.LT].entry, "__le__": ATEN[Op.LE].entry, "__gt__": ATEN[Op.GT].entry,
     "__ge__": ATEN[Op.GE].entry, "__eq__": _eq, "__ne__": _ne,
     "__iadd__": _iadd, "__isub__": _isub, "__imul__": _imul, "__itruediv__": _idiv,
@@ -321,6 +343,12 @@ _METHODS = {
     "nonzero": indexing.nonzero, "index_put": indexing.index_put,
     "index_put_": indexing.index_put_,
 }
+for _name, _op in (("and", Op.BITWISE_AND), ("or", Op.BITWISE_OR), ("xor", Op.BITWISE_XOR),
+                  ("not", Op.BITWISE_NOT)):
+    _METHODS[f"bitwise_{_name}_"] = _written_back(f"bitwise_{_name}_", ATEN[_op].entry)
+    if _name != "not":
+        _METHODS[f"__i{_name}__"] = _METHODS[f"bitwise_{_name}_"]
+_METHODS["erfinv_"] = _written_back("erfinv_", ATEN[Op.ERFINV].entry)
 for _name, _fn in _METHODS.items():
     setattr(Tensor, _name, _fn)
 Tensor.T = property(_T)

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import numbers
 import operator
+from typing import NoReturn
 
 import numpy as np
 
+from eager._missing import NotSupportedYet
 from ir import dtypes
 from ir.dtypes import DType
 
@@ -89,13 +91,33 @@ def tensor_list(fn: str, tensors) -> list:
 
 
 def dtype_arg(fn: str, dtype) -> DType | None:
-    """An eager dtype, None, or the Python type float, int or bool (float64, int64, bool)."""
-    if dtype is None or isinstance(dtype, DType):
+    """An eager dtype, None, or the Python type float, int or bool (float64, int64, bool).
+    A dtype kiln names but has no kernels for (bfloat16, uint8, ...) is NotSupportedYet."""
+    if dtype is None:
+        return dtype
+    if isinstance(dtype, DType):
+        if not dtype.has_kernels:
+            refuse_dtype(fn, dtype)
         return dtype
     if isinstance(dtype, type) and dtype in _PYTHON_DTYPES:
         return _PYTHON_DTYPES[dtype]
     raise TypeError(f"{fn}(): argument 'dtype' must be an eager dtype such as eager.float32, "
                     f"not {shown(dtype)}")
+
+
+def array_dtype(fn: str, np_dtype) -> DType:
+    """The dtype of a tensor made from a numpy array of `np_dtype`."""
+    named_only = dtypes.named_only_of_numpy(np_dtype)
+    if named_only is not None:
+        refuse_dtype(fn, named_only)
+    return dtypes.from_numpy(np_dtype)
+
+
+def refuse_dtype(fn: str, dtype: DType) -> NoReturn:
+    """Raise for a dtype kiln names but has no kernels for yet, naming it and the op."""
+    raise NotSupportedYet(f"{fn}(): dtype torch.{dtype.name} is not supported by kiln yet "
+                          f"(kiln names it, but has no kernels for it; kiln's dtypes are "
+                          f"{', '.join(d.name for d in dtypes.ALL)})")
 
 
 def number_arg(fn: str, name: str, value):

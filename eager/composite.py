@@ -92,7 +92,16 @@ def reshape(self, shape):
     shape = infer_size(int_list("reshape", "shape", shape), self.numel())
     if view_strides(self._shape, self._stride, shape) is not None:
         return ops.view(self, shape)
-    return ops.view(ops.clone(self), shape)
+    return copied_as(self, shape)
+
+
+def copied_as(self, shape):
+    """`self` copied and viewed as `shape`, and no view of anything, as PyTorch's
+    _unsafe_view makes it: nothing else holds the copy, so an in-place op on the result
+    (which kiln's autograd refuses on a view) is safe."""
+    out = ops.view(ops.clone(self), shape)
+    out._base = None
+    return out
 
 
 @_composite(Op.FLATTEN, function=True, method=True)

@@ -7,8 +7,9 @@ run on every device those ops run on, and graph capture sees the same ops.
     unbind              select at each index
     isclose, allclose,  PyTorch's closeness test |a - b| <= atol + rtol |b| (equal infs
     equal               close, NaNs only with equal_nan); equal: same shape and values
+    isin, `in`          each element compared with every test element (a chunk at a time)
     all, any            counts of zeros and non-zeros
-    logical_not/or/xor  comparisons with zero and logical_and (|, ^ on bool tensors)
+    logical_not/or/xor  comparisons with zero and logical_and
     lerp                start + weight (end - start)
     sort, argsort,      the order found on the host (numpy's stable argsort), moved to
     topk, kthvalue      the input's device; values are gather(input, dim, indices), so
@@ -158,6 +159,37 @@ def equal(input: Tensor, other: Tensor) -> bool:
     return bool(all(input == other).item())
 
 
+ISIN_CHUNK = 1 << 22
+"""isin compares at most this many (element, test element) pairs at once."""
+
+
+def isin(elements, test_elements, *, assume_unique: bool = False,
+         invert: bool = False) -> Tensor:
+    """True where an element of `elements` equals some element of `test_elements` (either
+    may be a number); the shape of `elements`. NaN is in nothing, as NaN != NaN."""
+    if not isinstance(elements, Tensor) and not isinstance(test_elements, Tensor):
+        raise TypeError("isin(): elements or test_elements must be a Tensor")
+    device = (elements if isinstance(elements, Tensor) else test_elements).device
+    x = elements if isinstance(elements, Tensor) else factories.tensor(elements, device=device)
+    tests = test_elements.reshape(-1) if isinstance(test_elements, Tensor) else \
+        factories.tensor([test_elements], device=device)
+    found = factories.zeros(x.shape, dtype=dtypes.bool_, device=device)
+    step = max(ISIN_CHUNK // max(x.numel(), 1), 1)
+    column = ops.unsqueeze(x, -1)
+    for start in range(0, tests.shape[0], step):
+        chunk = ops.slice(tests, 0, start, start + step)
+        found = found | any(ops.eq(column, chunk), -1)
+    return ops.eq(found, False) if invert else found
+
+
+def _contains(self: Tensor, element) -> bool:
+    """`element in t`: some element of t equals it (a number, or a tensor broadcast)."""
+    if not isinstance(element, (Tensor, int, float, bool)):
+        raise RuntimeError(f"Tensor.__contains__ only supports Tensor or scalar, but you "
+                           f"passed in a {type(element)}.")
+    return bool(any(ops.eq(self, element)).item())
+
+
 def all(input: Tensor, dim=None, keepdim: bool = False) -> Tensor:  # noqa: A001
     """True where every element (over `dim`, or all of them) is non-zero."""
     zeros = (input == 0).to(dtypes.int64)
@@ -183,18 +215,6 @@ def logical_or(input: Tensor, other) -> Tensor:
 
 def logical_xor(input: Tensor, other) -> Tensor:
     return (input != 0) != (other != 0)
-
-
-def _or(self: Tensor, other) -> Tensor:
-    if self.dtype != dtypes.bool_:
-        raise TypeError("| is only supported on bool tensors in kiln")
-    return logical_or(self, other)
-
-
-def _xor(self: Tensor, other) -> Tensor:
-    if self.dtype != dtypes.bool_:
-        raise TypeError("^ is only supported on bool tensors in kiln")
-    return logical_xor(self, other)
 
 
 def lerp(input: Tensor, end: Tensor, weight) -> Tensor:
@@ -301,5 +321,4 @@ FUNCTIONS = ["tril", "triu", "flip", "fliplr", "flipud", "roll", "unbind", "iscl
 
 for _name in FUNCTIONS:
     setattr(Tensor, _name, globals()[_name])
-Tensor.__or__ = Tensor.__ror__ = _or
-Tensor.__xor__ = Tensor.__rxor__ = _xor
+Tensor.__contains__ = _contains

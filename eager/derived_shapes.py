@@ -1,17 +1,20 @@
 """More ops written in other ops (see eager/derived.py): shape and layout functions,
 joins, in-place spellings and tensor constructors of an existing tensor.
 
-    repeat, tile, repeat_interleave   expand + reshape (a copy, gradients summed back)
+    repeat, tile, repeat_interleave   expand, clone, view: always a new tensor, as PyTorch's
+                                      (gradients summed back by expand's rule)
     narrow, movedim/moveaxis, swapaxes/swapdims, unflatten, ravel, broadcast_to
     hstack, vstack, dstack, column_stack, concatenate, atleast_1d/2d/3d, meshgrid,
     cartesian_prod
     masked_fill_, tril_, triu_, uniform_, normal_    the out-of-place op copied in (autograd
                                                      records the copy, as PyTorch's in-place op)
-    type_as, new_full, new_empty, nelement, ndimension, is_cpu, clip, clamp_min/max, square
+    type_as, new_full, new_empty, nelement, ndimension, is_cpu, clip, clamp_min/max, square,
+    is_floating_point
 """
 from __future__ import annotations
 
 from eager import derived, factories
+from eager.composite import copied_as
 from eager.arguments import int_arg, int_list
 from ir import dtypes
 from eager.shapes import wrap_dim
@@ -31,7 +34,9 @@ def repeat(input: Tensor, *sizes) -> Tensor:
     shape = [1] * (len(sizes) - input.dim()) + list(input.shape)
     spread = input.reshape([d for s in shape for d in (1, s)])
     expanded = ops.expand(spread, [d for r, s in zip(sizes, shape) for d in (r, s)])
-    return expanded.reshape([r * s for r, s in zip(sizes, shape)])
+    # copied: a reshape would be a view where it can (stride 0 where a dim repeats, of the
+    # input itself where none does), refusing an in-place op or writing into the input
+    return copied_as(expanded, [r * s for r, s in zip(sizes, shape)])
 
 
 def tile(input: Tensor, dims) -> Tensor:
@@ -62,7 +67,7 @@ def repeat_interleave(input: Tensor, repeats, dim: int | None = None, *,
     shape = list(x.shape)
     spread = ops.unsqueeze(x, d + 1)
     expanded = ops.expand(spread, shape[:d + 1] + [count] + shape[d + 1:])
-    return expanded.reshape(shape[:d] + [shape[d] * count] + shape[d + 1:])
+    return copied_as(expanded, shape[:d] + [shape[d] * count] + shape[d + 1:])
 
 
 def narrow(input: Tensor, dim: int, start: int, length: int) -> Tensor:
@@ -224,13 +229,17 @@ def new_empty(self: Tensor, *size, dtype=None, device=None, requires_grad: bool 
                            device=device or self.device, requires_grad=requires_grad)
 
 
+def is_floating_point(input: Tensor) -> bool:
+    return input.dtype.is_floating_point
+
+
 def clip(input: Tensor, min=None, max=None) -> Tensor:  # noqa: A002
     return ops.clamp(input, min, max)
 
 
 FUNCTIONS = ["repeat_interleave", "narrow", "movedim", "unflatten", "ravel", "broadcast_to",
              "tile", "clip", "atleast_1d", "atleast_2d", "atleast_3d", "hstack", "vstack",
-             "dstack", "column_stack", "meshgrid", "cartesian_prod"]
+             "dstack", "column_stack", "meshgrid", "cartesian_prod", "is_floating_point"]
 """eager.<name>; those taking a tensor first are Tensor methods too."""
 __all__ = list(FUNCTIONS)
 METHODS = {"repeat": repeat, "tile": tile, "repeat_interleave": repeat_interleave,

@@ -45,6 +45,11 @@ CPU = device("cpu")
 META = device("meta")
 
 
+def get_default_device() -> device:
+    """The device factories make tensors on: kiln has no set_default_device, so the CPU."""
+    return CPU
+
+
 def as_device(spec) -> device:
     if spec is None:
         return CPU

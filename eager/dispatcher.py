@@ -14,6 +14,8 @@ import os
 import threading
 import types
 
+from eager.arguments import refuse_dtype
+from ir.dtypes import DType
 from ir.ops import Op
 from ir.schema import FunctionSchema, parse_schema
 
@@ -448,10 +450,28 @@ def _entry(handle: OpHandle):
     else:
         def call(*args, **kwargs):
             return dispatch(args, kwargs)
+    if any(a.type.base == "ScalarType" for a in handle.schema.arguments):
+        call = _refusing_dtypes_without_kernels(handle, call)
     call.__name__ = handle.schema.name
     call.__qualname__ = handle.qualified_name
     call.handle = handle
     return call
+
+
+def _refusing_dtypes_without_kernels(handle: OpHandle, call):
+    """`call`, refusing first a dtype argument that kiln names but has no kernels for
+    (bfloat16, uint8, ...: NotSupportedYet naming it and the op). Only the few ops with
+    a ScalarType argument (sum, mean, softmax, _to_copy, ...) take this step."""
+    where = tuple((i, a.name) for i, a in enumerate(handle.schema.arguments)
+                  if a.type.base == "ScalarType")
+
+    def checked(*args, **kwargs):
+        for i, name in where:
+            dt = args[i] if i < len(args) else kwargs.get(name)
+            if dt.__class__ is DType and not dt.has_kernels:
+                refuse_dtype(handle.schema.name, dt)
+        return call(*args, **kwargs)
+    return checked
 
 
 def _entry_below(handle: OpHandle, below: DispatchKey):
@@ -569,6 +589,48 @@ def find(name: str) -> OpHandle:
         return _handles[_lookup_name(name)]
     except KeyError:
         raise KeyError(f"no operator named {name!r} is defined") from None
+
+
+class OpNamespace:
+    """`ops.mylib`: one namespace's operators by name, `ops.mylib.foo(x)` (PyTorch's
+    torch.ops.<namespace>); `ops.mylib.foo.default` and `ops.aten.add.Tensor` are the
+    overloads' handles."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"eager.ops.{self.name}"
+
+    def __getattr__(self, op: str) -> OpPacket:
+        try:
+            return OpPacket(find(f"{self.name}::{op}"))
+        except KeyError:
+            raise AttributeError(f"'_OpNamespace' '{self.name}' object has no attribute "
+                                 f"'{op}'") from None
+
+
+class OpPacket:
+    """An operator with its overloads: called, the default one runs."""
+
+    def __init__(self, handle: OpHandle):
+        self._handle = handle
+        self.__name__ = handle.schema.name
+
+    def __repr__(self) -> str:
+        return self._handle.name.replace("::", ".")
+
+    def __call__(self, *args, **kwargs):
+        return self._handle(*args, **kwargs)
+
+    def __getattr__(self, overload: str) -> OpHandle:
+        if overload == "default":
+            return self._handle
+        try:
+            return find(f"{self._handle.name}.{overload}")
+        except KeyError:
+            raise AttributeError(f"The underlying op of '{self}' has no overload name "
+                                 f"'{overload}'") from None
 
 
 def impl(name: str | Op | OpHandle, key: DispatchKey | str):

@@ -9,7 +9,8 @@ import pickle
 
 import numpy as np
 
-from eager.arguments import bool_arg, dtype_arg, int_arg, int_list, number_arg, size_args
+from eager.arguments import (array_dtype, bool_arg, dtype_arg, int_arg, int_list, number_arg,
+                             size_args)
 from eager.backends import backend_for
 from eager.device import as_device
 from eager.tensor import (Size, Tensor, aligned, aligned_empty, from_array, meta_empty,
@@ -168,7 +169,7 @@ def tensor(data, *, dtype=None, device=None, requires_grad: bool = False) -> Ten
     elif isinstance(data, np.ndarray):
         a = aligned_empty(data.shape, data.dtype)
         np.copyto(a, data)
-        dt = dtype or dtypes.from_numpy(a.dtype)
+        dt = dtype or array_dtype("tensor", a.dtype)
     else:
         dt = dtype or _infer_dtype(data)
         _check_ragged(data)
@@ -206,6 +207,7 @@ def from_numpy(a: np.ndarray) -> Tensor:
     """A tensor sharing memory with numpy array `a`."""
     if not isinstance(a, np.ndarray):
         raise TypeError(f"expected np.ndarray (got {type(a).__name__})")
+    array_dtype("from_numpy", a.dtype)
     return share_array(a)
 
 
@@ -325,6 +327,15 @@ randn_like = _like(randn)
 def full_like(t: Tensor, fill_value, *, dtype=None, device=None, requires_grad=False) -> Tensor:
     return full(t.shape, fill_value, dtype=dtype_arg("full_like", dtype) or t.dtype,
                 device=device or t.device, requires_grad=requires_grad)
+
+
+def set_default_dtype(dtype) -> None:
+    """The dtype that floating-point factories make (a dtype with no kernels in kiln yet
+    is refused, naming it)."""
+    if not isinstance(dtype, dtypes.DType):
+        raise TypeError(f"set_default_dtype(): argument 'd' must be a dtype, not "
+                        f"{type(dtype).__name__}")
+    dtypes.set_default_dtype(dtype_arg("set_default_dtype", dtype))
 
 
 # the legacy constructors: torch.Tensor(...) and the typed tensors ---------------------

@@ -1,9 +1,12 @@
 """`t[idx]` and `t[idx] = v`: basic indexing (ints, slices, None, ...) makes views through
-select / slice / unsqueeze; integer-tensor indices go to `index` / `index_put_` as tensors
+select / slice / unsqueeze; integer-tensor indices (lists and ranges of ints become such
+tensors) go to `index` / `index_put_` as tensors
 (their values are read only by those ops' kernels, which check them), and a boolean mask
 becomes the positions of its True elements (`nonzero`). Gradients flow through all of
 them."""
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 
@@ -12,11 +15,30 @@ from eager.tensor import Tensor, ops
 from ir import dtypes
 
 
+_SEQUENCE_WARNING = ("Using a non-tuple sequence for multidimensional indexing is deprecated "
+                     "and will be changed in pytorch 2.9; use x[tuple(seq)] instead of x[seq]. "
+                     "In pytorch 2.9 this will be interpreted as tensor index, "
+                     "x[torch.tensor(seq)], which will result either in an error or a "
+                     "different result")
+
+
+def _as_tuple(idx) -> tuple:
+    """The index as a tuple of per-dim indices. A list holding a sequence, slice, tensor,
+    None or ... is one index per dim (NumPy's old rule, which PyTorch keeps with a warning);
+    any other list or range is one integer or bool index."""
+    if isinstance(idx, tuple):
+        return idx
+    if isinstance(idx, list) and len(idx) < 32 and any(
+            i is None or i is Ellipsis or isinstance(i, (Tensor, list, tuple, range, slice,
+                                                         np.ndarray)) for i in idx):
+        warnings.warn(_SEQUENCE_WARNING, UserWarning, stacklevel=4)  # the caller of t[...]
+        return tuple(idx)
+    return (idx,)
+
+
 def _normalise(self: Tensor, idx) -> list:
-    if not isinstance(idx, tuple):
-        idx = (idx,)
-    idx = [
-        _as_index_tensor(i) if isinstance(i, (list, np.ndarray)) else i for i in idx]
+    idx = [_as_index_tensor(i) if isinstance(i, (list, range, np.ndarray)) else i
+           for i in _as_tuple(idx)]
     used = sum(0 if i is None or i is Ellipsis or isinstance(i, bool) else 1 for i in idx)
     used += sum(t.dim() - 1 for t in idx if isinstance(t, Tensor) and t.dtype is dtypes.bool_)
     if sum(i is Ellipsis for i in idx) > 1:
@@ -30,7 +52,10 @@ def _normalise(self: Tensor, idx) -> list:
 
 
 def _as_index_tensor(i) -> Tensor:
-    return tensor(i)
+    """A list, range or array of indices as a tensor: int64, or bool for bools (an empty
+    one is int64, as PyTorch makes it)."""
+    i = list(i) if isinstance(i, range) else i
+    return tensor(i, dtype=dtypes.int64) if len(i) == 0 else tensor(i)
 
 
 def _views(self: Tensor, idx: list):

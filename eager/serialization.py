@@ -1,9 +1,13 @@
-"""eager.save / eager.load: state dicts and nested containers of tensors and Python values,
-in a safe format: a zip of .npy arrays plus a JSON manifest (no pickle on load).
+"""eager.save / eager.load: state dicts and nested containers of tensors and Python values.
 
-The manifest records each array's dtype, shape and SHA-256, so a truncated or corrupted
-file is rejected with a clear error instead of loading wrong numbers. Loading reads no
-more than the file holds: members must be stored uncompressed, as `save` writes them, each
+eager.load reads kiln's own files and PyTorch's (torch.save's zip layout and its legacy one:
+eager/serialization_torch.py); eager.save writes kiln's, or PyTorch's zip layout with
+format="torch" (eager/serialization_torch_save.py), which torch.load reads.
+
+kiln's format is safe by construction: a zip of .npy arrays plus a JSON manifest (no pickle
+on load). The manifest records each array's dtype, shape and SHA-256, so a truncated or
+corrupted file is rejected with a clear error instead of loading wrong numbers. Loading reads
+no more than the file holds: members must be stored uncompressed, as `save` writes them, each
 member's size is checked against what its shape and dtype need before a byte of it is read,
 a tensor's member may be named once, and the manifest is at most 16 MiB. Each manifest
 entry's fields are checked for their types and ranges before use; an error names the
@@ -16,26 +20,30 @@ import io
 import json
 import math
 import os
-import struct
+import pickle
 import threading
 import zipfile
-import zlib
 from collections import OrderedDict
 from typing import NamedTuple
 
 import numpy as np
 
+from eager import serialization_torch, serialization_torch_save
 from eager.factories import tensor
+from eager.serialization_files import (
+    DAMAGE,
+    CorruptFileError,
+    Members,
+    WeightsOnlyError,
+)
 from eager.tensor import Tensor
 from ir.dtypes import from_name
+
+__all__ = ["CorruptFileError", "WeightsOnlyError", "load", "save"]
 
 _FORMAT = "kiln-save-1"
 _MANIFEST_MAX = 1 << 24  # bytes: about 90,000 tensors' entries
 _NPY_HEADER_MAX = 1 << 14  # bytes before the data; np.load refuses headers over 10,000
-
-
-class CorruptFileError(RuntimeError):
-    pass
 
 
 def _encode(obj, arrays: list):
@@ -60,18 +68,34 @@ def _encode(obj, arrays: list):
                     "tensors, dicts, lists, tuples, numbers, strings and None")
 
 
-def save(obj, f) -> None:
+def save(obj, f, *, format: str = "kiln") -> None:
     """Write `obj` to the path or binary file `f`; a path is written atomically: to a
-    temporary file beside it, renamed over `f` only once complete."""
-    arrays: list = []
-    manifest = {"format": _FORMAT, "root": _encode(obj, arrays)}
+    temporary file beside it, renamed over `f` only once complete.
+
+    format="kiln" (the default) writes kiln's format; format="torch" writes PyTorch's zip
+    layout, which torch.load(f, weights_only=True) reads and which keeps views that share
+    memory sharing it. kiln's stays the default: a kiln file holds no pickle, so any
+    reader can check it without running one, and it holds each tensor's own elements
+    (PyTorch's writes the whole storage a view looks into: saving x[:10] of a 1 GB tensor
+    writes 1 GB)."""
+    if format == "kiln":
+        arrays: list = []
+        manifest = {"format": _FORMAT, "root": _encode(obj, arrays)}
+
+        def write(fh):
+            _write(fh, manifest, arrays)
+    elif format == "torch":
+        def write(fh):
+            serialization_torch_save.write_zip(obj, fh)
+    else:
+        raise ValueError(f"eager.save writes format 'kiln' or 'torch', not {format!r}")
     if not isinstance(f, (str, os.PathLike)):
-        _write(f, manifest, arrays)
+        write(f)
         return
     tmp = f"{os.fspath(f)}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
         with open(tmp, "wb") as fh:
-            _write(fh, manifest, arrays)
+            write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, f)
@@ -90,20 +114,55 @@ def _write(fh, manifest, arrays) -> None:
             z.writestr(f"{i}.npy", buf.getvalue())
 
 
-# What a damaged or crafted file can make zipfile, json, numpy or the decoder raise.
-_DAMAGE = (zipfile.BadZipFile, zlib.error, struct.error, EOFError, OSError, ValueError,
-           KeyError, IndexError, TypeError, AttributeError, NotImplementedError, RuntimeError)
-
-
 def load(f, map_location=None, weights_only: bool = True):
-    """Read what `save` wrote; raises CorruptFileError for damaged or foreign files (and
-    the usual OSError, such as FileNotFoundError, when a path cannot be opened)."""
+    """Read what eager.save or torch.save wrote to the path or binary file `f`, its tensors
+    on `map_location`: None puts them where they were saved, a device or string there, and
+    for PyTorch's files a dict maps saved locations ('cuda:0') to devices.
+
+    Raises CorruptFileError for a damaged or foreign file or one holding what kiln lacks,
+    WeightsOnlyError (a CorruptFileError) for a PyTorch file whose pickle asks for more
+    than weights, and the usual OSError, such as FileNotFoundError, when a path cannot be
+    opened. kiln reads weights only whatever `weights_only` says: it never runs a pickle's
+    code."""
     if isinstance(f, (str, os.PathLike)):
         with open(f, "rb") as fh:
-            tree = _read(fh, repr(os.fspath(f)))
+            read = _read(fh, repr(os.fspath(f)))
     else:
-        tree = _read(f, repr(getattr(f, "name", "<stream>")))
-    return _materialise(tree, map_location)
+        read = _read(f, repr(getattr(f, "name", "<stream>")))
+    return read.place(map_location)
+
+
+def _read(fh, name: str):
+    """What the file holds, read and checked, not yet placed on a device (an object with
+    `place(map_location)`); any damage is a CorruptFileError."""
+    try:
+        file_size = fh.seek(0, io.SEEK_END)
+        fh.seek(0)
+        if fh.read(1) == pickle.PROTO:
+            fh.seek(0)
+            return serialization_torch.read_legacy(fh, name, file_size)
+        fh.seek(0)
+        with zipfile.ZipFile(fh) as z:
+            members = Members(z, name, file_size)
+            if members.holds("manifest.json"):
+                return _KilnFile(_read_manifest(members, name))
+            if serialization_torch.is_torch_zip(z):
+                return serialization_torch.read_zip(z, members, name, file_size)
+            raise CorruptFileError(f"eager.load: {name} is not a kiln or PyTorch save file")
+    except CorruptFileError:
+        raise
+    except DAMAGE as e:
+        raise CorruptFileError(f"eager.load: {name} is truncated or corrupted "
+                               f"({type(e).__name__}: {e})") from e
+
+
+def _read_manifest(members: Members, name: str):
+    """The saved tree with verified arrays as _Checked."""
+    manifest = json.loads(members.read("manifest.json", 0, _MANIFEST_MAX,
+                                       f"at most {_MANIFEST_MAX} are allowed"))
+    if not isinstance(manifest, dict) or manifest.get("format") != _FORMAT:
+        raise CorruptFileError(f"eager.load: {name} is not a kiln save file")
+    return _decode(manifest["root"], members)
 
 
 class _Checked(NamedTuple):
@@ -113,68 +172,12 @@ class _Checked(NamedTuple):
     requires_grad: bool
 
 
-def _read(fh, name: str):
-    """The saved tree with verified arrays as _Checked; any damage is a CorruptFileError."""
-    try:
-        file_size = fh.seek(0, io.SEEK_END)
-        fh.seek(0)
-        with zipfile.ZipFile(fh) as z:
-            if "manifest.json" not in z.namelist():
-                raise CorruptFileError(f"eager.load: {name} is not a kiln save file")
-            members = _Members(z, name, file_size)
-            manifest = json.loads(members.read("manifest.json", 0, _MANIFEST_MAX,
-                                               f"at most {_MANIFEST_MAX} are allowed"))
-            if not isinstance(manifest, dict) or manifest.get("format") != _FORMAT:
-                raise CorruptFileError(f"eager.load: {name} is not a kiln save file")
-            return _decode(manifest["root"], members)
-    except CorruptFileError:
-        raise
-    except _DAMAGE as e:
-        raise CorruptFileError(f"eager.load: {name} is truncated or corrupted "
-                               f"({type(e).__name__}: {e})") from e
+class _KilnFile(NamedTuple):
+    """A kiln file read: its tree, tensors as _Checked until placed."""
+    tree: object
 
-
-class _Members:
-    """Reads a save file's members, each once, refusing before reading any whose size in
-    the zip directory is not what the caller expects or is more than the file holds (a
-    deflated member could inflate a thousandfold; a stored one cannot)."""
-
-    def __init__(self, z: zipfile.ZipFile, name: str, file_size: int):
-        self.z, self.name, self.file_size, self.seen = z, name, file_size, set()
-
-    def read(self, member: str, least: int, most: int, expected: str,
-             entry: str | None = None) -> bytes:
-        """The member's bytes, refused unless its size is in [least, most] (`expected`
-        says why, in the error; `entry` names the manifest entry that asked for it)."""
-        if member in self.seen:
-            raise self.refuse(f"names member {member} twice", entry)
-        self.seen.add(member)
-        info = self.z.getinfo(member)
-        if info.compress_type != zipfile.ZIP_STORED:
-            raise self.refuse(f"member {member} is compressed (method "
-                              f"{info.compress_type}); kiln save files store members "
-                              f"uncompressed", entry)
-        if not least <= info.file_size <= most:
-            raise self.refuse(f"member {member} holds {info.file_size} bytes; {expected}",
-                              entry)
-        if info.compress_size != info.file_size or \
-                info.header_offset + info.compress_size > self.file_size:
-            raise self.refuse(f"member {member} claims {info.compress_size} bytes stored "
-                              f"but the file has only {self.file_size}", entry)
-        with self.z.open(info) as fh:
-            return fh.read(info.file_size)  # zipfile checks the CRC on reaching the end
-
-    def holds(self, member: str) -> bool:
-        try:
-            self.z.getinfo(member)
-        except KeyError:
-            return False
-        return True
-
-    def refuse(self, why: str, entry: str | None = None) -> CorruptFileError:
-        """The error for this file, saying `why` (and which manifest `entry` it was)."""
-        where = "" if entry is None else f"{entry}: "
-        return CorruptFileError(f"eager.load: {self.name} is corrupted ({where}{why})")
+    def place(self, map_location):
+        return _materialise(self.tree, map_location)
 
 
 _KINDS = ("tensor", "dict", "list", "tuple", "value")
@@ -187,7 +190,7 @@ def _brief(value) -> str:
     return shown if len(shown) <= 80 else f"{shown[:60]}...{shown[-12:]}"
 
 
-def _decode(node, members: _Members, where: str = "root"):
+def _decode(node, members: Members, where: str = "root"):
     """What manifest entry `node` stands for; `where` names the entry in errors, as the
     path to it from the root (root['layers'][2])."""
     def refuse(why: str) -> CorruptFileError:
@@ -228,7 +231,7 @@ _NPY_HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0,
                        (2, 0): np.lib.format.read_array_header_2_0}
 
 
-def _decode_tensor(node, members: _Members, where: str) -> _Checked:
+def _decode_tensor(node, members: Members, where: str) -> _Checked:
     """Tensor entry `node`'s array, read and checked against the entry (`where` names
     the entry in errors)."""
     def refuse(why: str) -> CorruptFileError:

@@ -113,6 +113,22 @@ def whole_step(call, what: str, nulls_grads_of=(), tensors=()):
     return call(*tensors) if hook is None else hook(call, what, nulls_grads_of, tensors)
 
 
+_break_hook = None  # while graph capture runs: see run_eagerly
+
+
+def set_break_hook(hook) -> None:
+    global _break_hook
+    _break_hook = hook
+
+
+def run_eagerly(call, why: str):
+    """Run `call()` eagerly: while a capture runs, compiler/capture.py's hook ends the
+    pending region there (a graph break explain() lists, `why` its reason) and runs
+    `call` outside capture (an autograd.Function: its backward is the user's Python)."""
+    hook = _break_hook
+    return call() if hook is None else hook(call, why)
+
+
 _reading = threading.local()
 
 
@@ -202,6 +218,13 @@ class Tensor:
     @property
     def is_meta(self) -> bool:
         return self.device.type == "meta"
+
+    # PyTorch's predicates for devices kiln has no backend for, and for layouts it has not
+    # (kiln's tensors are dense and strided: not sparse, quantized, nested or mkldnn)
+    is_xpu = is_mps = is_ipu = is_mtia = is_xla = is_maia = is_vulkan = property(
+        lambda self: False)
+    is_sparse = is_sparse_csr = is_quantized = is_nested = is_mkldnn = property(
+        lambda self: False)
 
     def is_floating_point(self) -> bool:
         return self.dtype.is_floating_point

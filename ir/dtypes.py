@@ -1,7 +1,9 @@
 """Element types and PyTorch's type-promotion rules.
 
-A DType is a small immutable record; the six instances below are the whole set.
-Promotion follows PyTorch: operands fall into three tiers (tensors with dims,
+A DType is a small immutable record. Six have kernels (ALL); four more are names only
+(NAMED_ONLY: bfloat16, uint8, int8, int16), so that code naming them (a default argument,
+a table of types) loads, while making a tensor of one is refused in eager, naming the
+dtype and the op. Promotion follows PyTorch: operands fall into three tiers (tensors with dims,
 zero-dim tensors, wrapped Python numbers); a lower tier changes the result only when
 it brings a higher category (bool < integer < floating).
 """
@@ -11,16 +13,21 @@ import numpy as np
 
 
 class DType:
-    __slots__ = ("name", "np", "itemsize", "is_floating_point", "is_signed", "rank", "short")
+    __slots__ = ("name", "np", "itemsize", "is_floating_point", "is_signed", "rank", "short",
+                 "has_kernels")
 
-    def __init__(self, name: str, np_dtype, rank: int, short: str):
+    def __init__(self, name: str, np_dtype, rank: int | None, short: str,
+                 kind: str | None = None, itemsize: int | None = None):
+        """`kind` and `itemsize` (numpy's letters: f, i, u, b) for a dtype numpy lacks."""
         self.name = name
-        self.np = np.dtype(np_dtype)
-        self.itemsize = self.np.itemsize
-        self.is_floating_point = self.np.kind == "f"
-        self.is_signed = self.np.kind in "fi"
-        self.rank = rank  # position in the promotion lattice of our six types
+        self.np = None if np_dtype is None else np.dtype(np_dtype)
+        self.itemsize = itemsize or self.np.itemsize
+        kind = kind or self.np.kind
+        self.is_floating_point = kind == "f"
+        self.is_signed = kind in "fi"
+        self.rank = rank  # position in the promotion lattice of the types with kernels
         self.short = short  # name in printed IR: f32, i64, ...
+        self.has_kernels = rank is not None
 
     def __repr__(self) -> str:
         return f"eager.{self.name}"
@@ -43,11 +50,19 @@ float16 = DType("float16", np.float16, 3, "f16")
 float32 = DType("float32", np.float32, 4, "f32")
 float64 = DType("float64", np.float64, 5, "f64")
 
+# PyTorch's dtypes that kiln names but has no kernels for yet (numpy has no bfloat16)
+bfloat16 = DType("bfloat16", None, None, "bf16", kind="f", itemsize=2)
+uint8 = DType("uint8", np.uint8, None, "u8")
+int8 = DType("int8", np.int8, None, "i8")
+int16 = DType("int16", np.int16, None, "i16")
+
 ALL = (bool_, int32, int64, float16, float32, float64)
-_BY_NAME = {d.name: d for d in ALL}
-_BY_SHORT = {d.short: d for d in ALL}
+NAMED_ONLY = (bfloat16, uint8, int8, int16)
+_BY_NAME = {d.name: d for d in ALL + NAMED_ONLY}
+_BY_SHORT = {d.short: d for d in ALL + NAMED_ONLY}
 _BY_NP = {d.np: d for d in ALL}
-_ALIASES = {"float": float32, "double": float64, "half": float16, "long": int64, "int": int32}
+_ALIASES = {"float": float32, "double": float64, "half": float16, "long": int64, "int": int32,
+            "short": int16}
 
 _default_dtype = float32
 
@@ -63,12 +78,21 @@ def from_name(name: str) -> DType:
 
 
 def from_numpy(np_dtype) -> DType:
+    """The dtype with kernels that holds numpy's `np_dtype` (see named_only_of_numpy)."""
     dt = _BY_NP.get(np.dtype(np_dtype))
     if dt is None:
         raise TypeError(
             f"can't convert numpy array of type {np.dtype(np_dtype)}: kiln supports "
             f"{', '.join(d.np.name for d in ALL)}")
     return dt
+
+
+def named_only_of_numpy(np_dtype) -> DType | None:
+    """The dtype kiln names but has no kernels for that holds numpy's `np_dtype`, if any."""
+    return _NAMED_ONLY_BY_NP.get(np.dtype(np_dtype))
+
+
+_NAMED_ONLY_BY_NP = {d.np: d for d in NAMED_ONLY if d.np is not None}
 
 
 def get_default_dtype() -> DType:
@@ -84,7 +108,7 @@ def set_default_dtype(dtype: DType) -> None:
 
 def promote_types(a: DType, b: DType) -> DType:
     """The smallest type both a and b convert to without losing category (PyTorch's table
-    restricted to our six types is a chain, so it is the higher rank)."""
+    restricted to the six types with kernels is a chain, so it is the higher rank)."""
     return a if a.rank >= b.rank else b
 
 

@@ -32,8 +32,10 @@ class Op(enum.Enum):
     HARDSWISH = "hardswish" + _UNARY
     HARDSIGMOID = "hardsigmoid" + _UNARY
     ERF = "erf" + _UNARY
+    ERFINV = "erfinv" + _UNARY
     LOG1P = "log1p" + _UNARY
     EXPM1 = "expm1" + _UNARY
+    BITWISE_NOT = "bitwise_not" + _UNARY
     GELU = 'gelu(Tensor self, *, str approximate="none") -> Tensor'
     GELU_BACKWARD = ('gelu_backward(Tensor grad_output, Tensor self, *, str approximate="none")'
                      " -> Tensor")
@@ -53,6 +55,9 @@ class Op(enum.Enum):
     GT = "gt" + _BINARY
     GE = "ge" + _BINARY
     LOGICAL_AND = "logical_and" + _BINARY
+    BITWISE_AND = "bitwise_and.Tensor" + _BINARY
+    BITWISE_OR = "bitwise_or.Tensor" + _BINARY
+    BITWISE_XOR = "bitwise_xor.Tensor" + _BINARY
     WHERE = "where(Tensor condition, Tensor self, Tensor other) -> Tensor"
     # reductions
     SUM = ("sum(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None)"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import sys
+import threading
 import weakref
 
 from eager.dispatcher import tls
@@ -105,27 +106,75 @@ def _alias(t):
 
 
 class SavedTensor:
-    """A tensor a node keeps for backward, with the version it had when saved."""
-    __slots__ = ("tensor", "version", "is_output", "__weakref__")
+    """A tensor a node keeps for backward, with the version it had when saved; or, while
+    saved-tensor hooks are on (`autograd.graph.saved_tensors_hooks`), what the pack hook
+    made of it, turned back into a tensor by the unpack hook (no version check then, as
+    in PyTorch: the hooks own the value)."""
+    __slots__ = ("tensor", "version", "is_output", "output_nr", "unpack_hook", "__weakref__")
 
     def __init__(self, tensor, is_output: bool):
+        self.is_output = is_output
+        # an output's place among the node's outputs (an autograd.Function saves any)
+        self.output_nr = tensor.output_nr if is_output else 0
+        if _hooks_open and _saved_hooks.stack:
+            pack, self.unpack_hook = _saved_hooks.stack[-1]
+            self.tensor = pack(tensor)
+            self.version = None
+            return
+        self.unpack_hook = None
         # an output is kept without its grad_fn (that is the saving node: a cycle)
         self.tensor = _alias(tensor) if is_output else tensor
         self.version = tensor._storage.version
-        self.is_output = is_output
         if tensor._lazy is not None:  # capture: the version is known once it materialises
             tensor._lazy.region.saved.add(self)
 
     def unpack(self, node: Node):
-        t = self.tensor
-        if t._storage.version != self.version:
-            raise RuntimeError(_modified_message(t, node if self.is_output else t.grad_fn,
-                                                 t._storage.version, self.version))
+        if self.unpack_hook is not None:
+            t = self.unpack_hook(self.tensor)
+        else:
+            t = self.tensor
+            if t._storage.version != self.version:
+                raise RuntimeError(_modified_message(t, node if self.is_output else t.grad_fn,
+                                                     t._storage.version, self.version))
         if self.is_output and node is not None:
             t = t.detach() if t._lazy is not None else detach(t)  # under capture: an op
             t.grad_fn = node
+            t.output_nr = self.output_nr
             t._set_requires_grad(True)
         return t
+
+
+class _SavedHooks(threading.local):
+    def __init__(self):
+        self.stack = []  # (pack, unpack) pairs, innermost last
+
+
+_saved_hooks = _SavedHooks()
+_hooks_open = 0  # saved_tensors_hooks contexts open in any thread (0: no lookup per save)
+_hooks_lock = threading.Lock()
+
+
+class saved_tensors_hooks:  # noqa: N801 - PyTorch's name
+    """While open, every tensor autograd saves for backward is given to `pack_hook`, whose
+    result is kept instead; backward gets `unpack_hook(kept)` back. Per thread; the
+    innermost context wins (PyTorch's torch.autograd.graph.saved_tensors_hooks)."""
+
+    def __init__(self, pack_hook, unpack_hook):
+        self.pack_hook, self.unpack_hook = pack_hook, unpack_hook
+
+    def __enter__(self):
+        global _hooks_open
+        with _hooks_lock:
+            _hooks_open += 1
+        _saved_hooks.stack.append((self.pack_hook, self.unpack_hook))
+        return self
+
+    def __exit__(self, *exc):
+        global _hooks_open
+        _saved_hooks.stack.pop()
+        with _hooks_lock:
+            _hooks_open -= 1
+        return False
 
 
 def _modified_message(t, producer, version, expected) -> str:
@@ -276,3 +325,4 @@ def retain_grad(tensor) -> None:
     keep._retains_grad = True
     tensor.grad_fn.register_prehook(tensor.output_nr, keep)
     tensor._retains_grad = True
+

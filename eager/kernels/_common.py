@@ -77,6 +77,15 @@ def check_castable(result: DType, target: DType, op: str = "") -> None:
                            f"be cast to the desired output type {type_word(target)}")
 
 
+def integral_only(kernel: str):
+    """A pointwise record's check: PyTorch's `kernel` (bitwise_and_cpu) exists for
+    integers and bools only."""
+    def check(dt: DType, *tensors) -> None:
+        if dt.is_floating_point:
+            raise NotImplementedError(f"\"{kernel}\" not implemented for '{type_word(dt)}'")
+    return check
+
+
 def float_of(dt: DType) -> DType:
     """The type a float-valued op (exp, div, mean) computes in for inputs of type `dt`."""
     return dt if dt.is_floating_point else dtypes.get_default_dtype()

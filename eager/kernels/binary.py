@@ -8,7 +8,7 @@ import numpy as np
 
 from eager.dispatcher import ATEN
 from eager.factories import zeros_like
-from eager.kernels._common import promote, register, scalar_value, type_word
+from eager.kernels._common import integral_only, promote, register, scalar_value, type_word
 from eager.kernels.elementwise import check_no_internal_overlap
 from eager.kernels.gradients import sum_to
 from ir.records import Pointwise, declare
@@ -171,6 +171,17 @@ GE = _comparison(Op.GE, np.greater_equal, "ge")
 LOGICAL_AND = declare(Op.LOGICAL_AND, function=True, method=True, differentiable=False,
                       pointwise=Pointwise("logical", np.logical_and,
                                           emit=lambda E, a, b: E.and_(a, b)))
+
+
+# bitwise: integers and bools (&, |, ^), the promoted type, no gradient ------------------
+def _bitwise(op, numpy, emit):
+    return declare(op, function=True, method=True, differentiable=False, pointwise=Pointwise(
+        "promote", numpy, emit=emit, check=integral_only(op.schema.name + "_cpu"), quiet=True))
+
+
+BITWISE_AND = _bitwise(Op.BITWISE_AND, np.bitwise_and, lambda E, a, b: E.and_(a, b))
+BITWISE_OR = _bitwise(Op.BITWISE_OR, np.bitwise_or, lambda E, a, b: E.or_(a, b))
+BITWISE_XOR = _bitwise(Op.BITWISE_XOR, np.bitwise_xor, lambda E, a, b: E.xor(a, b))
 
 
 # where ---------------------------------------------------------------------------------

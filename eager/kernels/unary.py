@@ -8,8 +8,8 @@ import math
 
 import numpy as np
 
-from eager.kernels._common import promote, scalar_value
-from runtime.cpu.erf import erf
+from eager.kernels._common import integral_only, promote, scalar_value
+from runtime.cpu.erf import emit_erfinv, erf, erfinv
 from eager.kernels.gradients import sum_to
 from ir.records import Pointwise, declare
 from eager.tensor import ops, wrap_scalar
@@ -163,6 +163,15 @@ def _(ctx, g):
     return g * (2 / math.sqrt(math.pi)) * ops.exp(ops.neg(x * x))
 
 
+ERFINV = declare(Op.ERFINV, function=True, method=True, pointwise=Pointwise(
+    "float", erfinv, emit=emit_erfinv, float_math=True))
+
+
+@ERFINV.derivative("ErfinvBackward0", "self", save="result")
+def _(ctx, g):
+    return g * (math.sqrt(math.pi) / 2) * ops.exp(ctx.result * ctx.result)
+
+
 LOG1P = declare(Op.LOG1P, function=True, method=True, pointwise=_math("log1p", np.log1p))
 
 
@@ -177,6 +186,11 @@ EXPM1 = declare(Op.EXPM1, function=True, method=True, pointwise=_math("expm1", n
 @EXPM1.derivative("Expm1Backward0", "self", save="result")
 def _(ctx, g):
     return g * (ctx.result + 1)
+
+
+BITWISE_NOT = declare(Op.BITWISE_NOT, function=True, method=True, differentiable=False,
+                      pointwise=Pointwise("same", np.invert, emit=lambda E, x: E.not_(x),
+                                          check=integral_only("bitwise_not_cpu"), quiet=True))
 
 
 def _relu6_of_x_plus_3(E, x):

@@ -6,9 +6,9 @@ from eager.nn import parallel as parallel
 from eager.nn import utils as utils
 from eager.nn.modules import *  # noqa: F401,F403
 from eager.nn.modules import __all__ as _modules_all
-from eager.nn.parameter import Parameter
+from eager.nn.parameter import Buffer, Parameter
 
-__all__ = list(_modules_all) + ["Parameter", "functional", "init", "parallel"]
+__all__ = list(_modules_all) + ["Buffer", "Parameter", "functional", "init", "parallel"]
 
 # PyTorch's names kiln lacks: NotSupportedYet (eager/_missing.py)
 __getattr__ = _missing.module_getattr("torch.nn", "eager.nn")

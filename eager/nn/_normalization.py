@@ -2,6 +2,8 @@
 channel dropout (dropout1d/2d/3d) and pad, in eager ops."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from eager import factories
@@ -122,27 +124,70 @@ def dropped(input: Tensor, p: float, training: bool, mask_shape=None) -> Tensor:
     return input * keep * (1.0 / (1.0 - p))
 
 
-def _channel_dropout(name: str, rank: int, input: Tensor, p: float, training: bool) -> Tensor:
+def _feature_dropout(input: Tensor, p: float, training: bool) -> Tensor:
+    """PyTorch's feature_dropout: dim 0 the batch, dim 1 the channels, the rest one
+    feature map dropped whole."""
+    if input.dim() < 2:
+        raise RuntimeError("Feature dropout requires at least 2 dimensions in the input")
+    return dropped(input, p, training, list(input.shape[:2]) + [1] * (input.dim() - 2))
+
+
+def _unbatched(input: Tensor, p: float, training: bool) -> Tensor:
+    """Feature dropout of an input without its batch dim: one added, then taken off."""
+    return ops.squeeze(_feature_dropout(ops.unsqueeze(input, 0), p, training), [0])
+
+
+def _check_p(p: float) -> None:
     if not 0.0 <= p <= 1.0:  # before the rank, as PyTorch checks them
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
-    if input.dim() not in (rank + 1, rank + 2):
-        raise RuntimeError(f"{name}: Expected {rank + 1}D or {rank + 2}D input, but received a "
-                           f"{input.dim()}D input")
-    lead = input.shape[:input.dim() - rank]
-    return dropped(input, p, training, list(lead) + [1] * rank)
+
+
+def _warn_rank(name: str, input: Tensor, spatial: int) -> None:
+    warnings.warn(f"{name}: Received a {input.dim()}-D input to {name}, which is deprecated and "
+                  f"will result in an error in a future release. To retain the behavior and "
+                  f"silence this warning, please use dropout instead. Note that {name} exists "
+                  f"to provide channel-wise dropout on inputs with {spatial} spatial dimensions, "
+                  f"a channel dimension, and an optional batch dimension (i.e. {spatial + 1}D "
+                  f"or {spatial + 2}D inputs).", stacklevel=3)
 
 
 def dropout1d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False):
     """Zero whole channels (dim -2 of an (N, C, L) or (C, L) input)."""
-    return _channel_dropout("dropout1d", 1, input, p, training)
+    _check_p(p)
+    if input.dim() not in (2, 3):
+        raise RuntimeError(f"dropout1d: Expected 2D or 3D input, but received a {input.dim()}D "
+                           f"input. Note that dropout1d exists to provide channel-wise dropout "
+                           f"on inputs with 1 spatial dimension, a channel dimension, and an "
+                           f"optional batch dimension (i.e. 2D or 3D inputs).")
+    return _feature_dropout(input, p, training) if input.dim() == 3 else \
+        _unbatched(input, p, training)
 
 
 def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False):
-    return _channel_dropout("dropout2d", 2, input, p, training)
+    """Zero whole channels of (N, C, H, W). As PyTorch's: other ranks warn and are read as
+    (N, C, *) (a 3-D input as (N, C, L), a 2-D one as (N, C): each element its own
+    channel)."""
+    _check_p(p)
+    if input.dim() not in (3, 4):
+        _warn_rank("dropout2d", input, 2)
+    if input.dim() == 3:
+        warnings.warn("dropout2d: Received a 3D input to dropout2d and assuming that "
+                      "channel-wise 1D dropout behavior is desired - input is interpreted as "
+                      "shape (N, C, L), where C is the channel dim. This behavior will change "
+                      "in a future release to interpret the input as one without a batch "
+                      "dimension, i.e. shape (C, H, W). To maintain the 1D channel-wise dropout "
+                      "behavior, please switch to using dropout1d instead.", stacklevel=2)
+    return _feature_dropout(input, p, training)
 
 
 def dropout3d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False):
-    return _channel_dropout("dropout3d", 3, input, p, training)
+    """Zero whole channels of (N, C, D, H, W) or (C, D, H, W). As PyTorch's: other ranks warn,
+    and any but 5-D are read as unbatched (C, *)."""
+    _check_p(p)
+    if input.dim() not in (4, 5):
+        _warn_rank("dropout3d", input, 3)
+    return _feature_dropout(input, p, training) if input.dim() == 5 else \
+        _unbatched(input, p, training)
 
 
 def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) -> Tensor:

@@ -23,6 +23,7 @@ from eager.nn._losses import *  # noqa: E402,F401,F403 - F's other losses
 from eager.nn._normalization import *  # noqa: E402,F401,F403 - norms, channel dropout, pad
 from eager.nn._normalization import dropped  # noqa: E402
 from eager.nn._convolution import *  # noqa: E402,F401,F403 - convolutions and pools
+from eager.nn._sampling import *  # noqa: E402,F401,F403 - pixel shuffle, interpolate, grid_sample
 
 
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
@@ -174,11 +175,16 @@ def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
 
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
                                  attn_mask: Tensor | None = None, dropout_p: float = 0.0,
-                                 is_causal: bool = False, scale: float | None = None) -> Tensor:
-    """softmax(q k^T * scale + mask) v; `is_causal` masks keys after each query."""
+                                 is_causal: bool = False, scale: float | None = None,
+                                 enable_gqa: bool = False) -> Tensor:
+    """softmax(q k^T * scale + mask) v; `is_causal` masks keys after each query.
+    `enable_gqa`: grouped-query attention, the heads (dim -3) of key and value each serving
+    a group of query heads (Llama's): they are repeated to the query's."""
     if attn_mask is not None and is_causal:
         raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set "
                            "when is_causal=True")
+    if enable_gqa and query.dim() >= 3:
+        key, value = _grouped_heads(query, key, value)
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
     scores = ops.matmul(query, ops.transpose(key, -2, -1)) * scale
     q_len, k_len = query.shape[-2], key.shape[-2]
@@ -203,6 +209,18 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
     if dropout_p > 0.0:
         weights = dropout(weights, dropout_p)
     return ops.matmul(weights, value)
+
+
+def _grouped_heads(query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+    """key and value with each head repeated to the query's number of heads (dim -3)."""
+    heads, kv = query.shape[-3], (key.shape[-3], value.shape[-3])
+    if any(h == 0 or heads % h for h in kv):
+        raise RuntimeError(f"scaled_dot_product_attention: with enable_gqa, the number of heads "
+                           f"in key ({kv[0]}) and value ({kv[1]}) must divide the number of "
+                           f"heads in query ({heads}); shapes {list(query.shape)}, "
+                           f"{list(key.shape)}, {list(value.shape)}")
+    return tuple(t if t.shape[-3] == heads else t.repeat_interleave(heads // t.shape[-3], -3)
+                 for t in (key, value))
 
 
 def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:

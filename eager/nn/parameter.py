@@ -1,4 +1,5 @@
-"""nn.Parameter: a leaf tensor that a Module registers as one of its parameters."""
+"""nn.Parameter: a leaf tensor that a Module registers as one of its parameters; nn.Buffer:
+a tensor that a Module registers as one of its buffers."""
 from __future__ import annotations
 
 from eager.factories import empty
@@ -23,3 +24,22 @@ class Parameter(Tensor):
 
     def __repr__(self) -> str:
         return "Parameter containing:\n" + super().__repr__()
+
+
+class _BufferMeta(type):
+    def __instancecheck__(cls, instance) -> bool:
+        """A tensor made by Buffer(...) is a Buffer, as in PyTorch (it stays a Tensor)."""
+        return isinstance(instance, Tensor) and getattr(instance, "_is_buffer", False)
+
+
+class Buffer(metaclass=_BufferMeta):
+    """`module.name = nn.Buffer(t)` registers a buffer (`persistent=False`: left out of
+    state_dict). Buffer(t) is `t` detached, keeping requires_grad, and marked."""
+
+    def __new__(cls, data: Tensor | None = None, *, persistent: bool = True):
+        if data is None:
+            data = empty(0)
+        t = data.detach().requires_grad_(data.requires_grad)
+        t.persistent = persistent
+        t._is_buffer = True
+        return t

@@ -1,4 +1,5 @@
-"""Vectorised erf for numpy (which has none), accurate to about one ulp in float64.
+"""Vectorised erf for numpy (which has none), accurate to about one ulp in float64, and
+erfinv (below).
 
 The method is fdlibm's s_erf.c (Sun Microsystems, 1993), the one FreeBSD's libm and
 Cephes-derived libraries use: erf(x) = x + x*R(x^2) near zero, erx + P(s)/Q(s) with
@@ -90,3 +91,56 @@ def erf(x: np.ndarray) -> np.ndarray:
     big = ax >= 6.0
     out[big] = np.copysign(1.0, a[big])
     return out.astype(np.asarray(x).dtype, copy=False)
+
+
+# erfinv: PyTorch's calc_erfinv (aten/src/ATen/native/Math.h, from Gary L. Pavlis's MATLAB
+# erfinv): a rational first guess, then two Newton steps on erf(x) - y. `erfinv` runs it in
+# numpy (float64), `emit_erfinv` in generated code (the compute type).
+ERFINV_A = (0.886226899, -1.645349621, 0.914624893, -0.140543331)
+ERFINV_B = (1.0, -2.118377725, 1.442710462, -0.329097515, 0.012229801)
+ERFINV_C = (-1.970840454, -1.624906493, 3.429567803, 1.641345311)
+ERFINV_D = (1.0, 3.543889200, 1.637067800)
+ERFINV_CENTRAL = 0.7  # |y| up to this: the guess is a ratio of polynomials in y^2
+_TWO_OVER_SQRT_PI = 1.1283791670955126
+
+
+def erfinv(y: np.ndarray) -> np.ndarray:
+    """erfinv of a floating-point array, computed in float64 and returned in y's dtype:
+    NaN beyond [-1, 1], +-inf at +-1."""
+    a = np.asarray(y, dtype=np.float64)
+    ay = np.abs(a)
+    inside = ay < 1.0  # NaN is not: it stays NaN
+    out = np.where(ay == 1.0, np.copysign(np.inf, a), np.nan)
+    v, av = a[inside], ay[inside]
+    central = av <= ERFINV_CENTRAL
+    z = np.where(central, v * v, np.sqrt(-np.log((1.0 - av) / 2.0)))
+    x = np.where(central, v * _poly(ERFINV_A, z) / _poly(ERFINV_B, z),
+                 np.copysign(_poly(ERFINV_C, z), v) / _poly(ERFINV_D, z))
+    for _ in range(2):
+        x = x - (erf(x) - v) / (_TWO_OVER_SQRT_PI * np.exp(-x * x))
+    out[inside] = x
+    return out.astype(np.asarray(y).dtype, copy=False)
+
+
+def emit_erfinv(E, y):
+    """`erfinv` in the compiler's element toolkit (an op record's emitter)."""
+    def poly(coefficients, z):
+        acc = E.const(coefficients[-1])
+        for c in reversed(coefficients[:-1]):
+            acc = E.add(E.mul(acc, z), E.const(c))
+        return acc
+
+    def signed_as_y(v):
+        return E.select(E.lt(y, E.const(0.0)), E.neg(v), v)
+    ay = E.abs(y)
+    z_central = E.mul(y, y)
+    z_tail = E.math("sqrt", E.neg(E.math("log", E.div(E.sub(E.const(1.0), ay),
+                                                      E.const(2.0)))))
+    x = E.select(E.le(ay, E.const(ERFINV_CENTRAL)),
+                 E.div(E.mul(y, poly(ERFINV_A, z_central)), poly(ERFINV_B, z_central)),
+                 E.div(signed_as_y(poly(ERFINV_C, z_tail)), poly(ERFINV_D, z_tail)))
+    for _ in range(2):
+        slope = E.mul(E.const(_TWO_OVER_SQRT_PI), E.math("exp", E.neg(E.mul(x, x))))
+        x = E.sub(x, E.div(E.sub(E.math("erf", x), y), slope))
+    edge = E.select(E.eq(ay, E.const(1.0)), signed_as_y(E.const(np.inf)), E.const(np.nan))
+    return E.select(E.lt(ay, E.const(1.0)), x, edge)

@@ -148,6 +148,16 @@ class Elements:
     def and_(self, x, y):
         return self.b.and_(x, y)
 
+    def or_(self, x, y):
+        return self.b.or_(x, y)
+
+    def xor(self, x, y):
+        return self.b.xor(x, y)
+
+    def not_(self, x):
+        """Every bit flipped: ~x of an integer, not x of a bool (an i1)."""
+        return self.b.not_(x)
+
     def truth(self, x):
         """x != 0, as a bool."""
         return self.L.cast(x, self.dt, dtypes.bool_)

@@ -3,12 +3,13 @@ over awkward shapes (0-sized dims, size-1 dims, primes, broadcasting, 0-d tensor
 The views, copies, indexing and in-place ops are in op_table_shape.py."""
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
 from ir.ops import Op
-from op_cases import ALL, FLOATS, NUMBERS, S, OpCase, aten
+from op_cases import ALL, FLOATS, INTS, NUMBERS, S, OpCase, aten
 
 SPECIAL_VALUES = [np.nan, -0.0, 0.0, np.inf, -np.inf, 1.5, -2.5, 1e-30]
 UNARY_SHAPES = [(), (0,), (1,), (7,), (3, 5), (2, 0, 3), (1, 13), (4, 1, 3), (2, 3, 1, 5)]
@@ -17,6 +18,20 @@ BINARY_SHAPES = [((3, 5), (3, 5)), ((3, 5), (5,)), ((3, 1), (1, 5)), ((), (2, 3)
                  ((5, 1, 1), (1, 3, 2)), ((1,), ())]
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+@functools.partial(np.vectorize, otypes=[np.float64])
+def _erfinv(y: float) -> float:
+    """Bisection on math.erf: independent of the kernel's rational guess and Newton steps."""
+    if not -1.0 <= y <= 1.0:
+        return math.nan
+    if abs(y) == 1.0:
+        return math.copysign(math.inf, y)
+    lo, hi = -6.0, 6.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if math.erf(mid) < y else (lo, mid)
+    return (lo + hi) / 2
 
 
 def _axis(x, dim):
@@ -126,6 +141,9 @@ ELEMENTWISE = [
     unary("erf", Op.ERF, _erf),
     unary("log1p", Op.LOG1P, np.log1p),
     unary("expm1", Op.EXPM1, np.expm1),
+    unary("erfinv", Op.ERFINV, _erfinv),
+    OpCase("bitwise_not", (Op.BITWISE_NOT,), lambda lib, x: lib.bitwise_not(x), np.invert,
+           unary_samples(), INTS + ("bool",)),
     unary("silu", Op.SILU, lambda x: x * _sigmoid(x), FLOATS,
           call=lambda lib, x: lib.nn.functional.silu(x)),
     unary("hardswish", Op.HARDSWISH, lambda x: x * np.clip(x + 3, 0, 6) / 6, FLOATS,
@@ -169,6 +187,9 @@ ELEMENTWISE = [
     binary("gt", Op.GT, np.greater),
     binary("ge", Op.GE, np.greater_equal),
     binary("logical_and", Op.LOGICAL_AND, np.logical_and, scalars=False),
+    binary("bitwise_and", Op.BITWISE_AND, np.bitwise_and, INTS + ("bool",), scalars=False),
+    binary("bitwise_or", Op.BITWISE_OR, np.bitwise_or, INTS + ("bool",), scalars=False),
+    binary("bitwise_xor", Op.BITWISE_XOR, np.bitwise_xor, INTS + ("bool",), scalars=False),
     OpCase("where", (Op.WHERE,), lambda lib, c, a, b: lib.where(c, a, b), np.where,
            where_samples, ALL),
 ]

@@ -103,6 +103,7 @@ CASES = [
     *_unary(Op.SIGMOID, ops.sigmoid),
     *_unary(Op.SILU, ops.silu),
     *_unary(Op.ERF, ops.erf),
+    *_unary(Op.ERFINV, ops.erfinv, low=-0.9, high=0.9),
     *_unary(Op.LOG1P, ops.log1p, low=-0.5, high=2.0),
     *_unary(Op.EXPM1, ops.expm1),
     Case(Op.HARDSWISH, "kinks-apart", ops.hardswish,

@@ -9,11 +9,13 @@ from __future__ import annotations
 from tests.imports import ROOT, imports, module_name
 
 LAYERS = [
-    ("base: devices, argument checks, shape arithmetic, op records (no tensors yet)", [
-        "eager.device", "eager.arguments", "eager.shapes",
-        "eager._torch_tensor_names", "eager._torch_names", "eager._missing"]),
+    ("base: PyTorch's names and version, devices, argument checks, shape arithmetic "
+     "(no tensors yet)", [
+        "eager._torch_tensor_names", "eager._torch_names", "eager._missing",
+        "eager.torch_version", "eager.version", "eager.device", "eager.arguments",
+        "eager.shapes"]),
     ("core: the dispatcher and profiler, Tensor and Storage, backends, factories", [
-        "eager.dispatcher", "eager.profiler", "eager._C", "eager._formatting", "eager.tensor",
+        "eager.dispatcher", "eager._ops", "eager._custom_ops", "eager.profiler", "eager._C", "eager._formatting", "eager.tensor",
         "eager.backends", "eager.factories"]),
     ("kernels: op records, CPU and Meta kernels per op family, composite kernels", [
         "eager.kernels._common", "eager.kernels.gradients",
@@ -35,29 +37,48 @@ LAYERS = [
     ("autograd: grad mode, nodes, derivative rules, Autograd kernels, the engine", [
         "eager.autograd.grad_mode", "eager.autograd.function", "eager.autograd.derivatives",
         "eager.autograd.kernels", "eager.autograd.engine", "eager.autograd.gradcheck",
-        "eager.autograd"]),
+        "eager.autograd.custom_function", "eager.autograd.graph", "eager.autograd"]),
     ("api: PyTorch's namespace and Tensor's op methods", [
-        "eager.indexing", "eager._tensor_methods", "eager.out_argument", "eager.functional",
+        "eager.type_info", "eager.indexing", "eager._tensor_methods", "eager.out_argument",
+        "eager.functional",
         "eager.derived",
-        "eager.derived_shapes", "eager.derived_math",
+        "eager.derived_shapes", "eager.memory_formats", "eager.derived_math",
         "eager.cuda",
-        "eager.serialization", "eager.testing"]),
-    ("libraries: distributed, nn, optim and utils.data", [
+        "eager.testing", "eager.library"]),
+    ("libraries: distributed, nn, optim, utils and distributions", [
         "eager.distributed.process_group", "eager.distributed.collectives", "eager.distributed",
         "eager.nn.parameter", "eager.nn.init", "eager.nn._activations", "eager.nn._losses",
-        "eager.nn._normalization", "eager.nn._convolution", "eager.nn.functional",
+        "eager.nn._normalization", "eager.nn._convolution", "eager.nn._sampling",
+        "eager.nn.functional",
         "eager.nn.utils",
-        "eager.nn.modules.module", "eager.nn.modules.container", "eager.nn.modules.layers",
-        "eager.nn.modules.activation", "eager.nn.modules.conv", "eager.nn.modules.loss",
-        "eager.nn.modules.normalization",
-        "eager.nn.modules.recurrent", "eager.nn.modules.transformer",
+        "eager.nn.modules.utils", "eager.nn.modules.module", "eager.nn.modules.container",
+        "eager.nn.modules.layers", "eager.nn.modules.conv", "eager.nn.modules.loss",
+        "eager.nn.modules.normalization", "eager.nn.modules.sampling",
+        "eager.nn.modules.recurrent",
+        "eager.nn.modules.transformer", "eager.nn.modules.activation",
+        # torch.nn.modules' names for the classes above, where PyTorch defines them
+        "eager.nn.modules.linear", "eager.nn.modules.batchnorm",
+        "eager.nn.modules.instancenorm", "eager.nn.modules.dropout", "eager.nn.modules.sparse",
+        "eager.nn.modules.flatten", "eager.nn.modules.rnn", "eager.nn.modules.pooling",
+        "eager.nn.modules.padding", "eager.nn.modules.fold", "eager.nn.modules.distance",
+        "eager.nn.modules.pixelshuffle", "eager.nn.modules.upsampling",
         "eager.nn.modules", "eager.nn.parallel.distributed", "eager.nn.parallel", "eager.nn",
+        "eager.serialization_files", "eager.serialization_pickle",
+        "eager.serialization_torch_globals", "eager.serialization_torch",
+        "eager.serialization_torch_save", "eager.serialization",
         "eager.optim.optimizer", "eager.optim.sgd",
         "eager.optim.adam", "eager.optim.adaptive", "eager.optim.lr_scheduler", "eager.optim",
-        "eager.utils.data.dataset", "eager.utils.data.sampler", "eager.utils.data.collate",
+        "eager.hub", "eager.utils.model_zoo", "eager.onnx", "eager.jit", "eager.fx",
+        "eager.compiler", "eager.ao.quantization", "eager.ao", "eager.utils.data.dataset", "eager.utils.data.sampler", "eager.utils.data.collate",
         "eager.utils.data.worker", "eager.utils.data.dataloader", "eager.utils.data.distributed",
-        "eager.utils.data",
-        "eager.utils"]),
+        "eager.utils.data", "eager.utils._pytree", "eager.utils.checkpoint",
+        "eager.utils",
+        "eager.distributions.utils", "eager.distributions.constraints",
+        "eager.distributions.distribution", "eager.distributions._linalg",
+        "eager.distributions.normal", "eager.distributions.uniform",
+        "eager.distributions.bernoulli", "eager.distributions.categorical",
+        "eager.distributions.multivariate_normal", "eager.distributions.independent",
+        "eager.distributions.kl", "eager.distributions"]),
     ("the package, its walkthrough and the torch alias", ["eager", "eager.tour",
                                                            "eager.alias"]),
 ]

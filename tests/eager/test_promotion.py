@@ -32,6 +32,14 @@ BINARY_CALLS = {  # each spelled the same for eager and torch
     "maximum": lambda lib, x, y: lib.maximum(x, y),
     "lt": lambda lib, x, y: x < y,
     "logical_and": lambda lib, x, y: lib.logical_and(x, y),
+    "logical_or": lambda lib, x, y: lib.logical_or(x, y),
+    "logical_xor": lambda lib, x, y: lib.logical_xor(x, y),
+    "and": lambda lib, x, y: x & y,  # int64 & bool is int64 (transformers' generate)
+    "or": lambda lib, x, y: x | y,
+    "xor": lambda lib, x, y: x ^ y,
+    "bitwise_and": lambda lib, x, y: lib.bitwise_and(x, y),
+    "iand": lambda lib, x, y: x.clone().bitwise_and_(y),
+    "ior": lambda lib, x, y: x.clone().__ior__(y),
     "where": lambda lib, x, y: lib.where(x > 0, x, y),
     "cat": lambda lib, x, y: lib.cat([x, y]),
     "add_": lambda lib, x, y: x.clone().add_(y),
@@ -83,11 +91,24 @@ def test_tensor_number_promotion_matches_torch(a, kind, number):
     assert dtype_name((number * x).dtype) == dtype_name((number * tx).dtype)
     assert dtype_name(eager.div(x, number).dtype) == dtype_name(torch.div(tx, number).dtype)
     assert dtype_name((x == number).dtype) == "bool"
+    for fn in (lambda lib, t, n: t & n, lambda lib, t, n: n | t, lambda lib, t, n: t ^ n):
+        assert outcome(fn, eager, x, number) == outcome(fn, torch, tx, number)
     if not isinstance(number, bool):  # clamp takes part in promotion too
         assert outcome(lambda lib, t, n: lib.clamp(t, n), eager, x, number) == \
             outcome(lambda lib, t, n: lib.clamp(t, n), torch, tx, number)
         assert outcome(lambda lib, t, n: t.clone().clamp_(None, n), eager, x, number) == \
             outcome(lambda lib, t, n: t.clone().clamp_(None, n), torch, tx, number)
+
+
+@pytest.mark.parametrize("a", ALL)
+def test_bitwise_not_matches_torch(a):
+    torch = require_torch()
+    x, tx = operand(eager, "dim", a), operand(torch, "dim", a)
+    for fn in (lambda lib, t, _: ~t, lambda lib, t, _: lib.bitwise_not(t),
+               lambda lib, t, _: t.clone().bitwise_not_()):
+        assert outcome(fn, eager, x, None) == outcome(fn, torch, tx, None)
+        if outcome(fn, torch, tx, None) != "error":
+            assert fn(eager, x, None).tolist() == fn(torch, tx, None).tolist()
 
 
 # rules that need no PyTorch to check -----------------------------------------------------

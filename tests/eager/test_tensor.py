@@ -299,3 +299,22 @@ def test_aligned_memory_from_an_allocator_aligned_to_less_than_an_element(monkey
     out = module.aligned_empty((5, 4096), np.float32)
     assert len(calls) == 2 and out.shape == (5, 4096) and out.dtype == np.float32
     assert real(out) % module.ALIGN == 0 and out.base.dtype == np.uint8
+
+
+def test_every_device_and_layout_predicate_pytorch_has_answers_as_for_a_dense_cpu_tensor():
+    torch = pytest.importorskip("torch", reason="PyTorch (the 'compare' extra) is not installed")
+    theirs = torch.ones(2)
+    names = [n for n in dir(theirs) if n.startswith("is_") and n != "is_leaf"
+             and not callable(getattr(theirs, n))]
+    assert len(names) >= 15 and "is_xpu" in names and "is_mps" in names
+    ours = eager.ones(2)
+    assert {n: getattr(ours, n) for n in names} == {n: getattr(theirs, n) for n in names}
+    on_meta = eager.empty(2, device="meta")
+    assert on_meta.is_meta and not on_meta.is_cpu and not on_meta.is_xpu
+
+
+def test_to_sparse_is_not_supported_yet_naming_it():
+    with pytest.raises(NotImplementedError, match="torch.Tensor.to_sparse is not supported by "
+                                                  "kiln yet"):
+        eager.ones(2, 2).to_sparse()
+    assert not hasattr(eager.ones(2), "to_sparse")

@@ -170,8 +170,8 @@ def test_channel_dropout_zeroes_whole_channels_and_scales_the_rest():
     m = nn.Dropout1d(0.5)
     m.eval()
     assert m(eager.ones(2, 3, 4)).tolist() == eager.ones(2, 3, 4).tolist()
-    with pytest.raises(RuntimeError, match="Expected 3D or 4D input"):
-        nn.Dropout2d()(eager.ones(2, 3))
+    with pytest.warns(UserWarning, match="Received a 2-D input to dropout2d"):
+        nn.Dropout2d()(eager.ones(2, 3))  # as PyTorch: read as (N, C)
 
 
 def test_modules_take_their_options_as_torchs_do():

@@ -122,6 +122,26 @@ def test_samplers_give_the_indices_they_promise():
     assert len(BatchSampler(range(7), 3, drop_last=True)) == 2
 
 
+def test_a_random_sampler_with_replacement_draws_lazily_however_many_samples_it_promises():
+    """PyTorch draws 32 at a time: num_samples=10**10 (an epoch length some programs set)
+    allocated every index at once, 74.5 GiB."""
+    import itertools
+    import tracemalloc
+    sampler = RandomSampler(range(10), replacement=True, num_samples=10 ** 10)
+    assert len(sampler) == 10 ** 10
+    tracemalloc.start()
+    try:
+        first = list(itertools.islice(RandomSampler(range(10), replacement=True,
+                                                    num_samples=10 ** 7), 100))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, f"{peak} bytes to draw 100 of 10**7 samples"
+    assert len(first) == 100 and set(first) <= set(range(10))
+    assert next(iter(sampler)) in range(10)
+    assert len(list(RandomSampler(range(3), replacement=True, num_samples=70))) == 70
+
+
 def test_samplers_refuse_bad_arguments_by_name():
     with pytest.raises(ValueError, match="num_samples should be a positive integer"):
         RandomSampler(range(3), num_samples=0)
@@ -404,3 +424,22 @@ def test_importing_eager_does_not_load_multiprocessing():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_dataset_sampler_and_dataloader_are_generic_as_pytorchs():
+    """`class Images(Dataset[Tensor])` and `Sampler[int]` annotations, as libraries write."""
+    from eager.utils.data import Sampler
+
+    class Squares(Dataset[int]):
+        def __getitem__(self, i):
+            return i * i
+
+        def __len__(self):
+            return 4
+
+    assert Dataset[int] is not None and IterableDataset[str] is not None
+    assert Subset[int] is not None and Sampler[int] is not None and DataLoader[int] is not None
+    assert isinstance(Squares(), Dataset) and Squares()[3] == 9
+    assert list(SequentialSampler(range(3))) == [0, 1, 2]
+    assert issubclass(TensorDataset, Dataset) and isinstance(SequentialSampler([]), Sampler)
+    assert [int(b) for b in DataLoader(Squares(), batch_size=None)] == [0, 1, 4, 9]

@@ -7,13 +7,15 @@ from eager.nn.modules import activation as _activation
 from eager.nn.modules import conv as _conv
 from eager.nn.modules import loss as _loss
 from eager.nn.modules import normalization as _normalization
+from eager.nn.modules import sampling as _sampling
 from eager.nn.modules.recurrent import (GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell,
                                         RNNCellBase)
 from eager.nn.modules.transformer import (MultiheadAttention, Transformer, TransformerDecoder,
                                           TransformerDecoderLayer, TransformerEncoder,
                                           TransformerEncoderLayer)
 
-_MORE = {name: getattr(module, name) for module in (_activation, _conv, _loss, _normalization)
+_MORE = {name: getattr(module, name) for module in (_activation, _conv, _loss, _normalization,
+                                              _sampling)
          for name, value in vars(module).items()
          if isinstance(value, type) and issubclass(value, Module) and not name.startswith("_")
          and value.__module__ == module.__name__}

@@ -8,6 +8,9 @@ from eager import factories
 from eager.nn import functional as F
 from eager.nn.modules.module import Module
 from eager.nn.parameter import Parameter
+# torch.nn.modules.activation has these too (code imports them from there)
+from eager.nn.modules.layers import GELU, LogSoftmax, ReLU, Sigmoid, SiLU, Softmax, Tanh  # noqa: F401
+from eager.nn.modules.transformer import MultiheadAttention  # noqa: F401
 
 
 def _module(name: str, fn, *options: str, doc: str = ""):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from eager.nn import functional as F
 from eager.nn.modules.module import Module
+# torch.nn.modules.loss has these too (code imports them from there)
+from eager.nn.modules.layers import CrossEntropyLoss, L1Loss, MSELoss  # noqa: F401
 
 
 class _Loss(Module):

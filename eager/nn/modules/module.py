@@ -2,10 +2,10 @@
 submodules; state_dict / load_state_dict; train / eval; hooks; a nested repr."""
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, namedtuple
 
 from eager.autograd.grad_mode import no_grad
-from eager.nn.parameter import Parameter
+from eager.nn.parameter import Buffer, Parameter
 from eager.tensor import Tensor, whole_step
 from ir import dtypes
 from ir.dtypes import DType
@@ -24,16 +24,16 @@ def zero_grads(params, set_to_none: bool = True) -> None:
             p.grad.zero_()
 
 
-class _IncompatibleKeys:
-    def __init__(self, missing_keys, unexpected_keys):
-        self.missing_keys = missing_keys
-        self.unexpected_keys = unexpected_keys
+class _IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
+    """What load_state_dict returns: `missing, unexpected = m.load_state_dict(...)`."""
+    __slots__ = ()
 
     def __repr__(self) -> str:
         if not self.missing_keys and not self.unexpected_keys:
             return "<All keys matched successfully>"
-        return (f"_IncompatibleKeys(missing_keys={self.missing_keys}, "
-                f"unexpected_keys={self.unexpected_keys})")
+        return super().__repr__()
+
+    __str__ = __repr__
 
 
 class _HookHandle:
@@ -81,11 +81,14 @@ class Module:
                 raise TypeError(f"cannot assign '{type(value).__name__}' as child module "
                                 f"'{name}' (nn.Module or None expected)")
             modules[name] = None
-        elif name in buffers:
+        elif isinstance(value, Buffer) or name in buffers:
             if value is not None and not isinstance(value, Tensor):
                 raise TypeError(f"cannot assign '{type(value).__name__}' as buffer '{name}' "
-                                "(Tensor or None expected)")
-            buffers[name] = value
+                                "(nn.Buffer, Tensor or None expected)")
+            d.pop(name, None)
+            persistent = value.persistent if isinstance(value, Buffer) else \
+                name not in self._non_persistent
+            self.register_buffer(name, value, persistent)
         else:
             object.__setattr__(self, name, value)
 
@@ -155,6 +158,39 @@ class Module:
     def children(self):
         for _, m in self.named_children():
             yield m
+
+    def get_submodule(self, target: str) -> Module:
+        """The submodule at a dotted path ("encoder.layers.0"); "" is this module."""
+        module = self
+        for item in target.split(".") if target else []:
+            if not hasattr(module, item):
+                raise AttributeError(f"{type(module).__name__} has no attribute `{item}`")
+            module = getattr(module, item)
+            if not isinstance(module, Module):
+                raise AttributeError(f"`{item}` is not an nn.Module")
+        return module
+
+    def _member(self, target: str):
+        """(module, name, value) of a dotted path to an attribute of a submodule."""
+        path, _, name = target.rpartition(".")
+        module = self.get_submodule(path)
+        if not hasattr(module, name):
+            raise AttributeError(f"{type(module).__name__} has no attribute `{name}`")
+        return module, name, getattr(module, name)
+
+    def get_parameter(self, target: str) -> Parameter:
+        """The parameter at a dotted path ("encoder.layers.0.linear1.weight")."""
+        _, name, value = self._member(target)
+        if not isinstance(value, Parameter):
+            raise AttributeError(f"`{name}` is not an nn.Parameter")
+        return value
+
+    def get_buffer(self, target: str) -> Tensor:
+        """The buffer at a dotted path ("bn1.running_mean")."""
+        module, name, value = self._member(target)
+        if name not in module._buffers:
+            raise AttributeError(f"`{name}` is not a buffer")
+        return value
 
     def _named_members(self, store: str, prefix: str, recurse: bool, remove_duplicate=True):
         seen = set()

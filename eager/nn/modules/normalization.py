@@ -4,6 +4,7 @@ from __future__ import annotations
 from eager import factories
 from eager.autograd.grad_mode import no_grad
 from eager.nn import functional as F
+from eager.nn.modules.layers import LayerNorm  # noqa: F401 - torch.nn.modules.normalization's
 from eager.nn.modules.module import Module
 from eager.nn.parameter import Parameter
 from ir import dtypes

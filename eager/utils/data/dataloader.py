@@ -14,6 +14,7 @@ import itertools
 import pickle
 import time
 import warnings
+from typing import Generic, TypeVar
 
 from eager import factories
 from eager.utils.data import worker
@@ -24,7 +25,10 @@ from eager.utils.data.sampler import BatchSampler, RandomSampler, SequentialSamp
 _POLL_S = 0.1  # how often a waiting main process checks its workers
 
 
-class DataLoader:
+T_co = TypeVar("T_co", covariant=True)
+
+
+class DataLoader(Generic[T_co]):
     def __init__(self, dataset, batch_size: int | None = 1, shuffle: bool | None = None,
                  sampler=None, batch_sampler=None, num_workers: int = 0, collate_fn=None,
                  pin_memory: bool = False, drop_last: bool = False, timeout: float = 0,

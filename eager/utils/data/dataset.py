@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import bisect
 import math
-from typing import Sequence
+from typing import Generic, Sequence, TypeVar
 
 from eager import factories
 from eager.tensor import Tensor
 
+T_co = TypeVar("T_co", covariant=True)
 
-class Dataset:
-    """A map-style dataset: `dataset[i]` for i in range(len(dataset))."""
+
+class Dataset(Generic[T_co]):
+    """A map-style dataset: `dataset[i]` for i in range(len(dataset)). Generic in its
+    items, as PyTorch's: `class Images(Dataset[Tensor])`."""
 
     def __getitem__(self, index):
         raise NotImplementedError(f"{type(self).__name__} must define __getitem__")
@@ -20,7 +23,7 @@ class Dataset:
         return ConcatDataset([self, other])
 
 
-class IterableDataset(Dataset):
+class IterableDataset(Dataset[T_co]):
     """A dataset read as a stream: DataLoader iterates it (in each worker process, where
     there are workers: get_worker_info() tells a worker which part is its own)."""
 
@@ -70,7 +73,7 @@ class StackDataset(Dataset):
         return self._length
 
 
-class TensorDataset(Dataset):
+class TensorDataset(Dataset[tuple[Tensor, ...]]):
     """Item i is (t[i] for t in tensors); every tensor has the same first dim."""
 
     def __init__(self, *tensors: Tensor):
@@ -91,7 +94,7 @@ class TensorDataset(Dataset):
         return self.tensors[0].shape[0] if self.tensors else 0
 
 
-class ConcatDataset(Dataset):
+class ConcatDataset(Dataset[T_co]):
     """The datasets one after another (map-style ones only)."""
 
     def __init__(self, datasets):
@@ -122,7 +125,7 @@ class ConcatDataset(Dataset):
         return self.datasets[which][index - start]
 
 
-class Subset(Dataset):
+class Subset(Dataset[T_co]):
     """The items of `dataset` at `indices`, in that order."""
 
     def __init__(self, dataset: Dataset, indices: Sequence[int]):

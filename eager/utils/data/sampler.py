@@ -4,6 +4,8 @@ eager.Generator); without one, each pass seeds a fresh generator from the defaul
 so eager.manual_seed makes the order repeat."""
 from __future__ import annotations
 
+from typing import Generic, TypeVar
+
 import numpy as np
 
 from eager import factories
@@ -22,7 +24,10 @@ def _count(name: str, value) -> int:
     return value
 
 
-class Sampler:
+T_co = TypeVar("T_co", covariant=True)
+
+
+class Sampler(Generic[T_co]):
     """The base: a sampler defines __iter__ (and __len__ where it knows it)."""
 
     def __init__(self, data_source=None):
@@ -32,7 +37,7 @@ class Sampler:
         raise NotImplementedError(f"{type(self).__name__} must define __iter__")
 
 
-class SequentialSampler(Sampler):
+class SequentialSampler(Sampler[int]):
     def __init__(self, data_source):
         self.data_source = data_source
 
@@ -43,8 +48,9 @@ class SequentialSampler(Sampler):
         return len(self.data_source)
 
 
-class RandomSampler(Sampler):
-    """A permutation of the indices; with `replacement`, `num_samples` draws."""
+class RandomSampler(Sampler[int]):
+    """A permutation of the indices (another after each n); with `replacement`,
+    `num_samples` draws."""
 
     def __init__(self, data_source, replacement: bool = False, num_samples: int | None = None,
                  generator=None):
@@ -61,8 +67,10 @@ class RandomSampler(Sampler):
 
     def __iter__(self):
         n, numbers = len(self.data_source), _generator(self.generator)
-        if self.replacement:
-            yield from numbers.integers(0, n, self.num_samples).tolist()
+        if self.replacement:  # drawn lazily, 32 at a time as PyTorch draws them: num_samples
+            for _ in range(self.num_samples // 32):  # may be far more than memory holds
+                yield from numbers.integers(0, n, 32).tolist()
+            yield from numbers.integers(0, n, self.num_samples % 32).tolist()
             return
         for _ in range(self.num_samples // n):
             yield from numbers.permutation(n).tolist()
@@ -72,7 +80,7 @@ class RandomSampler(Sampler):
         return self.num_samples
 
 
-class SubsetRandomSampler(Sampler):
+class SubsetRandomSampler(Sampler[int]):
     """The given indices in a random order."""
 
     def __init__(self, indices, generator=None):
@@ -86,7 +94,7 @@ class SubsetRandomSampler(Sampler):
         return len(self.indices)
 
 
-class WeightedRandomSampler(Sampler):
+class WeightedRandomSampler(Sampler[int]):
     """`num_samples` indices drawn with probabilities proportional to `weights`."""
 
     def __init__(self, weights, num_samples: int, replacement: bool = True, generator=None):
@@ -118,7 +126,7 @@ class WeightedRandomSampler(Sampler):
         return self.num_samples
 
 
-class BatchSampler(Sampler):
+class BatchSampler(Sampler[list[int]]):
     """Lists of `batch_size` indices from `sampler`; the last one shorter unless
     `drop_last`."""
 

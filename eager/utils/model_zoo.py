@@ -1,0 +1,5 @@
+"""torch.utils.model_zoo: `load_url`, which is torch.hub.load_state_dict_from_url (no
+downloads in kiln: the file must already be in the hub's cache directory)."""
+from eager.hub import load_state_dict_from_url as load_url
+
+__all__ = ["load_url"]

@@ -1,0 +1,161 @@
+"""The torch namespaces that libraries import or call at import time, beyond tensors:
+torch.jit (scripting is running the Python), torch.fx.wrap, torch.compiler.is_compiling,
+torch.onnx and torch.ao.quantization (they load; what kiln cannot do is NotSupportedYet),
+torch._C's dispatch-key names, torch._custom_ops and torch.ops, get_default_device."""
+import numpy as np
+import pytest
+
+import eager
+from eager import _missing, dispatcher
+from eager._missing import NotSupportedYet
+from eager.alias import torch_is_eager
+
+
+def test_jit_script_and_trace_return_the_function_or_module_itself():
+    with torch_is_eager():
+        import torch
+
+        def f(x):
+            return x * 2
+        model = torch.nn.Linear(2, 2)
+        assert torch.jit.script(f) is f and torch.jit.script(model) is model
+        assert torch.jit.trace(model, torch.ones(1, 2)) is model
+        assert torch.jit.is_scripting() is False and torch.jit.is_tracing() is False
+        assert not isinstance(model, (torch.jit.ScriptModule, torch.jit.ScriptFunction))
+
+
+def test_jit_decorators_return_what_they_decorate():
+    with torch_is_eager():
+        import torch
+
+        class Net(torch.nn.Module):
+            @torch.jit.ignore
+            def helper(self):
+                return 1
+
+            @torch.jit.ignore(drop=True)
+            def dropped(self):
+                return 2
+
+            @torch.jit.unused
+            def unused(self):
+                return 3
+
+            @torch.jit.export
+            def exported(self):
+                return 4
+        net = Net()
+        assert (net.helper(), net.dropped(), net.unused(), net.exported()) == (1, 2, 3, 4)
+        assert torch.jit.annotate(list, [5]) == [5]
+        with pytest.raises(NotSupportedYet, match="torch.jit.save is not supported by kiln"):
+            torch.jit.save(net, "net.pt")
+
+
+def test_fx_wrap_returns_its_argument_and_symbolic_trace_is_not_supported_naming_it():
+    with torch_is_eager():
+        import torch.fx
+        from torch.fx import symbolic_trace, wrap  # (importing them works)
+        assert wrap("roi_align") == "roi_align" and wrap(len) is len
+        with pytest.raises(NotSupportedYet, match="torch.fx.symbolic_trace is not supported"):
+            symbolic_trace(torch.nn.Linear(1, 1))
+
+
+def test_compiler_is_compiling_is_true_inside_a_capture_only():
+    seen = []
+
+    def f(x):
+        seen.append(eager.compiler.is_compiling())
+        return x + 1
+    compiled = eager.compile(f)
+    np.testing.assert_array_equal(compiled(eager.ones(3)).numpy(), [2, 2, 2])
+    assert True in seen and eager.compiler.is_compiling() is False
+    assert eager.compiler.is_dynamo_compiling() is False
+
+
+def test_onnx_and_ao_quantization_import_and_what_kiln_cannot_do_raises_naming_it():
+    with torch_is_eager():
+        import torch
+        from torch.ao.quantization import DeQuantStub, QuantStub, fuse_modules
+        from torch.onnx import export, is_in_onnx_export
+        assert is_in_onnx_export() is False
+        x = torch.ones(2)
+        assert QuantStub()(x) is x and DeQuantStub()(x) is x
+        with pytest.raises(NotSupportedYet, match="torch.onnx.export is not supported"):
+            export(torch.nn.Linear(1, 1), (x,), "model.onnx")
+        with pytest.raises(NotSupportedYet, match="torch.ao.quantization.fuse_modules is not"):
+            fuse_modules(torch.nn.Sequential(), [])
+        with pytest.raises(NotSupportedYet, match="torch.onnx.ONNXProgram is not supported"):
+            torch.onnx.ONNXProgram
+    lacking = _missing.lacking()
+    assert "export" in lacking["torch.onnx"] and "is_in_onnx_export" not in lacking["torch.onnx"]
+    assert "fuse_modules" in lacking["torch.ao.quantization"]
+
+
+def test_torch_C_dispatch_key_sets_and_the_exclude_guard_behave_as_pytorchs():
+    torch = pytest.importorskip("torch", reason="PyTorch (the 'compare' extra) is not installed")
+    C = eager._C
+    for keys in (["CPU"], ["CPU", "AutogradCPU"], ["AutocastCPU"]):
+        ours = C.DispatchKeySet(*(getattr(C.DispatchKey, k) for k in keys[:1]))
+        theirs = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, keys[0]))
+        for k in keys[1:]:
+            ours, theirs = ours | C.DispatchKeySet(k), theirs | torch._C.DispatchKeySet(
+                getattr(torch._C.DispatchKey, k))
+        assert repr(ours) == repr(theirs)
+    assert C.DispatchKeySet("CPU").has(C.DispatchKey.CPU)
+    assert (C.DispatchKeySet("CPU") | C.DispatchKeySet("Python")).remove("CPU") == \
+        C.DispatchKeySet("Python")
+    for lib in (eager, torch):
+        x = lib.ones(2, requires_grad=True)
+        guard = lib._C._ExcludeDispatchKeyGuard(lib._C.DispatchKeySet(
+            lib._C.DispatchKey.AutogradCPU))
+        assert (x * 2).grad_fn is not None  # made, not yet entered
+        with guard:
+            assert (x * 2).grad_fn is None
+        with lib._C._ExcludeDispatchKeyGuard(lib._C.DispatchKeySet(lib._C.DispatchKey.AutocastCPU)):
+            assert (x * 2).grad_fn is not None  # no kiln kernel sits at Autocast
+        assert lib._C._log_api_usage_once("kiln.test") is None
+
+
+def test_custom_ops_define_register_before_or_after_and_call_through_torch_ops():
+    with torch_is_eager():
+        import torch
+        import torch._custom_ops as custom_ops
+
+        @custom_ops.impl_abstract("kiln_test::twice")  # before the op exists, as torchvision
+        def twice_meta(x):
+            return x.new_empty(x.shape)
+        custom_ops.custom_op("kiln_test::twice", "(Tensor x) -> Tensor")
+        try:
+            @custom_ops.impl("kiln_test::twice", device_types="cpu")
+            def twice_cpu(x):
+                return x * 2
+            np.testing.assert_array_equal(torch.ops.kiln_test.twice(torch.ones(2)).numpy(), [2, 2])
+            on_meta = torch.ops.kiln_test.twice(torch.empty(3, 4, device="meta"))
+            assert on_meta.shape == (3, 4) and on_meta.is_meta
+            np.testing.assert_array_equal(torch.ops.aten.mm(torch.eye(2), torch.ones(2, 1)).numpy(),
+                                          [[1], [1]])
+            with pytest.raises(AttributeError, match="'kiln_test' object has no attribute 'x'"):
+                torch.ops.kiln_test.x
+        finally:
+            dispatcher.undefine("kiln_test::twice")
+        with pytest.raises(NotSupportedYet, match="without a schema string"):
+            custom_ops.custom_op("kiln_test::inferred")(lambda x: x)
+
+
+def test_ops_load_library_fails_cleanly_naming_the_library():
+    with torch_is_eager():
+        import torch
+        try:  # as torchvision's extension.py does
+            torch.ops.load_library("/site-packages/torchvision/_C.so")
+            has_ops = True
+        except (ImportError, OSError) as error:
+            has_ops = False
+            assert "/site-packages/torchvision/_C.so" in str(error)
+            assert "kiln cannot load a PyTorch C++ extension library" in str(error)
+        assert has_ops is False
+
+
+def test_get_default_device_is_the_cpu_as_in_pytorch():
+    torch = pytest.importorskip("torch", reason="PyTorch (the 'compare' extra) is not installed")
+    assert str(eager.get_default_device()) == str(torch.get_default_device()) == "cpu"
+    assert eager.get_default_device() == eager.device("cpu")
