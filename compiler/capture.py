@@ -25,13 +25,13 @@ import weakref
 from dataclasses import dataclass, field
 
 from runtime import debugging as debug
-from eager import dispatcher
+from eager import dispatcher, factories
 from eager.device import CPU, META
 from eager.device import device as Device
 from eager.dispatcher import DispatchKey
 from eager.profiler import profile, record_function
-from eager.tensor import (Storage, Tensor, reading_why, set_break_hook, set_data_watch,
-                          set_whole_step_hook)
+from eager.tensor import (Storage, Tensor, contiguous_strides, reading_why, set_break_hook,
+                          set_data_watch, set_whole_step_hook, wrap_scalar)
 from ir.graph import Graph, GraphBuilder, Node, TensorType, Value, strict_key
 from ir.ops import DATA_DEPENDENT_SHAPE, INPLACE, Op
 
@@ -231,7 +231,6 @@ class Region:
     def lazy_input(self, type_: TensorType) -> Tensor:
         """A stand-in tensor with no data for a graph input of `type_` (decompositions
         are captured this way, from types alone)."""
-        from eager.tensor import contiguous_strides
         v = Value(f"in{len(self.inputs)}", type_)
         self.inputs.append(v)
         self.input_tensors.append(None)
@@ -535,7 +534,6 @@ def _materialize_args(args, kwargs) -> None:
 def trace_to_graph(fn, schema, inputs: list, attrs, scalars: dict) -> Graph:
     """Capture `fn`, called as an op with `schema` would be, over stand-ins for the
     values `inputs` (scalar values stand in as the Python numbers they hold)."""
-    from eager.tensor import wrap_scalar
     trace = Trace(compile_region=None, known_sources={})
     region = trace.region
     named = dict(attrs)
@@ -620,7 +618,6 @@ def start(trace: Trace):
     tls.exclude = excluded & ~TRACER_BIT  # decomposition traced while compiling) traces
     include = dispatcher.include_keys(DispatchKey.Tracer)
     include.__enter__()
-    from eager import factories
     factories.set_creation_hook(trace.note_factory)
     return prev, include, excluded
 
@@ -631,7 +628,6 @@ def stop(token) -> None:
     dispatcher.tls.exclude = excluded
     _local.trace = prev
     _count_capture(-1)
-    from eager import factories
     factories.set_creation_hook(prev.note_factory if prev is not None else None)
 
 

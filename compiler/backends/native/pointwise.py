@@ -25,7 +25,7 @@ from runtime.cpu import kernel_spec as K
 from runtime.cpu.kernels import SPEED_LEVEL, KernelArtifact
 from runtime.cpu.launch import Launch, OutOfRange
 from runtime.layout import STRIDED, CannotLower, rows_layout, stride_class
-from runtime.llvm.jit import KernelPending, deferring
+from runtime.llvm.jit import KernelPending, deferring, host_jit, vector_width
 
 _lock = threading.Lock()
 _compiled: dict[tuple, tuple] = {}  # (body text, strides) -> (address, artifact)
@@ -125,7 +125,6 @@ class PointwiseNode(FusedKernel):
 
     def _request(self, classes, columns=(), gathers=()) -> tuple:
         """(name, cache key, artifact) of the kernel for one layout."""
-        from runtime.llvm.jit import host_jit, vector_width
         width = vector_width()
         # the body's text and the layout decide every field of spec (operands, nodes,
         # rows are read from the body): the kernel cache's key without building IR. The

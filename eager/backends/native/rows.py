@@ -34,7 +34,7 @@ from eager.tensor import Tensor, contiguous_strides, empty_cpu, empty_spec, from
 from ir import dtypes
 from ir.ops import Op
 from runtime.llvm import compile_service
-from runtime.llvm.jit import KernelPending, deferring
+from runtime.llvm.jit import KernelPending, deferring, host_jit, vector_width
 
 OPS = frozenset({Op.SUM, Op.MEAN, Op.VAR, Op.AMAX, Op.AMIN, Op.SOFTMAX, Op.LOG_SOFTMAX})
 """The ops eager runs as generated row kernels (float32 and float64)."""
@@ -184,7 +184,6 @@ def load_kernel(key: tuple, label: str, body) -> int | None:
     if address is not None:
         return address
     from runtime.cpu.kernels import SPEED_LEVEL, BuildKernel
-    from runtime.llvm.jit import host_jit, vector_width
     width = vector_width()
     name = f"kiln_eager_{label}_{_digest(key, width)}"
     try:

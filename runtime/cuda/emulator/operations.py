@@ -17,8 +17,8 @@ from fractions import Fraction
 
 import llvmlite.ir as ir
 
-from runtime.cuda.emulator.values import (EmulationError, float_rounding, is_float,
-                                          round_f32, signed)
+from runtime.cuda.emulator.values import (EmulationError, float_rounding, from_bytes,
+                                          is_float, round_f32, signed, to_bytes)
 
 INF = math.inf
 NAN = math.nan
@@ -213,7 +213,6 @@ def _to_float(ty: ir.Type, width: int, is_signed: bool):
 
 
 def _bitcast(source: ir.Type, target: ir.Type):
-    from runtime.cuda.emulator.values import from_bytes, to_bytes
     return lambda x: from_bytes(target, to_bytes(source, x))
 
 

@@ -7,7 +7,6 @@ differences. One-ufunc ops (add, exp, ...) are checked here through eager_pointw
 itself (small ones keep numpy in eager); test_eager_ufunc_threads.py has them in eager."""
 import numpy as np
 import pytest
-import torch
 
 import eager
 from eager.backends.native import pointwise as eager_pointwise, rows as eager_rows
@@ -17,6 +16,9 @@ from eager.tensor import ops, wrap_scalar
 from ir.ops import Op
 from runtime.llvm import compile_service
 from tests.eager.native.pointwise_cases import DTYPES, check, data, layouts, reference
+
+torch = pytest.importorskip(
+    "torch", reason="PyTorch (the compare extra) is the reference these kernels are checked against")
 
 F, TF = eager.nn.functional, torch.nn.functional
 

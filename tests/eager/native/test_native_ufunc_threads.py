@@ -6,7 +6,6 @@ Python numbers, in-place ops, NaN, inf and signed zeros; which path ran
 (eager_pointwise.calls); numpy where it must (one thread, integers, float16, tanh)."""
 import numpy as np
 import pytest
-import torch
 
 import eager
 from eager.backends.native import pointwise as eager_pointwise
@@ -14,6 +13,9 @@ from eager.kernels import elementwise
 from ir.ops import Op
 from runtime import pool
 from tests.eager.native.pointwise_cases import DTYPES, check, data, layouts, reference
+
+torch = pytest.importorskip(
+    "torch", reason="PyTorch (the compare extra) is the reference these kernels are checked against")
 
 on_threads = pytest.mark.skipif(not pool.available(), reason="runtime.pool runs on Linux "
                                 "x86-64 only; elsewhere one-ufunc ops keep numpy")
