@@ -7,7 +7,7 @@ dispatcher pays one global lookup per call. The autograd engine marks each backw
 node it runs as a region, `autograd::engine::evaluate_function: MmBackward0`, as
 PyTorch's does, so the backward pass shows its ops under the node that called them.
 
-CUDA kernel launches are events too (`cuda::launch <kernel>`, compiler/eager_cuda's
+CUDA kernel launches are events too (`cuda::launch <kernel>`, eager/backends/cuda's
 device.py). Asked for CUDA activity (`activities=[..., ProfilerActivity.CUDA]` or
 `use_cuda=True`), each launch is timed on the device between two CUDA events, waited
 for: `device_time` of the launch's event, `cuda_time_total` of the ops above it, the CUDA

@@ -1,7 +1,7 @@
 """Shape arithmetic on tuples of ints, no tensors: contiguous strides, the strides a view
 needs, a shape with its -1 resolved, dims made non-negative, broadcasting, reduced dims,
-each with PyTorch's error text; dims merged for a kernel's addressing (merge_dims). Tensor, the kernels, composite ops and derivative rules
-all use it."""
+each with PyTorch's error text; dims merged for a kernel's addressing (merge_dims). Tensor,
+the kernels, composite ops and derivative rules all use it."""
 from __future__ import annotations
 
 from eager.arguments import int_arg

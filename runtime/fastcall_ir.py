@@ -92,7 +92,7 @@ class Entry:
 
 KERNEL = ir.FunctionType(VOID, [I8P] * 3 + [I64] * 4)
 """The native backend's row and elementwise kernels: (data pointers, row offset tables,
-inner strides, row start, row end, inner start, inner end); see compiler/codegen."""
+inner strides, row start, row end, inner start, inner end); see runtime/cpu/kernel_ir.py."""
 
 
 def build_launcher(module: ir.Module, count: int) -> None:

@@ -2,7 +2,7 @@
 
 A backend turns host data into a tensor on its device (`from_host`). Meta is the
 trivial one: it keeps the shape and dtype and drops the data. The CUDA backend
-(compiler/eager_cuda) is loaded the first time a CUDA tensor is asked for, once the
+(eager/backends/cuda) is loaded the first time a CUDA tensor is asked for, once the
 driver finds a GPU: it registers its kernels under DispatchKey.CUDA then. Without a
 driver or GPU, asking raises "CUDA backend is not available: <reason>": nothing
 silently runs on the CPU.

@@ -5,12 +5,13 @@ loop that uses them calls no scalar libm function.
 
 Each (function, type) is one internal, alwaysinline helper in the builder's module, named
 `kiln.vmath.<name>.<type>` (kiln.vmath.exp.v16f32), defined on first use and reused; O3
-inlines it. In an NVPTX module the body is emitted where it is used instead (the same
-PTX after O3), since the CUDA emulator (runtime/cuda/emulator/launch.py) calls no functions. The methods are SLEEF's and fdlibm's: Cody-Waite reduction for exp and expm1,
-fdlibm's log(1+f) = f - f^2/2 + s(f^2/2 + R(s^2)) with s = f/(2+f) for log and log1p,
-fdlibm's rational erf for double, and polynomials fitted here (mpmath.chebyfit of the
-function named beside them, rounded to the type) for the rest. Special values (inf, nan,
--0.0, subnormal inputs and results) come out as numpy gives them (C99 Annex F).
+inlines it. In an NVPTX module the body is emitted where it is used instead (the same PTX
+after O3), since the CUDA emulator (runtime/cuda/emulator/launch.py) calls no functions. The
+methods are SLEEF's and fdlibm's: Cody-Waite reduction for exp and expm1, fdlibm's log(1+f)
+= f - f^2/2 + s(f^2/2 + R(s^2)) with s = f/(2+f) for log and log1p, fdlibm's rational erf
+for double, and polynomials fitted here (mpmath.chebyfit of the function named beside them,
+rounded to the type) for the rest. Special values (inf, nan, -0.0, subnormal inputs and
+results) come out as numpy gives them (C99 Annex F).
 
 Measured accuracy, max error in ulp. float32: against numpy float64 on every 97th float32
 bit pattern (the tests take every 1021st) and every value within 4096 of the edges

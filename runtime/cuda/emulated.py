@@ -1,7 +1,7 @@
-"""An emulated CUDA device: EmulatedDriver has runtime.cuda.driver.Driver's methods (same names,
-arguments, results and CudaErrors), so kiln's whole CUDA stack runs without a GPU.
-`KILN_CUDA=emulate` makes runtime.cuda.current.driver() return one; runtime.cuda.current.use_driver(d)
-switches to one inside a block.
+"""An emulated CUDA device: EmulatedDriver has runtime.cuda.driver.Driver's methods (same
+names, arguments, results and CudaErrors), so kiln's whole CUDA stack runs without a GPU.
+`KILN_CUDA=emulate` makes runtime.cuda.current.driver() return one;
+runtime.cuda.current.use_driver(d) switches to one inside a block.
 
     EmulatedDriver(memory=4 GiB, devices=1)
         devices named "kiln CUDA emulator", compute capability (9, 0), `memory` bytes
@@ -14,16 +14,16 @@ Device memory is runtime/cuda/emulator/device_memory.py's table: numpy blocks at
 addresses, never reused, new memory 0xFF bytes, so reads before writes, stray and freed
 pointers show. Host memory (host_alloc) is real host memory, pinned in name only.
 
-Modules: PTX cannot run on the host, so load_module finds the ir.Module the PTX was
-compiled from (runtime/cuda/nvptx.py's source_of; it remembers them from the first
-EmulatedDriver on) and a launch runs the kernel's IR on runtime/cuda/emulator/launch.py, each
-pointer argument as (its block viewed as the parameter's element type, element offset).
-PTX kiln did not make here is CUDA_ERROR_INVALID_PTX. As a GPU's driver
-JIT-assembles each module it loads, load_module has `ptxas -arch=sm_90` assemble it where
-ptxas is installed (runtime/cuda/nvptx.py's ptxas_report, remembered per text), and PTX that
-ptxas refuses is CUDA_ERROR_INVALID_PTX with ptxas's output as the JIT log: so every
-kernel that runs on the emulated device is also one a GPU would take. Each argument is read as a GPU
-reads it: the parameter's bytes from the ctypes value, whose size must match.
+Modules: PTX cannot run on the host, so load_module finds the ir.Module the PTX was compiled
+from (runtime/cuda/nvptx.py's source_of; it remembers them from the first EmulatedDriver on)
+and a launch runs the kernel's IR on runtime/cuda/emulator/launch.py, each pointer argument
+as (its block viewed as the parameter's element type, element offset). PTX kiln did not make
+here is CUDA_ERROR_INVALID_PTX. As a GPU's driver JIT-assembles each module it loads,
+load_module has `ptxas -arch=sm_90` assemble it where ptxas is installed
+(runtime/cuda/nvptx.py's ptxas_report, remembered per text), and PTX that ptxas refuses is
+CUDA_ERROR_INVALID_PTX with ptxas's output as the JIT log: so every kernel that runs on the
+emulated device is also one a GPU would take. Each argument is read as a GPU reads it: the
+parameter's bytes from the ctypes value, whose size must match.
 
 Everything runs at once on the calling thread, in call order: streams and events exist
 and are checked, but no work waits (queries say done); an event records the host's clock,

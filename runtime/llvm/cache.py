@@ -5,11 +5,11 @@ the same size cap.
 
 A kernel is keyed by a hash of its LLVM IR text (or of a spec naming what its IR holds,
 runtime/llvm/jit.py's load_spec), the target (triple, CPU name and features), the LLVM
-version and a version of the code (kiln's, or a hash of the code generators' source),
-so a change to any of them compiles afresh. The memory tier maps a key to whatever the engine made of the entry (function
-addresses); the disk tier holds one file per key under `$KILN_CACHE_DIR` (default
-`~/.cache/kiln`; with no home, HOME unset or empty and no passwd entry, there is no disk
-tier, after one warning):
+version and a version of the code (kiln's, or a hash of the code generators' source), so a
+change to any of them compiles afresh. The memory tier maps a key to whatever the engine
+made of the entry (function addresses); the disk tier holds one file per key under
+`$KILN_CACHE_DIR` (default `~/.cache/kiln`; with no home, HOME unset or empty and no passwd
+entry, there is no disk tier, after one warning):
 
     header  magic 'KILNOBJ1' | meta length u32 | object length u64 | SHA-256 of the rest
     meta    JSON: {"key": ..., "functions": [...]}

@@ -1,5 +1,5 @@
 """Fused gemm nodes on the CUDA backend (compiler/backends/cuda/gemm_node.py): the body
-read by the native backend's plan, served by codegen/cuda/gemm.py's kernel with the
+read by the native backend's plan, served by runtime/cuda/codegen/gemm.py's kernel with the
 store's bias, activation, scale and residual fused. Each kernel made here assembles with
 ptxas -arch=sm_90 (skipped, with the reason, where ptxas is missing) and runs on the
 host emulator (runtime/cuda/emulator/launch.py) against the function in float64 on eager's CPU

@@ -1,7 +1,7 @@
-"""The vector elementwise kernels (codegen/cuda/pointwise.py's CudaSpec.vector): 16-byte
+"""The vector elementwise kernels (runtime/cuda/codegen/kernel_ir.py's CudaSpec.vector): 16-byte
 ld.global.v4 / v2 loads and stores where every operand walks the elements contiguously
 (or is one element read by all) and every address is 16-byte aligned, chosen per call by
-compiled graphs (backends/cuda/run.py) and eager (eager_cuda/pointwise.py); everything
+compiled graphs (backends/cuda/run.py) and eager (eager/backends/cuda/pointwise.py); everything
 else takes the strided scalar kernel. Results on a GPU where the driver finds one, else
 on the emulated device (which faults on a misaligned vector access), equal the CPU's;
 which kernel ran is read from its name (the profiler's launch events, the compiled

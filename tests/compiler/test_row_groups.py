@@ -1,5 +1,5 @@
 """Row kernels over short rows take GROUP_ROWS rows a trip and fold the rows' results
-together (codegen/pointwise._rows, accumulators.finish_rows), the rows left over and
+together (runtime/cpu/kernel_ir._rows, accumulators.finish_rows), the rows left over and
 long rows one at a time: values against numpy float64 for row counts that are not a
 multiple of the group, row lengths around the vector width, empty rows, strided and
 transposed inputs, keepdim, float64, NaN in some rows only; and the grouped rows give

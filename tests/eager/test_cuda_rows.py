@@ -1,6 +1,6 @@
 """Eager's row ops on CUDA tensors (eager/backends/cuda/reductions.py): sum, mean, amax,
 amin, argmax, argmin, var, softmax and log_softmax each one launch of the row kernels
-(codegen/cuda/rows.py, row length, rows and strides as launch arguments), compared with
+(runtime/cuda/codegen/rows.py, row length, rows and strides as launch arguments), compared with
 the CPU over rows shorter than a warp, between a warp and a block, longer than a block,
 empty, and read through views. On a GPU where the driver finds one, else on the
 emulated device; launches are counted from the profiler's events and, where emulated,

@@ -1,5 +1,6 @@
-"""runtime/fastcall.py and fastcall_ir.py: native functions called as Python builtins, on one
-built here: `add_words(x, y)` adds self's two words to x's first two int64 elements and returns y."""
+"""runtime/fastcall.py and fastcall_ir.py: native functions called as Python builtins, on
+one built here: `add_words(x, y)` adds self's two words to x's first two int64 elements and
+returns y."""
 import sys
 
 import numpy as np

@@ -83,7 +83,7 @@ def test_the_generator_version_follows_every_source_file(tmp_path, monkeypatch):
         (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / relative).write_text("x = 1\n")
     monkeypatch.setattr(jit_module, "ROOT", str(tmp_path))
-    monkeypatch.setattr(jit_module, "GENERATORS", ("compiler/codegen", "runtime/c.py"))
+    monkeypatch.setattr(jit_module, "GENERATORS", ("runtime/cpu", "runtime/c.py"))
     version = jit_module.generator_version.__wrapped__
     seen = {version()}
     for relative in ("runtime/cpu/a.py", "runtime/cpu/deeper/b.py", "runtime/c.py"):

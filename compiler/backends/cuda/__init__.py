@@ -69,7 +69,7 @@ def kernel_for(node: Node, arrays: list | None = None, threads: int | None = Non
     itemsize and `address`; contiguous inputs when None), with `threads` per block (the
     generator's choice when None). An elementwise node whose operands all walk its
     elements contiguously (or are one element read by all) and whose addresses are all
-    16-byte aligned gets the vector kernel (codegen/cuda/pointwise.py)."""
+    16-byte aligned gets the vector kernel (runtime/cuda/codegen/kernel_ir.py)."""
     if node.attr["kind"] == "gemm":
         return _gemm_launch(node, arrays)
     reader = FusedKernel(node)

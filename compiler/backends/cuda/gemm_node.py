@@ -35,7 +35,7 @@ from ir.graph import Node
 @dataclass(frozen=True)
 class GemmCall:
     """One gemm node's kernel for one layout of its operands: `request` (what
-    codegen/cuda/gemm.py generates), the sizes, and for each matrix the body input it
+    runtime/cuda/codegen/gemm.py generates), the sizes, and for each matrix the body input it
     is (an index into the node's inputs) with its leading dimension (elements); `bias`
     is (input, element stride), `residual` (input, leading dimension), or None."""
     request: CudaGemmRequest

@@ -1,6 +1,6 @@
 """Running a graph on CUDA tensors: each fused node as its CUDA kernel on the device, the
 other nodes through the reference interpreter (eager ops on CUDA tensors, eager's CUDA
-backend: compiler/eager_cuda).
+backend: eager/backends/cuda).
 
     CudaBackend().compile(graph)   the passes with this backend's `emits`, then the graph
                                    as a callable over CUDA tensors (`run.kernels`: a

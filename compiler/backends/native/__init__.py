@@ -36,7 +36,7 @@ class CpuBackend:
 
 def codegen_seconds() -> float:
     """Seconds this thread has spent compiling and loading kernels (all of them: the
-    elementwise and row kernels here, GEMM kernels in compiler/gemm)."""
+    elementwise and row kernels here, GEMM kernels in runtime/cpu/gemm)."""
     from runtime.llvm.jit import load_seconds
     return load_seconds()
 

@@ -15,7 +15,7 @@ the host in its place.
     reductions.py   sum, mean, amax, amin over dims; softmax, log_softmax; argmax,
                     argmin and var of floats: one launch of the row kernels where the
                     reduced dims merge into one
-    matmul.py       mm, bmm, addmm, mv, dot through codegen/cuda/gemm.py
+    matmul.py       mm, bmm, addmm, mv, dot through runtime/cuda/codegen/gemm.py
     composed.py     native_layer_norm, its backward and softmax's backward, im2col
                     and col2im in other CUDA ops
     argreduce.py    argmax, argmin, max.dim, min.dim; var (where reductions.py's

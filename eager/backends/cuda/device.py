@@ -6,10 +6,10 @@ allocator, copies between host and device, and kernels launched once loaded.
     to_host(t)                   a host array of a CUDA tensor's elements (any strides)
     launch(kernel, grid, args)   run a CudaKernel; its module is loaded once per device
 
-The driver is runtime.cuda.driver's, looked up at each call (runtime/cuda/emulated.py's where
-KILN_CUDA=emulate or inside runtime.cuda.current.use_driver). A launch's arguments are Python values matched to the kernel's parameters: a
-tensor for a pointer (its first element's address), an int or float for a scalar.
-"""
+The driver is runtime.cuda.driver's, looked up at each call (runtime/cuda/emulated.py's
+where KILN_CUDA=emulate or inside runtime.cuda.current.use_driver). A launch's arguments are
+Python values matched to the kernel's parameters: a tensor for a pointer (its first
+element's address), an int or float for a scalar."""
 from __future__ import annotations
 
 import ctypes

@@ -11,7 +11,7 @@ sliced and expanded views are read in place, and a strided output is written in 
                           strides allow it (eager.shapes.merge_dims: a contiguous tensor
                           is one dim)
 
-The kernel is codegen/cuda/pointwise.py's elementwise kernel with its sizes and strides
+The kernel is runtime/cuda/codegen/kernel_ir.py's elementwise kernel with its sizes and strides
 as launch arguments (one kernel per op, dtypes and rank serves every shape and view),
 and this module's body: the op's record emitter (runtime/cpu/values.py), as in the
 CPU's native kernels. Kernel parameters, in order: per operand its pointer, or its value
@@ -21,7 +21,7 @@ argument, so an optimiser's changing step size reuses the kernel), the sizes (ra
 i64s), and each operand's strides then the output's (rank i64s each; none for a number).
 
 The vector variant (ElementwiseSpec.vector: each operand's and the output's stride, 1 or
-0, compiled in; rank 1) reads and writes 16-byte vectors (codegen/cuda/pointwise.py's
+0, compiled in; rank 1) reads and writes 16-byte vectors (runtime/cuda/codegen/kernel_ir.py's
 vector kernel) and takes the element count as its only size, no strides; pointwise.py
 chooses it per call, where the dims merge into one that every tensor walks contiguously
 (or holds one element for all) and every tensor's first element is 16-byte aligned.

@@ -1,7 +1,7 @@
 """CUDA kernels of eager's reductions over dims (sum, mean, amax, amin, argmax, argmin,
 var) and of softmax and log_softmax.
 
-Each runs as one launch of codegen/cuda/rows.py's row kernel where its reduced dims merge
+Each runs as one launch of runtime/cuda/codegen/rows.py's row kernel where its reduced dims merge
 into one inner dim (eager.shapes.merge_dims, through the native backend's row_dims):
 one block per row, the threads' partial results combined with warp shuffles and shared
 memory. The row length, the rows and their strides are launch arguments, so one kernel
@@ -118,7 +118,7 @@ class ReductionSpec:
 
 @functools.lru_cache(maxsize=256)
 def reduction_kernel(spec: ReductionSpec) -> CudaKernel:
-    """codegen/cuda/pointwise.py's elementwise kernel over the outputs (sizes and strides
+    """runtime/cuda/codegen/kernel_ir.py's elementwise kernel over the outputs (sizes and strides
     launch arguments), each folding its elements; the fold's count, sizes and strides
     are extra arguments."""
     name = f"kiln_eager_{spec.kind}_{spec.source.name}_to_{spec.out.name}_{next(_names)}"

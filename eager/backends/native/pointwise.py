@@ -10,7 +10,7 @@ tensor in a float op); zero-dim tensors and Python numbers are made the result's
 and read once per row. A scaled operand (add's and sub's alpha) is multiplied by one
 more such operand inside the kernel, so a changing number never makes a new kernel. A
 kernel is compiled once per op, dtypes, string attributes (gelu's approximate) and
-pattern of inner strides (1, 0 or other), through codegen/pointwise.py and the kernel
+pattern of inner strides (1, 0 or other), through runtime/cpu/kernel_ir.py and the kernel
 cache on disk (eager_rows.load_kernel), and serves every shape; contiguous, broadcast,
 transposed and sliced operands are read in place through the row kernels' layout
 machinery (backends/native/pointwise.py `_layout`), and the result is contiguous. A

@@ -9,7 +9,7 @@ and log_softmax: decompose.py's max, exp, sum; layer norm: mean, the mean of squ
 about it, the normalised, scaled and shifted output), over rows of any length: the
 kernel is compiled once per graph, dtype and pattern of strides (inner stride 1, 0 or
 other; rows in the lanes over a leading dim, as layer norm's grad_weight and grad_bias
-sum over the batch), through codegen/pointwise.py and the kernel cache on disk, and
+sum over the batch), through runtime/cpu/kernel_ir.py and the kernel cache on disk, and
 serves every shape. Counts, divisors and epsilons are operands of one element read once
 per row. A layout (graph, shapes, strides, dims) is planned once: its offset tables and
 ctypes arguments are kept (runtime Launch), so a call repeated on the same layout costs

@@ -2,7 +2,7 @@
 it was measured, on what. The modules read them as `config.NAME` when they run, so a
 test can change one with monkeypatch.
 
-The LLVM IR emitters keep their own code-shape constants (gemm/ir/: kernel.py's
+The LLVM IR emitters keep their own code-shape constants (gemm/emit/: kernel.py's
 ROWS_FIRST_DEPTH, small.py's FULL_UNROLL_K and K_UNROLL, tools.py's PACK_ALIGN), and
 tune.py's default_blocking its cache-size model.
 """

@@ -1,7 +1,8 @@
-"""CUDA kernels as LLVM IR for NVPTX (runtime/cuda/nvptx.py makes their PTX): the same fused
-graphs and op records as the CPU kernels, written with runtime/llvm/toolkit.py for the NVPTX
-target. Each kernel maker returns a CudaKernel; runtime/cuda/emulator/launch.py runs its very IR
-on the host, so every kernel's results are tested on machines without a GPU."""
+"""CUDA kernels as LLVM IR for NVPTX (runtime/cuda/nvptx.py makes their PTX): the same
+fused graphs and op records as the CPU kernels, written with runtime/llvm/toolkit.py for
+the NVPTX target. Each kernel maker returns a CudaKernel; runtime/cuda/emulator/launch.py
+runs its very IR on the host, so every kernel's results are tested on machines without a
+GPU."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

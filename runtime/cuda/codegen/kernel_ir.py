@@ -1,5 +1,5 @@
 """Elementwise kernels for CUDA, one element per thread and trip of a grid-stride loop:
-a compiled graph's fused nodes (codegen/pointwise.py's KernelSpec, at scalar width) and
+a compiled graph's fused nodes (runtime/cpu/kernel_ir.py's KernelSpec, at scalar width) and
 eager's single ops (eager/backends/cuda/elementwise.py gives its own body), over one
 frame of parameters and addressing that rows.py's row kernels share.
 
@@ -50,7 +50,7 @@ class CudaSpec:
     """A CUDA kernel: what it computes (`kernel`, the CPU's spec; its per-operand stride
     classes are unused) and its operands' layout, compiled in or given at launch. Compiled
     in: the `outer` dims and the `inner` dim, each (size, element stride per operand), as
-    backends/native/pointwise.row_dims merges them. As launch arguments: `rank` dims (the
+    runtime/layout.py's row_dims merges them. As launch arguments: `rank` dims (the
     last the inner one), their sizes and strides read from the kernel's parameters. An
     elementwise kernel walks all the dims; a row kernel takes the outer ones as its rows
     and reduces along the inner one. `by_value`: positions of inputs passed as numbers,

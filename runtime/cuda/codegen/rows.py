@@ -3,7 +3,7 @@
 passes decompose into such rows), one block per row.
 
 A block takes rows ctaid, ctaid + nctaid, ...; each row runs in the CPU's passes
-(codegen/pointwise.RowPasses): in a pass every thread walks the row's elements tid,
+(runtime/cpu/kernel_ir.RowPasses): in a pass every thread walks the row's elements tid,
 tid + ntid, ..., computing the values the pass needs, accumulating its reductions
 (accumulators.py, one scalar each) and storing the full-row outputs ready by then;
 reduce.block_reduce then gives every thread the row's reduced values, and the per-row

@@ -17,8 +17,8 @@ from ir.ops import Op
 from runtime.llvm import compile_service
 from tests.eager.native.pointwise_cases import DTYPES, check, data, layouts, reference
 
-torch = pytest.importorskip(
-    "torch", reason="PyTorch (the compare extra) is the reference these kernels are checked against")
+torch = pytest.importorskip("torch", reason="PyTorch (the compare extra) is the reference "
+                                              "these kernels are checked against")
 
 F, TF = eager.nn.functional, torch.nn.functional
 

@@ -14,8 +14,8 @@ from ir.ops import Op
 from runtime import pool
 from tests.eager.native.pointwise_cases import DTYPES, check, data, layouts, reference
 
-torch = pytest.importorskip(
-    "torch", reason="PyTorch (the compare extra) is the reference these kernels are checked against")
+torch = pytest.importorskip("torch", reason="PyTorch (the compare extra) is the reference "
+                                              "these kernels are checked against")
 
 on_threads = pytest.mark.skipif(not pool.available(), reason="runtime.pool runs on Linux "
                                 "x86-64 only; elsewhere one-ufunc ops keep numpy")
