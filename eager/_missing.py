@@ -142,11 +142,19 @@ def _torch_names() -> dict[str, list[str]]:
     return names
 
 
+# PyTorch's stand-ins for optional packages, imported in their place where the package is
+# installed (torch.hub's tqdm): named either way, but not one of PyTorch's own names
+_OPTIONAL_PACKAGES = ("tqdm",)
+
+
 def _imported_for_itself(namespace: str, value) -> bool:
     """Whether `value` is something PyTorch's module imported for its own use rather than
-    one of its names: a module other than its submodules (os, math, torch itself), or an
-    object of the standard library or typing (Any, Path, partial)."""
+    one of its names: a module other than its submodules (os, math, torch itself), an
+    object of the standard library or typing (Any, Path, partial), or an optional
+    package's (or PyTorch's stand-in for it where it is not installed)."""
     import types
+    if getattr(value, "__name__", None) in _OPTIONAL_PACKAGES:
+        return True
     if isinstance(value, types.ModuleType):
         return not value.__name__.startswith(namespace + ".")
     module = getattr(value, "__module__", None)

@@ -224,8 +224,15 @@ def test_kl_of_an_unregistered_pair_raises_and_register_kl_prefers_the_subclass(
 
 
 def _message(m, make):
-    with pytest.raises(ValueError) as info:
-        make(m)
+    """The ValueError `make` raises with `m`'s distributions validating their arguments
+    (their default; torch.compile turns torch's off for the whole process)."""
+    validating = m.distributions.Distribution._validate_args
+    m.distributions.Distribution.set_default_validate_args(True)
+    try:
+        with pytest.raises(ValueError) as info:
+            make(m)
+    finally:
+        m.distributions.Distribution.set_default_validate_args(validating)
     return str(info.value).replace("eager.", "torch.")
 
 
