@@ -1,8 +1,10 @@
 """Where an ndarray's data starts, read as cheaply as this process allows (tensors' data
-pointers, kernels' arguments)."""
+pointers, kernels' arguments); and memory that is never freed, for what native code
+reads while the interpreter exits."""
 from __future__ import annotations
 
 import ctypes
+import functools
 
 import numpy as np
 
@@ -49,3 +51,21 @@ def read_addresses_with(reader) -> None:
     ctypes (~0.35 us, a tenth of a small compiled call)."""
     global _native_address
     _native_address = reader
+
+
+@functools.cache
+def _calloc():
+    calloc = ctypes.CDLL(None).calloc
+    calloc.restype, calloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t, ctypes.c_size_t]
+    return calloc
+
+
+def calloc_forever(nbytes: int) -> int:
+    """The address of `nbytes` zeroed bytes that are never freed: what native code may
+    read for as long as the process lives, after the Python objects that could have
+    owned it are gone (at exit the garbage collector still reads builtins' PyMethodDefs,
+    and a thread pool's workers still wait on its words)."""
+    memory = _calloc()(nbytes, 1)
+    if not memory:
+        raise MemoryError(f"calloc of {nbytes} bytes failed")
+    return memory

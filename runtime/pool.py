@@ -35,7 +35,7 @@ import threading
 import llvmlite.ir as ir
 import numpy as np
 
-from runtime.addresses import address
+from runtime.addresses import address, calloc_forever
 from runtime.llvm.toolkit import (I8P, I32, I64, VOID, Target, at, claim_loop, define, i32,
                                   i64, intrinsic, while_loop)
 
@@ -258,8 +258,10 @@ class NativePool:
     def __init__(self, size: int):
         addresses = _functions()
         self.size = size
-        self._words = (ctypes.c_int64 * (POOL_SLOTS + 8))()
-        self.address = ctypes.addressof(self._words) + (-ctypes.addressof(self._words) % 64)
+        # never freed: the workers wait on these words in native code, without the GIL,
+        # and daemon threads go on while the interpreter exits
+        raw = calloc_forever(POOL_SLOTS * 8 + 64)
+        self.address = raw + (-raw % 64)
         self._run = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                      ctypes.c_int64)(addresses["kiln_pool_run"])
         worker = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(

@@ -1,5 +1,5 @@
 """The project's imports read from its source with ast (none is run): what the layering
-tests (tests/test_layers.py, tests/eager/test_import_layers.py) check."""
+tests (tests/test_layering.py, tests/eager/test_import_layers.py) check."""
 from __future__ import annotations
 
 import ast

@@ -7,7 +7,7 @@ import re
 from compiler.passes import PIPELINE
 from eager.dispatcher import RUNTIME_KEYS
 from tests.imports import ROOT
-from tests.test_layers import LAYERS
+from tests.test_layering import LAYERS
 
 MAP = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
 

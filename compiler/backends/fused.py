@@ -79,6 +79,8 @@ class FusedKernel:
         full, reduced = self.space
         self.squeezed = tuple(v in self.row_values and len(v.type.shape) < len(full)
                               for v in self.operands + tuple(self.body.outputs))
+        # where the operands are among the inputs (None: some are views of them)
+        self._positions = None if self.views else [body.inputs.index(v) for v in self.operands]
 
     def _row_values(self) -> frozenset:
         """Values with one element per row: reductions' results, the ops over only such

@@ -117,7 +117,7 @@ def test_gemm_entries_compiled_in_parallel_threads_are_the_serial_ones_byte_for_
 def _pipelines_and_a_jit(tmp_path, monkeypatch) -> tuple:
     """(the speed level of every LLVM pipeline run from now on, a HostJit caching in
     tmp_path)."""
-    from runtime.llvm import jit
+    from runtime.llvm import compile, jit
     from runtime.llvm.cache import KernelCache
     levels, run_pipeline = [], jit.run_pipeline
 
@@ -125,7 +125,8 @@ def _pipelines_and_a_jit(tmp_path, monkeypatch) -> tuple:
         levels.append(speed_level)
         run_pipeline(module, machine, speed_level)
 
-    monkeypatch.setattr(jit, "run_pipeline", spy)
+    monkeypatch.setattr(compile, "run_pipeline", spy)  # compiling
+    monkeypatch.setattr(jit, "run_pipeline", spy)      # optimised IR and assembly, to read
     return levels, jit.HostJit(KernelCache(tmp_path))
 
 

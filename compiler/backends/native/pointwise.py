@@ -45,7 +45,6 @@ class PointwiseNode(FusedKernel):
         self.artifacts: list[KernelArtifact] = []  # one per compiled stride pattern
         self._layouts: dict = {}  # operand strides -> how to launch (shapes are the graph's)
         self._outputs = tuple(empty_spec(v.type.shape, v.type.dtype) for v in body.outputs)
-        self._positions = None if self.views else [body.inputs.index(v) for v in self.operands]
         self._in_order = self._positions == list(range(len(body.inputs)))
         self._one_operand = len(self.operands) == 1  # its layout key spelled out
         self._empty = 0 in full
