@@ -138,8 +138,14 @@ def _torch_names() -> dict[str, list[str]]:
             holder = holder.Tensor
         names[namespace] = sorted(
             name for name in dir(holder) if not name.startswith("_")
-            and not _imported_for_itself(namespace, getattr(holder, name, None)))
+            and ((namespace, name) in _OWN_OR_IMPORTED
+                 or not _imported_for_itself(namespace, getattr(holder, name, None))))
     return names
+
+
+# names PyTorch defines itself only where a package is missing (torch.hub's fallback tqdm
+# class, tqdm's own where tqdm is installed): public names either way
+_OWN_OR_IMPORTED = {("torch.hub", "tqdm")}
 
 
 def _imported_for_itself(namespace: str, value) -> bool:

@@ -12,7 +12,9 @@ from eager._missing import NotSupportedYet
 
 torch = pytest.importorskip("torch", reason="PyTorch (the 'compare' extra) is not installed")
 
-NAMED_ONLY = ["bfloat16", "uint8", "int8", "int16"]
+NAMED_ONLY = ["bfloat16", "uint8", "int8", "int16", "uint16", "uint32", "uint64", "complex32",
+              "complex64", "complex128", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
+              "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn_x2"]
 
 
 @pytest.mark.parametrize("name", NAMED_ONLY + ["float16", "float32", "float64", "int32",
@@ -20,9 +22,15 @@ NAMED_ONLY = ["bfloat16", "uint8", "int8", "int16"]
 def test_each_dtype_is_a_value_with_pytorchs_facts(name):
     ours, theirs = getattr(eager, name), getattr(torch, name)
     assert isinstance(ours, eager.dtype)
-    assert (ours.is_floating_point, ours.is_signed, ours.itemsize) == (
-        theirs.is_floating_point, theirs.is_signed, theirs.itemsize)
+    assert (ours.is_floating_point, ours.is_complex, ours.is_signed, ours.itemsize) == (
+        theirs.is_floating_point, theirs.is_complex, theirs.is_signed, theirs.itemsize)
     assert eager.short is eager.int16
+    assert (eager.cfloat, eager.cdouble, eager.chalf) == (
+        eager.complex64, eager.complex128, eager.complex32)
+
+
+def test_is_complex_is_false_for_every_tensor_kiln_can_make():
+    assert not eager.is_complex(eager.ones(2)) and not eager.ones(2).is_complex()
 
 
 def test_a_library_may_name_them_as_defaults_and_in_tables():
