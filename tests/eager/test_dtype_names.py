@@ -69,7 +69,9 @@ def test_a_numpy_array_of_one_is_refused_naming_the_dtype(name):
             make(a)
 
 
-@pytest.mark.parametrize("name", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("name", ["float16", "bfloat16", "float32", "float64", "float8_e4m3fn",
+                                  "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
+                                  "float8_e8m0fnu"])
 def test_finfo_has_pytorchs_fields_for_every_floating_dtype(name):
     ours, theirs = eager.finfo(getattr(eager, name)), torch.finfo(getattr(torch, name))
     for field in ("bits", "eps", "max", "min", "tiny", "smallest_normal", "resolution",
