@@ -57,6 +57,18 @@ def not_supported(namespace: str, name: str):
     return stand_in
 
 
+def lacking_class(namespace: str, name: str, base: type = object) -> type:
+    """A stand-in for PyTorch's class `namespace.name`, which kiln has not: a library may
+    import it, subclass it and test `isinstance(x, it)` (never true: kiln makes none), and
+    making one raises NotSupportedYet naming it."""
+    def __init__(self, *args, **kwargs):
+        raise _not_supported(f"{namespace}.{name}")
+    stand_in = type(name, (base,), {"__init__": __init__, "__module__": namespace,
+                                    "__doc__": f"{namespace}.{name}: not in kiln yet"})
+    stand_in.not_supported_yet = True
+    return stand_in
+
+
 def module_getattr(namespace: str, module: str):
     """A module's __getattr__ for the names it does not define."""
     def __getattr__(name: str):

@@ -72,6 +72,37 @@ def test_compiler_is_compiling_is_true_inside_a_capture_only():
     assert eager.compiler.is_dynamo_compiling() is False
 
 
+def test_compiler_disable_runs_the_function_eagerly_as_a_graph_break():
+    seen = []
+
+    @eager.compiler.disable
+    def host_side(x):
+        seen.append(eager.compiler.is_compiling())
+        return x * 3
+
+    @eager.compiler.disable(reason="reads the cache's views")
+    def with_reason(x):
+        return x - 1
+
+    compiled = eager.compile(lambda x: with_reason(host_side(x + 1)) * 2)
+    np.testing.assert_array_equal(compiled(eager.ones(3)).numpy(), [10, 10, 10])
+    assert seen == [False] and host_side.__name__ == "host_side"
+    text = compiled.explain()
+    assert "torch.compiler.disable: test_compiler_disable" in text
+    assert "torch.compiler.disable: reads the cache's views" in text
+    assert host_side(eager.ones(1)).tolist() == [3.0]  # outside a capture: just a call
+
+
+def test_dynamo_names_libraries_import_load_and_making_a_lacking_class_raises_naming_it():
+    with torch_is_eager():
+        import torch._dynamo
+        from torch._dynamo._trace_wrapped_higher_order_op import TransformGetItemToIndex
+        assert torch._dynamo.is_compiling() is False
+        with pytest.raises(NotSupportedYet, match=r"TransformGetItemToIndex is not supported"):
+            TransformGetItemToIndex()
+        assert not isinstance(torch.ones(1), TransformGetItemToIndex)
+
+
 def test_onnx_and_ao_quantization_import_and_what_kiln_cannot_do_raises_naming_it():
     with torch_is_eager():
         import torch
