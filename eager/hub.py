@@ -33,9 +33,13 @@ def get_dir() -> str:
     $XDG_CACHE_HOME/torch, and that to ~/.cache/torch), as in PyTorch."""
     if _hub_dir is not None:
         return _hub_dir
+    return os.path.join(_get_torch_home(), "hub")
+
+
+def _get_torch_home() -> str:
+    """$TORCH_HOME, else $XDG_CACHE_HOME/torch, else ~/.cache/torch (torchvision reads it)."""
     cache = os.getenv("XDG_CACHE_HOME", os.path.join("~", ".cache"))
-    return os.path.join(os.path.expanduser(os.getenv("TORCH_HOME", os.path.join(cache, "torch"))),
-                        "hub")
+    return os.path.expanduser(os.getenv("TORCH_HOME", os.path.join(cache, "torch")))
 
 
 def set_dir(d) -> None:

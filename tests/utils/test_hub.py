@@ -45,6 +45,7 @@ def test_get_dir_follows_torch_home_and_xdg_cache_home_as_pytorchs(monkeypatch, 
         for name, value in env.items():
             monkeypatch.setenv(name, value)
         assert hub.get_dir() == torch.hub.get_dir()
+        assert hub._get_torch_home() == torch.hub._get_torch_home()
     hub.set_dir(tmp_path / "mine")
     assert hub.get_dir() == str(tmp_path / "mine")
 
