@@ -190,3 +190,30 @@ def test_get_default_device_is_the_cpu_as_in_pytorch():
     torch = pytest.importorskip("torch", reason="PyTorch (the 'compare' extra) is not installed")
     assert str(eager.get_default_device()) == str(torch.get_default_device()) == "cpu"
     assert eager.get_default_device() == eager.device("cpu")
+
+
+def test_torchvisions_import_time_jit_and_onnx_names_load_and_do_what_pytorchs_do_in_eager():
+    with torch_is_eager():
+        import torch
+        from torch.jit.annotations import BroadcastingList2
+        from torch.onnx import symbolic_opset11
+        from torch.onnx.symbolic_helper import parse_args
+
+        def size(x: BroadcastingList2[int]):  # noqa: F821 - annotation only
+            return x
+        assert BroadcastingList2[int] is None and size(3) == 3
+        assert torch.jit._script_if_tracing(size) is size
+
+        @parse_args("v", "f")
+        def symbolic(g, x, threshold):
+            return symbolic_opset11.unsqueeze(g, x, 0)
+        assert symbolic._onnx_arg_descriptors == ("v", "f")
+        torch.onnx.register_custom_op_symbolic("kilntest::op", symbolic, 11)
+        assert torch.onnx.custom_op_symbolics[("kilntest::op", 11)] is symbolic
+        torch.onnx.unregister_custom_op_symbolic("kilntest::op", 11)
+        assert ("kilntest::op", 11) not in torch.onnx.custom_op_symbolics
+        with pytest.raises(ValueError, match="domain::name"):
+            torch.onnx.register_custom_op_symbolic("nodomain", symbolic, 11)
+        with pytest.raises(NotSupportedYet, match="torch.onnx.symbolic_opset11.unsqueeze is "
+                                                  "not supported"):
+            symbolic(None, torch.ones(1), 0.5)

@@ -115,3 +115,16 @@ def test_torch_hub_and_model_zoo_are_there_under_the_alias_without_importing_the
         assert torch.hub is hub and importlib.import_module("torch.hub") is hub
         assert importlib.import_module("torch.utils.model_zoo").load_url is \
             hub.load_state_dict_from_url
+
+
+def test_tqdm_is_tqdms_where_installed_and_the_stand_in_counts_otherwise(capsys):
+    from eager.utils import model_zoo
+    assert model_zoo.tqdm is hub.tqdm
+    try:
+        from tqdm import tqdm
+        assert hub.tqdm is tqdm
+    except ImportError:
+        assert hub.tqdm is hub._Faketqdm
+    with hub._Faketqdm(total=4) as bar:
+        bar.update(1)
+    assert capsys.readouterr().err == "\r25.0%\n"
