@@ -1,7 +1,10 @@
 """torch.compiler: `is_compiling()` is True while kiln's compiler captures a function
 (eager.compile runs it on tracer tensors, the Tracer dispatch key on), so code can leave
 out what should not be captured (a print, a value check); `compile` is eager.compile.
-`disable(fn)` makes every call of fn a graph break: it runs eagerly."""
+`disable(fn)` makes every call of fn a graph break: it runs eagerly. `allow_in_graph` and
+`assume_constant_result` are TorchDynamo's hints; outside Dynamo PyTorch's mark and
+return the function, and so do these (kiln's capture does not read them: its result is
+the eager result either way)."""
 import functools
 
 from eager import _missing, dispatcher
@@ -29,6 +32,15 @@ def disable(fn=None, recursive: bool = True, *, reason: str | None = None):
 
 
 is_dynamo_compiling = is_compiling
+
+
+def allow_in_graph(fn):
+    return fn
+
+
+def assume_constant_result(fn):
+    fn._dynamo_marked_constant = True
+    return fn
 
 
 # PyTorch's other names kiln lacks: NotSupportedYet (eager/_missing.py)

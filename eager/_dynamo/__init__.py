@@ -4,20 +4,11 @@
 result is the eager result either way. `disable` is torch.compiler.disable's graph break.
 Every other name is NotSupportedYet (eager/_missing.py)."""
 from eager import _missing
-from eager.compiler import disable, is_compiling
+from eager.compiler import allow_in_graph, assume_constant_result, disable, is_compiling
 from eager.tensor import Tensor
 
 __all__ = ["is_compiling", "disable", "assume_constant_result", "allow_in_graph",
            "mark_static_address"]
-
-
-def assume_constant_result(fn):
-    fn._dynamo_marked_constant = True
-    return fn
-
-
-def allow_in_graph(fn):
-    return fn
 
 
 def mark_static_address(t, guard: bool = False) -> None:

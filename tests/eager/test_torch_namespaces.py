@@ -217,3 +217,38 @@ def test_torchvisions_import_time_jit_and_onnx_names_load_and_do_what_pytorchs_d
         with pytest.raises(NotSupportedYet, match="torch.onnx.symbolic_opset11.unsqueeze is "
                                                   "not supported"):
             symbolic(None, torch.ones(1), 0.5)
+
+
+def test_dynamos_hints_mark_and_return_as_pytorchs_do_outside_dynamo():
+    with torch_is_eager():
+        import torch
+        import torch._dynamo
+
+        def f(x):
+            return x
+        assert torch.compiler.allow_in_graph(f) is f is torch._dynamo.allow_in_graph(f)
+        assert torch._dynamo.assume_constant_result(f) is f and f._dynamo_marked_constant
+        t = torch.ones(2)
+        torch._dynamo.mark_static_address(t, guard=True)
+        assert t._dynamo_static_input_type == "guarded"
+        with pytest.raises(TypeError, match="expects a tensor"):
+            torch._dynamo.mark_static_address([1.0])
+        from torch._dynamo.utils import is_compile_supported
+        assert is_compile_supported("cpu") is False
+        assert torch.backends.mps.is_available() is False and not torch.backends.mps.is_built()
+
+
+def test_flex_attention_and_conv3d_are_named_and_using_them_is_not_supported_yet():
+    with torch_is_eager():
+        import torch
+        from torch.nn.attention.flex_attention import BlockMask, create_block_mask
+
+        class Conv3DSimple(torch.nn.Conv3d):  # as torchvision's video models do at import
+            pass
+        for make, name in ((lambda: Conv3DSimple(1, 1, 3), "torch.nn.Conv3d"),
+                           (BlockMask, "flex_attention.BlockMask"),
+                           (lambda: create_block_mask(None, 1, 1, 4, 4),
+                            "flex_attention.create_block_mask")):
+            with pytest.raises(NotSupportedYet, match=f"{name} is not supported"):
+                make()
+        assert issubclass(torch.nn.Conv3d, torch.nn.Module)
