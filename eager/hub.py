@@ -17,13 +17,18 @@ import builtins
 import contextlib
 import importlib.util
 import os
+import re
 import sys
 import urllib.parse
+from urllib.parse import urlparse  # noqa: F401 - torch.hub.urlparse, which timm imports
 
 from eager.serialization import load as _load_file
 
 __all__ = ["download_url_to_file", "get_dir", "help", "list", "load",
            "load_state_dict_from_url", "set_dir"]
+
+# a file name's hash part, `name-<sha256 prefix>.ext` (PyTorch's; timm imports it)
+HASH_REGEX = re.compile(r"-([a-f0-9]*)\.")
 
 
 class _Faketqdm:

@@ -246,6 +246,7 @@ def test_flex_attention_and_conv3d_are_named_and_using_them_is_not_supported_yet
         class Conv3DSimple(torch.nn.Conv3d):  # as torchvision's video models do at import
             pass
         for make, name in ((lambda: Conv3DSimple(1, 1, 3), "torch.nn.Conv3d"),
+                           (lambda: torch.nn.SyncBatchNorm(4), "torch.nn.SyncBatchNorm"),
                            (BlockMask, "flex_attention.BlockMask"),
                            (lambda: create_block_mask(None, 1, 1, 4, 4),
                             "flex_attention.create_block_mask")):

@@ -128,3 +128,10 @@ def test_tqdm_is_tqdms_where_installed_and_the_stand_in_counts_otherwise(capsys)
     with hub._Faketqdm(total=4) as bar:
         bar.update(1)
     assert capsys.readouterr().err == "\r25.0%\n"
+
+
+def test_hash_regex_and_urlparse_are_pytorchs():
+    torch = pytest.importorskip("torch", reason="PyTorch (the 'compare' extra) is not installed")
+    assert hub.HASH_REGEX.pattern == torch.hub.HASH_REGEX.pattern
+    assert hub.HASH_REGEX.search("resnet18-f37072fd.pth").group(1) == "f37072fd"
+    assert hub.urlparse is torch.hub.urlparse
