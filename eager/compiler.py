@@ -9,6 +9,7 @@ import functools
 
 from eager import _missing, dispatcher
 from eager.dispatcher import DispatchKey
+from eager.tensor import run_eagerly
 
 
 def is_compiling() -> bool:
@@ -22,7 +23,6 @@ def disable(fn=None, recursive: bool = True, *, reason: str | None = None):
     skip fn's own frame only) runs them eagerly too; the result is the same."""
     if fn is None:
         return functools.partial(disable, recursive=recursive, reason=reason)
-    from eager.tensor import run_eagerly
 
     @functools.wraps(fn)
     def eagerly(*args, **kwargs):

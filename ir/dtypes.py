@@ -46,15 +46,15 @@ class DType:
 
 
 bool_ = DType("bool", np.bool_, 0, "b8")
-int32 = DType("int32", np.int32, 1, "i32")
-int64 = DType("int64", np.int64, 2, "i64")
-float16 = DType("float16", np.float16, 3, "f16")
-float32 = DType("float32", np.float32, 4, "f32")
-float64 = DType("float64", np.float64, 5, "f64")
+uint8 = DType("uint8", np.uint8, 1, "u8")
+int32 = DType("int32", np.int32, 2, "i32")
+int64 = DType("int64", np.int64, 3, "i64")
+float16 = DType("float16", np.float16, 4, "f16")
+float32 = DType("float32", np.float32, 5, "f32")
+float64 = DType("float64", np.float64, 6, "f64")
 
 # PyTorch's dtypes that kiln names but has no kernels for yet (numpy has no bfloat16)
 bfloat16 = DType("bfloat16", None, None, "bf16", kind="f", itemsize=2)
-uint8 = DType("uint8", np.uint8, None, "u8")
 int8 = DType("int8", np.int8, None, "i8")
 int16 = DType("int16", np.int16, None, "i16")
 uint16 = DType("uint16", np.uint16, None, "u16")
@@ -71,8 +71,8 @@ float8_e8m0fnu = DType("float8_e8m0fnu", None, None, "f8e8m0fnu", kind="f", item
                        signed=False)
 float4_e2m1fn_x2 = DType("float4_e2m1fn_x2", None, None, "f4e2m1fnx2", kind="f", itemsize=1)
 
-ALL = (bool_, int32, int64, float16, float32, float64)
-NAMED_ONLY = (bfloat16, uint8, int8, int16, uint16, uint32, uint64, complex32, complex64,
+ALL = (bool_, uint8, int32, int64, float16, float32, float64)
+NAMED_ONLY = (bfloat16, int8, int16, uint16, uint32, uint64, complex32, complex64,
               complex128, float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz,
               float8_e8m0fnu, float4_e2m1fn_x2)
 _BY_NAME = {d.name: d for d in ALL + NAMED_ONLY}

@@ -10,11 +10,10 @@ from eager.nn.parameter import Buffer, Parameter
 
 __all__ = list(_modules_all) + ["Buffer", "Parameter", "functional", "init", "parallel"]
 
-# Layers kiln lacks that libraries subclass at import (torchvision's video models subclass
-# Conv3d, timm's norm layers SyncBatchNorm): Module stand-ins, making one raises
-# NotSupportedYet naming it
-Conv3d = _missing.lacking_class("torch.nn", "Conv3d", Module)  # noqa: F405
-SyncBatchNorm = _missing.lacking_class("torch.nn", "SyncBatchNorm", Module)  # noqa: F405
+# layers kiln lacks that libraries subclass at import: Module stand-ins (making one raises
+# NotSupportedYet), where PyTorch defines them
+from eager.nn.modules.batchnorm import SyncBatchNorm  # noqa: E402
+from eager.nn.modules.conv import Conv3d  # noqa: E402
 
 # PyTorch's names kiln lacks: NotSupportedYet (eager/_missing.py)
 __getattr__ = _missing.module_getattr("torch.nn", "eager.nn")
