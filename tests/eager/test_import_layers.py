@@ -34,7 +34,7 @@ LAYERS = [
         "eager.type_info", "eager.indexing", "eager._tensor_methods", "eager.out_argument",
         "eager.functional",
         "eager.derived",
-        "eager.derived_shapes", "eager.memory_formats", "eager.derived_math",
+        "eager.derived_shapes", "eager.memory_formats", "eager.derived_math", "eager.storage",
         "eager.cuda",
         "eager.testing", "eager.library"]),
     ("libraries: distributed, nn, optim, utils and distributions", [
