@@ -9,7 +9,6 @@ The libraries are the 'ecosystem' extra (pyproject.toml); a test whose library i
 installed is skipped, saying which."""
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -22,13 +21,6 @@ import ecosystem_zoo as zoo
 from eager.alias import torch_is_eager
 
 HERE = Path(__file__).resolve().parent
-
-
-def need(*packages: str) -> None:
-    """Skip, naming them, unless `packages` are installed (with PyTorch, the reference)."""
-    lacking = [p for p in ("torch",) + packages if importlib.util.find_spec(p) is None]
-    if lacking:
-        pytest.skip(f"needs {', '.join(lacking)} (pip install -e '.[ecosystem,compare]')")
 
 
 @pytest.fixture

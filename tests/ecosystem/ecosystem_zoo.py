@@ -28,6 +28,17 @@ def stages_of(name: str) -> tuple[str, ...]:
     return STAGES if name in CAUSAL_LMS else STAGES[:3]
 
 
+def need(*packages: str) -> None:
+    """Skip the test, naming them, unless `packages` are installed (and PyTorch, the
+    reference)."""
+    import importlib.util
+
+    import pytest
+    lacking = [p for p in ("torch",) + packages if importlib.util.find_spec(p) is None]
+    if lacking:
+        pytest.skip(f"needs {', '.join(lacking)} (pip install -e '.[ecosystem,compare]')")
+
+
 def define_torchvision_operators(torch) -> None:
     """torchvision 0.28 registers fake kernels for torchvision::nms and ::qnms at import,
     unguarded, on operators its C++ extension defines. That extension loads in neither

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 import ecosystem_zoo as zoo
-from conftest import need
 
 CASES = [(name, stage) for name in zoo.LANGUAGE_MODELS + zoo.VISION_MODELS
          for stage in zoo.stages_of(name)]
@@ -24,7 +23,7 @@ def max_error(ours: np.ndarray, theirs: np.ndarray) -> float:
 
 @pytest.mark.parametrize("name, stage", CASES, ids=[f"{n}-{s}" for n, s in CASES])
 def test_the_librarys_model_matches_pytorch(name, stage, reference, kiln_torch):
-    need(zoo.LIBRARY[name], *(("torchvision",) if name.startswith("timm") else ()))
+    zoo.need(zoo.LIBRARY[name], *(("torchvision",) if name.startswith("timm") else ()))
     theirs = reference(name)
     ours = zoo.run(name, stage, initial=theirs["initial"])
     assert ours[stage].keys() == theirs[stage].keys()

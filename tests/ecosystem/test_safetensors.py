@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 import ecosystem_zoo as zoo
-from conftest import need
 
 ARRAYS = {"weight": np.arange(12, dtype=np.float32).reshape(3, 4) / 7,
           "ids": np.array([[1, -2], [3, 4]], dtype=np.int64),
@@ -27,7 +26,7 @@ save_file({k: torch.from_numpy(arrays[k]) for k in arrays.files}, sys.argv[2],
 
 
 def test_save_file_writes_what_safetensors_reads_back(tmp_path, kiln_torch):
-    need("safetensors")
+    zoo.need("safetensors")
     from safetensors import safe_open
     from safetensors.numpy import load_file as load_numpy
     from safetensors.torch import save_file
@@ -45,7 +44,7 @@ def test_save_file_writes_what_safetensors_reads_back(tmp_path, kiln_torch):
 
 
 def test_load_file_reads_a_file_pytorch_wrote(tmp_path, kiln_torch):
-    need("safetensors")
+    zoo.need("safetensors")
     from safetensors.torch import load_file
     np.savez(tmp_path / "arrays.npz", **ARRAYS)
     path = tmp_path / "pytorch.safetensors"
@@ -60,7 +59,7 @@ def test_load_file_reads_a_file_pytorch_wrote(tmp_path, kiln_torch):
 
 
 def test_save_model_and_load_model_move_a_transformers_model(tmp_path, reference, kiln_torch):
-    need("safetensors", "transformers")
+    zoo.need("safetensors", "transformers")
     from safetensors.torch import load_model, save_model
     initial = reference("gpt2")["initial"]
     source, _, _ = zoo.build("gpt2")
