@@ -1,5 +1,6 @@
 """eager.nn: modules, parameters, functional and init, with PyTorch's behaviour."""
 from eager import _missing
+from eager.nn import attention as attention
 from eager.nn import functional as functional
 from eager.nn import init as init
 from eager.nn import parallel as parallel

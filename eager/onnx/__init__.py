@@ -5,6 +5,7 @@ functions for its custom ops at import (torchvision does) has them kept in
 `custom_op_symbolics`, for an exporter kiln does not have: registering is bookkeeping.
 symbolic_helper.parse_args and the symbolic_opset modules load for those symbolics."""
 from eager import _missing
+from eager.onnx import symbolic_helper as symbolic_helper
 
 __all__ = ["export", "is_in_onnx_export", "register_custom_op_symbolic",
            "select_model_mode_for_export", "unregister_custom_op_symbolic"]

@@ -67,7 +67,7 @@ LAYERS = [
         "eager.serialization_torch_save", "eager.serialization",
         "eager.optim.optimizer", "eager.optim.sgd",
         "eager.optim.adam", "eager.optim.adaptive", "eager.optim.lr_scheduler", "eager.optim",
-        "eager.hub", "eager.utils.model_zoo", "eager.onnx", "eager.onnx.symbolic_helper",
+        "eager.hub", "eager.utils.model_zoo", "eager.onnx.symbolic_helper", "eager.onnx",
         "eager.onnx.symbolic_opset9", "eager.onnx.symbolic_opset11",
         "eager.onnx.symbolic_opset16", "eager.onnx.symbolic_opset18", "eager.jit.annotations",
         "eager.jit", "eager.fx", "eager.compiler", "eager._dynamo", "eager._dynamo.utils",
