@@ -1,11 +1,9 @@
-"""torch.UntypedStorage, torch.asarray, torch.frombuffer and `Tensor.view(dtype)`: a
-tensor's memory as bytes, and tensors made over bytes (what safetensors' loader does: it
-maps the file as an UntypedStorage, slices it, and views each slice as the tensor's
-dtype without copying).
+"""torch.UntypedStorage, torch.asarray and torch.frombuffer: a tensor's memory as bytes,
+and tensors made over bytes (what safetensors' loader does: it maps the file as an
+UntypedStorage, slices it, and views each slice as the tensor's dtype without copying;
+`Tensor.view(dtype)` is eager/_tensor_methods.py's).
 
-A reinterpreting view (`view(dtype)`, `asarray(storage, dtype=...)`) shares the memory,
-as PyTorch's does; its in-place version counter is its own (kiln counts versions per
-typed storage)."""
+A tensor made over bytes shares the memory, as PyTorch's does."""
 from __future__ import annotations
 
 import os
@@ -145,48 +143,6 @@ def asarray(obj, *, dtype=None, device=None, copy: bool | None = None,
     return converted.requires_grad_(True) if requires_grad else converted
 
 
-def view_as_dtype(self: Tensor, dtype: DType) -> Tensor:
-    """`t.view(dtype)`: the same bytes read as `dtype`. With another element size, the last
-    dim (stride 1) grows or shrinks by the ratio, as PyTorch's."""
-    old, new = self.dtype.itemsize, dtype.itemsize
-    if dtype is self.dtype:
-        return self.view(self.shape)
-    shape, stride = list(self._shape), list(self._stride)
-    if old != new:
-        if not shape:
-            raise RuntimeError(f"self.dim() cannot be 0 to view {self.dtype} as {dtype} "
-                               f"(different element sizes)")
-        if stride[-1] != 1:
-            raise RuntimeError("self.stride(-1) must be 1 to view " f"{self.dtype} as {dtype} "
-                               "(different element sizes), but got " f"{stride[-1]}")
-        if (shape[-1] * old) % new or (self._offset * old) % new or \
-                any((s * old) % new for s in stride[:-1]):
-            raise RuntimeError(f"the last dimension's size, the storage offset and the other "
-                               f"strides must be divisible by {new // old if new > old else 1} "
-                               f"to view {self.dtype} as {dtype}")
-        shape[-1] = shape[-1] * old // new
-        stride = [s * old // new for s in stride[:-1]] + [1]
-    storage = self._storage
-    if storage.data is None:
-        raise NotImplementedError(f"view({dtype}) of a {self.device} tensor: kiln "
-                                  f"reinterprets CPU memory only")
-    raw = storage.data.view(np.uint8)[:storage.nbytes]
-    raw = raw[:raw.size - raw.size % new]
-    typed = Storage(raw.view(dtype.np), CPU, raw.size)
-    return Tensor._make(typed, shape, stride, self._offset * old // new, dtype, CPU)
-
-
-def _view(self: Tensor, *shape, dtype=None):
-    """`t.view(*shape)`, or `t.view(dtype)` / `t.view(dtype=...)`."""
-    if dtype is None and len(shape) == 1 and isinstance(shape[0], DType):
-        dtype = shape[0]
-    if dtype is not None:
-        return view_as_dtype(self, dtype_arg("view", dtype))
-    return _view_shape(self, *shape)
-
-
-_view_shape = Tensor.view
-Tensor.view = _view
 Tensor.untyped_storage = untyped_storage
 
 __all__ = ["UntypedStorage", "asarray", "frombuffer"]

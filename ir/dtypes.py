@@ -1,11 +1,12 @@
 """Element types and PyTorch's type-promotion rules.
 
-A DType is a small immutable record. Six have kernels (ALL); the rest of PyTorch's are
-names only (NAMED_ONLY: bfloat16, the small and unsigned integers, complex, float8), so
-that code naming them (a default argument, a table of types such as safetensors') loads, while making a tensor of one is refused in eager, naming the
-dtype and the op. Promotion follows PyTorch: operands fall into three tiers (tensors with dims,
-zero-dim tensors, wrapped Python numbers); a lower tier changes the result only when
-it brings a higher category (bool < integer < floating).
+A DType is a small immutable record. Seven have kernels (ALL, uint8 among them: bytes,
+images); the rest of PyTorch's are names only (NAMED_ONLY: bfloat16, int8, int16, the
+wider unsigned ints, complex, float8), so that code naming them (a default argument, a
+table of types such as safetensors') loads, while making a tensor of one is refused in
+eager, naming the dtype and the op. Promotion follows PyTorch: operands fall into three
+tiers (tensors with dims, zero-dim tensors, wrapped Python numbers); a lower tier changes
+the result only when it brings a higher category (bool < integer < floating).
 """
 from __future__ import annotations
 
@@ -125,7 +126,7 @@ def set_default_dtype(dtype: DType) -> None:
 
 def promote_types(a: DType, b: DType) -> DType:
     """The smallest type both a and b convert to without losing category (PyTorch's table
-    restricted to the six types with kernels is a chain, so it is the higher rank)."""
+    restricted to the seven types with kernels is a chain, so it is the higher rank)."""
     return a if a.rank >= b.rank else b
 
 

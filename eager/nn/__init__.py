@@ -13,8 +13,8 @@ __all__ = list(_modules_all) + ["Buffer", "Parameter", "functional", "init", "pa
 
 # layers kiln lacks that libraries subclass at import: Module stand-ins (making one raises
 # NotSupportedYet), where PyTorch defines them
-from eager.nn.modules.batchnorm import SyncBatchNorm  # noqa: E402
-from eager.nn.modules.conv import Conv3d  # noqa: E402
+from eager.nn.modules.batchnorm import SyncBatchNorm as SyncBatchNorm  # noqa: E402
+from eager.nn.modules.conv import Conv3d as Conv3d  # noqa: E402
 
 # PyTorch's names kiln lacks: NotSupportedYet (eager/_missing.py)
 __getattr__ = _missing.module_getattr("torch.nn", "eager.nn")

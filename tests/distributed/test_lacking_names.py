@@ -10,7 +10,7 @@ from eager.alias import torch_is_eager
 
 
 def test_placements_print_and_compare_as_pytorchs():
-    torch = pytest.importorskip("torch", reason="PyTorch (the 'compare' extra) is not installed")
+    pytest.importorskip("torch", reason="PyTorch (the 'compare' extra) is not installed")
     from torch.distributed.tensor import placement_types as theirs
 
     from eager.distributed.tensor import placement_types as ours

@@ -1,5 +1,6 @@
 """PyTorch's dtypes that kiln names but has no kernels for yet (bfloat16, int8, int16,
-the wider unsigned ints, complex, float8) exist as values, so a library naming them at import or as a default loads; making
+the wider unsigned ints, complex, float8) exist as values, so a library naming them at
+import or as a default loads; making
 or converting to a tensor of one raises NotSupportedYet naming the dtype and the op. And
 finfo / iinfo give PyTorch's fields for every dtype."""
 import re
