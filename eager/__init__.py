@@ -42,9 +42,15 @@ from eager.derived_math import *  # noqa: F401,F403 - cumsum, logsumexp, norm, i
 from eager.derived_math import einsum, eye, searchsorted  # noqa: F401
 from eager.functional import __all__ as _functional_all
 from eager.type_info import finfo, iinfo
+from eager.storage import UntypedStorage, asarray, frombuffer
+from eager.layouts import (jagged, layout, sparse_bsc, sparse_bsr, sparse_coo, sparse_csc,
+                           sparse_csr, strided)
 from ir.dtypes import (bool_ as bool, float16, float32, float64, int32, int64,  # noqa: A004
                        get_default_dtype)
-from ir.dtypes import bfloat16, int8, int16, uint8  # named; no kernels yet (ir/dtypes.py)
+from ir.dtypes import (bfloat16, complex32, complex64, complex128,  # named; no kernels
+                       float4_e2m1fn_x2, float8_e4m3fn, float8_e4m3fnuz,  # yet (ir/dtypes.py)
+                       float8_e5m2, float8_e5m2fnuz, float8_e8m0fnu, int8, int16, uint8,
+                       uint16, uint32, uint64)
 from ir.dtypes import DType as dtype
 
 float = float32  # noqa: A001 - PyTorch's aliases
@@ -53,6 +59,9 @@ half = float16
 long = int64
 int = int32  # noqa: A001
 short = int16
+cfloat = complex64
+cdouble = complex128
+chalf = complex32
 
 
 def is_tensor(obj) -> bool:

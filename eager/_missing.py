@@ -57,6 +57,18 @@ def not_supported(namespace: str, name: str):
     return stand_in
 
 
+def lacking_class(namespace: str, name: str, base: type = object) -> type:
+    """A stand-in for PyTorch's class `namespace.name`, which kiln has not: a library may
+    import it, subclass it and test `isinstance(x, it)` (never true: kiln makes none), and
+    making one raises NotSupportedYet naming it."""
+    def __init__(self, *args, **kwargs):
+        raise _not_supported(f"{namespace}.{name}")
+    stand_in = type(name, (base,), {"__init__": __init__, "__module__": namespace,
+                                    "__doc__": f"{namespace}.{name}: not in kiln yet"})
+    stand_in.not_supported_yet = True
+    return stand_in
+
+
 def module_getattr(namespace: str, module: str):
     """A module's __getattr__ for the names it does not define."""
     def __getattr__(name: str):
@@ -138,23 +150,21 @@ def _torch_names() -> dict[str, list[str]]:
             holder = holder.Tensor
         names[namespace] = sorted(
             name for name in dir(holder) if not name.startswith("_")
-            and not _imported_for_itself(namespace, getattr(holder, name, None)))
+            and ((namespace, name) in _OWN_OR_IMPORTED
+                 or not _imported_for_itself(namespace, getattr(holder, name, None))))
     return names
 
 
-# PyTorch's stand-ins for optional packages, imported in their place where the package is
-# installed (torch.hub's tqdm): named either way, but not one of PyTorch's own names
-_OPTIONAL_PACKAGES = ("tqdm",)
+# names PyTorch defines itself only where a package is missing (torch.hub's fallback tqdm
+# class, tqdm's own where tqdm is installed): public names either way
+_OWN_OR_IMPORTED = {("torch.hub", "tqdm")}
 
 
 def _imported_for_itself(namespace: str, value) -> bool:
     """Whether `value` is something PyTorch's module imported for its own use rather than
-    one of its names: a module other than its submodules (os, math, torch itself), an
-    object of the standard library or typing (Any, Path, partial), or an optional
-    package's (or PyTorch's stand-in for it where it is not installed)."""
+    one of its names: a module other than its submodules (os, math, torch itself), or an
+    object of the standard library or typing (Any, Path, partial)."""
     import types
-    if getattr(value, "__name__", None) in _OPTIONAL_PACKAGES:
-        return True
     if isinstance(value, types.ModuleType):
         return not value.__name__.startswith(namespace + ".")
     module = getattr(value, "__module__", None)

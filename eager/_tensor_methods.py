@@ -6,17 +6,19 @@ from __future__ import annotations
 
 from collections import namedtuple
 
+import numpy as np
+
 from eager import autograd, indexing
 from eager.arguments import dtype_arg, int_arg
 from eager.autograd.function import (register_post_accumulate_grad_hook, register_tensor_hook,
                                      retain_grad)
 from eager.backends import backend_for
-from eager.device import as_device
+from eager.device import CPU, as_device
 from eager.dispatcher import ATEN
 from eager.factories import ones, tensor, zeros
 from eager.kernels._common import check_castable, promote
 from ir.records import named
-from eager.tensor import Tensor, ops, whole_step, wrap_scalar
+from eager.tensor import Storage, Tensor, ops, whole_step, wrap_scalar
 from ir import dtypes
 from ir.dtypes import DType
 from ir.ops import Op
@@ -32,8 +34,46 @@ def _sizes(args):
     return tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
 
 
-def _view(self, *shape):
+def _view(self, *shape, dtype=None):
+    """`t.view(*shape)`, or `t.view(dtype)` / `t.view(dtype=...)`: the same bytes read as
+    another dtype."""
+    if dtype is None and len(shape) == 1 and isinstance(shape[0], DType):
+        dtype = shape[0]
+    if dtype is not None:
+        return _view_as_dtype(self, dtype_arg("view", dtype))
     return ops.view(self, _sizes(shape))
+
+
+def _view_as_dtype(self: Tensor, dtype: DType) -> Tensor:
+    """`t.view(dtype)`: the same bytes read as `dtype`. With another element size, the last
+    dim (stride 1) grows or shrinks by the ratio, as PyTorch's. It shares the memory; its
+    in-place version counter is its own (kiln counts versions per typed storage)."""
+    old, new = self.dtype.itemsize, dtype.itemsize
+    if dtype is self.dtype:
+        return self.view(self.shape)
+    shape, stride = list(self._shape), list(self._stride)
+    if old != new:
+        if not shape:
+            raise RuntimeError(f"self.dim() cannot be 0 to view {self.dtype} as {dtype} "
+                               f"(different element sizes)")
+        if stride[-1] != 1:
+            raise RuntimeError("self.stride(-1) must be 1 to view " f"{self.dtype} as {dtype} "
+                               "(different element sizes), but got " f"{stride[-1]}")
+        if (shape[-1] * old) % new or (self._offset * old) % new or \
+                any((s * old) % new for s in stride[:-1]):
+            raise RuntimeError(f"the last dimension's size, the storage offset and the other "
+                               f"strides must be divisible by {new // old if new > old else 1} "
+                               f"to view {self.dtype} as {dtype}")
+        shape[-1] = shape[-1] * old // new
+        stride = [s * old // new for s in stride[:-1]] + [1]
+    storage = self._storage
+    if storage.data is None:
+        raise NotImplementedError(f"view({dtype}) of a {self.device} tensor: kiln "
+                                  f"reinterprets CPU memory only")
+    raw = storage.data.view(np.uint8)[:storage.nbytes]
+    raw = raw[:raw.size - raw.size % new]
+    typed = Storage(raw.view(dtype.np), CPU, raw.size)
+    return Tensor._make(typed, shape, stride, self._offset * old // new, dtype, CPU)
 
 
 def _reshape(self, *shape):

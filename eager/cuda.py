@@ -11,7 +11,6 @@ empty_cache() nothing) while no device memory was ever allocated.
 """
 from __future__ import annotations
 
-import contextlib
 import threading
 from typing import NamedTuple
 
@@ -172,20 +171,31 @@ def current_stream(device=None) -> Stream:
     return chosen if chosen is not None else default_stream(index)
 
 
-@contextlib.contextmanager
-def stream(chosen: Stream | None):
+class StreamContext:
+    """`with StreamContext(s):` makes `s` the current stream of its device on this thread
+    within the block (None: no change). What `stream(s)` returns."""
+
+    def __init__(self, stream: Stream | None):
+        self.stream = stream
+        self._before = []
+
+    def __enter__(self):
+        if self.stream is not None:
+            streams = _thread.__dict__.setdefault("streams", {})
+            index = self.stream.device.index
+            self._before.append((index, streams.get(index)))
+            streams[index] = self.stream
+        return self.stream
+
+    def __exit__(self, *exc) -> None:
+        if self.stream is not None:
+            index, before = self._before.pop()
+            _thread.streams[index] = before
+
+
+def stream(chosen: Stream | None) -> StreamContext:
     """Make `chosen` the current stream of its device on this thread within the block."""
-    if chosen is None:
-        yield
-        return
-    streams = _thread.__dict__.setdefault("streams", {})
-    index = chosen.device.index
-    before = streams.get(index)
-    streams[index] = chosen
-    try:
-        yield
-    finally:
-        streams[index] = before
+    return StreamContext(chosen)
 
 
 class Event:
@@ -275,6 +285,11 @@ def empty_cache() -> None:
     from runtime.cuda.current import existing_allocators
     for found in existing_allocators():
         found.empty_cache()
+
+# CUDA graphs (capture and replay): named, as annotations name them; making one is
+# NotSupportedYet
+CUDAGraph = _missing.lacking_class("torch.cuda", "CUDAGraph")
+graph = _missing.lacking_class("torch.cuda", "graph")
 
 # PyTorch's names kiln lacks: NotSupportedYet (eager/_missing.py)
 __getattr__ = _missing.module_getattr("torch.cuda", "eager.cuda")

@@ -233,13 +233,18 @@ def is_floating_point(input: Tensor) -> bool:
     return input.dtype.is_floating_point
 
 
+def is_complex(input: Tensor) -> bool:
+    return input.dtype.is_complex
+
+
 def clip(input: Tensor, min=None, max=None) -> Tensor:  # noqa: A002
     return ops.clamp(input, min, max)
 
 
 FUNCTIONS = ["repeat_interleave", "narrow", "movedim", "unflatten", "ravel", "broadcast_to",
              "tile", "clip", "atleast_1d", "atleast_2d", "atleast_3d", "hstack", "vstack",
-             "dstack", "column_stack", "meshgrid", "cartesian_prod", "is_floating_point"]
+             "dstack", "column_stack", "meshgrid", "cartesian_prod", "is_floating_point",
+             "is_complex"]
 """eager.<name>; those taking a tensor first are Tensor methods too."""
 __all__ = list(FUNCTIONS)
 METHODS = {"repeat": repeat, "tile": tile, "repeat_interleave": repeat_interleave,
@@ -247,7 +252,7 @@ METHODS = {"repeat": repeat, "tile": tile, "repeat_interleave": repeat_interleav
            "swapdims": swapaxes, "unflatten": unflatten, "ravel": ravel,
            "broadcast_to": broadcast_to, "masked_fill_": masked_fill_, "tril_": tril_,
            "triu_": triu_, "uniform_": uniform_, "normal_": normal_, "type_as": type_as,
-           "new_full": new_full, "new_empty": new_empty, "clip": clip,
+           "new_full": new_full, "new_empty": new_empty, "clip": clip, "is_complex": is_complex,
            "clamp_min": lambda self, min: ops.clamp(self, min, None),  # noqa: A006
            "clamp_max": lambda self, max: ops.clamp(self, None, max),  # noqa: A006
            "square": lambda self: self * self, "nelement": Tensor.numel,

@@ -17,13 +17,56 @@ import builtins
 import contextlib
 import importlib.util
 import os
+import re
 import sys
 import urllib.parse
+from urllib.parse import urlparse  # noqa: F401 - torch.hub.urlparse, which timm imports
 
 from eager.serialization import load as _load_file
 
 __all__ = ["download_url_to_file", "get_dir", "help", "list", "load",
            "load_state_dict_from_url", "set_dir"]
+
+# a file name's hash part, `name-<sha256 prefix>.ext` (PyTorch's; timm imports it)
+HASH_REGEX = re.compile(r"-([a-f0-9]*)\.")
+
+
+class _Faketqdm:
+    """The progress bar where tqdm is not installed (PyTorch's stand-in: counts, prints
+    the percentage to stderr); torchvision imports it as torch.utils.model_zoo.tqdm."""
+
+    def __init__(self, total=None, disable=False, unit=None, *args, **kwargs):
+        self.total, self.disable, self.n = total, disable, 0
+
+    def update(self, n) -> None:
+        if not self.disable:
+            self.n += n
+            shown = f"{self.n:.1f} bytes" if self.total is None else \
+                f"{100 * self.n / float(self.total):.1f}%"
+            sys.stderr.write(f"\r{shown}")
+            sys.stderr.flush()
+
+    def set_description(self, *args, **kwargs) -> None:
+        pass
+
+    def write(self, s) -> None:
+        sys.stderr.write(f"{s}\n")
+
+    def close(self) -> None:
+        self.disable = True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if not self.disable:
+            sys.stderr.write("\n")
+
+
+try:
+    from tqdm import tqdm
+except ImportError:
+    tqdm = _Faketqdm
 
 _hub_dir: str | None = None
 
@@ -33,9 +76,13 @@ def get_dir() -> str:
     $XDG_CACHE_HOME/torch, and that to ~/.cache/torch), as in PyTorch."""
     if _hub_dir is not None:
         return _hub_dir
+    return os.path.join(_get_torch_home(), "hub")
+
+
+def _get_torch_home() -> str:
+    """$TORCH_HOME, else $XDG_CACHE_HOME/torch, else ~/.cache/torch (torchvision reads it)."""
     cache = os.getenv("XDG_CACHE_HOME", os.path.join("~", ".cache"))
-    return os.path.join(os.path.expanduser(os.getenv("TORCH_HOME", os.path.join(cache, "torch"))),
-                        "hub")
+    return os.path.expanduser(os.getenv("TORCH_HOME", os.path.join(cache, "torch")))
 
 
 def set_dir(d) -> None:

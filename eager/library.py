@@ -48,7 +48,10 @@ def _handle(op) -> OpHandle:
         return op._handle
     if isinstance(op, OpHandle):
         return op
-    return find(op)
+    try:
+        return find(op)
+    except KeyError:  # PyTorch's error: a library registering on another's undefined op
+        raise RuntimeError(f"operator {op} does not exist") from None
 
 
 _DEFINING: set[str] = set()  # namespaces a DEF Library holds

@@ -243,6 +243,9 @@ def _decode_tensor(node, members: Members, where: str) -> _Checked:
         dtype = from_name(node.get("dtype"))
     except TypeError:
         raise refuse(f"has dtype {_brief(node.get('dtype'))}, not one kiln knows") from None
+    if not dtype.has_kernels:
+        raise refuse(f"has dtype {_brief(node.get('dtype'))}, which kiln names but makes no "
+                     f"tensors of")
     if type(shape) is not list or not all(type(s) is int and s >= 0 for s in shape):
         raise refuse(f"has shape {_brief(shape)}; expected a list of whole numbers, 0 or more")
     requires_grad, sha256 = node.get("requires_grad"), node.get("sha256")

@@ -16,7 +16,7 @@ import types
 
 import numpy as np
 
-from eager import dispatcher
+from eager import dispatcher, layouts
 from eager._formatting import tensor_repr
 from eager.device import CPU, META, device
 from eager.dispatcher import AUTOGRAD_OF, DispatchKey
@@ -225,6 +225,11 @@ class Tensor:
         lambda self: False)
     is_sparse = is_sparse_csr = is_quantized = is_nested = is_mkldnn = property(
         lambda self: False)
+
+    @property
+    def layout(self):
+        """Always `strided`: kiln's tensors are dense (eager/layouts.py)."""
+        return layouts.strided
 
     def is_floating_point(self) -> bool:
         return self.dtype.is_floating_point

@@ -1,11 +1,12 @@
 """Element types and PyTorch's type-promotion rules.
 
-A DType is a small immutable record. Six have kernels (ALL); four more are names only
-(NAMED_ONLY: bfloat16, uint8, int8, int16), so that code naming them (a default argument,
-a table of types) loads, while making a tensor of one is refused in eager, naming the
-dtype and the op. Promotion follows PyTorch: operands fall into three tiers (tensors with dims,
-zero-dim tensors, wrapped Python numbers); a lower tier changes the result only when
-it brings a higher category (bool < integer < floating).
+A DType is a small immutable record. Seven have kernels (ALL, uint8 among them: bytes,
+images); the rest of PyTorch's are names only (NAMED_ONLY: bfloat16, int8, int16, the
+wider unsigned ints, complex, float8), so that code naming them (a default argument, a
+table of types such as safetensors') loads, while making a tensor of one is refused in
+eager, naming the dtype and the op. Promotion follows PyTorch: operands fall into three
+tiers (tensors with dims, zero-dim tensors, wrapped Python numbers); a lower tier changes
+the result only when it brings a higher category (bool < integer < floating).
 """
 from __future__ import annotations
 
@@ -13,18 +14,20 @@ import numpy as np
 
 
 class DType:
-    __slots__ = ("name", "np", "itemsize", "is_floating_point", "is_signed", "rank", "short",
-                 "has_kernels")
+    __slots__ = ("name", "np", "itemsize", "is_floating_point", "is_complex", "is_signed",
+                 "rank", "short", "has_kernels")
 
     def __init__(self, name: str, np_dtype, rank: int | None, short: str,
-                 kind: str | None = None, itemsize: int | None = None):
-        """`kind` and `itemsize` (numpy's letters: f, i, u, b) for a dtype numpy lacks."""
+                 kind: str | None = None, itemsize: int | None = None, signed: bool | None = None):
+        """`kind` and `itemsize` (numpy's letters: f, c, i, u, b) for a dtype numpy lacks;
+        `signed` where it is not the kind's (float8_e8m0fnu, an exponent only, is not)."""
         self.name = name
         self.np = None if np_dtype is None else np.dtype(np_dtype)
         self.itemsize = itemsize or self.np.itemsize
         kind = kind or self.np.kind
         self.is_floating_point = kind == "f"
-        self.is_signed = kind in "fi"
+        self.is_complex = kind == "c"
+        self.is_signed = kind in "fci" if signed is None else signed
         self.rank = rank  # position in the promotion lattice of the types with kernels
         self.short = short  # name in printed IR: f32, i64, ...
         self.has_kernels = rank is not None
@@ -44,25 +47,40 @@ class DType:
 
 
 bool_ = DType("bool", np.bool_, 0, "b8")
-int32 = DType("int32", np.int32, 1, "i32")
-int64 = DType("int64", np.int64, 2, "i64")
-float16 = DType("float16", np.float16, 3, "f16")
-float32 = DType("float32", np.float32, 4, "f32")
-float64 = DType("float64", np.float64, 5, "f64")
+uint8 = DType("uint8", np.uint8, 1, "u8")
+int32 = DType("int32", np.int32, 2, "i32")
+int64 = DType("int64", np.int64, 3, "i64")
+float16 = DType("float16", np.float16, 4, "f16")
+float32 = DType("float32", np.float32, 5, "f32")
+float64 = DType("float64", np.float64, 6, "f64")
 
 # PyTorch's dtypes that kiln names but has no kernels for yet (numpy has no bfloat16)
 bfloat16 = DType("bfloat16", None, None, "bf16", kind="f", itemsize=2)
-uint8 = DType("uint8", np.uint8, None, "u8")
 int8 = DType("int8", np.int8, None, "i8")
 int16 = DType("int16", np.int16, None, "i16")
+uint16 = DType("uint16", np.uint16, None, "u16")
+uint32 = DType("uint32", np.uint32, None, "u32")
+uint64 = DType("uint64", np.uint64, None, "u64")
+complex32 = DType("complex32", None, None, "c32", kind="c", itemsize=4)
+complex64 = DType("complex64", np.complex64, None, "c64")
+complex128 = DType("complex128", np.complex128, None, "c128")
+float8_e4m3fn = DType("float8_e4m3fn", None, None, "f8e4m3fn", kind="f", itemsize=1)
+float8_e4m3fnuz = DType("float8_e4m3fnuz", None, None, "f8e4m3fnuz", kind="f", itemsize=1)
+float8_e5m2 = DType("float8_e5m2", None, None, "f8e5m2", kind="f", itemsize=1)
+float8_e5m2fnuz = DType("float8_e5m2fnuz", None, None, "f8e5m2fnuz", kind="f", itemsize=1)
+float8_e8m0fnu = DType("float8_e8m0fnu", None, None, "f8e8m0fnu", kind="f", itemsize=1,
+                       signed=False)
+float4_e2m1fn_x2 = DType("float4_e2m1fn_x2", None, None, "f4e2m1fnx2", kind="f", itemsize=1)
 
-ALL = (bool_, int32, int64, float16, float32, float64)
-NAMED_ONLY = (bfloat16, uint8, int8, int16)
+ALL = (bool_, uint8, int32, int64, float16, float32, float64)
+NAMED_ONLY = (bfloat16, int8, int16, uint16, uint32, uint64, complex32, complex64,
+              complex128, float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz,
+              float8_e8m0fnu, float4_e2m1fn_x2)
 _BY_NAME = {d.name: d for d in ALL + NAMED_ONLY}
 _BY_SHORT = {d.short: d for d in ALL + NAMED_ONLY}
 _BY_NP = {d.np: d for d in ALL}
 _ALIASES = {"float": float32, "double": float64, "half": float16, "long": int64, "int": int32,
-            "short": int16}
+            "short": int16, "cfloat": complex64, "cdouble": complex128, "chalf": complex32}
 
 _default_dtype = float32
 
@@ -108,7 +126,7 @@ def set_default_dtype(dtype: DType) -> None:
 
 def promote_types(a: DType, b: DType) -> DType:
     """The smallest type both a and b convert to without losing category (PyTorch's table
-    restricted to the six types with kernels is a chain, so it is the higher rank)."""
+    restricted to the seven types with kernels is a chain, so it is the higher rank)."""
     return a if a.rank >= b.rank else b
 
 

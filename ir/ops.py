@@ -35,6 +35,8 @@ class Op(enum.Enum):
     ERFINV = "erfinv" + _UNARY
     LOG1P = "log1p" + _UNARY
     EXPM1 = "expm1" + _UNARY
+    SIN = "sin" + _UNARY
+    COS = "cos" + _UNARY
     BITWISE_NOT = "bitwise_not" + _UNARY
     GELU = 'gelu(Tensor self, *, str approximate="none") -> Tensor'
     GELU_BACKWARD = ('gelu_backward(Tensor grad_output, Tensor self, *, str approximate="none")'

@@ -6,6 +6,8 @@ trivial one: it keeps the shape and dtype and drops the data. The CUDA backend
 driver finds a GPU: it registers its kernels under DispatchKey.CUDA then. Without a
 driver or GPU, asking raises "CUDA backend is not available: <reason>": nothing
 silently runs on the CPU.
+
+It is torch.backends too: `mps` says there is no Metal backend, as libraries ask.
 """
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ import numpy as np
 from eager.device import device
 from eager.tensor import meta_empty
 from ir import dtypes
+
+from eager.backends import mps  # noqa: E402,F401 - torch.backends.mps
 
 
 class _MetaBackend:

@@ -188,6 +188,24 @@ def _(ctx, g):
     return g * (ctx.result + 1)
 
 
+# sin and cos: numpy's (no vectorised kernel of kiln's yet, so no emitter: a compiled
+# region leaves them to eager)
+SIN = declare(Op.SIN, function=True, method=True, pointwise=Pointwise("float", np.sin))
+
+
+@SIN.derivative("SinBackward0", "self", save="self")
+def _(ctx, g):
+    return g * ops.cos(ctx.self)
+
+
+COS = declare(Op.COS, function=True, method=True, pointwise=Pointwise("float", np.cos))
+
+
+@COS.derivative("CosBackward0", "self", save="self")
+def _(ctx, g):
+    return g * ops.neg(ops.sin(ctx.self))
+
+
 BITWISE_NOT = declare(Op.BITWISE_NOT, function=True, method=True, differentiable=False,
                       pointwise=Pointwise("same", np.invert, emit=lambda E, x: E.not_(x),
                                           check=integral_only("bitwise_not_cpu"), quiet=True))

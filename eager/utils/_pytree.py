@@ -1,6 +1,8 @@
 """Nested containers as trees (torch.utils._pytree): flatten a tree of tuples, lists,
 dicts, namedtuples, OrderedDicts, defaultdicts, deques and registered classes into its
-leaves and a TreeSpec, build it again from new leaves, map a function over the leaves.
+leaves and a TreeSpec, build it again from new leaves, map a function over the leaves;
+`tree_flatten_with_path` gives each leaf its key path (MappingKey, SequenceKey,
+GetAttrKey entries, printed by `keystr` as PyTorch prints them).
 
 Anything whose type is not registered is a leaf, None included (as in PyTorch's pytree,
 unlike JAX's). A dict's children are its values in insertion order, its context its
@@ -16,13 +18,70 @@ from typing import Any, NamedTuple
 __all__ = ["TreeSpec", "LeafSpec", "register_pytree_node", "tree_flatten", "tree_unflatten",
            "tree_leaves", "tree_structure", "tree_iter", "tree_map", "tree_map_",
            "tree_map_only", "tree_all", "tree_any", "tree_is_leaf", "treespec_leaf",
-           "SUPPORTED_NODES"]
+           "SUPPORTED_NODES", "MappingKey", "SequenceKey", "GetAttrKey", "keystr",
+           "tree_flatten_with_path", "tree_leaves_with_path"]
 
 
 class NodeDef(NamedTuple):
     type: Any
     flatten_fn: Callable   # node -> (children, context)
     unflatten_fn: Callable  # (children, context) -> node
+    flatten_with_keys_fn: Callable | None = None  # node -> ([(key, child)], context)
+
+
+@dataclass(frozen=True)
+class MappingKey:
+    key: Any
+
+    def __str__(self) -> str:
+        return f"[{self.key!r}]"
+
+    def get(self, mapping):
+        return mapping[self.key]
+
+
+@dataclass(frozen=True)
+class SequenceKey:
+    idx: int
+
+    def __str__(self) -> str:
+        return f"[{self.idx!r}]"
+
+    def get(self, sequence):
+        return sequence[self.idx]
+
+
+@dataclass(frozen=True)
+class GetAttrKey:
+    name: str
+
+    def __str__(self) -> str:
+        return f".{self.name}"
+
+    def get(self, obj):
+        return getattr(obj, self.name)
+
+
+def keystr(kp) -> str:
+    """A key path as text: `[0]['a'].b`."""
+    return "".join(str(k) for k in kp)
+
+
+def _dict_flatten_with_keys(d: dict):
+    return [(MappingKey(k), v) for k, v in d.items()], list(d)
+
+
+def _children_with_keys(node) -> list:
+    """`(key, child)` pairs: the node type's own keys where it registered them, else
+    positions (a namedtuple's field names)."""
+    kind = _node_type(node)
+    entry = SUPPORTED_NODES[kind]
+    if entry.flatten_with_keys_fn is not None:
+        return entry.flatten_with_keys_fn(node)[0]
+    children, _ = entry.flatten_fn(node)
+    if kind is namedtuple:
+        return [(GetAttrKey(f), c) for f, c in zip(type(node)._fields, children)]
+    return [(SequenceKey(i), c) for i, c in enumerate(children)]
 
 
 SUPPORTED_NODES: dict[Any, NodeDef] = {}
@@ -33,10 +92,12 @@ def register_pytree_node(cls, flatten_fn, unflatten_fn, *, serialized_type_name=
                          flatten_with_keys_fn=None) -> None:
     """Make `cls` a container: `flatten_fn(node) -> (children, context)` and
     `unflatten_fn(children, context) -> node`. (The serialisation and key-path
-    arguments are accepted and not used: kiln has no treespec_dumps.)"""
+    arguments are accepted and not used: kiln has no treespec_dumps.)
+    `flatten_with_keys_fn(node) -> ([(key, child)], context)` names the children in key
+    paths."""
     if cls in SUPPORTED_NODES:
         raise ValueError(f"{cls} is already registered as pytree node.")
-    SUPPORTED_NODES[cls] = NodeDef(cls, flatten_fn, unflatten_fn)
+    SUPPORTED_NODES[cls] = NodeDef(cls, flatten_fn, unflatten_fn, flatten_with_keys_fn)
 
 
 def _is_namedtuple_instance(tree) -> bool:
@@ -171,6 +232,24 @@ def tree_flatten(tree, is_leaf: Callable | None = None) -> tuple[list, TreeSpec]
     return leaves, visit(tree)
 
 
+def tree_flatten_with_path(tree, is_leaf: Callable | None = None) -> tuple[list, TreeSpec]:
+    """`([(key_path, leaf)], spec)`: each leaf with the tuple of keys leading to it."""
+    return tree_leaves_with_path(tree, is_leaf), tree_structure(tree, is_leaf)
+
+
+def tree_leaves_with_path(tree, is_leaf: Callable | None = None) -> list:
+    found = []
+
+    def visit(node, path: tuple) -> None:
+        if tree_is_leaf(node, is_leaf):
+            found.append((path, node))
+            return
+        for key, child in _children_with_keys(node):
+            visit(child, path + (key,))
+    visit(tree, ())
+    return found
+
+
 def tree_unflatten(leaves, treespec: TreeSpec):
     if not isinstance(treespec, TreeSpec):
         raise TypeError(f"Expected `treespec` to be an instance of PyTreeSpec but got item of "
@@ -238,10 +317,14 @@ _DICTS = (dict, OrderedDict, defaultdict)
 register_pytree_node(tuple, lambda t: (list(t), None), lambda c, _: tuple(c))
 register_pytree_node(list, lambda t: (list(t), None), lambda c, _: list(c))
 register_pytree_node(dict, lambda d: (list(d.values()), list(d)),
-                     lambda c, keys: dict(zip(keys, c)))
+                     lambda c, keys: dict(zip(keys, c)),
+                     flatten_with_keys_fn=_dict_flatten_with_keys)
 register_pytree_node(namedtuple, lambda t: (list(t), type(t)), lambda c, cls: cls(*c))
 register_pytree_node(OrderedDict, lambda d: (list(d.values()), list(d)),
-                     lambda c, keys: OrderedDict(zip(keys, c)))
+                     lambda c, keys: OrderedDict(zip(keys, c)),
+                     flatten_with_keys_fn=_dict_flatten_with_keys)
 register_pytree_node(defaultdict, lambda d: (list(d.values()), [d.default_factory, list(d)]),
-                     lambda c, ctx: defaultdict(ctx[0], zip(ctx[1], c)))
+                     lambda c, ctx: defaultdict(ctx[0], zip(ctx[1], c)),
+                     flatten_with_keys_fn=lambda d: (_dict_flatten_with_keys(d)[0],
+                                                     [d.default_factory, list(d)]))
 register_pytree_node(deque, lambda d: (list(d), d.maxlen), lambda c, n: deque(c, maxlen=n))

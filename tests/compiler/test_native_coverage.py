@@ -32,6 +32,8 @@ NOT_NATIVE = {
     Op.IM2COL: "a gather of overlapping windows: its eager kernel (a generated one for "
                "floats) runs it",
     Op.COL2IM: "adds overlapping windows into images: no kernel writes where others wrote",
+    Op.SIN: "kiln's vectorised math library has no sin yet: numpy's, the eager kernel, runs",
+    Op.COS: "kiln's vectorised math library has no cos yet: numpy's, the eager kernel, runs",
 }
 """Ops that run through the interpreter (their eager kernel) inside compiled graphs."""
 BREAKS = {op: "capture records functional code: an in-place op breaks the graph"

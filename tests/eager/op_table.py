@@ -142,6 +142,8 @@ ELEMENTWISE = [
     unary("log1p", Op.LOG1P, np.log1p),
     unary("expm1", Op.EXPM1, np.expm1),
     unary("erfinv", Op.ERFINV, _erfinv),
+    unary("sin", Op.SIN, np.sin),
+    unary("cos", Op.COS, np.cos),
     OpCase("bitwise_not", (Op.BITWISE_NOT,), lambda lib, x: lib.bitwise_not(x), np.invert,
            unary_samples(), INTS + ("bool",)),
     unary("silu", Op.SILU, lambda x: x * _sigmoid(x), FLOATS,

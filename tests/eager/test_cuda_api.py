@@ -116,11 +116,15 @@ def test_streams_order_work_and_the_stream_context_selects_one(fake):
     assert eager.cuda.current_stream().cuda_stream == 0
     side = eager.cuda.Stream()
     assert side.cuda_stream in fake.streams
-    with eager.cuda.stream(side):
-        assert eager.cuda.current_stream() == side
+    with eager.cuda.stream(side) as entered:
+        assert eager.cuda.current_stream() == side == entered
         event = eager.cuda.Event()
         event.record()
     assert eager.cuda.current_stream() == eager.cuda.default_stream()
+    assert isinstance(eager.cuda.stream(side), eager.cuda.StreamContext)
+    with eager.cuda.StreamContext(None):  # no stream: no change
+        assert eager.cuda.current_stream() == eager.cuda.default_stream()
+    del entered
     eager.cuda.current_stream().wait_stream(side)
     events = [call for call in fake.calls if call.startswith(("cuEvent", "cuStreamWait"))]
     assert events[-4:] == ["cuEventCreate", "cuEventRecord", "cuStreamWaitEvent",
@@ -214,3 +218,12 @@ def test_on_a_gpu_bad_ptx_fails_with_the_jit_log(gpu):
     with pytest.raises(runtime_cuda.CudaError, match="cuModuleLoadDataEx failed with") as caught:
         gpu.load_module(".version 8.0\n.target sm_90\n.address_size 64\nnonsense;\n")
     assert caught.value.log
+
+
+@pytest.mark.parametrize("name", ["CUDAGraph", "graph"])
+def test_cuda_graphs_are_named_for_annotations_and_making_one_is_not_supported_yet(name):
+    from eager._missing import NotSupportedYet
+    cls = getattr(eager.cuda, name)
+    assert isinstance(cls, type) and not isinstance(object(), cls)
+    with pytest.raises(NotSupportedYet, match=rf"torch\.cuda\.{name} is not supported by kiln"):
+        cls()

@@ -106,6 +106,8 @@ CASES = [
     *_unary(Op.ERFINV, ops.erfinv, low=-0.9, high=0.9),
     *_unary(Op.LOG1P, ops.log1p, low=-0.5, high=2.0),
     *_unary(Op.EXPM1, ops.expm1),
+    *_unary(Op.SIN, ops.sin),
+    *_unary(Op.COS, ops.cos),
     Case(Op.HARDSWISH, "kinks-apart", ops.hardswish,
          lambda m: (m.distinct(3, 4, low=-5.0, high=5.0, avoid=(-3.0, 3.0)),)),
     Case(Op.HARDSIGMOID, "kinks-apart", ops.hardsigmoid,
@@ -339,7 +341,7 @@ def test_gradcheck_inplace(case):
 
 
 GRADGRAD_OPS = {Op.NEG, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.TANH, Op.SIGMOID, Op.SILU, Op.ERF,
-                Op.LOG1P, Op.EXPM1,
+                Op.LOG1P, Op.EXPM1, Op.SIN, Op.COS,
                 Op.GELU, Op.ABS, Op.RELU, Op.CLAMP, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.POW,
                 Op.MAXIMUM, Op.MINIMUM, Op.WHERE, Op.MM, Op.SUM, Op.MEAN, Op.AMAX, Op.AMIN,
                 Op.MAX_DIM, Op.MIN_DIM, Op.VAR, Op.SOFTMAX, Op.LOG_SOFTMAX,

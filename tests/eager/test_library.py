@@ -180,3 +180,12 @@ def test_under_compile_a_custom_op_is_a_named_graph_break_with_eager_results(ns)
     compiled = eager.compile(f)
     assert compiled(x).item() == pytest.approx(f(x).item(), rel=1e-6)
     assert f"custom op {ns}::scale has no lowering" in compiled.explain()
+
+
+def test_registering_on_an_operator_nobody_defined_is_pytorchs_runtime_error():
+    """As torchvision's import does when its C++ extension (which defines the operators)
+    did not load: PyTorch raises this, and so does kiln."""
+    for register in (lambda: eager.library.register_fake("kilnnobody::op")(lambda x: x),
+                     lambda: eager.library.register_autograd("kilnnobody::op", lambda c, g: g)):
+        with pytest.raises(RuntimeError, match="^operator kilnnobody::op does not exist$"):
+            register()

@@ -72,6 +72,37 @@ def test_compiler_is_compiling_is_true_inside_a_capture_only():
     assert eager.compiler.is_dynamo_compiling() is False
 
 
+def test_compiler_disable_runs_the_function_eagerly_as_a_graph_break():
+    seen = []
+
+    @eager.compiler.disable
+    def host_side(x):
+        seen.append(eager.compiler.is_compiling())
+        return x * 3
+
+    @eager.compiler.disable(reason="reads the cache's views")
+    def with_reason(x):
+        return x - 1
+
+    compiled = eager.compile(lambda x: with_reason(host_side(x + 1)) * 2)
+    np.testing.assert_array_equal(compiled(eager.ones(3)).numpy(), [10, 10, 10])
+    assert seen == [False] and host_side.__name__ == "host_side"
+    text = compiled.explain()
+    assert "torch.compiler.disable: test_compiler_disable" in text
+    assert "torch.compiler.disable: reads the cache's views" in text
+    assert host_side(eager.ones(1)).tolist() == [3.0]  # outside a capture: just a call
+
+
+def test_dynamo_names_libraries_import_load_and_making_a_lacking_class_raises_naming_it():
+    with torch_is_eager():
+        import torch._dynamo
+        from torch._dynamo._trace_wrapped_higher_order_op import TransformGetItemToIndex
+        assert torch._dynamo.is_compiling() is False
+        with pytest.raises(NotSupportedYet, match=r"TransformGetItemToIndex is not supported"):
+            TransformGetItemToIndex()
+        assert not isinstance(torch.ones(1), TransformGetItemToIndex)
+
+
 def test_onnx_and_ao_quantization_import_and_what_kiln_cannot_do_raises_naming_it():
     with torch_is_eager():
         import torch
@@ -159,3 +190,66 @@ def test_get_default_device_is_the_cpu_as_in_pytorch():
     torch = pytest.importorskip("torch", reason="PyTorch (the 'compare' extra) is not installed")
     assert str(eager.get_default_device()) == str(torch.get_default_device()) == "cpu"
     assert eager.get_default_device() == eager.device("cpu")
+
+
+def test_torchvisions_import_time_jit_and_onnx_names_load_and_do_what_pytorchs_do_in_eager():
+    with torch_is_eager():
+        import torch
+        from torch.jit.annotations import BroadcastingList2
+        from torch.onnx import symbolic_opset11
+        from torch.onnx.symbolic_helper import parse_args
+
+        def size(x: BroadcastingList2[int]):  # noqa: F821 - annotation only
+            return x
+        assert BroadcastingList2[int] is None and size(3) == 3
+        assert torch.jit._script_if_tracing(size) is size
+
+        @parse_args("v", "f")
+        def symbolic(g, x, threshold):
+            return symbolic_opset11.unsqueeze(g, x, 0)
+        assert symbolic._onnx_arg_descriptors == ("v", "f")
+        torch.onnx.register_custom_op_symbolic("kilntest::op", symbolic, 11)
+        assert torch.onnx.custom_op_symbolics[("kilntest::op", 11)] is symbolic
+        torch.onnx.unregister_custom_op_symbolic("kilntest::op", 11)
+        assert ("kilntest::op", 11) not in torch.onnx.custom_op_symbolics
+        with pytest.raises(ValueError, match="domain::name"):
+            torch.onnx.register_custom_op_symbolic("nodomain", symbolic, 11)
+        with pytest.raises(NotSupportedYet, match="torch.onnx.symbolic_opset11.unsqueeze is "
+                                                  "not supported"):
+            symbolic(None, torch.ones(1), 0.5)
+
+
+def test_dynamos_hints_mark_and_return_as_pytorchs_do_outside_dynamo():
+    with torch_is_eager():
+        import torch
+        import torch._dynamo
+
+        def f(x):
+            return x
+        assert torch.compiler.allow_in_graph(f) is f is torch._dynamo.allow_in_graph(f)
+        assert torch._dynamo.assume_constant_result(f) is f and f._dynamo_marked_constant
+        t = torch.ones(2)
+        torch._dynamo.mark_static_address(t, guard=True)
+        assert t._dynamo_static_input_type == "guarded"
+        with pytest.raises(TypeError, match="expects a tensor"):
+            torch._dynamo.mark_static_address([1.0])
+        from torch._dynamo.utils import is_compile_supported
+        assert is_compile_supported("cpu") is False
+        assert torch.backends.mps.is_available() is False and not torch.backends.mps.is_built()
+
+
+def test_flex_attention_and_conv3d_are_named_and_using_them_is_not_supported_yet():
+    with torch_is_eager():
+        import torch
+        from torch.nn.attention.flex_attention import BlockMask, create_block_mask
+
+        class Conv3DSimple(torch.nn.Conv3d):  # as torchvision's video models do at import
+            pass
+        for make, name in ((lambda: Conv3DSimple(1, 1, 3), "torch.nn.Conv3d"),
+                           (lambda: torch.nn.SyncBatchNorm(4), "torch.nn.SyncBatchNorm"),
+                           (BlockMask, "flex_attention.BlockMask"),
+                           (lambda: create_block_mask(None, 1, 1, 4, 4),
+                            "flex_attention.create_block_mask")):
+            with pytest.raises(NotSupportedYet, match=f"{name} is not supported"):
+                make()
+        assert issubclass(torch.nn.Conv3d, torch.nn.Module)

@@ -185,3 +185,21 @@ def test_saved_tensor_hooks_see_every_saved_tensor_and_give_backward_what_unpack
                                x.detach().numpy())
     z = x * x  # hooks are off again
     assert len(packed) == 3 and z.grad_fn is not None
+
+
+def test_save_on_cpu_packs_each_saved_tensor_with_its_device_and_gives_torchs_gradients():
+    from eager.autograd.graph import save_on_cpu
+    hooks = save_on_cpu()
+    assert isinstance(hooks, saved_tensors_hooks)
+    x = eager.tensor([0.5, -1.0, 2.0])
+    device, kept = hooks.pack_hook(x)
+    assert device == x.device and kept.device.type == "cpu"
+    assert hooks.unpack_hook((device, kept)).tolist() == x.tolist()
+    grads = []
+    for m, graph in ((eager, save_on_cpu), (torch, torch.autograd.graph.save_on_cpu)):
+        a = m.tensor([0.5, -1.0, 2.0], requires_grad=True)
+        with graph():
+            y = (a * a).exp().sum()
+        y.backward()
+        grads.append(a.grad.numpy())
+    np.testing.assert_allclose(grads[0], grads[1], rtol=1e-6)

@@ -45,6 +45,7 @@ def test_get_dir_follows_torch_home_and_xdg_cache_home_as_pytorchs(monkeypatch, 
         for name, value in env.items():
             monkeypatch.setenv(name, value)
         assert hub.get_dir() == torch.hub.get_dir()
+        assert hub._get_torch_home() == torch.hub._get_torch_home()
     hub.set_dir(tmp_path / "mine")
     assert hub.get_dir() == str(tmp_path / "mine")
 
@@ -114,3 +115,23 @@ def test_torch_hub_and_model_zoo_are_there_under_the_alias_without_importing_the
         assert torch.hub is hub and importlib.import_module("torch.hub") is hub
         assert importlib.import_module("torch.utils.model_zoo").load_url is \
             hub.load_state_dict_from_url
+
+
+def test_tqdm_is_tqdms_where_installed_and_the_stand_in_counts_otherwise(capsys):
+    from eager.utils import model_zoo
+    assert model_zoo.tqdm is hub.tqdm
+    try:
+        from tqdm import tqdm
+        assert hub.tqdm is tqdm
+    except ImportError:
+        assert hub.tqdm is hub._Faketqdm
+    with hub._Faketqdm(total=4) as bar:
+        bar.update(1)
+    assert capsys.readouterr().err == "\r25.0%\n"
+
+
+def test_hash_regex_and_urlparse_are_pytorchs():
+    torch = pytest.importorskip("torch", reason="PyTorch (the 'compare' extra) is not installed")
+    assert hub.HASH_REGEX.pattern == torch.hub.HASH_REGEX.pattern
+    assert hub.HASH_REGEX.search("resnet18-f37072fd.pth").group(1) == "f37072fd"
+    assert hub.urlparse is torch.hub.urlparse

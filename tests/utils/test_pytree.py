@@ -89,3 +89,27 @@ def test_mismatched_structures_and_leaf_counts_are_errors():
         pytree.tree_map(lambda a, b: a, {"a": 1}, {"b": 1})
     with pytest.raises(TypeError, match="Expected `treespec` to be an instance of PyTreeSpec"):
         pytree.tree_unflatten([1], "not a spec")
+
+
+@pytest.mark.parametrize("name", TREES)
+def test_flatten_with_path_gives_torchs_key_paths(name):
+    ours, _ = pytree.tree_flatten_with_path(TREES[name])
+    theirs, _ = tp.tree_flatten_with_path(TREES[name])
+    assert [(pytree.keystr(p), leaf) for p, leaf in ours] == \
+        [(tp.keystr(p), leaf) for p, leaf in theirs]
+
+
+def test_a_class_registered_with_keys_names_its_children_by_them():
+    class Pair:
+        def __init__(self, a, b):
+            self.a, self.b = a, b
+    pytree.register_pytree_node(
+        Pair, lambda p: ([p.a, p.b], None), lambda c, _: Pair(*c),
+        flatten_with_keys_fn=lambda p: ([(pytree.GetAttrKey("a"), p.a),
+                                         (pytree.GetAttrKey("b"), p.b)], None))
+    try:
+        paths = pytree.tree_flatten_with_path({"p": Pair(1, [2])})[0]
+        assert [(pytree.keystr(p), v) for p, v in paths] == [("['p'].a", 1), ("['p'].b[0]", 2)]
+        assert pytree._dict_flatten_with_keys({"k": 3}) == ([(pytree.MappingKey("k"), 3)], ["k"])
+    finally:
+        del pytree.SUPPORTED_NODES[Pair]

@@ -1,7 +1,7 @@
 """Convolution and pooling modules over nn.functional's (eager/nn/_convolution.py)."""
 from __future__ import annotations
 
-from eager import factories
+from eager import _missing, factories
 from eager.nn import functional as F
 from eager.nn import init
 from eager.nn.modules.module import Module
@@ -227,3 +227,8 @@ class Fold(Module):
     def extra_repr(self) -> str:
         return (f"output_size={self.output_size}, kernel_size={self.kernel_size}, "
                 f"dilation={self.dilation}, padding={self.padding}, stride={self.stride}")
+
+
+# torchvision's video models subclass Conv3d at import: a stand-in, making one raises
+# NotSupportedYet naming it
+Conv3d = _missing.lacking_class("torch.nn", "Conv3d", Module)

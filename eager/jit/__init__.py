@@ -6,12 +6,13 @@ itself, unchanged (kiln's compiler is `torch.compile`); `is_scripting()` and
 `is_tracing()` are False; `ignore`, `unused`, `export`, `interface` and the overload
 markers are decorators that return what they decorate. Saving and loading TorchScript
 archives, `freeze`, `fork`/`wait` are not supported: NotSupportedYet naming each.
+`annotations` is the submodule of TorchScript's type names (so this module does without
+`from __future__ import annotations`, which would take its name).
 """
-from __future__ import annotations
-
 from typing import Final  # noqa: F401 - torch.jit.Final
 
 from eager import _missing
+from eager.jit import annotations  # noqa: F401 - torch.jit.annotations
 
 
 class ScriptModule:
@@ -38,6 +39,9 @@ def trace_module(mod, inputs, *args, **kwargs):
 
 def script_if_tracing(fn):
     return fn
+
+
+_script_if_tracing = script_if_tracing  # the name torchvision uses
 
 
 def is_scripting() -> bool:

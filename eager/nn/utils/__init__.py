@@ -1,4 +1,5 @@
-"""torch.nn.utils: gradient clipping and parameters as one flat vector."""
+"""torch.nn.utils: gradient clipping and parameters as one flat vector; `fusion` folds
+batch norms into the layers before them."""
 from __future__ import annotations
 
 import math
@@ -6,6 +7,7 @@ import math
 from eager import _missing
 from eager import factories, functional
 from eager.autograd.grad_mode import no_grad
+from eager.nn.utils import fusion as fusion
 from eager.derived_math import norm
 from eager.tensor import Tensor
 

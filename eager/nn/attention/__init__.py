@@ -1,0 +1,6 @@
+"""torch.nn.attention: kiln's scaled_dot_product_attention has one implementation, the
+math one, so there is no backend to choose; `flex_attention` (compiled block-sparse
+attention) is named for the libraries that import it and is NotSupportedYet."""
+from eager import _missing
+
+__getattr__ = _missing.module_getattr("torch.nn.attention", "eager.nn.attention")
