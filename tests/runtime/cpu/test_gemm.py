@@ -17,6 +17,8 @@ import sys
 import numpy as np
 import pytest
 
+from tests.imports import ROOT
+
 from runtime.cpu.gemm import config as gemm_config
 from runtime.cpu.gemm import jobs as gemm_jobs
 from runtime.cpu.gemm import kernels as gemm_native
@@ -472,9 +474,8 @@ def test_stored_blockings_are_read_only_from_a_trusted_file(plant, tmp_path):
     code = ("import sys; from runtime.cpu.gemm import tune as gemm_tune; "
             "sys.exit(0 if gemm_tune._load() == {} else 3)")
     env = dict(os.environ, KILN_CACHE_DIR=str(tmp_path))
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     limit = (lambda: resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30)))
-    done = subprocess.run([sys.executable, "-c", code], env=env, timeout=60, cwd=root,
+    done = subprocess.run([sys.executable, "-c", code], env=env, timeout=60, cwd=ROOT,
                           preexec_fn=limit)  # a read that never ends fails, not the machine
     assert done.returncode == 0
 
