@@ -182,6 +182,11 @@ class OpHandle:
         self.entry = _entry(self)
         self._below_entries: dict[DispatchKey, object] = {}  # see below()
 
+    @property
+    def __signature__(self):
+        """inspect.signature(handle): the schema's arguments, as PyTorch's ops show them."""
+        return self.schema.signature()
+
     def _leading_tensors(self) -> int:
         """1 or 2 where the op's tensor arguments are exactly its first one or two and
         nothing else adds keys (no Tensor[] argument, no argument written to), else 0."""

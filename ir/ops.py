@@ -41,6 +41,9 @@ class Op(enum.Enum):
     GELU = 'gelu(Tensor self, *, str approximate="none") -> Tensor'
     GELU_BACKWARD = ('gelu_backward(Tensor grad_output, Tensor self, *, str approximate="none")'
                      " -> Tensor")
+    SOFTPLUS = "softplus(Tensor self, Scalar beta=1, Scalar threshold=20) -> Tensor"
+    SOFTPLUS_BACKWARD = ("softplus_backward(Tensor grad_output, Tensor self, Scalar beta,"
+                         " Scalar threshold) -> Tensor")
     CLAMP = "clamp(Tensor self, Scalar? min=None, Scalar? max=None) -> Tensor"
     # elementwise, binary (Python numbers become wrapped zero-dim tensors)
     ADD = "add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor"

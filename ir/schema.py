@@ -11,6 +11,7 @@ writes (in-place and out= arguments). Types end in `?` when None is allowed and 
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 from dataclasses import dataclass, field
 
@@ -111,6 +112,14 @@ class FunctionSchema:
                     raise TypeError(f"{self.name}() missing required argument '{a.name}'")
                 bound[a.name] = a.default
         return bound
+
+    def signature(self) -> inspect.Signature:
+        """The Python signature calls bind to (`inspect.signature` of the op shows it)."""
+        kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        return inspect.Signature([
+            inspect.Parameter(a.name, kinds[a.kwarg_only],
+                              default=a.default if a.has_default else inspect.Parameter.empty)
+            for a in self.arguments])
 
     def __str__(self) -> str:
         parts, star = [], False

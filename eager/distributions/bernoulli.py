@@ -8,8 +8,9 @@ from eager.autograd import no_grad
 from eager.distributions import constraints
 from eager.distributions.distribution import Distribution
 from eager.distributions.utils import (broadcast_all, lazy_property, logits_to_probs,
-                                       probs_to_logits, softplus)
+                                       probs_to_logits)
 from eager.factories import rand
+from eager.nn._activations import softplus_of
 from eager.tensor import Size, ops
 
 __all__ = ["Bernoulli"]
@@ -17,7 +18,7 @@ __all__ = ["Bernoulli"]
 
 def bce_with_logits(logits, target):
     """binary_cross_entropy_with_logits(reduction="none"): -t log s(x) - (1-t) log s(-x)."""
-    return softplus(logits) - logits * target
+    return softplus_of(logits) - logits * target
 
 
 class Bernoulli(Distribution):

@@ -16,7 +16,8 @@ from eager.distributions.multivariate_normal import (MultivariateNormal, _broadc
                                                      batch_mahalanobis)
 from eager.distributions.normal import Normal
 from eager.distributions.uniform import Uniform
-from eager.distributions.utils import softplus, sum_rightmost
+from eager.distributions.utils import sum_rightmost
+from eager.nn._activations import softplus_of
 from eager.factories import full_like
 from eager.tensor import ops
 
@@ -89,9 +90,9 @@ def _kl_normal_normal(p, q):
 
 @register_kl(Bernoulli, Bernoulli)
 def _kl_bernoulli_bernoulli(p, q):
-    t1 = p.probs * (softplus(-q.logits) - softplus(-p.logits))
+    t1 = p.probs * (softplus_of(-q.logits) - softplus_of(-p.logits))
     t1 = ops.where(p.probs == 0, 0.0, ops.where(q.probs == 0, math.inf, t1))
-    t2 = (1 - p.probs) * (softplus(q.logits) - softplus(p.logits))
+    t2 = (1 - p.probs) * (softplus_of(q.logits) - softplus_of(p.logits))
     t2 = ops.where(p.probs == 1, 0.0, ops.where(q.probs == 1, math.inf, t2))
     return t1 + t2
 

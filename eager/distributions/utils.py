@@ -62,13 +62,6 @@ def normalize_logits(logits: Tensor) -> Tensor:
     return logits - logsumexp(logits, -1, keepdim=True)
 
 
-def softplus(x: Tensor) -> Tensor:
-    """log(1 + exp(x)), without overflow and without a kink in its gradient at 0 (each
-    branch reads a clamped x, so the branch not taken sees no inf)."""
-    positive = x + (-x.clamp(min=0)).exp().log1p()
-    return ops.where(x > 0, positive, x.clamp(max=0).exp().log1p())
-
-
 def sum_rightmost(value: Tensor, dim: int) -> Tensor:
     """Sum out the last `dim` dimensions."""
     if dim == 0:

@@ -322,6 +322,60 @@ def _(ctx, gg):
             sum_to(gg * ctx.grad_output * second, x._shape))
 
 
+# softplus ------------------------------------------------------------------------------
+def _softplus(x, beta=1, threshold=20):
+    """log1p(e^(beta x)) / beta, and x where beta x > threshold: PyTorch's formula, so
+    values (e^(beta x) underflowing to a subnormal, nan, inf) are PyTorch's."""
+    scaled = x * beta
+    return np.where(scaled > threshold, x, np.log1p(np.exp(scaled)) / beta)
+
+
+def _emit_softplus(E, x, beta=1, threshold=20):
+    scaled = E.mul(x, E.const(beta))
+    return E.select(E.gt(scaled, E.const(threshold)), x,
+                    E.div(E.math("log1p", E.math("exp", scaled)), E.const(beta)))
+
+
+def _softplus_backward(g, x, beta, threshold):
+    """g * e^(beta x) / (e^(beta x) + 1), and g where beta x > threshold."""
+    scaled = x * beta
+    z = np.exp(scaled)
+    return np.where(scaled > threshold, g, g * z / (z + 1))
+
+
+def _emit_softplus_backward(E, g, x, beta, threshold):
+    scaled = E.mul(x, E.const(beta))
+    z = E.math("exp", scaled)
+    return E.select(E.gt(scaled, E.const(threshold)), g,
+                    E.div(E.mul(g, z), E.add(z, E.const(1.0))))
+
+
+SOFTPLUS = declare(Op.SOFTPLUS, functional=True, pointwise=Pointwise(
+    "same", _softplus, emit=_emit_softplus, float_only="softplus_cpu", float_math=True))
+
+
+@SOFTPLUS.derivative("SoftplusBackward0", "self", save="self beta threshold")
+def _(ctx, g):
+    return ops.softplus_backward(g, ctx.self, ctx.beta, ctx.threshold)
+
+
+SOFTPLUS_BACKWARD = declare(Op.SOFTPLUS_BACKWARD, pointwise=Pointwise(
+    "promote", _softplus_backward, emit=_emit_softplus_backward,
+    float_only="softplus_backward_cpu", float_math=True))
+
+
+@SOFTPLUS_BACKWARD.derivative("SoftplusBackwardBackward0", "grad_output self",
+                              save="grad_output self beta threshold")
+def _(ctx, gg):
+    """d/dg is the op itself; d/dx of g s(beta x) (s the sigmoid, below the threshold)
+    is g beta s (1 - s)."""
+    x, beta = ctx.self, ctx.beta
+    s = ops.sigmoid(x * beta)
+    below = (x * beta) <= ctx.threshold
+    return (ops.softplus_backward(gg, x, beta, ctx.threshold),
+            sum_to(gg * ctx.grad_output * below * (s * (1 - s) * beta), x._shape))
+
+
 # clamp ---------------------------------------------------------------------------------
 def _clamp(x, min=None, max=None):  # noqa: A002 (PyTorch's argument names)
     """x where it is not beyond a bound, so -0.0 against a bound of +0.0 and NaN stay, as

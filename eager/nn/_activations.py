@@ -1,5 +1,5 @@
 """nn.functional's activations, similarity and distance functions beyond the ops'
-own (relu, gelu, silu, sigmoid, tanh, hardswish, ...), written in eager ops so autograd
+own (relu, gelu, silu, sigmoid, tanh, hardswish, softplus, ...), written in eager ops so autograd
 and capture see those ops. `inplace=True` is accepted and computes out of place."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from eager import factories
 from eager.derived_math import norm
 from eager.tensor import Tensor, ops
 
-__all__ = ["softplus_of", "leaky_relu", "elu", "celu", "selu", "softplus", "softsign",
+__all__ = ["softplus_of", "leaky_relu", "elu", "celu", "selu", "softsign",
            "hardtanh", "relu6", "logsigmoid", "mish", "tanhshrink", "softshrink", "hardshrink",
            "threshold", "glu", "softmin", "prelu", "rrelu", "normalize", "cosine_similarity",
            "pairwise_distance"]
@@ -45,12 +45,6 @@ def softplus_of(x: Tensor) -> Tensor:
     return ops.where(x > 0, above + ops.log1p(ops.exp(-above)), ops.log1p(ops.exp(below)))
 
 
-def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
-    """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold."""
-    scaled = input * beta
-    return ops.where(scaled > threshold, input, softplus_of(scaled) / beta)
-
-
 def softsign(input: Tensor) -> Tensor:
     return input / (ops.abs(input) + 1)
 
@@ -77,7 +71,7 @@ def logsigmoid(input: Tensor) -> Tensor:
 
 
 def mish(input: Tensor, inplace: bool = False) -> Tensor:
-    return input * ops.tanh(softplus(input))
+    return input * ops.tanh(ops.softplus(input))
 
 
 def tanhshrink(input: Tensor) -> Tensor:

@@ -50,6 +50,8 @@ ATTRIBUTES = {
                {"min": float("-inf"), "max": float("inf")}),
     Op.GELU: ({}, {"approximate": "tanh"}),
     Op.GELU_BACKWARD: ({}, {"approximate": "tanh"}),
+    Op.SOFTPLUS: ({}, {"beta": 2.0, "threshold": 5.0}, {"beta": -1.0}),
+    Op.SOFTPLUS_BACKWARD: ({"beta": 1.0, "threshold": 20.0}, {"beta": 0.5, "threshold": 2.0}),
 }
 """The attributes each record's op is called with (one call each); others take none."""
 NOT_ELEMENTWISE = {

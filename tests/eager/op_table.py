@@ -121,6 +121,20 @@ def clamp_samples(make):
     yield S(make(()), lo, hi)
 
 
+def _softplus(x, beta=1.0, threshold=20.0):
+    return np.where(x * beta > threshold, x, np.log1p(np.exp(x * beta)) / beta)
+
+
+def _softplus_backward(grad, x, beta, threshold):
+    # the logistic function, written apart from the kernels' e^z / (e^z + 1)
+    return np.where(x * beta > threshold, grad, grad / (1 + np.exp(-x * beta)))
+
+
+def softplus_backward_samples(make):
+    for shape in UNARY_SHAPES:
+        yield S(make(shape), make(shape, scale=10.0), 1.5, 4.0)
+
+
 def gelu_backward_samples(make):
     for shape in UNARY_SHAPES:  # the gradient has the input's shape
         yield S(make(shape), make(shape))
@@ -160,6 +174,13 @@ ELEMENTWISE = [
            lambda lib, g, x, **kw: aten(lib).gelu_backward(g, x, **kw),
            _gelu_backward, gelu_backward_samples, FLOATS,
            tolerance={"float64": (1e-7, 1e-9)}),
+    unary("softplus", Op.SOFTPLUS, _softplus, FLOATS,
+          call=lambda lib, x: lib.nn.functional.softplus(x)),
+    unary("softplus_beta", Op.SOFTPLUS, lambda x: _softplus(x, 2.0, 5.0), FLOATS,
+          call=lambda lib, x: lib.nn.functional.softplus(x, 2.0, 5.0)),
+    OpCase("softplus_backward", (Op.SOFTPLUS_BACKWARD,),
+           lambda lib, g, x, beta, threshold: aten(lib).softplus_backward(g, x, beta, threshold),
+           _softplus_backward, softplus_backward_samples, FLOATS),
     OpCase("clamp", (Op.CLAMP,), lambda lib, x, *bounds: lib.clamp(x, *bounds),
            lambda x, lo=None, hi=None: np.minimum(np.maximum(x, -np.inf if lo is None else lo),
                                                   np.inf if hi is None else hi),

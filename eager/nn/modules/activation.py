@@ -41,7 +41,7 @@ def _module(name: str, fn, *options: str, doc: str = ""):
 
     return type(name, (Module,), {"__init__": __init__, "forward": forward,
                                   "extra_repr": extra_repr,
-                                  "__doc__": doc or f"nn.{name}: F.{fn.__name__} as a module."})
+                                  "__doc__": doc or f"nn.{name}: F.{name.lower()} as a module."})
 
 
 LeakyReLU = _module("LeakyReLU", F.leaky_relu, "negative_slope", "inplace")
