@@ -10,7 +10,7 @@ import numpy as np
 from eager.autograd import enable_grad
 from eager.derived_math import logsumexp
 from eager.factories import randn, tensor
-from eager.tensor import Size, Tensor, ops
+from eager.tensor import Size, Tensor
 
 __all__ = ["broadcast_all", "probs_to_logits", "logits_to_probs", "clamp_probs",
            "lazy_property", "broadcast_tensors", "finfo_eps", "finfo_min"]
