@@ -12,6 +12,7 @@ attribute is seen.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import operator
 import types
@@ -48,13 +49,15 @@ def describe_meta(meta: tuple) -> str:
 
 def flatten(value, path: str, leaves: list) -> object:
     """Leaves of nested lists/tuples/dicts into `leaves` [(path, value)]; returns the
-    structure with leaves replaced by their index (the treedef)."""
+    structure with leaves replaced by their index (the treedef). The treedef keeps each
+    container's type, so unflatten gives back a namedtuple, an OrderedDict or a dict
+    subclass (a model's output) as the function returned it."""
     if isinstance(value, (list, tuple)):
-        return (type(value).__name__, tuple(flatten(v, f"{path}[{i}]", leaves)
-                                            for i, v in enumerate(value)))
+        return (type(value), tuple(flatten(v, f"{path}[{i}]", leaves)
+                                   for i, v in enumerate(value)))
     if isinstance(value, dict):
-        return ("dict", tuple((k, flatten(v, f"{path}[{k!r}]", leaves))
-                              for k, v in value.items()))
+        return (type(value), tuple((k, flatten(v, f"{path}[{k!r}]", leaves))
+                                   for k, v in value.items()))
     leaves.append((path, value))
     return len(leaves) - 1
 
@@ -63,10 +66,24 @@ def unflatten(tree, leaves: list):
     if isinstance(tree, int):
         return leaves[tree]
     kind, items = tree
-    if kind == "dict":
-        return {k: unflatten(v, leaves) for k, v in items}
+    if issubclass(kind, dict):
+        values = {k: unflatten(v, leaves) for k, v in items}
+        return values if kind is dict else _rebuilt(kind, values)
     seq = [unflatten(v, leaves) for v in items]
-    return tuple(seq) if kind == "tuple" else seq
+    if kind is list or kind is tuple:
+        return seq if kind is list else tuple(seq)
+    return kind(*seq) if hasattr(kind, "_fields") else kind(seq)  # a namedtuple's fields
+
+
+def _rebuilt(kind: type, values: dict):
+    """A dict subclass holding `values`: made from keywords where every key is a string
+    (a dataclass-based model output sets its attributes that way), else from the dict."""
+    if all(isinstance(k, str) for k in values):
+        try:
+            return kind(**values)
+        except TypeError:
+            pass
+    return kind(values)
 
 
 def _leaf_key(v):
@@ -76,24 +93,77 @@ def _leaf_key(v):
         return tensor_meta(v)
     if guarded == "value":
         return (kind.__name__, v)
+    if guarded == "items":
+        return _items_key(v, [ITEMS_LIMIT])
     return ("object", kind.__qualname__, id(v))
 
 
 def _guarded_as(kind: type) -> str:
-    """How leaves of a type are guarded: "tensor" (by metadata), "value" (by equality) or
-    "object" (by identity); decided once per type, since keys are made at every call."""
+    """How leaves of a type are guarded: "tensor" (by metadata), "value" (by equality),
+    "items" (a container, by its items' keys) or "object" (by identity); decided once per
+    type, since keys are made at every call."""
     _GUARDED_AS[kind] = "tensor" if issubclass(kind, Tensor) else \
-        "value" if issubclass(kind, _PLAIN) else "object"
+        "value" if issubclass(kind, _PLAIN) else \
+        "items" if issubclass(kind, (list, tuple, dict, types.SimpleNamespace)) or \
+        dataclasses.is_dataclass(kind) else "object"
     return _GUARDED_AS[kind]
 
 
-def _describe_leaf(path: str, key) -> str:
+ITEMS_LIMIT = 256
+"""Containers a function reads (a global list, a closed-over tuple holding the batch, a
+config dataclass) are guarded item by item, nested, up to this many items in all: a
+list appended to or an item replaced is a new key, and the tensors inside are found
+again at each call. A larger container is guarded by identity alone (its items are
+not read at each call), so changing its items in place goes unseen."""
+
+
+def _items(v) -> list:
+    """(accessor, item) of a container: ("[]", index or key) or (".", field name)."""
+    if isinstance(v, (list, tuple)):
+        return [(("[]", i), x) for i, x in enumerate(v)]
+    if isinstance(v, dict):
+        return [(("[]", k), x) for k, x in v.items()]
+    names = [f.name for f in dataclasses.fields(v)] if dataclasses.is_dataclass(v) else \
+        list(vars(v))
+    return [((".", n), getattr(v, n)) for n in names]
+
+
+def _items_key(v, budget: list):
+    """The key of a container: its type and each item's key, or its identity where the
+    items (nested) number more than the budget left."""
+    items = _items(v)
+    if len(items) > budget[0]:
+        return ("object", type(v).__qualname__, id(v))
+    budget[0] -= len(items)
+    return ("items", type(v), tuple([(a, _items_key(x, budget) if (
+        _GUARDED_AS.get(type(x)) or _guarded_as(type(x))) == "items" else _variable_key(x))
+        for a, x in items]))
+
+
+def _frozen(v) -> bool:
+    """Whether a value's key stays the same while the value is the same object: not
+    for a tensor (its metadata), a module (its state) or a container that can change in
+    place (a tuple is frozen when its items are)."""
+    guarded = _GUARDED_AS.get(type(v)) or _guarded_as(type(v))
+    if guarded == "tensor" or isinstance(v, Module):
+        return False
+    if guarded == "items":
+        return isinstance(v, tuple) and len(v) <= ITEMS_LIMIT and all(map(_frozen, v))
+    return True
+
+
+def _describe_leaf(path: str, key) -> list[str]:
+    """What a leaf's key assumes, a line per item of a container."""
     if _is_meta(key):
-        return f"{path}: {describe_meta(key)}"
+        return [f"{path}: {describe_meta(key)}"]
+    if key[0] == "items":
+        lines = [line for (how, name), item in key[2] for line in _describe_leaf(
+            f"{path}[{name!r}]" if how == "[]" else f"{path}.{name}", item)]
+        return lines or [f"{path}: an empty {key[1].__qualname__}"]
     if key[0] == "object":
         state = ", its attributes and tensors' metadata as at capture" if len(key) == 4 else ""
-        return f"{path}: the same {key[1]} object{state}"
-    return f"{path} == {key[1]!r}"
+        return [f"{path}: the same {key[1]} object{state}"]
+    return [f"{path} == {key[1]!r}"]
 
 
 # what the function reads ----------------------------------------------------------------
@@ -130,12 +200,24 @@ def global_reads(fn, depth: int = 3, seen=None) -> list[tuple[str, dict, str]]:
     return reads
 
 
-def closure_reads(fn) -> list[tuple[str, object]]:
+def closure_reads(fn, depth: int = 3, seen=None, of: str = "") -> list[tuple[str, object]]:
+    """(label, cell) of every closure variable the function (and the plain Python
+    functions it may call, as global_reads finds them: a decorator's wrapper calls the
+    function its cell holds) may read."""
+    seen = set() if seen is None else seen
     fn = getattr(fn, "__func__", fn)
     code, cells = getattr(fn, "__code__", None), getattr(fn, "__closure__", None) or ()
-    if code is None:
+    if code is None or id(code) in seen or depth < 0:
         return []
-    return [(f"closure variable '{name}'", cell) for name, cell in zip(code.co_freevars, cells)]
+    seen.add(id(code))
+    reads = [(f"{of}closure variable '{name}'", cell)
+             for name, cell in zip(code.co_freevars, cells)]
+    called = [_cell_value(cell) for cell in cells] + [
+        fn.__globals__.get(name) for c in _code_objects(code) for name in c.co_names]
+    for value in called:
+        if isinstance(value, types.FunctionType):
+            reads.extend(closure_reads(value, depth - 1, seen, f"{value.__qualname__}'s "))
+    return reads
 
 
 _CONTENTS = operator.attrgetter("cell_contents")
@@ -203,10 +285,8 @@ class _Reads:
         return result
 
     def _keyed(self, i: int, value):
-        key, kind = _variable_key(value), type(value)
-        stable = (_GUARDED_AS.get(kind) or _guarded_as(kind)) != "tensor" and \
-            not isinstance(value, Module)
-        self.last[i] = (value, kind, key) if stable else None
+        key = _variable_key(value)
+        self.last[i] = (value, type(value), key) if _frozen(value) else None
         return key
 
 
@@ -306,13 +386,13 @@ class GuardSet:
 
     def describe(self, key: tuple, args_paths: list[str]) -> list[str]:
         tree, leaf_keys, aliases, grad_mode, globs, cells, attrs = key[:7]
-        lines = [_describe_leaf(p, k) for p, k in zip(args_paths, leaf_keys)]
+        lines = [line for p, k in zip(args_paths, leaf_keys) for line in _describe_leaf(p, k)]
         if any(a != i for i, a in enumerate(aliases) if a is not None):
             lines.append(f"arguments alias each other as {aliases}")
         lines.append(f"grad mode {'enabled' if grad_mode else 'disabled'}")
-        lines += [_describe_leaf(label, k) for (label, _, _), k in zip(self.globals, globs)]
-        lines += [_describe_leaf(label, k) for (label, _), k in zip(self.closures, cells)]
-        lines += [_describe_leaf(label, k) for (label, _, _), k in zip(self.attributes, attrs)]
+        labels = [label for label, *_ in self.globals + self.closures + self.attributes]
+        lines += [line for label, k in zip(labels, globs + cells + attrs)
+                  for line in _describe_leaf(label, k)]
         if self.module is not None:
             lines += [f"self.{n}: {describe_meta(m)}" for n, m in key[7]]
         return lines
@@ -333,30 +413,37 @@ class GuardSet:
 
     # sources ------------------------------------------------------------------------
     def known_sources(self, args: tuple, kwargs: dict) -> dict:
-        """id(tensor) -> a source that finds the tensor again at the next call."""
+        """id(tensor) -> a source that finds the tensor again at the next call: an
+        argument, a global, a closure variable, a module's parameter or buffer, or an
+        item of a container one of those holds (within ITEMS_LIMIT items, as guarded)."""
         sources = {}
         leaves: list = []
         flatten((args, kwargs), "arg", leaves)
         for i, (_, v) in enumerate(leaves):
-            if isinstance(v, Tensor):
-                sources.setdefault(id(v), ("arg", i))
+            _sources_within(v, ("arg", i), sources, [ITEMS_LIMIT])
         for label, ns, name in self.globals:
-            if isinstance(ns.get(name), Tensor):
-                sources.setdefault(id(ns[name]), ("global", ns, name))
-            elif isinstance(ns.get(name), Module):
-                for path, t in _module_tensors(ns[name]):
-                    sources.setdefault(id(t), ("module", ("global", ns, name), path))
+            _sources_within(ns.get(name), ("global", ns, name), sources, [ITEMS_LIMIT])
         for label, cell in self.closures:
-            value = _cell_value(cell)
-            if isinstance(value, Tensor):
-                sources.setdefault(id(value), ("closure", cell))
-            elif isinstance(value, Module):
-                for path, t in _module_tensors(value):
-                    sources.setdefault(id(t), ("module", ("closure", cell), path))
+            _sources_within(_cell_value(cell), ("closure", cell), sources, [ITEMS_LIMIT])
         if self.module is not None:
             for name, t in _module_tensors(self.module):
                 sources.setdefault(id(t), ("module", self.module, name))
         return sources
+
+
+def _sources_within(value, source, sources: dict, budget: list) -> None:
+    """Sources of `value` (found by `source`) and of the tensors it holds."""
+    if isinstance(value, Tensor):
+        sources.setdefault(id(value), source)
+    elif isinstance(value, Module):
+        for path, t in _module_tensors(value):
+            sources.setdefault(id(t), ("module", source, path))
+    elif (_GUARDED_AS.get(type(value)) or _guarded_as(type(value))) == "items":
+        items = _items(value)
+        if len(items) <= budget[0]:  # as _items_key guards it
+            budget[0] -= len(items)
+            for accessor, item in items:
+                _sources_within(item, ("item", source, accessor), sources, budget)
 
 
 def _module_tensors(module):
@@ -409,4 +496,7 @@ def resolve(source, leaves) -> Tensor:
         for part in source[2].split("."):
             obj = getattr(obj, part)
         return obj
+    if kind == "item":  # source[1]: the container's source; source[2]: (how, which)
+        container, (how, which) = resolve(source[1], leaves), source[2]
+        return container[which] if how == "[]" else getattr(container, which)
     return source[1]  # ("constant", tensor)
