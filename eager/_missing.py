@@ -4,7 +4,9 @@ getattr(x, name, default) still answer "no"), instead of a bare AttributeError.
 
 The names are PyTorch's public names per namespace, listed in eager/_torch_names.py for
 the PyTorch version the tests compare with. `python -m eager._missing` (with PyTorch
-installed) writes that file again, and docs/MISSING.md, the list of the names kiln lacks.
+installed) writes that file again, and eager/_torch_signatures.py (Module's methods,
+torch.utils' submodules, keyword arguments: eager/_missing_signatures.py), and
+docs/MISSING.md, the list of what kiln lacks; `--docs-only` writes only the doc.
 """
 from __future__ import annotations
 
@@ -105,17 +107,17 @@ def stand_in_for_lacking_tensor_names(cls: type) -> None:
 
 def lacking() -> dict[str, list[str]]:
     """Per namespace, PyTorch's names that kiln's counterpart does not have."""
-    import importlib
     names = _torch_version_and_names()[1]
-    found = {}
-    for namespace, where in NAMESPACES.items():
-        module_name, _, attribute = where.partition(".Tensor")
-        holder = importlib.import_module(module_name)
-        if attribute or where.endswith(".Tensor"):
-            holder = holder.Tensor
-        found[namespace] = sorted(n for n in names.get(namespace, ())
-                                  if not _has(holder, n))
-    return found
+    return {namespace: sorted(n for n in names.get(namespace, ())
+                              if not _has(kiln_counterpart(namespace), n))
+            for namespace in NAMESPACES}
+
+
+def kiln_counterpart(namespace: str):
+    """kiln's module (or class) that stands for PyTorch's `namespace`."""
+    import importlib
+    holder = importlib.import_module(NAMESPACES[namespace].partition(".Tensor")[0])
+    return holder.Tensor if NAMESPACES[namespace].endswith(".Tensor") else holder
 
 
 def _has(holder, name: str) -> bool:
@@ -137,7 +139,8 @@ def missing_markdown() -> str:
         total = len(names_per_namespace.get(namespace, ()))
         lines += [f"## {namespace} ({len(names)} of {total} missing)", ""]
         lines += [", ".join(f"`{n}`" for n in names) if names else "(none)", ""]
-    return "\n".join(lines)
+    from eager._missing_signatures import markdown_sections
+    return "\n".join(lines + markdown_sections())
 
 
 def _torch_names() -> dict[str, list[str]]:
@@ -195,8 +198,11 @@ def _write() -> None:
 if __name__ == "__main__":
     if "--docs-only" not in sys.argv:
         _write()
+        from eager._missing_signatures import write_snapshot
+        write_snapshot()
         import importlib
-        for written in ("eager._torch_tensor_names", "eager._torch_names"):
+        for written in ("eager._torch_tensor_names", "eager._torch_names",
+                        "eager._torch_signatures"):
             if written in sys.modules:
                 importlib.reload(sys.modules[written])
     (ROOT / "docs" / "MISSING.md").write_text(missing_markdown())
