@@ -43,17 +43,27 @@ def _kiln_has(holder, name: str):
 def kiln_keywords(value) -> frozenset[str] | None:
     """The names kiln's callable takes as keywords (ACCEPTS_ANY among them where it takes
     **kwargs), or None where they cannot be read. An op's are its schema's arguments, and
-    `out` where the op takes out= for itself (eager/out_argument.py)."""
+    `out` where the op takes out= for itself (eager/out_argument.py); a function's are its
+    parameters', and those of the wrappers around it (functools.wraps)."""
     handle = value if isinstance(value, OpHandle) else getattr(value, "handle", None)
     if isinstance(handle, OpHandle):
         names = {a.name for a in handle.schema.arguments}
         return frozenset(names | {"out"} if handle.writes_out else names)
-    try:
-        parameters = inspect.signature(value).parameters.values()
-    except (TypeError, ValueError):
-        return None
-    return frozenset(ACCEPTS_ANY if p.kind is p.VAR_KEYWORD else p.name for p in parameters
-                     if p.kind not in (p.POSITIONAL_ONLY, p.VAR_POSITIONAL))
+    names = set()
+    while True:  # a wrapper's own keywords (out=) count, its **kwargs go to what it wraps
+        try:
+            parameters = inspect.signature(value, follow_wrapped=False).parameters.values()
+        except (TypeError, ValueError):
+            return None
+        names |= {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD,
+                                                            p.KEYWORD_ONLY)}
+        wrapped = getattr(value, "__wrapped__", None)
+        if wrapped is None or "__signature__" in getattr(value, "__dict__", {}):
+            break
+        value = wrapped
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        names.add(ACCEPTS_ANY)
+    return frozenset(names)
 
 
 def refused_keywords() -> dict[str, dict]:

@@ -2,6 +2,7 @@
 what they list kiln really lacks, what kiln has is not listed, a change to kiln's code
 changes them (so tests/eager/test_missing_names.py's check of the doc fails until it is
 written again), and the committed snapshot is what PyTorch reports."""
+import functools
 import importlib
 import inspect
 import json
@@ -127,3 +128,15 @@ def test_the_signature_snapshot_is_that_of_the_pytorch_the_tests_compare_with():
     from eager import _torch_signatures as snapshot
     assert found == {"MODULE_METHODS": snapshot.MODULE_METHODS, "UTILS": snapshot.UTILS,
                      "KEYWORDS": snapshot.KEYWORDS}
+
+
+def test_a_wrappers_own_keyword_arguments_count_and_its_kwargs_are_what_it_wraps():
+    def square(input):
+        pass
+
+    @functools.wraps(square)
+    def taking_out(*args, out=None, **kwargs):
+        pass
+    assert signatures.kiln_keywords(taking_out) == {"input", "out"}
+    assert "out" not in signatures.refused_keywords()["torch"]["refused"]["square"]
+    eager.square(_ones(), out=eager.empty(3))
