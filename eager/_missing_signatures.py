@@ -67,12 +67,13 @@ def kiln_keywords(value) -> frozenset[str] | None:
 
 
 def refused_keywords() -> dict[str, dict]:
-    """Per namespace: {name: keywords PyTorch takes and kiln refuses} over the callables
-    both have (empty tuples included), and 'undetermined': those whose keywords either
-    side cannot say."""
+    """Per namespace, over the callables both have: 'refused', {name: the keywords PyTorch
+    takes and kiln refuses} (empty tuples included); 'any', those kiln's takes **kwargs
+    for (not compared: what it does with them is not read); 'undetermined', those whose
+    keywords either side cannot say."""
     found = {}
     for namespace, pytorch in snapshot.KEYWORDS.items():
-        holder, refused, undetermined = kiln_counterpart(namespace), {}, []
+        holder, refused, any_keyword, undetermined = kiln_counterpart(namespace), {}, [], []
         for name, keywords in pytorch.items():
             value = _kiln_has(holder, name)
             if value is None:
@@ -80,9 +81,12 @@ def refused_keywords() -> dict[str, dict]:
             kiln = kiln_keywords(value)
             if keywords is None or kiln is None:
                 undetermined.append(name)
-            elif ACCEPTS_ANY not in kiln:
+            elif ACCEPTS_ANY in kiln:
+                any_keyword.append(name)
+            else:
                 refused[name] = tuple(k for k in keywords.split() if k not in kiln)
-        found[namespace] = {"refused": refused, "undetermined": undetermined}
+        found[namespace] = {"refused": refused, "any": any_keyword,
+                            "undetermined": undetermined}
     return found
 
 
@@ -165,20 +169,23 @@ def _keyword_lines() -> list[str]:
              "`**kwargs`, else from the signature lines its docstring starts with (every "
              "overload's, e.g. `add(input, other, *, alpha=1, out=None) -> Tensor`); "
              "kiln's from its op's schema (ir/ops.py, plus `out`, which every op takes) "
-             "or `inspect.signature`. A kiln callable taking `**kwargs` accepts every "
-             "keyword and is not listed; callables either side cannot say are counted "
-             "as undetermined. Module and optimizer classes are compared by their "
-             "constructors.", ""]
+             "or `inspect.signature` (a wrapper's own keywords included). A kiln callable "
+             "taking `**kwargs` is not compared (what it does with them is not read), nor "
+             "one whose keywords either side cannot say (undetermined: PyTorch's without "
+             "a docstring signature, or taking `*args, **kwargs`). Module and optimizer "
+             "classes are compared by their constructors.", ""]
     for namespace, found in refused_keywords().items():
         refused = {name: kws for name, kws in found["refused"].items() if kws}
         missing = sum(map(len, refused.values()))
         pytorch = snapshot.KEYWORDS[namespace]
         total = sum(len(pytorch[name].split()) for name in found["refused"])
-        compared, undetermined = len(found["refused"]), len(found["undetermined"])
         lines += [f"### {namespace} ({missing} of {total} keyword arguments missing, in "
-                  f"{len(refused)} of {compared} callables compared; {undetermined} more "
-                  f"both have are undetermined)", ""]
+                  f"{len(refused)} of {len(found['refused'])} callables compared; "
+                  f"{len(found['any']) + len(found['undetermined'])} more both have are "
+                  f"not compared)", ""]
         lines += [f"- `{name}`: {_code(kws)}" for name, kws in refused.items()]
+        if found["any"]:
+            lines += ["", f"kiln's takes `**kwargs`: {_code(found['any'])}"]
         if found["undetermined"]:
             lines += ["", f"Undetermined: {_code(found['undetermined'])}"]
         lines.append("")
