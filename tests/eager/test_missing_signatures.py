@@ -31,6 +31,7 @@ def _ones():
     ("torch.nn.functional", "mse_loss", "weight", lambda: F.mse_loss(_ones(), _ones(),
                                                                      weight=_ones())),
     ("torch.nn", "Embedding", "sparse", lambda: eager.nn.Embedding(3, 2, sparse=False)),
+    ("torch.nn", "Hardtanh", "min_value", lambda: eager.nn.Hardtanh(min_value=-1.0)),
     ("torch.optim", "Adam", "fused",
      lambda: eager.optim.Adam([eager.nn.Parameter(_ones())], fused=False)),
 ])
@@ -48,6 +49,7 @@ def test_a_listed_keyword_argument_is_refused(namespace, name, keyword, call):
     ("torch.nn.functional", "conv2d", "groups",
      lambda: F.conv2d(eager.ones(1, 2, 3, 3), eager.ones(2, 1, 1, 1), groups=2)),
     ("torch.nn", "Linear", "bias", lambda: eager.nn.Linear(2, 2, bias=False)),
+    ("torch.nn", "ELU", "alpha", lambda: eager.nn.ELU(alpha=2.0)),  # (*args, **kwargs)
     ("torch.optim", "Adam", "amsgrad",
      lambda: eager.optim.Adam([eager.nn.Parameter(_ones())], amsgrad=True)),
 ])
