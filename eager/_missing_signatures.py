@@ -167,7 +167,9 @@ def _keyword_lines() -> list[str]:
              "PyTorch's private ones, `_stacklevel`). "
              "PyTorch's are read from `inspect.signature` where it has one without "
              "`**kwargs`, else from the signature lines its docstring starts with (every "
-             "overload's, e.g. `add(input, other, *, alpha=1, out=None) -> Tensor`); "
+             "overload's, e.g. `add(input, other, *, alpha=1, out=None) -> Tensor`), "
+             "else, for a builtin with no docstring signature, from its ATen op's schemas "
+             "(leaving out `out`, which not every such builtin takes); "
              "kiln's from its op's schema (ir/ops.py, plus `out`, which every op takes) "
              "or `inspect.signature` (a wrapper's own keywords included). A kiln callable "
              "taking `**kwargs` is not compared (what it does with them is not read), nor "
@@ -235,8 +237,10 @@ def _doc_keywords(text: str) -> set[str] | None:
 
 
 def pytorch_keywords(name: str, value) -> set[str] | None:
-    """The keyword arguments PyTorch's callable takes, or None where it cannot be said.
-    A docstring's later overloads are reST's `.. function:: sum(input, dim, ...)` lines."""
+    """The keyword arguments PyTorch's callable takes, or None where it cannot be said:
+    from its signature, else its docstring's signature lines (later overloads are reST's
+    `.. function:: sum(input, dim, ...)` lines), else, for a builtin with neither, its
+    ATen op's schemas."""
     try:
         parameters = inspect.signature(value).parameters.values()
     except (TypeError, ValueError):
@@ -247,7 +251,20 @@ def pytorch_keywords(name: str, value) -> set[str] | None:
     doc = inspect.getdoc(value) if inspect.isclass(value) else getattr(value, "__doc__", None)
     lines = re.findall(_SIGNATURE_LINE.format(name=re.escape(name)), doc or "", re.MULTILINE)
     overloads = [k for k in map(_doc_keywords, lines) if k is not None]
-    return set().union(*overloads) if overloads else None
+    if overloads:
+        return set().union(*overloads)
+    builtin = inspect.isbuiltin(value) or inspect.ismethoddescriptor(value)
+    return _schema_keywords(name) if builtin else None
+
+
+def _schema_keywords(name: str) -> set[str] | None:
+    """The keyword arguments of ATen's op `name` over its overloads, or None where ATen has
+    no op of that name. Not `out`: an overload's outputs are not always given to Python
+    (torch.relu refuses out=, though ATen has relu.out)."""
+    import torch
+    schemas = torch._C._jit_get_schemas_for_operator(f"aten::{name}")
+    return {a.name for schema in schemas for a in schema.arguments if not a.is_out and
+            (a.kwarg_only or a.has_default_value())} if schemas else None
 
 
 def _pytorch_callables(namespace: str, names) -> dict:

@@ -142,3 +142,12 @@ def test_a_wrappers_own_keyword_arguments_count_and_its_kwargs_are_what_it_wraps
     assert signatures.kiln_keywords(taking_out) == {"input", "out"}
     assert "out" not in signatures.refused_keywords()["torch"]["refused"]["square"]
     eager.square(_ones(), out=eager.empty(3))
+
+
+def test_a_builtin_without_a_docstring_signature_is_read_from_its_aten_schemas_but_out():
+    torch = pytest.importorskip("torch", reason="PyTorch (the 'compare' extra) is not installed")
+    assert signatures.pytorch_keywords("embedding", torch.embedding) == {
+        "padding_idx", "scale_grad_by_freq", "sparse"}
+    assert signatures.pytorch_keywords("relu", torch.relu) == set()  # it refuses out=
+    with pytest.raises(TypeError, match="out"):
+        torch.relu(torch.ones(1), out=torch.empty(1))
