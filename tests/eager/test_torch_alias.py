@@ -133,7 +133,7 @@ def test_each_nn_class_is_found_under_the_module_name_pytorch_defines_it_in():
 
 
 def test_nn_modules_utils_helpers_behave_as_pytorchs():
-    torch = pytest.importorskip("torch", reason="PyTorch (the 'compare' extra) is not installed")
+    pytest.importorskip("torch", reason="PyTorch (the 'compare' extra) is not installed")
     from torch.nn.modules import utils as theirs
 
     from eager.nn.modules import utils as ours
