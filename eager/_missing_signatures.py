@@ -289,23 +289,37 @@ def _dotted(path: str):
 
 def pytorch_signatures() -> dict:
     """What eager/_torch_signatures.py holds, read from the installed PyTorch."""
-    import pkgutil
-    import torch
     names = _torch_names()
-    keywords = {}
-    for namespace in KEYWORD_NAMESPACES:
-        keywords[namespace] = {}
-        for name, value in _pytorch_callables(namespace, names[namespace]).items():
-            found = pytorch_keywords(name, value)
-            keywords[namespace][name] = None if found is None else " ".join(sorted(
-                k for k in found if not k.startswith("_")))  # not PyTorch's private ones
+    return {"MODULE_METHODS": _pytorch_module_methods(names["torch.nn"]),
+            "UTILS": _pytorch_utils(), "KEYWORDS": {
+                namespace: {name: _keyword_text(pytorch_keywords(name, value)) for name, value
+                            in _pytorch_callables(namespace, names[namespace]).items()}
+                for namespace in KEYWORD_NAMESPACES}}
+
+
+def _keyword_text(found: set[str] | None) -> str | None:
+    """The snapshot's text for a callable's keyword arguments, not PyTorch's private ones."""
+    return None if found is None else " ".join(sorted(k for k in found if k[0] != "_"))
+
+
+def _pytorch_module_methods(nn_names) -> dict[str, str]:
+    """Module's public names, and those each torch.nn module class adds over them."""
+    import torch
     module = set(n for n in dir(torch.nn.Module) if not n.startswith("_"))
     methods = {"Module": " ".join(sorted(module))}
-    for name in names["torch.nn"]:
+    for name in nn_names:
         value = getattr(torch.nn, name)
         if inspect.isclass(value) and issubclass(value, torch.nn.Module) and name != "Module":
             methods[name] = " ".join(sorted(
                 n for n in dir(value) if not n.startswith("_") and n not in module))
+    return methods
+
+
+def _pytorch_utils() -> dict[str, str | None]:
+    """torch.utils' public submodules (and PRIVATE_UTILS) with their public names; None
+    for one PyTorch's install cannot import."""
+    import pkgutil
+    import torch.utils
     utils = {}
     for info in sorted(pkgutil.iter_modules(torch.utils.__path__), key=lambda m: m.name):
         if info.name.startswith("_") and info.name not in PRIVATE_UTILS:
@@ -319,7 +333,7 @@ def pytorch_signatures() -> dict:
         utils[info.name] = " ".join(sorted(
             n for n in dir(sub) if not n.startswith("_")
             and not _imported_for_itself(namespace, getattr(sub, n, None))))
-    return {"MODULE_METHODS": methods, "UTILS": utils, "KEYWORDS": keywords}
+    return utils
 
 
 def write_snapshot() -> None:
