@@ -39,6 +39,11 @@ def _module(name: str, fn, *options: str, doc: str = ""):
     def extra_repr(self) -> str:
         return ", ".join(f"{o}={getattr(self, o)}" for o in options if o != "inplace")
 
+    # what inspect.signature(cls) says (docs/MISSING.md reads it): the options by name
+    __init__.__signature__ = inspect.Signature([
+        inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+        *(signature.parameters[o].replace(kind=inspect.Parameter.POSITIONAL_OR_KEYWORD)
+          for o in options)])
     return type(name, (Module,), {"__init__": __init__, "forward": forward,
                                   "extra_repr": extra_repr,
                                   "__doc__": doc or f"nn.{name}: F.{name.lower()} as a module."})
