@@ -45,7 +45,7 @@ waits until every kernel runs natively (2.1 s: one niced worker builds the IR an
 LLVM for all of them, while steps run interpreted).
 
 Memory (the note under the table): RSS growth per distinct kernel compiled, in fresh
-processes (benchmarks/compile_memory.py), over COMPILES distinct kernels (QUICK_COMPILES
+processes (benchmarks/compile_memory.py), over COMPILES distinct kernels (not measured
 with --quick).
 """
 from __future__ import annotations
@@ -60,7 +60,7 @@ from benchmarks.harness import Case, Impl
 from benchmarks.impls import (KILN, KILN_COMPILED, TORCH, TORCH_COMPILED, every_contender,
                               float64, kiln_tensors, torch_tensors)
 
-COMPILES, QUICK_COMPILES = 1000, 100
+COMPILES = 1000
 
 
 def six_ops(lib, x, y):
@@ -92,15 +92,19 @@ def cases(quick: bool) -> list[Case]:
     ]
 
 
+_GPT_PROCESSES = "a process a round, each compiling the step's 33 kernels (3-10 s)"
+
+
 def _fresh_impls(warm: bool) -> list[Impl]:
     """kiln's six ops and GPT step in fresh processes; torch.compile's six ops when cold
     (warm, inductor's own caches would need a run of their own to fill)."""
     impls = [Impl(KILN_COMPILED, lambda: _fresh("six_ops", warm), label="kiln compiled, 6 ops"),
              Impl(KILN_COMPILED, lambda: _fresh("gpt_step", warm),
-                  label="kiln compiled, GPT step")]
+                  label="kiln compiled, GPT step", full_only=_GPT_PROCESSES)]
     if not warm:  # with the workers' kernels all back (warm, the first step has them)
         impls.append(Impl(KILN_COMPILED, lambda: _fresh("gpt_step_native", warm),
-                          label="kiln compiled, GPT step, until all native"))
+                          label="kiln compiled, GPT step, until all native",
+                          full_only=_GPT_PROCESSES))
         impls.append(Impl(TORCH_COMPILED, lambda: _fresh("six_ops", False, library="torch"),
                           label="torch.compile, 6 ops"))
     return impls
@@ -149,5 +153,8 @@ def _torch_first_call(arrays: list[np.ndarray]):
 
 
 def notes(quick: bool) -> str:
+    if quick:
+        return ("   memory: RSS growth per distinct kernel is measured without --quick "
+                f"({COMPILES} compiles in fresh processes)")
     from benchmarks import compile_memory
-    return compile_memory.notes(QUICK_COMPILES if quick else COMPILES)
+    return compile_memory.notes(COMPILES)

@@ -60,15 +60,20 @@ def launch(ranks: int, *worker_args: str) -> dict:
 
 
 # the workers, run under mpiexec ---------------------------------------------------------
-def _timed(fn, repeat: int) -> float:
-    """Median seconds of `repeat` calls (after one more untimed)."""
+def _times(fn, repeat: int) -> list[float]:
+    """Seconds of each of `repeat` calls (after one more untimed)."""
     fn()
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return times
+
+
+def _timed(fn, repeat: int) -> float:
+    """Median seconds of `repeat` calls (after one more untimed)."""
+    return statistics.median(_times(fn, repeat))
 
 
 def _step_worker(steps: int) -> dict:
@@ -111,8 +116,9 @@ def _step_worker(steps: int) -> dict:
             w.wait()
 
     dist.barrier()
+    times = _times(step, steps)
     result = {"rank": dist.get_rank(), "ranks": dist.get_world_size(),
-              "step_s": _timed(step, steps)}
+              "step_s": statistics.median(times), "step_times": times}
     if dist.get_world_size() > 1:
         with model.no_sync():
             alone = statistics.median(backward() for _ in range(steps))
@@ -205,16 +211,39 @@ def report(figures: dict) -> str:
     return "\n".join(lines)
 
 
+QUICK_STEPS, QUICK_LAUNCH_ROUNDS = 10, 4
+
+
 def cases(quick: bool) -> list:
-    """The harness's view: DDP step time at 1 and 2 ranks, each timed call one launch."""
+    """The harness's view: DDP step time at 1 and 2 ranks. A timed call is one launch of
+    40 steps; with --quick, one launch's steps in groups of QUICK_STEPS give several
+    calls' medians (an mpiexec launch and its imports cost seconds: launching each of
+    the check's and rounds' calls anew made this suite a third of the quick run)."""
     from benchmarks.harness import Case, Impl
-    steps = "10" if quick else "40"
 
     def ranks(n: int):
-        return lambda: (lambda: launch(n, "step", steps)["step_s"])
+        if not quick:
+            return lambda: (lambda: launch(n, "step", "40")["step_s"])
+        return lambda: _GroupedSteps(n).next
     return [Case(f"DDP step, {MODEL}", [Impl("kiln eager", ranks(1), label="kiln DDP, 1 rank"),
                                          Impl("kiln eager", ranks(2), label="kiln DDP, 2 ranks")],
                  unit="steps/s", self_timed=True)]
+
+
+class _GroupedSteps:
+    """Median step times of groups of QUICK_STEPS steps, QUICK_LAUNCH_ROUNDS groups to a
+    launch on `ranks` processes, launched again when they are used up."""
+
+    def __init__(self, ranks: int):
+        self.ranks, self.medians = ranks, []
+
+    def next(self) -> float:
+        if not self.medians:
+            times = launch(self.ranks, "step", str(QUICK_STEPS * QUICK_LAUNCH_ROUNDS))[
+                "step_times"]
+            self.medians = [statistics.median(times[i:i + QUICK_STEPS])
+                            for i in range(0, len(times), QUICK_STEPS)]
+        return self.medians.pop(0)
 
 
 def notes(quick: bool) -> str:

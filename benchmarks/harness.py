@@ -29,11 +29,13 @@ UNITS = {"GFLOP/s": 1e9, "GB/s": 1e9, "steps/s": 1.0, "ops/s": 1.0}
 class Impl:
     """One contender's way of doing a case. `build()` makes its inputs and returns the
     zero-argument function that is timed; `context` (optional) is entered around every
-    batch of calls, e.g. an active profiler."""
+    batch of calls, e.g. an active profiler. `full_only`: why it runs in the full suite
+    alone (a cost of many seconds that --quick, the README's main job, leaves out)."""
     contender: str
     build: Callable[[], Callable[[], Any]]
     label: str = ""
     context: Callable[[], Any] | None = None
+    full_only: str = ""
 
     def __post_init__(self):
         self.label = self.label or self.contender
@@ -152,7 +154,8 @@ def run_case(case: Case, lineup, settings: Settings, progress=None) -> CaseResul
     for impl in case.impls:
         outcome = Outcome(impl.label, impl.contender, "ok")
         outcomes.append(outcome)
-        reason = lineup.why_skipped(impl.contender)
+        reason = lineup.why_skipped(impl.contender) or (
+            settings.quick and impl.full_only and f"left out of --quick: {impl.full_only}")
         if reason:
             outcome.status, outcome.reason = "skipped", reason
             continue
@@ -240,10 +243,13 @@ def _time_in_turns(case: Case, runnable: list, settings: Settings, progress) -> 
             outcome, lambda: calibrate(fn, settings.batch_s, impl.context))
         if outcome.status == "ok":
             turns.append((outcome, _batch(fn, number, impl.context, case.self_timed)))
-    rounds = settings.self_timed_rounds if case.self_timed else settings.rounds
-    total = settings.warmup_rounds + rounds
+    # a self-timed round (a fresh process, a first call) needs no warm-up: the check's
+    # call was one
+    rounds, warmup = (settings.self_timed_rounds, 0) if case.self_timed else \
+        (settings.rounds, settings.warmup_rounds)
+    total = warmup + rounds
     for r in range(total):
-        warming = r < settings.warmup_rounds
+        warming = r < warmup
         _note(progress, f"round {r + 1}/{total}{' (warm-up)' if warming else ''}")
         for outcome, run in turns[r % len(turns):] + turns[:r % len(turns)]:
             if outcome.status != "ok":

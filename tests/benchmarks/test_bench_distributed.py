@@ -28,3 +28,18 @@ def test_the_report_gives_efficiency_bandwidths_and_the_hidden_share():
     assert "15.00 GB/s" in text and "3.75 GB/s" in text  # ping-pong, kiln's all_reduce
     assert "cross-rank check per collective: 7.0 us" in text
     assert "50% of the all-reduce hidden" in text  # (4 + 2 - 5) / 2
+
+
+def test_quick_rounds_are_medians_of_groups_of_one_launchs_steps(monkeypatch):
+    launches = []
+
+    def launch(ranks, mode, steps):
+        launches.append((ranks, mode, steps))
+        return {"step_times": [float(len(launches) * 100 + i) for i in range(int(steps))]}
+    monkeypatch.setattr(distributed, "launch", launch)
+    monkeypatch.setattr(distributed, "QUICK_STEPS", 3)
+    monkeypatch.setattr(distributed, "QUICK_LAUNCH_ROUNDS", 2)
+    (case,) = distributed.cases(quick=True)
+    one_rank = case.impls[0].build()
+    assert [one_rank() for _ in range(3)] == [101.0, 104.0, 201.0]
+    assert launches == [(1, "step", "6"), (1, "step", "6")]

@@ -29,7 +29,7 @@ def tiny_sizes(monkeypatch):
             (gemm, "LINEAR", (4, 6, 5)), (conv, "QUICK", (2, 3, 6, 4)),
             (train, "BATCHES", 2), (train, "MLP_HIDDEN", 16), (train, "MLP_BATCH", 8),
             (train, "D_MODEL", 16), (train, "HEADS", 2), (train, "CONTEXT", 8),
-            (train, "TEXT_BATCH", 2), (compile_overhead, "QUICK_COMPILES", 3)):
+            (train, "TEXT_BATCH", 2), (compile_overhead, "COMPILES", 3)):
         monkeypatch.setattr(module, name, value)
 
 
@@ -109,9 +109,20 @@ def test_fusion_suite_reports_what_the_passes_buy():
 
 
 def test_compile_overhead_reports_memory_per_compile_from_fresh_processes(tiny_sizes):
-    text = compile_overhead.notes(quick=True)
+    text = compile_overhead.notes(quick=False)
     assert "over 3 compiles" in text
     assert "compiled " in text and "from disk cache " in text and "MB per 1000" in text
+    assert "measured without --quick" in compile_overhead.notes(quick=True)
+
+
+def test_quick_leaves_full_only_contenders_out_with_the_reason(tiny_sizes):
+    (case,) = [c for c in compile_overhead.cases(quick=True)
+               if c.name == "first call in a fresh process, empty kernel cache"]
+    native = next(i for i in case.impls if i.label.endswith("until all native"))
+    native.build = lambda: pytest.fail("a full-only contender was built under --quick")
+    case.impls[:] = [native]
+    (outcome,) = run_case(case, Lineup(threads=1, quick=True), ONCE).outcomes
+    assert outcome.status == "skipped" and outcome.reason.startswith("left out of --quick: ")
 
 
 def test_fresh_processes_cache_bytecode_as_an_installed_package_has_it(monkeypatch, tmp_path):
