@@ -284,7 +284,10 @@ class CompiledFunction:
                 results += action(leaves)
             else:  # a whole step, on the results it took at capture
                 step, tensors = action
-                step.call(*[results[o] for o in tensors])
+                if step.write:  # (its tensors found again from the arguments too)
+                    step.call(*[results[o] for o in tensors], leaves=leaves)
+                else:
+                    step.call(*[results[o] for o in tensors])
         if entry.out_tree == 0:  # a single result
             return self._slot(entry.out_slots[0], results, leaves)
         out = [self._slot(slot, results, leaves) for slot in entry.out_slots]
@@ -307,9 +310,10 @@ class CompiledFunction:
         it again would take them twice, so it is refused, after this call took them
         once."""
         self.check_calls -= 1
-        if entry.steps:
+        whole = [s for s in entry.steps if not s.write]  # (writes are undone below)
+        if whole:
             self.check_calls = 0
-            steps = ", ".join(dict.fromkeys(s.what for s in entry.steps))
+            steps = ", ".join(dict.fromkeys(s.what for s in whole))
             raise CompileCheckError(
                 f"kiln.compile(check=True): {self.__name__} takes whole steps ({steps}) that "
                 f"change state besides its outputs; check=True compares by running the "
@@ -431,11 +435,13 @@ def _why_not_replayable(trace: capture.Trace, out_leaves) -> str:
     if foreign:
         return f"{foreign} takes a tensor its graph did not make"
     returned = {id(v) for _, v in out_leaves if isinstance(v, Tensor)}
-    for record in trace.records:
+    for k, record in enumerate(trace.records):
         if record.needs_grad is None and any(t.requires_grad and not _used_up(t)
                                              for t in record.outputs):
             return "its results need eager autograd history (grad mode changed inside it)"
-        kept = returned | {id(record.outputs[o]) for _, o in record.grads}
+        kept = returned | {id(record.outputs[o]) for _, o in record.grads} | {
+            id(record.outputs[o]) for s in trace.steps if s.after_regions == k + 1 and s.write
+            for o in s.tensors}  # read by the writes after it
         if any(id(t) not in kept for t in record.outputs):
             return "it keeps tensors besides its outputs (autograd history or side effects)"
         why = _why_grads_not_replayable(trace, record)

@@ -29,6 +29,7 @@ from eager import dispatcher, factories
 from eager.device import CPU, META
 from eager.device import device as Device
 from eager.dispatcher import DispatchKey
+from eager.autograd.grad_mode import set_grad_enabled
 from eager.profiler import profile, record_function
 from eager.tensor import (Storage, Tensor, contiguous_strides, reading_why, set_break_hook,
                           set_data_watch, set_whole_step_hook, wrap_scalar)
@@ -131,6 +132,46 @@ class EagerStep:
     returned_none: bool = True
     tensors: tuple | None = ()         # its tensors as outputs of the last region (None:
                                        # one is not)
+    write: bool = False                # an in-place write kept outside the graph (below)
+
+
+@dataclass
+class PendingWrite:
+    """An in-place op waiting for its region (Trace._defers)."""
+    handle: object
+    args: tuple
+    kwargs: dict
+    grad_enabled: bool
+    where: str
+
+
+class _WriteStep:
+    """An in-place write as a replay step: `slots` give each argument ("out", i): the
+    i-th tensor the step is given (a region's output), ("source", s): found again from
+    the call's arguments, ("value", v): v itself, ("items", list or tuple, slots): a
+    list of those."""
+
+    def __init__(self, handle, n_args: int, kwarg_names: tuple, slots: list,
+                 grad_enabled: bool):
+        self.handle, self.n_args, self.kwarg_names = handle, n_args, kwarg_names
+        self.slots, self.grad_enabled = slots, grad_enabled
+        self.sources = True  # the replay passes the call's argument leaves
+
+    def __call__(self, *tensors, leaves=()):
+        from compiler.guards import resolve
+
+        def value(slot):
+            kind, x = slot[0], slot[1]
+            if kind == "items":
+                return slot[1](value(s) for s in slot[2])
+            return tensors[x] if kind == "out" else resolve(x, leaves) if kind == "source" \
+                else x
+        values = [value(s) for s in self.slots]
+        self.apply(values[:self.n_args], dict(zip(self.kwarg_names, values[self.n_args:])))
+
+    def apply(self, args, kwargs) -> None:
+        with set_grad_enabled(self.grad_enabled):
+            self.handle(*args, **kwargs)
 
 
 def _type_of(t: Tensor) -> TensorType:
@@ -171,7 +212,11 @@ class Region:
         self._scalars: dict = {}
         self._count = 0
 
-    def value_for(self, t: Tensor) -> Value:
+    def value_for(self, t: Tensor, stop_gradient: bool = False) -> Value:
+        """The graph value of `t`; `stop_gradient`: a value no gradient flows back
+        through (a detach of it, where it needs one)."""
+        if stop_gradient and t._requires_grad:
+            return self._detached(self.value_for(t))
         lazy = t._lazy
         if lazy is not None and lazy.region is self:
             return lazy.value
@@ -185,6 +230,12 @@ class Region:
             self._input_of[id(t)] = v
             self.trace.note_input(t)
         return v
+
+    def _detached(self, v: Value) -> Value:
+        out = Value(f"v{self._count}", v.type)
+        self._count += 1
+        self.nodes.append(Node(Op.DETACH, (v,), (), (out,)))
+        return out
 
     def _scalar(self, value, dtype) -> Value:
         """A Python number as a `scalar` node (one per distinct number in the region)."""
@@ -282,6 +333,8 @@ class Trace:
         self.breaks: list[BreakRecord] = []
         self.untracked_inputs: list[str] = []
         self.created: set[int] = set()        # ids of tensors made by factories meanwhile
+        self.writes: list[PendingWrite] = []  # in-place writes that wait for the region
+        self.written: set[int] = set()        # ids of the storages they write
         self.produced: set[int] = set()       # ids of lazy tensors made concrete by flushes
         self.random = False
         self.grad_enabled = dispatcher.tls.grad_enabled
@@ -305,8 +358,11 @@ class Trace:
         a region's result flushed by a whole step (a training step's loss read after
         `opt.step()`). A tensor the pending region reads is flushed first, so the region
         sees it as it was."""
+        if id(t._storage) in self.written:
+            self.flush("Python reads a tensor written in place")
         own = t._wrapped or id(t) in self.created or (  # made by a flush that was a
-            id(t) in self.produced and not self.steps)  # break, or the last one
+            id(t) in self.produced and  # break, or the last one
+            not any(not s.write for s in self.steps))
         pending = id(t) in self.region._input_of
         if pending or not (own or self.breaks):
             what = "reads the values of a" if not own else "touches the elements of a"
@@ -319,12 +375,17 @@ class Trace:
         if op is None:
             reason = f"custom op {handle.qualified_name} has no lowering"
         elif op in INPLACE:
+            if self._defers(handle, args, kwargs):
+                return self._defer(handle, args, kwargs)
             reason = f"in-place op {handle.qualified_name} (capture records functional code)"
         elif op in DATA_DEPENDENT_SHAPE:
             reason = f"{handle.qualified_name}: its output shape depends on its input's values"
         bound = handle.schema.bind(args, kwargs)
         tensors = [t for a in handle.schema.arguments if a.type.base == "Tensor"
                    for t in _as_list(bound[a.name])]
+        if self.written and any(isinstance(t, Tensor) and t._lazy is None and
+                                id(t._storage) in self.written for t in tensors):
+            self.flush(f"{handle.qualified_name} reads a tensor written in place")
         if reason is None:
             reason = _device_problem(handle, tensors, bound)
         if reason is None:
@@ -343,8 +404,13 @@ class Trace:
             return self.break_and_run(handle, args, kwargs, f"{handle.qualified_name}: an "
                                       "undefined (None) output, which a graph has no value for")
         region = self.region
+        stop_gradients = False
         if dispatcher.tls.grad_enabled != self.grad_enabled:
-            region.grad_mode_changed = True
+            # grad mode off inside a trace that began with it on (a batch norm's running
+            # statistics): the op's inputs are cut from the gradient (detach), so the
+            # region still compiles its backward; the other way round it cannot
+            stop_gradients = self.grad_enabled
+            region.grad_mode_changed |= not self.grad_enabled
         inputs, attrs = [], []
         for a in handle.schema.arguments:
             v = bound[a.name]
@@ -353,9 +419,9 @@ class Trace:
                     v = (v,)  # int[1] takes a bare int; the IR keeps one spelling
                 attrs.append((a.name, _attr(v)))
             elif a.type.is_list:
-                inputs.append(tuple(region.value_for(t) for t in v))
+                inputs.append(tuple(region.value_for(t, stop_gradients) for t in v))
             else:
-                inputs.append(None if v is None else region.value_for(v))
+                inputs.append(None if v is None else region.value_for(v, stop_gradients))
         device = tensors[0].device if tensors else META
         lazies = region.add(op, inputs, attrs, metas, device)
         return tuple(lazies) if isinstance(out, tuple) else (
@@ -378,6 +444,67 @@ class Trace:
                                     frozenset(map(id, nulls_grads_of)), result is None,
                                     None if None in places else places))
         return result
+
+    # in-place writes ------------------------------------------------------------------
+    def _defers(self, handle, args, kwargs) -> bool:
+        """Whether an in-place op can wait until the region has run: it writes a
+        concrete tensor (a module's buffer, an argument, a global), and autograd records
+        nothing of it (grad mode off, or no tensor of it needs a gradient). BatchNorm's
+        running statistics are such writes; an in-place op on a value of the graph
+        still breaks it."""
+        if self.compile_region is None:
+            return False
+        bound = handle.schema.bind(args, kwargs)
+        target = bound[handle.schema.mutated_args[0]]
+        tensors = [t for a in handle.schema.arguments if a.type.base == "Tensor"
+                   for t in _as_list(bound[a.name])]
+        return isinstance(target, Tensor) and target._lazy is None and \
+            not target._wrapped and not (dispatcher.tls.grad_enabled and any(
+                t._requires_grad for t in tensors)) and \
+            _device_problem(handle, tensors, bound) is None
+
+    def _defer(self, handle, args, kwargs) -> Tensor:
+        """Keep the write for after the region (flush) and return its target as the op
+        does; a later op or Python read of the target's storage flushes first."""
+        target = handle.schema.bind(args, kwargs)[handle.schema.mutated_args[0]]
+        self.writes.append(PendingWrite(handle, args, kwargs, dispatcher.tls.grad_enabled,
+                                        user_location()))
+        self.written.add(id(target._storage))
+        return target
+
+    def _write(self, write: PendingWrite) -> None:
+        """Run a waiting write on its now concrete tensors; keep it as a step the replay
+        runs after the region, its tensors found again there: the region's outputs by
+        their places, the others by their sources."""
+        made = {id(t): i for i, t in enumerate(self.records[-1].outputs)} if self.records \
+            else {}
+        places: list = []
+
+        def slot(v):
+            if isinstance(v, (list, tuple)) and any(isinstance(x, Tensor) for x in v):
+                return ("items", type(v), [slot(x) for x in v])  # index_put_'s indices
+            if not isinstance(v, Tensor) or v._wrapped:
+                return ("value", v)
+            if id(v) in made and id(v) in self.produced:
+                places.append(made[id(v)])
+                return ("out", len(places) - 1)
+            if id(v) in self.known_sources:
+                return ("source", self.known_sources[id(v)])
+            self.note_input(v)  # (a tensor the replay cannot find: Python re-runs)
+            return ("value", v)
+        slots = [slot(v) for v in (*write.args, *write.kwargs.values())]
+        call = _WriteStep(write.handle, len(write.args), tuple(write.kwargs), slots,
+                          write.grad_enabled)
+        tls = dispatcher.tls
+        previous = tls.exclude
+        tls.exclude = previous | TRACER_BIT
+        try:
+            call.apply(write.args, write.kwargs)
+        finally:
+            tls.exclude = previous
+        self.steps.append(EagerStep(call, f"{write.handle.qualified_name} (an in-place write "
+                                    "of a tensor outside the graph)", write.where,
+                                    len(self.records), tensors=tuple(places), write=True))
 
     def note_grad_write(self, t: Tensor, value) -> None:
         """Python sets t.grad (outside a whole step): a replay would not."""
@@ -402,7 +529,14 @@ class Trace:
 
     # flushing -----------------------------------------------------------------------
     def flush(self, reason: str, where: str | None = None) -> None:
-        """Compile and run the pending region; its live tensors become concrete."""
+        """Compile and run the pending region; its live tensors become concrete; then
+        the in-place writes that waited for it run."""
+        writes, self.writes, self.written = self.writes, [], set()
+        self._flush_region(reason, where)
+        for write in writes:
+            self._write(write)
+
+    def _flush_region(self, reason: str, where: str | None) -> None:
         region = self.region
         self.region = Region(self)
         if where is not None:

@@ -54,7 +54,8 @@ def _whole_step_lines(entry) -> list[str]:
     and step) that ran eagerly between its regions, and the gradients its graph sets."""
     if not entry.steps:
         return []
-    lines = ["  whole steps, run eagerly between graphs (not captured op by op):"]
+    lines = ["  whole steps and in-place writes, run eagerly between graphs (not captured "
+             "op by op):"]
     for step in entry.steps:
         lines.append(f"    - {step.what} after {step.after_regions} region(s), at {step.where}")
     regions = [a for a in entry.program if not isinstance(a, tuple)]
