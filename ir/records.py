@@ -17,10 +17,14 @@ place, beside the op's kernel in its family file (eager/kernels/<family>.py):
   imports the code generator; `float_only` (PyTorch has no integer kernel), `activations`
   (the names a GEMM's store applies it under, with the attributes each stands for);
 - `derivative`: the op's backward rule (eager/autograd reads them; see Derivative);
+- `decomposition`: a composite op's formula in simpler ops, written once over an
+  interpreter (ir/formula.py): the compiler's decompose pass, eager's row kernels,
+  CUDA's composed kernels and eager's numpy fallbacks all run this one definition;
 - `inplace_of`: an in-place op's out-of-place twin, whose derivative it uses.
 
 Every table a layer needs (eager's functions and Tensor methods, the native op set, the
-float-only set, the GEMM's activations) is derived from RECORDS, never kept beside it.
+float-only set, the GEMM's activations, the decompositions) is derived from RECORDS,
+never kept beside it.
 """
 from __future__ import annotations
 
@@ -90,15 +94,16 @@ class Pointwise(NamedTuple):
 
 
 class OpRecord:
-    """One op's names, pointwise facts, derivative and in-place twin."""
+    """One op's names, pointwise facts, derivative, decomposition and in-place twin."""
 
     def __init__(self, op: Op, function: str | None, method: str | None,
                  functional: str | None, pointwise: Pointwise | None, inplace_of: Op | None,
-                 differentiable: bool):
+                 differentiable: bool, formula: Callable | None = None):
         self.op, self.function, self.method, self.functional = op, function, method, functional
         self.pointwise, self.inplace_of, self.differentiable = pointwise, inplace_of, \
             differentiable
         self.rule: Derivative | None = None
+        self.formula = formula  # the decomposition, `formula(F, *args, **kwargs)`
 
     def derivative(self, name: str, inputs: str, save: str = "",
                    overloads: dict[str, Callable[[dict], bool]] | None = None):
@@ -111,6 +116,14 @@ class OpRecord:
             return formula
         return register
 
+    def decomposition(self, formula: Callable) -> Callable:
+        """Decorator: `formula(F, *args, **kwargs)` computes this op in simpler ones,
+        over the interpreter F (ir/formula.py)."""
+        if self.formula is not None:
+            raise ValueError(f"{self.op!r} has a decomposition already")
+        self.formula = formula
+        return formula
+
     def __repr__(self) -> str:
         return f"OpRecord({self.op!r})"
 
@@ -121,9 +134,12 @@ _DECLARED_IN: dict[str, None] = {}  # the modules that declared records, in orde
 
 def declare(op: Op, *, function: bool | str = False, method: bool | str = False,
             functional: bool | str = False, pointwise: Pointwise | None = None,
-            inplace_of: Op | None = None, differentiable: bool = True) -> OpRecord:
+            inplace_of: Op | None = None, differentiable: bool = True,
+            decomposition: Callable | None = None) -> OpRecord:
     """Record `op`; a name given as True is the schema's. `differentiable=False`: its
-    outputs never carry a gradient (integer or boolean results, detach)."""
+    outputs never carry a gradient (integer or boolean results, detach).
+    `decomposition`: as the decorator OpRecord.decomposition, for a formula the record's
+    own pointwise facts are made from (gelu_backward's numpy function and emitter)."""
     if op in RECORDS:
         raise ValueError(f"{op!r} is declared twice")
     if pointwise is not None and pointwise.rule not in POINTWISE_RULES:
@@ -134,7 +150,7 @@ def declare(op: Op, *, function: bool | str = False, method: bool | str = False,
     def name(given):
         return op.schema.name if given is True else (given or None)
     RECORDS[op] = OpRecord(op, name(function), name(method), name(functional), pointwise,
-                           inplace_of, differentiable)
+                           inplace_of, differentiable, decomposition)
     _DECLARED_IN.setdefault(sys._getframe(1).f_globals.get("__name__", ""))
     return RECORDS[op]
 
@@ -182,3 +198,9 @@ def activations() -> dict[str, tuple[Op, dict]]:
     """GEMM store activation name -> (op, attributes), from the pointwise records."""
     return {name: (op, dict(attrs)) for op, p in pointwise_ops().items()
             for name, attrs in p.activations}
+
+
+@_derived
+def decompositions() -> dict[Op, Callable]:
+    """Composite op -> its formula (ir/formula.py), from the records."""
+    return {op: r.formula for op, r in RECORDS.items() if r.formula is not None}
