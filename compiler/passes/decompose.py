@@ -8,8 +8,9 @@ activation. (A compiled backward captures NativeLayerNormBackward0, which runs t
 backward's formula in eager ops.)
 
 Each formula is written once, on its op's record, over an interpreter (ir/formula.py);
-this pass runs it in eager ops (INLINED: composite calls written out), captures that into a graph (the same capture
-compile() uses) and inlines it. Only float32 and float64 ops decompose: eager computes
+this pass runs it in eager ops (INLINED: a composite call such as F.mean written out as
+its own formula), captures that into a graph (the same capture compile() uses) and
+inlines it. Only float32 and float64 ops decompose: eager computes
 float16 ops in float32 and rounds once, which a chain of float16 ops would not match.
 Ops over empty tensors stay whole: their own rules say what an empty softmax or var is;
 so do ops over symbolic sizes (a mean's count is a size's value, and the kernels run

@@ -66,19 +66,22 @@ class _Inlined(_Eager):
     mean = Interpreter.mean
 
 
-def _axes(dims):
-    return (dims,) if isinstance(dims, int) else tuple(dims)
+def _axes(dims) -> tuple:
+    return dims if dims.__class__ is tuple else (dims,) if isinstance(dims, int) else \
+        tuple(dims)
 
 
 class _Numpy(Interpreter):
     """Formulas on numpy arrays: dims are the non-negative ones the kernel reduces (a
-    zero-dim array's are none), and the kernel gives the result its dtype."""
+    zero-dim array's are none), and the kernel gives the result its dtype. Reductions
+    call the ufuncs' reduce, which np.sum and np.max wrap (the same values, ~1 us less
+    a call)."""
 
     def sum(self, x, dims, keepdim=False):
-        return np.sum(x, axis=_axes(dims), keepdims=keepdim)
+        return np.add.reduce(x, axis=_axes(dims), keepdims=keepdim)
 
     def amax(self, x, dims, keepdim=False):
-        return np.max(x, axis=_axes(dims), keepdims=keepdim)
+        return np.maximum.reduce(x, axis=_axes(dims), keepdims=keepdim)
 
     def count(self, x, dims, correction=0) -> int:
         return _count(x.shape, _axes(dims), correction)

@@ -61,7 +61,8 @@ def _gelu_backward(g, x, approximate="none"):
         k = math.sqrt(2 / math.pi)
         t = np.tanh(k * (x + 0.044715 * x ** 3))
         return g * (0.5 * (1 + t) + 0.5 * x * (1 - t ** 2) * k * (1 + 3 * 0.044715 * x ** 2))
-    return g * (0.5 * (1 + _erf(x / math.sqrt(2))) + x * np.exp(-x * x / 2) / math.sqrt(2 * math.pi))
+    pdf = np.exp(-x * x / 2) / math.sqrt(2 * math.pi)
+    return g * (0.5 * (1 + _erf(x / math.sqrt(2))) + x * pdf)
 
 
 # cases: (op, arguments from (rng, shape), reference, the kind of eager's generated kernel
