@@ -19,7 +19,7 @@ from ir import dtypes
 from ir.ops import Op
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
-_SQRT1_2 = 1.0 / math.sqrt(2.0)
+_SQRT1_2 = math.sqrt(0.5)  # (correctly rounded; 1 / sqrt(2.0) rounds twice)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
@@ -244,21 +244,15 @@ def _(ctx, g):
 
 
 # gelu ----------------------------------------------------------------------------------
-def _gelu(x, approximate="none"):
+def _gelu(F, self, approximate="none"):
+    """x * (1 + erf(x / sqrt 2)) / 2, or with tanh(sqrt(2 / pi) * (x + 0.044715 x^3)):
+    numpy's kernel and the emitter (elementwise kernels, a GEMM's store) both run it."""
+    x = self
     if approximate == "tanh":
-        return 0.5 * x * (1 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x ** 3)))
-    return 0.5 * x * (1 + erf(x / math.sqrt(2.0)))
-
-
-def _emit_gelu(E, x, approximate="none"):
-    """x * (1 + erf(x / sqrt 2)) / 2, or with tanh(sqrt(2 / pi) * (x + 0.044715 x^3))."""
-    if approximate == "tanh":
-        cube = E.mul(E.mul(x, x), x)
-        inner = E.math("tanh", E.mul(E.const(_SQRT_2_OVER_PI),
-                                     E.add(x, E.mul(E.const(0.044715), cube))))
+        inner = F.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x)))
     else:
-        inner = E.math("erf", E.mul(x, E.const(0.7071067811865476)))
-    return E.mul(E.mul(E.const(0.5), x), E.add(E.const(1.0), inner))
+        inner = F.erf(x * _SQRT1_2)
+    return 0.5 * x * (1.0 + inner)
 
 
 def _check_approximate(dt, *tensors, approximate="none"):
@@ -267,7 +261,8 @@ def _check_approximate(dt, *tensors, approximate="none"):
 
 
 GELU = declare(Op.GELU, function=True, method=True, pointwise=Pointwise(
-    "same", _gelu, emit=_emit_gelu, float_only="GeluKernelImpl", float_math=True,
+    "same", numpy_function(_gelu), emit=emitter(_gelu), float_only="GeluKernelImpl",
+    float_math=True,
     activations=(("gelu", ()), ("gelu_tanh", (("approximate", "tanh"),))),
     check=_check_approximate, check_attrs=True))
 
