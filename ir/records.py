@@ -122,6 +122,7 @@ class OpRecord:
         if self.formula is not None:
             raise ValueError(f"{self.op!r} has a decomposition already")
         self.formula = formula
+        _edits[0] += 1
         return formula
 
     def __repr__(self) -> str:
@@ -130,6 +131,7 @@ class OpRecord:
 
 RECORDS: dict[Op, OpRecord] = {}
 _DECLARED_IN: dict[str, None] = {}  # the modules that declared records, in order
+_edits = [0]  # records declared or given a decomposition: the derived tables' version
 
 
 def declare(op: Op, *, function: bool | str = False, method: bool | str = False,
@@ -152,6 +154,7 @@ def declare(op: Op, *, function: bool | str = False, method: bool | str = False,
     RECORDS[op] = OpRecord(op, name(function), name(method), name(functional), pointwise,
                            inplace_of, differentiable, decomposition)
     _DECLARED_IN.setdefault(sys._getframe(1).f_globals.get("__name__", ""))
+    _edits[0] += 1
     return RECORDS[op]
 
 
@@ -162,17 +165,18 @@ def declaring_modules() -> tuple[str, ...]:
 
 
 def _derived(table):
-    """A table derived from RECORDS, made again when records were declared since it was
-    last made (the layers below eager read them: they hold no copy made too early)."""
+    """A table derived from RECORDS, made again when records were declared (or given a
+    decomposition) since it was last made (the layers below eager read them: they hold
+    no copy made too early)."""
     made: list = [None, None]
 
     @functools.wraps(table)
     def current():
-        if made[0] != len(RECORDS):
+        if made[0] != _edits[0]:
             if not RECORDS:
                 raise RuntimeError(f"{table.__name__}(): no op records are declared yet; "
                                    f"they are declared by `import eager`")
-            made[:] = len(RECORDS), table()
+            made[:] = _edits[0], table()
         return made[1]
     return current
 

@@ -1,5 +1,5 @@
 """Decompositions to a small core, so fusion sees primitives: every op whose record has a
-decomposition (ir/records.py decompositions(): softmax -> amax, sub, exp, sum, div;
+decomposition (ir/records.py OpRecord.formula: softmax -> amax, sub, exp, sum, div;
 log_softmax; their backward -> sum, mul, sub; native_layer_norm -> mean, rsqrt and
 elementwise ops, and its backward; mean -> sum / n; var; addmm -> mm + bias;
 gelu_backward -> elementwise primitives). gelu and silu have none and stay whole:
@@ -24,16 +24,16 @@ from compiler.capture import trace_to_graph
 from compiler.passes.rewrite import Rewriter
 from eager.kernels.decomposed import INLINED
 from ir.graph import Graph
-from ir.records import decompositions
+from ir.records import RECORDS
 
 _FLOATS = ("float32", "float64")
 
 
 def decompose(graph: Graph) -> Graph:
     rw = Rewriter(graph)
-    formulas = decompositions()
     for node in graph.nodes:
-        formula = formulas.get(node.op)
+        record = RECORDS.get(node.op)
+        formula = None if record is None else record.formula
         values = node.input_values() + list(node.outputs)
         if formula is None or any(v.type.dtype.name not in _FLOATS for v in values) or \
                 any(0 in v.type.shape or not v.type.is_static for v in values):

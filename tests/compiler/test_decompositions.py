@@ -7,22 +7,29 @@ or pointwise kernel from there on), the formula run in eager ops, the compiled f
 emulated device where there is no GPU) against a float64 numpy reference written here.
 A formula kept twice and drifting apart fails one of these. The row kernels' graphs,
 built from the formulas, are pinned as text: the kernels eager generated before."""
+import importlib
+import inspect
 import math
+import re
 
 import numpy as np
 import pytest
 
 import eager
-import compiler.passes.decompose as decompose_pass
 from eager.backends import row_ops
+from eager.backends.cuda import composed
 from eager.backends.native import pointwise as native_pointwise
 from eager.kernels import reduction
 from eager.kernels.decomposed import EAGER
 from eager.tensor import ops
 from ir import dtypes
 from ir.ops import Op
+from ir.parser import parse
 from ir.records import RECORDS, decompositions
 from runtime.cuda.current import unless_gpu
+
+decompose_pass = importlib.import_module("compiler.passes.decompose")  # (the package's
+# `decompose` attribute is the pass function)
 
 SMALL, LARGE = (2, 3, 7), (4, 5, 61)  # below and above reduction.NATIVE_ELEMENTS (1024)
 TOLERANCE = {np.float32: (1e-4, 1e-5), np.float64: (1e-10, 1e-12)}
@@ -132,8 +139,9 @@ def _arguments(name, shape, dt, device="cpu"):
     """(args with eager tensors in dt, kwargs, the float64 reference's result)."""
     op, make, reference, _ = CASES[name]
     args, kwargs = make(np.random.default_rng(len(name) + shape[-1]), shape)
+    args = [a.astype(dt).astype(np.float64) if isinstance(a, np.ndarray) else a for a in args]
     with np.errstate(invalid="ignore"):  # (a row of -inf: inf - inf)
-        expected = reference(*args, **kwargs)
+        expected = reference(*args, **kwargs)  # of the inputs as rounded to dt
     tensors = [eager.tensor(a.astype(dt)).to(device) if isinstance(a, np.ndarray) else
                (dtypes.from_numpy(dt) if a == "dtype" else a) for a in args]
     return tensors, kwargs, expected
@@ -200,12 +208,40 @@ def test_the_cuda_kernels_agree(name, dt):
         _same(got, expected, dt, f"{name}: CUDA")
 
 
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_float16_kernels_compute_in_float32_and_round_once(name):
+    """numpy's kernels run the formula on float32 arrays (not a chain of float16 ops, which
+    the decompose pass therefore leaves whole)."""
+    op = CASES[name][0]
+    args, kwargs, expected = _arguments(name, SMALL, np.float16)
+    got = getattr(ops, op.schema.name)(*args, **kwargs)
+    for g, e in zip(got if isinstance(got, tuple) else (got,),
+                    expected if isinstance(expected, tuple) else (expected,)):
+        assert g.dtype is dtypes.float16
+        np.testing.assert_allclose(g.numpy().astype(np.float64), np.broadcast_to(
+            e, tuple(g.shape)), 2e-3, 2e-3, equal_nan=True, err_msg=name)
+
+
 def test_every_composite_op_has_its_formula_on_its_record_and_nowhere_beside():
     assert {case[0] for case in CASES.values()} == set(decompositions())  # each tested here
-    tables = [v for v in vars(decompose_pass).values()
-              if isinstance(v, dict) and any(isinstance(k, Op) for k in v)]
+    tables = [v for v in vars(decompose_pass).values() if isinstance(v, dict) and
+              any(isinstance(k, Op) and callable(f) for k, f in v.items())]
     assert tables == []  # the pass reads the records: no table of formulas beside them
     assert set(row_ops._ROW_ARGUMENTS) <= set(decompositions())
+    source = inspect.getsource(row_ops)  # the row graphs spell no arithmetic of their own
+    outside = source.replace(inspect.getsource(row_ops._RowFormula), "")
+    assert not re.search(r"Op\.(ADD|SUB|MUL|DIV|EXP|LOG|RSQRT)\b", outside)
+    assert "ops." not in inspect.getsource(composed)  # CUDA's composed kernels: formulas
+
+
+def test_the_decompose_pass_runs_the_records_formula(monkeypatch):
+    record, calls = RECORDS[Op.SOFTMAX], []
+    formula = record.formula
+    monkeypatch.setattr(record, "formula", lambda *a, **k: calls.append(a) or formula(*a, **k))
+    graph = decompose_pass.decompose(parse("graph(%x: f32[4,5]):\n"
+                                           "  %0: f32[4,5] = softmax.int(%x, dim=-1, dtype=None)\n"
+                                           "  return (%0)\n"))
+    assert len(calls) == 1 and Op.SOFTMAX not in [n.op for n in graph.nodes]
 
 
 ROW_GRAPHS = {
