@@ -17,10 +17,14 @@ place, beside the op's kernel in its family file (eager/kernels/<family>.py):
   imports the code generator; `float_only` (PyTorch has no integer kernel), `activations`
   (the names a GEMM's store applies it under, with the attributes each stands for);
 - `derivative`: the op's backward rule (eager/autograd reads them; see Derivative);
+- `decomposition`: a composite op's formula in simpler ops, written once over an
+  interpreter (ir/formula.py): the compiler's decompose pass, eager's row kernels,
+  CUDA's composed kernels and eager's numpy fallbacks all run this one definition;
 - `inplace_of`: an in-place op's out-of-place twin, whose derivative it uses.
 
 Every table a layer needs (eager's functions and Tensor methods, the native op set, the
-float-only set, the GEMM's activations) is derived from RECORDS, never kept beside it.
+float-only set, the GEMM's activations, the decompositions) is derived from RECORDS,
+never kept beside it.
 """
 from __future__ import annotations
 
@@ -90,15 +94,16 @@ class Pointwise(NamedTuple):
 
 
 class OpRecord:
-    """One op's names, pointwise facts, derivative and in-place twin."""
+    """One op's names, pointwise facts, derivative, decomposition and in-place twin."""
 
     def __init__(self, op: Op, function: str | None, method: str | None,
                  functional: str | None, pointwise: Pointwise | None, inplace_of: Op | None,
-                 differentiable: bool):
+                 differentiable: bool, formula: Callable | None = None):
         self.op, self.function, self.method, self.functional = op, function, method, functional
         self.pointwise, self.inplace_of, self.differentiable = pointwise, inplace_of, \
             differentiable
         self.rule: Derivative | None = None
+        self.formula = formula  # the decomposition, `formula(F, *args, **kwargs)`
 
     def derivative(self, name: str, inputs: str, save: str = "",
                    overloads: dict[str, Callable[[dict], bool]] | None = None):
@@ -111,19 +116,32 @@ class OpRecord:
             return formula
         return register
 
+    def decomposition(self, formula: Callable) -> Callable:
+        """Decorator: `formula(F, *args, **kwargs)` computes this op in simpler ones,
+        over the interpreter F (ir/formula.py)."""
+        if self.formula is not None:
+            raise ValueError(f"{self.op!r} has a decomposition already")
+        self.formula = formula
+        _edits[0] += 1
+        return formula
+
     def __repr__(self) -> str:
         return f"OpRecord({self.op!r})"
 
 
 RECORDS: dict[Op, OpRecord] = {}
 _DECLARED_IN: dict[str, None] = {}  # the modules that declared records, in order
+_edits = [0]  # records declared or given a decomposition: the derived tables' version
 
 
 def declare(op: Op, *, function: bool | str = False, method: bool | str = False,
             functional: bool | str = False, pointwise: Pointwise | None = None,
-            inplace_of: Op | None = None, differentiable: bool = True) -> OpRecord:
+            inplace_of: Op | None = None, differentiable: bool = True,
+            decomposition: Callable | None = None) -> OpRecord:
     """Record `op`; a name given as True is the schema's. `differentiable=False`: its
-    outputs never carry a gradient (integer or boolean results, detach)."""
+    outputs never carry a gradient (integer or boolean results, detach).
+    `decomposition`: as the decorator OpRecord.decomposition, for a formula the record's
+    own pointwise facts are made from (gelu_backward's numpy function and emitter)."""
     if op in RECORDS:
         raise ValueError(f"{op!r} is declared twice")
     if pointwise is not None and pointwise.rule not in POINTWISE_RULES:
@@ -134,8 +152,9 @@ def declare(op: Op, *, function: bool | str = False, method: bool | str = False,
     def name(given):
         return op.schema.name if given is True else (given or None)
     RECORDS[op] = OpRecord(op, name(function), name(method), name(functional), pointwise,
-                           inplace_of, differentiable)
+                           inplace_of, differentiable, decomposition)
     _DECLARED_IN.setdefault(sys._getframe(1).f_globals.get("__name__", ""))
+    _edits[0] += 1
     return RECORDS[op]
 
 
@@ -146,17 +165,18 @@ def declaring_modules() -> tuple[str, ...]:
 
 
 def _derived(table):
-    """A table derived from RECORDS, made again when records were declared since it was
-    last made (the layers below eager read them: they hold no copy made too early)."""
+    """A table derived from RECORDS, made again when records were declared (or given a
+    decomposition) since it was last made (the layers below eager read them: they hold
+    no copy made too early)."""
     made: list = [None, None]
 
     @functools.wraps(table)
     def current():
-        if made[0] != len(RECORDS):
+        if made[0] != _edits[0]:
             if not RECORDS:
                 raise RuntimeError(f"{table.__name__}(): no op records are declared yet; "
                                    f"they are declared by `import eager`")
-            made[:] = len(RECORDS), table()
+            made[:] = _edits[0], table()
         return made[1]
     return current
 
@@ -182,3 +202,9 @@ def activations() -> dict[str, tuple[Op, dict]]:
     """GEMM store activation name -> (op, attributes), from the pointwise records."""
     return {name: (op, dict(attrs)) for op, p in pointwise_ops().items()
             for name, attrs in p.activations}
+
+
+@_derived
+def decompositions() -> dict[Op, Callable]:
+    """Composite op -> its formula (ir/formula.py), from the records."""
+    return {op: r.formula for op, r in RECORDS.items() if r.formula is not None}

@@ -155,6 +155,9 @@ register(Op.MM, _matmul_kernel(mm_rule, np.ndarray.dot, batched=False),
 
 
 def addmm_cpu(self, mat1, mat2, *, beta=1, alpha=1):
+    """Not its record's formula in numpy: the product is made by kiln's GEMM or BLAS and
+    the bias added into it in place, which a formula over fresh arrays cannot say
+    (tests/compiler/test_decompositions.py compares the two)."""
     _, dt = addmm_rule(self, mat1, mat2, beta=beta, alpha=alpha)
     ct = compute_np(dt)
     prod = _product(mat1, mat2, batched=False) if dt in _GEMM_DTYPES and \
@@ -224,6 +227,15 @@ def _(ctx, g):
 
 
 ADDMM = declare(Op.ADDMM, function=True, method=True)
+
+
+@ADDMM.decomposition
+def _(F, self, mat1, mat2, *, beta=1, alpha=1):
+    product = F.mm(mat1, mat2)
+    product = product if alpha == 1 else product * alpha
+    if beta == 0:  # PyTorch: self is ignored, so NaN and inf in it do not propagate
+        return product
+    return product + (self if beta == 1 else self * beta)
 
 
 @ADDMM.derivative("AddmmBackward0", "self mat1 mat2",

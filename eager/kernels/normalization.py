@@ -11,7 +11,11 @@ a layout seen before, float32 rows with weight and bias, a loaded machine): at 2
 elements native_layer_norm 9.2 us against numpy's 17.3, its backward (all three
 gradients) 14.0 against 21.1, _softmax_backward_data 5.4 against 7.2; at 8192 10.3 /
 24.8, 15.8 / 34.3, 6.4 / 11.0. A layout's first native call plans it (~0.2 ms), so small
-tensors, whose layouts vary the most, stay with numpy."""
+tensors, whose layouts vary the most, stay with numpy.
+
+Each op's formula is written once, on its record below (`@NATIVE_LAYER_NORM.decomposition`):
+numpy runs it here (NUMPY, on the rows as a (batch, n) array), the row kernels are built
+from it (eager/backends/row_ops.py), CUDA's kernels and autograd run it in eager ops."""
 from __future__ import annotations
 
 from functools import partial
@@ -23,7 +27,8 @@ from eager.dispatcher import DispatchKey
 from eager.kernels._common import (compute_np, meta_from_rule, operand, register, result,
                                    type_word)
 from eager.kernels import reduction
-from ir.records import declare
+from eager.kernels.decomposed import EAGER, NUMPY
+from ir.records import RECORDS, declare
 from eager.shapes import wrap_dim
 from eager.tensor import meta_empty, ops
 from ir import dtypes
@@ -84,17 +89,11 @@ def native_layer_norm_cpu(input, normalized_shape, weight, bias, eps):
                              ((full, False), (stats, False), (stats, False)))
         if out is not None:
             return tuple(out)
-    ct = compute_np(dt)
-    x = operand(input, ct).reshape(_count(full[:axis], 0), _count(full, axis))
+    ct, n = compute_np(dt), _count(full, axis)
+    x = operand(input, ct).reshape(_count(full[:axis], 0), n)
+    w, b = (None if t is None else operand(t, ct).reshape(-1) for t in (weight, bias))
     with np.errstate(all="ignore"):  # a row of no elements: NaN statistics, no warning
-        mean = x.mean(1, keepdims=True)
-        centred = x - mean
-        rstd = 1.0 / np.sqrt((centred * centred).mean(1, keepdims=True) + eps)
-    out = centred * rstd
-    if weight is not None:
-        out = out * operand(weight, ct).reshape(-1)
-    if bias is not None:
-        out = out + operand(bias, ct).reshape(-1)
+        out, mean, rstd = NATIVE_LAYER_NORM.formula(NUMPY, x, (n,), w, b, eps)
     return result(out.reshape(full), dt), result(mean.reshape(stats), dt), \
         result(rstd.reshape(stats), dt)
 
@@ -139,16 +138,13 @@ def native_layer_norm_backward_cpu(grad_out, input, normalized_shape, mean, rstd
     g = operand(grad_out, ct).reshape(batch, n)
     x = operand(input, ct).reshape(batch, n)
     m, r = operand(mean, ct).reshape(batch, 1), operand(rstd, ct).reshape(batch, 1)
-    xhat = (x - m) * r
-    gw = g if weight is None else g * operand(weight, ct).reshape(-1)
-    if want[0] is not None and outs[0] is None:
-        with np.errstate(all="ignore"):
-            outs[0] = result(((gw - gw.mean(1, keepdims=True) - xhat * (gw * xhat).mean(
-                1, keepdims=True)) * r).reshape(full), dt)
-    if want[1] is not None and outs[1] is None:
-        outs[1] = result((g * xhat).sum(0).reshape(want[1][0]), want[1][1])
-    if want[2] is not None and outs[2] is None:
-        outs[2] = result(g.sum(0).reshape(want[2][0]), want[2][1])
+    w = None if weight is None else operand(weight, ct).reshape(-1)
+    mask = [wanted is not None and o is None for wanted, o in zip(want, outs)]
+    with np.errstate(all="ignore"):
+        got = NATIVE_LAYER_NORM_BACKWARD.formula(NUMPY, g, x, (n,), m, r, w, None, mask)
+    for i, value in enumerate(got):
+        if mask[i]:
+            outs[i] = result(value.reshape(want[i][0]), want[i][1])
     return tuple(outs)
 
 
@@ -185,27 +181,23 @@ def _native_layer_norm_backward(grad_out, input, mean, rstd, weight, want, axis:
 register(Op.NATIVE_LAYER_NORM_BACKWARD, native_layer_norm_backward_cpu, _backward_meta)
 
 
-def layer_norm_backward_ops(grad_out, input, normalized_shape, mean, rstd, weight, mask):
-    """native_layer_norm_backward in differentiable eager ops: what NativeLayerNormBackward0
-    runs where its result must be differentiated again (create_graph) or captured
-    (compiled backward), and the CUDA backend's kernel."""
-    axis = input.dim() - len(normalized_shape)
-    dims, batch = list(range(axis, input.dim())), list(range(axis))
-    xhat = (input - mean) * rstd
-    gw = grad_out if weight is None else grad_out * weight
-    grad_input = grad_weight = grad_bias = None
-    if mask[0]:
-        grad_input = (gw - ops.mean(gw, dims, True) -
-                      xhat * ops.mean(gw * xhat, dims, True)) * rstd
-    if mask[1] and weight is not None:
-        grad_weight = grad_out * xhat
-        grad_weight = ops.sum(grad_weight, batch) if batch else grad_weight
-    if mask[2]:
-        grad_bias = ops.sum(grad_out, batch) if batch else grad_out
-    return grad_input, grad_weight, grad_bias
-
-
 NATIVE_LAYER_NORM = declare(Op.NATIVE_LAYER_NORM, function=True)
+
+
+@NATIVE_LAYER_NORM.decomposition
+def _(F, input, normalized_shape, weight, bias, eps):
+    """(out, mean, rstd): the mean, then the mean of squares about it (two passes, as var:
+    no cancellation), then the output; one row kernel, fused or eager's."""
+    dims = list(range(F.ndim(input) - len(normalized_shape), F.ndim(input)))
+    mean = F.mean(input, dims, True)
+    centred = input - mean
+    rstd = F.rsqrt(F.mean(centred * centred, dims, True) + eps)
+    out = centred * rstd
+    if weight is not None:
+        out = out * weight
+    if bias is not None:
+        out = out + bias
+    return out, mean, rstd
 
 
 @NATIVE_LAYER_NORM.derivative("NativeLayerNormBackward0", "input weight bias",
@@ -213,21 +205,44 @@ NATIVE_LAYER_NORM = declare(Op.NATIVE_LAYER_NORM, function=True)
 def _(ctx, g):
     mask = [ctx.needs_input_grad(0), ctx.needs_input_grad(1), ctx.needs_input_grad(2)]
     x, shape = ctx.input, ctx.normalized_shape
+    formula = NATIVE_LAYER_NORM_BACKWARD.formula
     if dispatcher.tls.grad_enabled:  # create_graph: in ops differentiable again, the
-        dims = list(range(x.dim() - len(shape), x.dim()))  # statistics as functions of x
-        mean = ops.mean(x, dims, True)
-        rstd = ops.rsqrt(ops.var(x, dims, correction=0, keepdim=True) + ctx.eps)
-        return layer_norm_backward_ops(g, x, shape, mean, rstd, ctx.weight, mask)
+        # statistics as functions of x (the forward's formula computed again)
+        _, mean, rstd = NATIVE_LAYER_NORM.formula(EAGER, x, shape, None, None, ctx.eps)
+        return formula(EAGER, g, x, shape, mean, rstd, ctx.weight, ctx.bias, mask)
     if dispatcher.key_active(DispatchKey.Tracer):  # a compiled backward: ops that give
         # every output (the graph has no value for an undefined one), fused as before
-        return layer_norm_backward_ops(g, x, shape, ctx.result1, ctx.result2, ctx.weight, mask)
+        return formula(EAGER, g, x, shape, ctx.result1, ctx.result2, ctx.weight, ctx.bias,
+                       mask)
     return ops.native_layer_norm_backward(g, x, shape, ctx.result1, ctx.result2, ctx.weight,
                                           ctx.bias, mask)
 
 
-# differentiated where it must be through layer_norm_backward_ops (above), so it has no
+# differentiated where it must be through its formula in eager ops (above), so it has no
 # rule of its own
 NATIVE_LAYER_NORM_BACKWARD = declare(Op.NATIVE_LAYER_NORM_BACKWARD, differentiable=False)
+
+
+@NATIVE_LAYER_NORM_BACKWARD.decomposition
+def _(F, grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
+    """With xhat = (x - mean) * rstd and gw = grad * weight: grad_input rstd * (gw -
+    mean(gw) - xhat * mean(gw * xhat)) over the rows; grad_weight the sum of grad * xhat
+    and grad_bias of grad over the batch dims. A gradient not asked for is None."""
+    axis = F.ndim(input) - len(normalized_shape)
+    dims, batch = list(range(axis, F.ndim(input))), list(range(axis))
+    grad_input = grad_weight = grad_bias = None
+    if output_mask[0] or output_mask[1] and weight is not None:
+        xhat = (input - mean) * rstd
+    if output_mask[0]:
+        gw = grad_out if weight is None else grad_out * weight
+        a, b = F.mean(gw, dims, True), F.mean(gw * xhat, dims, True)
+        grad_input = (gw - a - xhat * b) * rstd
+    if output_mask[1] and weight is not None:
+        grad_weight = grad_out * xhat
+        grad_weight = F.sum(grad_weight, batch) if batch else grad_weight
+    if output_mask[2]:
+        grad_bias = F.sum(grad_out, batch) if batch else grad_out
+    return grad_input, grad_weight, grad_bias
 
 
 # softmax and log_softmax backward -----------------------------------------------------
@@ -256,12 +271,12 @@ def _softmax_backward_kernel(op, rule, log: bool):
                 return out[0]
         ct = compute_np(output.dtype)
         g, y = operand(grad_output, ct), operand(output, ct)
-        d = wrap_dim(dim, output.dim()) if output.dim() else None
+        if output.dim():
+            d = wrap_dim(dim, output.dim())
+        else:  # one element: a row of one
+            g, y, d = g.reshape(1), y.reshape(1), 0
         with np.errstate(all="ignore"):
-            if log:
-                out = g - np.exp(y) * np.sum(g, axis=d, keepdims=True)
-            else:
-                out = y * (g - np.sum(g * y, axis=d, keepdims=True))
+            out = RECORDS[op].formula(NUMPY, g, y, d, dt)
         return result(np.asarray(out).reshape(shape), dt)
     kernel.__name__ = rule.__name__ + "_cpu"
     return kernel
@@ -280,6 +295,12 @@ def _as(t, dt):
 SOFTMAX_BACKWARD_DATA = declare(Op.SOFTMAX_BACKWARD_DATA)
 
 
+@SOFTMAX_BACKWARD_DATA.decomposition
+def _(F, grad_output, output, dim, input_dtype):
+    total = F.sum(grad_output * output, [dim], True)
+    return F.cast(output * (grad_output - total), input_dtype)
+
+
 @SOFTMAX_BACKWARD_DATA.derivative("SoftmaxBackwardDataBackward0", "grad_output output",
                                   save="grad_output output dim")
 def _(ctx, gg):
@@ -291,6 +312,12 @@ def _(ctx, gg):
 
 
 LOG_SOFTMAX_BACKWARD_DATA = declare(Op.LOG_SOFTMAX_BACKWARD_DATA)
+
+
+@LOG_SOFTMAX_BACKWARD_DATA.decomposition
+def _(F, grad_output, output, dim, input_dtype):
+    total = F.sum(grad_output, [dim], True)
+    return F.cast(grad_output - F.exp(output) * total, input_dtype)
 
 
 @LOG_SOFTMAX_BACKWARD_DATA.derivative("LogSoftmaxBackwardDataBackward0", "grad_output output",

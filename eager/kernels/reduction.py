@@ -1,5 +1,9 @@
 """Reductions over dims (sum, mean, amax/amin, max/min with indices, argmax/argmin, var)
-and the row normalisations softmax / log_softmax, computed stably in numpy."""
+and the row normalisations softmax / log_softmax, computed stably in numpy.
+
+mean, var, softmax and log_softmax are composite: each one's formula is written once, on
+its record below (`@MEAN.decomposition`), and numpy runs that formula (NUMPY), as the
+row kernels (eager/backends/row_ops.py) and the compiler's decompose pass (EAGER) do."""
 from __future__ import annotations
 
 import math
@@ -9,8 +13,9 @@ import numpy as np
 from eager.factories import arange
 from eager.kernels._common import (compute_np, load_native, meta_from_rule, operand, register,
                                    result, scalar_value, type_word)
+from eager.kernels.decomposed import NUMPY
 from eager.kernels.gradients import expand_reduced, numel_over
-from ir.records import declare
+from ir.records import RECORDS, declare
 from eager.shapes import reduce_dims, reduced_shape, wrap_dim
 from eager.tensor import ops
 from ir import dtypes
@@ -94,7 +99,7 @@ def mean_cpu(self, dim=None, keepdim=False, *, dtype=None):
     shape, dt = mean_rule(self, dim, keepdim, dtype=dtype)
     a = operand(self, compute_np(dt))
     with np.errstate(all="ignore"):  # an empty reduction is 0/0 = NaN, without a warning
-        return result(np.sum(a, axis=dims, keepdims=keepdim) / n, dt)
+        return result(MEAN.formula(NUMPY, a, dims, keepdim), dt)
 
 
 register(Op.SUM, sum_cpu, meta_from_rule(sum_rule))
@@ -212,9 +217,7 @@ def var_cpu(self, dim=None, *, correction=None, keepdim=False):
         return out
     a = operand(self, compute_np(dt))
     with np.errstate(all="ignore"):
-        centred = a - np.sum(a, axis=dims, keepdims=True) / n
-        squares = np.sum(centred * centred, axis=dims, keepdims=keepdim)
-        return result(squares / max(n - ddof, 0), dt)
+        return result(VAR.formula(NUMPY, a, dims, correction=ddof, keepdim=keepdim), dt)
 
 
 register(Op.VAR, var_cpu, meta_from_rule(var_rule))
@@ -232,7 +235,7 @@ def _softmax_rule(name):
     return rule
 
 
-def _softmax_kernel(op, rule, log: bool):
+def _softmax_kernel(op, rule):
     def kernel(self, dim, dtype=None):
         shape, dt = rule(self, dim, dtype)
         if self.dim():
@@ -245,20 +248,16 @@ def _softmax_kernel(op, rule, log: bool):
         d = wrap_dim(dim, self.dim())
         if a.size == 0:
             return result(a.reshape(shape), dt)
-        with np.errstate(all="ignore"):
-            # as PyTorch: a row whose max is +-inf gives NaN (inf - inf)
-            shifted = a - np.max(a, axis=d, keepdims=True)
-            e = np.exp(shifted)
-            s = np.sum(e, axis=d, keepdims=True)
-            out = shifted - np.log(s) if log else e / s
+        with np.errstate(all="ignore"):  # (a row whose max is +-inf: NaN, inf - inf)
+            out = RECORDS[op].formula(NUMPY, a, d)
         return result(out.reshape(shape), dt)
     kernel.__name__ = rule.__name__ + "_cpu"
     return kernel
 
 
-for _op, _name, _log in ((Op.SOFTMAX, "softmax", False), (Op.LOG_SOFTMAX, "log_softmax", True)):
+for _op, _name in ((Op.SOFTMAX, "softmax"), (Op.LOG_SOFTMAX, "log_softmax")):
     _rule = _softmax_rule(_name)
-    register(_op, _softmax_kernel(_op, _rule, _log), meta_from_rule(_rule))
+    register(_op, _softmax_kernel(_op, _rule), meta_from_rule(_rule))
 
 
 # records: names and derivatives -----------------------------------------------------
@@ -274,6 +273,12 @@ def _(ctx, g):
 
 
 MEAN = declare(Op.MEAN, function=True, method=True)
+
+
+@MEAN.decomposition
+def _(F, self, dim=None, keepdim=False, *, dtype=None):
+    x = F.cast(self, dtype)
+    return F.sum(x, dim, keepdim) / F.count(x, dim)
 
 
 @MEAN.derivative("MeanBackward1", "self", save="self_sizes dim keepdim",
@@ -330,6 +335,15 @@ ARGMIN = declare(Op.ARGMIN, function=True, method=True, differentiable=False)
 VAR = declare(Op.VAR)
 
 
+@VAR.decomposition
+def _(F, self, dim=None, *, correction=None, keepdim=False):
+    """Two passes, the squares about the mean (no cancellation), over max(n - correction,
+    0): a row kernel's count and divisor are its two numbers."""
+    centred = self - F.mean(self, dim, True)
+    return F.sum(centred * centred, dim, keepdim) / \
+        F.count(self, dim, 1 if correction is None else correction)
+
+
 @VAR.derivative("VarBackward0", "self", save="self dim correction keepdim")
 def _(ctx, g):
     x = ctx.self
@@ -342,12 +356,28 @@ def _(ctx, g):
 SOFTMAX = declare(Op.SOFTMAX, function=True, method=True)
 
 
+@SOFTMAX.decomposition
+def _(F, self, dim, dtype=None):
+    """Shifted by the row's maximum, so exp cannot overflow; as PyTorch, a row whose
+    maximum is +-inf gives NaN (inf - inf)."""
+    x = F.cast(self, dtype)
+    e = F.exp(x - F.amax(x, [dim], True))
+    return e / F.sum(e, [dim], True)
+
+
 @SOFTMAX.derivative("SoftmaxBackward0", "self", save="result dim self_dtype")
 def _(ctx, g):
     return ops._softmax_backward_data(g, ctx.result, ctx.dim, ctx.self_dtype)
 
 
 LOG_SOFTMAX = declare(Op.LOG_SOFTMAX, function=True, method=True)
+
+
+@LOG_SOFTMAX.decomposition
+def _(F, self, dim, dtype=None):
+    x = F.cast(self, dtype)
+    shifted = x - F.amax(x, [dim], True)
+    return shifted - F.log(F.sum(F.exp(shifted), [dim], True))
 
 
 @LOG_SOFTMAX.derivative("LogSoftmaxBackward0", "self", save="result dim self_dtype")

@@ -9,14 +9,18 @@ import math
 import numpy as np
 
 from eager.kernels._common import integral_only, promote, scalar_value
+from eager.kernels.decomposed import numpy_function
 from runtime.cpu.erf import emit_erfinv, erf, erfinv
 from eager.kernels.gradients import sum_to
+from ir.formula import emitter
 from ir.records import Pointwise, declare
 from eager.tensor import ops, wrap_scalar
 from ir import dtypes
 from ir.ops import Op
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_SQRT1_2 = math.sqrt(0.5)  # (correctly rounded; 1 / sqrt(2.0) rounds twice)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
 def _sigmoid(x):
@@ -240,21 +244,15 @@ def _(ctx, g):
 
 
 # gelu ----------------------------------------------------------------------------------
-def _gelu(x, approximate="none"):
+def _gelu(F, self, approximate="none"):
+    """x * (1 + erf(x / sqrt 2)) / 2, or with tanh(sqrt(2 / pi) * (x + 0.044715 x^3)):
+    numpy's kernel and the emitter (elementwise kernels, a GEMM's store) both run it."""
+    x = self
     if approximate == "tanh":
-        return 0.5 * x * (1 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x ** 3)))
-    return 0.5 * x * (1 + erf(x / math.sqrt(2.0)))
-
-
-def _emit_gelu(E, x, approximate="none"):
-    """x * (1 + erf(x / sqrt 2)) / 2, or with tanh(sqrt(2 / pi) * (x + 0.044715 x^3))."""
-    if approximate == "tanh":
-        cube = E.mul(E.mul(x, x), x)
-        inner = E.math("tanh", E.mul(E.const(_SQRT_2_OVER_PI),
-                                     E.add(x, E.mul(E.const(0.044715), cube))))
+        inner = F.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x)))
     else:
-        inner = E.math("erf", E.mul(x, E.const(0.7071067811865476)))
-    return E.mul(E.mul(E.const(0.5), x), E.add(E.const(1.0), inner))
+        inner = F.erf(x * _SQRT1_2)
+    return 0.5 * x * (1.0 + inner)
 
 
 def _check_approximate(dt, *tensors, approximate="none"):
@@ -263,7 +261,8 @@ def _check_approximate(dt, *tensors, approximate="none"):
 
 
 GELU = declare(Op.GELU, function=True, method=True, pointwise=Pointwise(
-    "same", _gelu, emit=_emit_gelu, float_only="GeluKernelImpl", float_math=True,
+    "same", numpy_function(_gelu), emit=emitter(_gelu), float_only="GeluKernelImpl",
+    float_math=True,
     activations=(("gelu", ()), ("gelu_tanh", (("approximate", "tanh"),))),
     check=_check_approximate, check_attrs=True))
 
@@ -273,37 +272,22 @@ def _(ctx, g):
     return ops.gelu_backward(g, ctx.self, approximate=ctx.approximate)
 
 
-def _gelu_backward(g, x, approximate="none"):
+def _gelu_backward(F, grad_output, self, approximate="none"):
+    """grad * d gelu(x) / dx, written once: numpy's kernel (NUMPY), the generated
+    kernels' emitter and the compiler's decomposition all run it."""
+    x = self
     if approximate == "tanh":
-        inner = _SQRT_2_OVER_PI * (x + 0.044715 * x ** 3)
-        t = np.tanh(inner)
-        d_inner = _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x ** 2)
-        return g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * d_inner)
-    cdf = 0.5 * (1 + erf(x / math.sqrt(2.0)))
-    pdf = np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
-    return g * (cdf + x * pdf)
+        t = F.tanh((x + x * x * x * 0.044715) * _SQRT_2_OVER_PI)
+        d_inner = (x * x * (3 * 0.044715) + 1.0) * _SQRT_2_OVER_PI
+        return grad_output * ((t + 1.0) * 0.5 + x * 0.5 * (1.0 - t * t) * d_inner)
+    cdf = (F.erf(x * _SQRT1_2) + 1.0) * 0.5
+    pdf = F.exp(x * x * -0.5) * _INV_SQRT_2PI
+    return grad_output * (cdf + x * pdf)
 
 
-def _emit_gelu_backward(E, g, x, approximate="none"):
-    """g * d gelu(x) / dx, as _gelu_backward computes it."""
-    if approximate == "tanh":
-        square = E.mul(x, x)
-        t = E.math("tanh", E.mul(E.const(_SQRT_2_OVER_PI),
-                                 E.add(x, E.mul(E.const(0.044715), E.mul(square, x)))))
-        d_inner = E.mul(E.const(_SQRT_2_OVER_PI),
-                        E.add(E.const(1.0), E.mul(E.const(3 * 0.044715), square)))
-        slope = E.mul(E.mul(E.mul(E.const(0.5), x), E.sub(E.const(1.0), E.mul(t, t))), d_inner)
-        return E.mul(g, E.add(E.mul(E.const(0.5), E.add(E.const(1.0), t)), slope))
-    cdf = E.mul(E.const(0.5), E.add(E.const(1.0),
-                                    E.math("erf", E.mul(x, E.const(0.7071067811865476)))))
-    pdf = E.mul(E.math("exp", E.mul(E.const(-0.5), E.mul(x, x))),
-                E.const(1 / math.sqrt(2 * math.pi)))
-    return E.mul(g, E.add(cdf, E.mul(x, pdf)))
-
-
-GELU_BACKWARD = declare(Op.GELU_BACKWARD, pointwise=Pointwise(
-    "promote", _gelu_backward, emit=_emit_gelu_backward, float_only="GeluKernelImpl",
-    float_math=True, check=_check_approximate, check_attrs=True))
+GELU_BACKWARD = declare(Op.GELU_BACKWARD, decomposition=_gelu_backward, pointwise=Pointwise(
+    "promote", numpy_function(_gelu_backward), emit=emitter(_gelu_backward),
+    float_only="GeluKernelImpl", float_math=True, check=_check_approximate, check_attrs=True))
 
 
 @GELU_BACKWARD.derivative("GeluBackwardBackward0", "grad_output self",

@@ -19,7 +19,7 @@ LAYERS = [
         "eager.dispatcher", "eager._ops", "eager._custom_ops", "eager.profiler", "eager._C", "eager._formatting", "eager.tensor",
         "eager.backends.mps", "eager.backends", "eager.factories"]),
     ("kernels: op records, CPU and Meta kernels per op family, composite kernels", [
-        "eager.kernels._common", "eager.kernels.gradients",
+        "eager.kernels._common", "eager.kernels.decomposed", "eager.kernels.gradients",
         "eager.kernels.elementwise", "eager.kernels.unary", "eager.kernels.binary",
         "eager.kernels.indexing", "eager.kernels.reduction", "eager.kernels.normalization",
         "eager.kernels.shape", "eager.kernels.windows",

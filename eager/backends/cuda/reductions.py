@@ -6,9 +6,9 @@ into one inner dim (eager.shapes.merge_dims, through the native backend's row_di
 one block per row, the threads' partial results combined with warp shuffles and shared
 memory. The row length, the rows and their strides are launch arguments, so one kernel
 per op, dtypes, rank and block size (a warp for rows up to 32 elements, else
-rows.MAX_THREADS) serves every shape. The rows' bodies are written below as small
-graphs, the decompositions the compiler's passes make (compiler/passes/decompose.py),
-a mean's and a var's divisors passed by value.
+rows.MAX_THREADS) serves every shape. The rows' bodies are eager/backends/row_ops.py's
+graphs, made from the ops' records' formulas as the compiler's decompose pass makes its
+own, a mean's and a var's divisors passed by value.
 
 sum, mean, amax and amin take the rows only over contiguous rows of floats: over a
 leading dim (a strided inner dim, where one block per row would read memory a column at
@@ -75,7 +75,7 @@ def row_kernel(spec: RowSpec) -> CudaKernel:
 
 
 def _row_body(spec: RowSpec, name: str) -> K.KernelSpec:
-    """The op over rows of x as a KernelSpec (codegen/row_ops.py's graph)."""
+    """The op over rows of x as a KernelSpec (eager/backends/row_ops.py's graph)."""
     graph, per_row = row_op_graph(spec.op, spec.source, spec.out, ("count", "corrected_count"))
     return K.KernelSpec(name, "reduction", graph.inputs, graph.nodes, graph.outputs, (),
                         per_row, ())

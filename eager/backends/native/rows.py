@@ -4,9 +4,10 @@ NATIVE_ELEMENTS elements on and keeps numpy where it gets None), and layer norm 
 and backward and softmax's and log_softmax's backward (eager/kernels/normalization.py
 asks `run_graph`).
 
-Each body is a small graph of codegen/row_ops.py (mean: a sum over the count; softmax
-and log_softmax: decompose.py's max, exp, sum; layer norm: mean, the mean of squares
-about it, the normalised, scaled and shifted output), over rows of any length: the
+Each body is a small graph of eager/backends/row_ops.py, made from the op's record's
+formula (mean: a sum over the count; softmax and log_softmax: max, exp, sum; layer norm:
+mean, the mean of squares about it, the normalised, scaled and shifted output), as the
+compiler's decompose pass makes its graphs from it, over rows of any length: the
 kernel is compiled once per graph, dtype and pattern of strides (inner stride 1, 0 or
 other; rows in the lanes over a leading dim, as layer norm's grad_weight and grad_bias
 sum over the batch), through runtime/cpu/kernel_ir.py and the kernel cache on disk, and
@@ -202,7 +203,7 @@ def _digest(key, width: int) -> str:
 
 
 def _body(graph, name: str, classes: tuple, columns: tuple) -> K.KernelSpec:
-    """A row graph (codegen/row_ops.py's) as a KernelSpec."""
+    """A row graph (eager/backends/row_ops.py's) as a KernelSpec."""
     graph, per_row = graph()
     return K.KernelSpec(name, "reduction", graph.inputs, graph.nodes, graph.outputs, (),
                         per_row, classes, columns)

@@ -1,0 +1,117 @@
+"""Interpreters of the decompositions written on the op records (ir/formula.py): EAGER
+runs a formula in eager ops (CUDA's composed kernels and autograd's derivatives run it),
+INLINED too but with a composite call (F.mean) written out as its own formula (what the
+compiler's decompose pass captures: one graph, its counts one scalar each), NUMPY on
+numpy arrays in the compute dtype (eager's CPU fallback kernels, which pass dims already
+made non-negative by eager.shapes.reduce_dims, and cast the result themselves)."""
+from __future__ import annotations
+
+import numpy as np
+
+from eager.shapes import reduce_dims
+from eager.tensor import ops
+from ir.formula import Interpreter
+from runtime.cpu.erf import erf
+
+
+def _count(shape, dims, correction) -> int:
+    n = 1
+    for d in dims:
+        n *= shape[d]
+    return max(n - correction, 0)
+
+
+class _Eager(Interpreter):
+    """Formulas in eager ops: each call one dispatched op (so autograd records it, the
+    Tracer captures it, a CUDA tensor runs it on the device)."""
+
+    def sum(self, x, dims, keepdim=False):
+        return ops.sum(x, dims, keepdim)
+
+    def amax(self, x, dims, keepdim=False):
+        return ops.amax(x, dims, keepdim)
+
+    def mean(self, x, dims=None, keepdim=False):
+        return ops.mean(x, dims, keepdim)
+
+    def count(self, x, dims, correction=0) -> int:  # (a zero-dim x: one element)
+        return _count(x._shape, reduce_dims(dims, x.dim()) if x.dim() else (), correction)
+
+    def exp(self, x):
+        return ops.exp(x)
+
+    def log(self, x):
+        return ops.log(x)
+
+    def rsqrt(self, x):
+        return ops.rsqrt(x)
+
+    def tanh(self, x):
+        return ops.tanh(x)
+
+    def erf(self, x):
+        return ops.erf(x)
+
+    def mm(self, a, b):
+        return ops.mm(a, b)
+
+    def ndim(self, x) -> int:
+        return x.dim()
+
+    def cast(self, x, dtype):
+        return x if dtype is None or x.dtype is dtype else ops._to_copy(x, dtype=dtype)
+
+
+class _Inlined(_Eager):
+    mean = Interpreter.mean
+
+
+def _axes(dims) -> tuple:
+    return dims if dims.__class__ is tuple else (dims,) if isinstance(dims, int) else \
+        tuple(dims)
+
+
+class _Numpy(Interpreter):
+    """Formulas on numpy arrays: dims are the non-negative ones the kernel reduces (a
+    zero-dim array's are none), and the kernel gives the result its dtype. Reductions
+    call the ufuncs' reduce, which np.sum and np.max wrap (the same values, ~1 us less
+    a call)."""
+
+    def sum(self, x, dims, keepdim=False):
+        return np.add.reduce(x, axis=_axes(dims), keepdims=keepdim)
+
+    def amax(self, x, dims, keepdim=False):
+        return np.maximum.reduce(x, axis=_axes(dims), keepdims=keepdim)
+
+    def count(self, x, dims, correction=0) -> int:
+        return _count(x.shape, _axes(dims), correction)
+
+    exp, log, tanh = staticmethod(np.exp), staticmethod(np.log), staticmethod(np.tanh)
+    erf = staticmethod(erf)
+
+    @staticmethod
+    def rsqrt(x):
+        return 1.0 / np.sqrt(x)
+
+    @staticmethod
+    def mm(a, b):
+        return np.matmul(a, b)
+
+    @staticmethod
+    def ndim(x) -> int:
+        return x.ndim
+
+    @staticmethod
+    def cast(x, dtype):
+        return x
+
+
+EAGER, INLINED, NUMPY = _Eager(), _Inlined(), _Numpy()
+
+
+def numpy_function(formula):
+    """A Pointwise record's numpy function `fn(*arrays, **attrs)` that runs `formula`."""
+    def run(*arrays, **attrs):
+        return formula(NUMPY, *arrays, **attrs)
+    run.__name__ = run.__qualname__ = formula.__name__.lstrip("_")
+    return run
