@@ -42,6 +42,7 @@ from eager.derived_math import *  # noqa: F401,F403 - cumsum, logsumexp, norm, i
 from eager.derived_math import einsum, eye, searchsorted  # noqa: F401
 from eager.functional import __all__ as _functional_all
 from eager.type_info import finfo, iinfo
+from runtime.threads import num_threads as get_num_threads, set_num_threads  # noqa: F401
 from eager.storage import UntypedStorage, asarray, frombuffer
 from eager.layouts import (jagged, layout, sparse_bsc, sparse_bsr, sparse_coo, sparse_csc,
                            sparse_csr, strided)

@@ -6,8 +6,24 @@ import functools
 import os
 
 
+_chosen: list[int | None] = [None]  # set_num_threads's count, above the environment's
+
+
+def set_num_threads(count: int) -> None:
+    """The threads kernels planned from now on use (PyTorch's torch.set_num_threads).
+    A kernel already planned for a layout keeps the count it was planned with: call it
+    before the work, as programs do at their start (or set $KILN_NUM_THREADS)."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"set_num_threads: the number of threads must be a positive "
+                         f"integer, got {count!r}")
+    _chosen[0] = count
+
+
 def num_threads() -> int:
-    """`$KILN_NUM_THREADS`, or the number of cores this process may run on (asked once)."""
+    """set_num_threads's count, else `$KILN_NUM_THREADS`, else the number of cores this
+    process may run on (asked once)."""
+    if _chosen[0] is not None:
+        return _chosen[0]
     configured = os.environ.get("KILN_NUM_THREADS")
     if configured:
         try:

@@ -30,6 +30,32 @@ def test_num_threads_comes_from_the_environment_or_the_cores(monkeypatch):
             threads.num_threads()
 
 
+def test_set_num_threads_comes_before_the_environment_and_is_checked(monkeypatch):
+    import eager
+    monkeypatch.setattr(threads, "_chosen", [None])
+    eager.set_num_threads(3)
+    assert threads.num_threads() == eager.get_num_threads() == 3
+    for bad in (0, -1, 2.0, True, "2"):
+        with pytest.raises(ValueError, match="positive integer"):
+            eager.set_num_threads(bad)
+    assert eager.get_num_threads() == 3
+
+
+def test_kernels_planned_after_set_num_threads_use_that_many(monkeypatch):
+    """A large elementwise op planned after the call runs on one thread, and its
+    values are the same."""
+    import eager
+    from eager.backends.native import pointwise
+    from runtime.cpu.launch import PARALLEL_ELEMENTS, _pool_available
+    monkeypatch.setattr(threads, "_chosen", [None])
+    eager.set_num_threads(1)
+    assert not pointwise.threaded()
+    x = eager.arange(float(PARALLEL_ELEMENTS * 2 + 3))
+    assert np.array_equal((x * 3 + 1).numpy(), np.arange(PARALLEL_ELEMENTS * 2 + 3.0) * 3 + 1)
+    eager.set_num_threads(2)
+    assert pointwise.threaded() == _pool_available()  # (the pool runs on Linux x86-64)
+
+
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 7, 8, 100, 1001])
 @pytest.mark.parametrize("parts", [1, 2, 3, 4])
 @pytest.mark.parametrize("grain", [1, 3, 64])
