@@ -584,7 +584,8 @@ class Trace:
                 t.grad_fn, t.output_nr = r.grad_fn, r.output_nr
                 t._set_requires_grad(r._requires_grad)
         for saved in region.saved:  # their tensors are concrete now: take today's version
-            saved.version = saved.tensor._storage.version
+            if saved.tensor is not None:  # (None: dropped for a compiled backward)
+                saved.version = saved.tensor._storage.version
 
 
     def _differentiable(self, region: Region, live: list) -> bool:

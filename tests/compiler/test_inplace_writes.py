@@ -127,3 +127,28 @@ def test_ops_with_grad_mode_off_inside_a_region_get_no_gradient():
         assert_close(got, w.grad)
     (entry,) = cf.entries.values()
     assert entry.mode == "replay" and entry.needs_grad is not None
+
+
+def test_a_break_after_a_differentiable_region_with_statistics_updates_runs():
+    """A residual block's `x += shortcut` (an in-place op on a graph value, a break)
+    after a BatchNorm in training: the region before it flushes with its compiled
+    backward (its eager autograd records dropped), then the write runs."""
+    eager.manual_seed(0)
+    conv, norm = nn.Conv2d(2, 2, 3, padding=1), nn.BatchNorm2d(2)
+
+    def block(x):
+        out = norm(conv(x)).relu()
+        out += x
+        return out.sum()
+    x = eager.randn(3, 2, 4, 4)
+    cf = compiler.compile(block, backend="eager")
+    got = cf(x)
+    got.backward()
+    grad = conv.weight.grad.clone()
+    conv.weight.grad = None
+    eager.manual_seed(0)
+    conv_e, norm_e = nn.Conv2d(2, 2, 3, padding=1), nn.BatchNorm2d(2)
+    expected = (norm_e(conv_e(x)).relu() + x).sum()
+    expected.backward()
+    assert_close(got, expected)
+    assert_close(grad, conv_e.weight.grad)
