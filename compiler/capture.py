@@ -34,7 +34,7 @@ from eager.profiler import profile, record_function
 from eager.tensor import (Storage, Tensor, contiguous_strides, reading_why, set_break_hook,
                           set_data_watch, set_whole_step_hook, wrap_scalar)
 from ir.graph import Graph, GraphBuilder, Node, TensorType, Value, strict_key
-from ir.ops import DATA_DEPENDENT_SHAPE, INPLACE, Op
+from ir.ops import DATA_DEPENDENT_SHAPE, INPLACE, VIEW, Op
 
 TRACER_BIT = 1 << DispatchKey.Tracer
 _local = threading.local()
@@ -135,6 +135,11 @@ class EagerStep:
     write: bool = False                # an in-place write kept outside the graph (below)
 
 
+_FUNCTIONAL = {Op.ADD_: Op.ADD, Op.SUB_: Op.SUB, Op.MUL_: Op.MUL, Op.DIV_: Op.DIV,
+               Op.CLAMP_: Op.CLAMP}
+"""In-place ops a region records as their out-of-place twin (Trace._rebind)."""
+
+
 @dataclass
 class PendingWrite:
     """An in-place op waiting for its region (Trace._defers)."""
@@ -209,6 +214,7 @@ class Region:
         self.alive: dict[Value, weakref.ref] = {}
         self.saved = weakref.WeakSet()  # autograd's SavedTensors of this region's values
         self.grad_mode_changed = False  # an op ran in another grad mode than the trace began
+        self.viewed: set[Value] = set()  # inputs and outputs of view ops
         self._scalars: dict = {}
         self._count = 0
 
@@ -261,13 +267,16 @@ class Region:
             outputs.append(v)
             lazies.append(t)
         self.nodes.append(Node(node_op, tuple(inputs), tuple(attrs), tuple(outputs)))
+        if node_op in VIEW:  # values an in-place op may not rebind (see Trace._rebind)
+            self.viewed.update(v for v in (*inputs, *outputs) if isinstance(v, Value))
         return lazies
 
     def live(self) -> list[tuple[Value, Tensor]]:
         out = []
         for v, ref in self.alive.items():
-            t = ref()
-            if t is not None and t._lazy is not None and t._lazy.region is self:
+            t = ref()  # (a tensor an in-place op rebound stands for its last value only)
+            if t is not None and t._lazy is not None and t._lazy.region is self and \
+                    t._lazy.value is v:
                 out.append((v, t))
         return out
 
@@ -377,6 +386,9 @@ class Trace:
         elif op in INPLACE:
             if self._defers(handle, args, kwargs):
                 return self._defer(handle, args, kwargs)
+            rebound = self._rebind(handle, args, kwargs)
+            if rebound is not None:
+                return rebound
             reason = f"in-place op {handle.qualified_name} (capture records functional code)"
         elif op in DATA_DEPENDENT_SHAPE:
             reason = f"{handle.qualified_name}: its output shape depends on its input's values"
@@ -470,6 +482,26 @@ class Trace:
         self.writes.append(PendingWrite(handle, args, kwargs, dispatcher.tls.grad_enabled,
                                         user_location()))
         self.written.add(id(target._storage))
+        return target
+
+    def _rebind(self, handle, args, kwargs) -> Tensor | None:
+        """An in-place op on a value of the region (a residual block's `x += shortcut`)
+        as its out-of-place op, the tensor then standing for the result; None where the
+        value has views in the region (they would not see the write), is a view, or the
+        result's type or shape is not the value's (eager raises or casts there)."""
+        functional = _FUNCTIONAL.get(handle.op)
+        target = args[0] if args else None
+        lazy = getattr(target, "_lazy", None)
+        if functional is None or lazy is None or lazy.region is not self.region or \
+                lazy.value in self.region.viewed:
+            return None
+        out = self.record(dispatcher.ATEN[functional], args, kwargs)
+        if out._lazy is None or out._lazy.region is not self.region or \
+                out._shape != target._shape or out.dtype != target.dtype:
+            return None  # (the node recorded is dead: nothing reads it)
+        value = out._lazy.value
+        target._lazy = LazyRef(self.region, value)
+        self.region.alive[value] = weakref.ref(target)
         return target
 
     def _write(self, write: PendingWrite) -> None:

@@ -152,3 +152,46 @@ def test_a_break_after_a_differentiable_region_with_statistics_updates_runs():
     expected.backward()
     assert_close(got, expected)
     assert_close(grad, conv_e.weight.grad)
+
+
+@pytest.mark.parametrize("backend", ["eager", "native"])
+def test_an_in_place_op_on_a_graph_value_is_its_out_of_place_twin(backend):
+    """`out += x` (a residual block), `mul_`, `clamp_` on values of the graph: no
+    break, the tensor stands for the result, gradients as eagerly."""
+    def f(x, w):
+        out = x * w
+        out += x
+        out.mul_(2).clamp_(-1.0, 3.0)
+        return out.sum()
+    x, w = eager.randn(3, 4), eager.randn(3, 4, requires_grad=True)
+    cf = compiler.compile(f, backend=backend)
+    for _ in range(2):
+        w.grad = None
+        got = cf(x, w)
+        got.backward()
+        grad = w.grad.clone()
+        w.grad = None
+        expected = f(x, w)
+        expected.backward()
+        assert_close(got, expected)
+        assert_close(grad, w.grad)
+    (entry,) = cf.entries.values()
+    assert entry.mode == "replay" and not entry.breaks, entry.why_python
+
+
+def test_an_in_place_op_on_a_value_with_views_still_breaks_and_the_views_see_it():
+    def f(x):
+        y = x * 2
+        first = y[0]
+        y += 1  # the view `first` sees this eagerly
+        return first * 1
+    cf = compiler.compile(f, backend="eager")
+    x = eager.ones(2, 3)
+    assert cf(x).tolist() == [3.0, 3.0, 3.0]
+    assert cf(x).tolist() == [3.0, 3.0, 3.0]
+
+
+def test_an_in_place_op_whose_result_type_differs_breaks_and_raises_as_eagerly():
+    cf = compiler.compile(lambda x: (x * 2).add_(0.5), backend="eager")
+    with pytest.raises(RuntimeError):
+        cf(eager.ones(3, dtype=eager.int64))
