@@ -135,7 +135,7 @@ class EagerStep:
     write: bool = False                # an in-place write kept outside the graph (below)
 
 
-_FUNCTIONAL = {Op.ADD_: Op.ADD, Op.SUB_: Op.SUB, Op.MUL_: Op.MUL, Op.DIV_: Op.DIV,
+FUNCTIONAL_TWIN = {Op.ADD_: Op.ADD, Op.SUB_: Op.SUB, Op.MUL_: Op.MUL, Op.DIV_: Op.DIV,
                Op.CLAMP_: Op.CLAMP}
 """In-place ops a region records as their out-of-place twin (Trace._rebind)."""
 
@@ -489,7 +489,7 @@ class Trace:
         as its out-of-place op, the tensor then standing for the result; None where the
         value has views in the region (they would not see the write), is a view, or the
         result's type or shape is not the value's (eager raises or casts there)."""
-        functional = _FUNCTIONAL.get(handle.op)
+        functional = FUNCTIONAL_TWIN.get(handle.op)
         target = args[0] if args else None
         lazy = getattr(target, "_lazy", None)
         if functional is None or lazy is None or lazy.region is not self.region or \
