@@ -17,7 +17,9 @@ place, beside the op's kernel in its family file (eager/kernels/<family>.py):
   imports the code generator; `float_only` (PyTorch has no integer kernel), `activations`
   (the names a GEMM's store applies it under, with the attributes each stands for);
 - `derivative`: the op's backward rule (eager/autograd reads them; see Derivative);
-- `inplace_of`: an in-place op's out-of-place twin, whose derivative it uses.
+- `inplace_of`: an in-place op's out-of-place twin, whose derivative it uses;
+- `aliases`: PyTorch's other names for it (arcsin, fix), given wherever it has a function
+  or a method name.
 
 Every table a layer needs (eager's functions and Tensor methods, the native op set, the
 float-only set, the GEMM's activations) is derived from RECORDS, never kept beside it.
@@ -94,7 +96,8 @@ class OpRecord:
 
     def __init__(self, op: Op, function: str | None, method: str | None,
                  functional: str | None, pointwise: Pointwise | None, inplace_of: Op | None,
-                 differentiable: bool):
+                 differentiable: bool, aliases: tuple[str, ...] = ()):
+        self.aliases = aliases
         self.op, self.function, self.method, self.functional = op, function, method, functional
         self.pointwise, self.inplace_of, self.differentiable = pointwise, inplace_of, \
             differentiable
@@ -121,7 +124,8 @@ _DECLARED_IN: dict[str, None] = {}  # the modules that declared records, in orde
 
 def declare(op: Op, *, function: bool | str = False, method: bool | str = False,
             functional: bool | str = False, pointwise: Pointwise | None = None,
-            inplace_of: Op | None = None, differentiable: bool = True) -> OpRecord:
+            inplace_of: Op | None = None, differentiable: bool = True,
+            aliases: tuple[str, ...] = ()) -> OpRecord:
     """Record `op`; a name given as True is the schema's. `differentiable=False`: its
     outputs never carry a gradient (integer or boolean results, detach)."""
     if op in RECORDS:
@@ -134,7 +138,7 @@ def declare(op: Op, *, function: bool | str = False, method: bool | str = False,
     def name(given):
         return op.schema.name if given is True else (given or None)
     RECORDS[op] = OpRecord(op, name(function), name(method), name(functional), pointwise,
-                           inplace_of, differentiable)
+                           inplace_of, differentiable, aliases)
     _DECLARED_IN.setdefault(sys._getframe(1).f_globals.get("__name__", ""))
     return RECORDS[op]
 
@@ -163,8 +167,15 @@ def _derived(table):
 
 # derived tables -------------------------------------------------------------------------
 def named(kind: str) -> dict[str, Op]:
-    """Python name -> op for "function", "method" or "functional" names."""
-    return {getattr(r, kind): op for op, r in RECORDS.items() if getattr(r, kind)}
+    """Python name -> op for "function", "method" or "functional" names (a function's or
+    a method's aliases too)."""
+    names = {}
+    for op, r in RECORDS.items():
+        if getattr(r, kind):
+            names[getattr(r, kind)] = op
+            if kind != "functional":
+                names.update(dict.fromkeys(r.aliases, op))
+    return names
 
 
 @_derived

@@ -206,6 +206,10 @@ def _(ctx, g):
     return g * ops.neg(ops.sin(ctx.self))
 
 
+declare(Op.SIN_, function=True, method=True, inplace_of=Op.SIN)
+declare(Op.COS_, function=True, method=True, inplace_of=Op.COS)
+
+
 BITWISE_NOT = declare(Op.BITWISE_NOT, function=True, method=True, differentiable=False,
                       pointwise=Pointwise("same", np.invert, emit=lambda E, x: E.not_(x),
                                           check=integral_only("bitwise_not_cpu"), quiet=True))

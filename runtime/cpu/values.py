@@ -172,6 +172,23 @@ class Elements:
     def min(self, x, y):
         return _max_min(self.L, x, y, self.dt, False)
 
+    def round(self, how: str, x):
+        """x rounded to an integer by `how`: floor, ceil, trunc or roundeven (half to
+        even); an integer is itself."""
+        return intrinsic(self.b, how, [x], x.type, [x.type]) if self.fl else x
+
+    def copysign(self, x, sign):
+        return intrinsic(self.b, "copysign", [x, sign], x.type, [x.type])
+
+    def signbit(self, x):
+        """Whether x's sign bit is set (-0.0 and -nan too): a bool."""
+        if not self.fl:
+            return self._compare("<", x, self.const(0)) if self.dt is not dtypes.bool_ \
+                else self.b.icmp_unsigned("!=", x, x)
+        bits = ir.IntType(self.dt.itemsize * 8)
+        ty = vector(bits, self.L.width)
+        return self.b.icmp_signed("<", self.b.bitcast(x, ty), ir.Constant(ty, None))
+
     def math(self, name: str, *xs):
         """A function of kiln's vectorised math library (vmath.NAMES)."""
         from runtime.cpu import vmath

@@ -17,15 +17,22 @@ import op_table_shape
 import test_cuda_tensors
 from eager.dispatcher import ATEN, DispatchKey
 from ir.ops import Op
+from ir.records import RECORDS
 from op_cases import Maker, convert, flat_outputs
 
 gpu = test_cuda_tensors.gpu  # the autouse fixture: a GPU, else an emulated device
 
-NOT_ON_CUDA: dict = {
-    Op.SIN: "no emitter (kiln's math library has no sin yet), so no generated CUDA kernel",
-    Op.COS: "no emitter (kiln's math library has no cos yet), so no generated CUDA kernel"}
-"""Ops with a CPU kernel and no CUDA kernel, with the reason (nonzero's CUDA kernel finds
-its indices on the host, see eager/backends/cuda/indexing.py)."""
+def _without_emitter(op: Op) -> bool:
+    record = RECORDS[op]
+    pointwise = RECORDS[record.inplace_of or op].pointwise
+    return pointwise is not None and pointwise.emit is None
+
+
+NOT_ON_CUDA: dict = {op: "its pointwise record has no emitter (numpy only: kiln's math "
+                         "library lacks the function), so no generated CUDA kernel"
+                     for op in RECORDS if _without_emitter(op)}
+"""Ops with a CPU kernel and no CUDA kernel, with the reason, derived from the records
+(nonzero's CUDA kernel finds its indices on the host, see eager/backends/cuda/indexing.py)."""
 NOT_ON_CUDA_DTYPES = {"float16": "kiln's CUDA code generators have no half arithmetic "
                                  "(loads, stores and math in float16 are not written)"}
 
