@@ -136,17 +136,25 @@ def _remainder(a, b):
                                                                                copy=False)
 
 
-def _binary(op: Op, inplace: Op, numpy, rule="promote", check=None):
+def _emit_remainder(E, a, b):
+    mod = E.fmod(a, b)
+    zero = E.const(0)
+    differ = E.xor(E.lt(b, zero), E.lt(mod, zero))  # the signs of divisor and fmod
+    return E.select(E.and_(E.ne(mod, zero), differ), E.add(mod, b), mod)
+
+
+def _binary(op: Op, inplace: Op, numpy, rule="promote", check=None, emit=None):
     record = declare(op, function=True, method=True, pointwise=Pointwise(
-        rule, numpy, check=check))
+        rule, numpy, check=check, emit=emit, float_math=emit is not None))
     declare(inplace, method=True, inplace_of=op)
     return record
 
 
+# integers stay with numpy (float_math): a generated integer division by zero is undefined
 FMOD = _binary(Op.FMOD, Op.FMOD_, _integer_division("fmod", np.fmod),
-               check=_no_bool("fmod_cpu"))
+               check=_no_bool("fmod_cpu"), emit=lambda E, a, b: E.fmod(a, b))
 REMAINDER = _binary(Op.REMAINDER, Op.REMAINDER_, _integer_division("remainder", _remainder),
-                    check=_no_bool("remainder_cpu"))
+                    check=_no_bool("remainder_cpu"), emit=_emit_remainder)
 
 
 @FMOD.derivative("FmodBackward1", "self other", save="self other",
@@ -163,7 +171,8 @@ def _(ctx, g):
     return sum_to(g, a._shape), sum_to(ops.neg(g) * ops.floor(a / b), b._shape)
 
 
-COPYSIGN = _binary(Op.COPYSIGN, Op.COPYSIGN_, np.copysign, rule="divide")
+COPYSIGN = _binary(Op.COPYSIGN, Op.COPYSIGN_, np.copysign, rule="divide",
+                   emit=lambda E, x, sign: E.copysign(x, sign))
 
 
 @COPYSIGN.derivative("CopysignBackward0", "self other", save="self other",

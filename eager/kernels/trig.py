@@ -150,6 +150,36 @@ def _(ctx, g):
     return g * _180_OVER_PI
 
 
+def _emit_hypot(E, x, y):
+    """big * sqrt(1 + (small / big)^2): no overflow or underflow in the square; 0 where
+    both are 0, inf where either is inf (a NaN beside it too, as C's hypot)."""
+    a, b = E.abs(x), E.abs(y)
+    big, small = E.max(a, b), E.min(a, b)
+    ratio = E.div(small, big)
+    out = E.mul(big, E.math("sqrt", E.add(E.const(1.0), E.mul(ratio, ratio))))
+    inf = E.const(math.inf)
+    out = E.select(E.eq(big, E.const(0.0)), E.const(0.0), out)
+    return E.select(E.or_(E.eq(a, inf), E.eq(b, inf)), inf, out)
+
+
+def _emit_logaddexp(E, a, b, base2=False):
+    """As _logaddexp and _logaddexp2 compute it; a == b gives a + 1 for base 2 (exact, as
+    numpy's: ln 2 times 1 / ln 2 rounds to 1 only without an FMA)."""
+    big = E.max(a, b)
+    gap = E.neg(E.abs(E.sub(a, b)))
+    if base2:
+        tail = E.mul(E.math("log1p", E.math("exp", E.mul(gap, E.const(math.log(2.0))))),
+                     E.const(1 / math.log(2.0)))
+        return E.select(E.eq(a, b), E.add(a, E.const(1.0)), E.add(big, tail))
+    out = E.add(big, E.math("log1p", E.math("exp", gap)))
+    return E.select(E.and_(E.eq(a, b), E.eq(E.abs(a), E.const(math.inf))), a, out)
+
+
+def _emit_xlogy(E, x, y):
+    product = E.select(E.eq(x, E.const(0)), E.const(0), E.mul(x, E.math("log", y)))
+    return E.select(E.ne(y, y), y, product)  # (y != y: y is NaN)
+
+
 # two tensors ----------------------------------------------------------------------------
 def _binary(op: Op, numpy, rule="divide", emit=None, float_kernel: str = "",
             alias: str = "", inplace: Op | None = None, inplace_function: bool = False):
@@ -174,7 +204,7 @@ def _(ctx, g):
 
 
 HYPOT = _binary(Op.HYPOT, np.hypot, rule="promote", float_kernel="hypot_cpu",
-                inplace=Op.HYPOT_)
+                emit=_emit_hypot, inplace=Op.HYPOT_)
 
 
 @HYPOT.derivative("HypotBackward0", "self other", save="self other")
@@ -194,10 +224,10 @@ def _logaddexp(a, b):
 def _logaddexp2(a, b):
     big = np.maximum(a, b)
     out = big + np.log1p(np.exp2(-np.abs(a - b))) * a.dtype.type(1 / math.log(2.0))
-    return np.where(np.isinf(a) & (a == b), a, out)
+    return np.where(a == b, a + 1, out)
 
 
-LOGADDEXP = _binary(Op.LOGADDEXP, _logaddexp, rule="promote",
+LOGADDEXP = _binary(Op.LOGADDEXP, _logaddexp, rule="promote", emit=_emit_logaddexp,
                     float_kernel="logaddexp_cpu")
 
 
@@ -209,6 +239,7 @@ def _(ctx, g):
 
 
 LOGADDEXP2 = _binary(Op.LOGADDEXP2, _logaddexp2, rule="promote",
+                     emit=lambda E, a, b: _emit_logaddexp(E, a, b, base2=True),
                      float_kernel="logaddexp2_cpu")
 
 
@@ -225,7 +256,8 @@ def _xlogy(x, y):
         np.result_type(x, y), copy=False)
 
 
-XLOGY = _binary(Op.XLOGY, _xlogy, inplace=Op.XLOGY_, inplace_function=True)
+XLOGY = _binary(Op.XLOGY, _xlogy, emit=_emit_xlogy, inplace=Op.XLOGY_,
+                inplace_function=True)
 
 
 @XLOGY.derivative("XlogyBackward0", "self other", save="self other",

@@ -177,6 +177,10 @@ class Elements:
         even); an integer is itself."""
         return intrinsic(self.b, how, [x], x.type, [x.type]) if self.fl else x
 
+    def fmod(self, x, y):
+        """C's fmod: x - trunc(x / y) * y, exactly (LLVM's frem)."""
+        return self.b.frem(x, y)
+
     def copysign(self, x, sign):
         return intrinsic(self.b, "copysign", [x, sign], x.type, [x.type])
 

@@ -49,6 +49,7 @@ ATTRIBUTES = {
                {"min": -1.0, "max": 1.0}, {"min": 1.0, "max": -1.0},
                {"min": float("-inf"), "max": float("inf")}),
     Op.GELU: ({}, {"approximate": "tanh"}),
+    Op.ROUND: ({}, {"decimals": 2}, {"decimals": -1}),
     Op.GELU_BACKWARD: ({}, {"approximate": "tanh"}),
 }
 """The attributes each record's op is called with (one call each); others take none."""

@@ -34,6 +34,14 @@ UNARY = {  # name: (op, eager, torch, attrs)
     "rsqrt": (Op.RSQRT, eager.rsqrt, torch.rsqrt, {}),
     "hardswish": (Op.HARDSWISH, F.hardswish, TF.hardswish, {}),
     "hardsigmoid": (Op.HARDSIGMOID, F.hardsigmoid, TF.hardsigmoid, {}),
+    "floor": (Op.FLOOR, eager.floor, torch.floor, {}),
+    "ceil": (Op.CEIL, eager.ceil, torch.ceil, {}),
+    "trunc": (Op.TRUNC, eager.trunc, torch.trunc, {}),
+    "round": (Op.ROUND, eager.round, torch.round, {}),
+    "frac": (Op.FRAC, eager.frac, torch.frac, {}),
+    "sgn": (Op.SGN, eager.sgn, torch.sgn, {}),
+    "deg2rad": (Op.DEG2RAD, eager.deg2rad, torch.deg2rad, {}),
+    "rad2deg": (Op.RAD2DEG, eager.rad2deg, torch.rad2deg, {}),
 }
 BINARY = {
     "gelu_backward": (Op.GELU_BACKWARD, lambda g, x: ops.gelu_backward(g, x),
@@ -43,6 +51,11 @@ BINARY = {
                            lambda g, x: torch.ops.aten.gelu_backward(g, x, approximate="tanh"),
                            {"approximate": "tanh"}),
     "pow": (Op.POW, eager.pow, torch.pow, {}),
+    "logaddexp": (Op.LOGADDEXP, eager.logaddexp, torch.logaddexp, {}),
+    "logaddexp2": (Op.LOGADDEXP2, eager.logaddexp2, torch.logaddexp2, {}),
+    "xlogy": (Op.XLOGY, eager.xlogy, torch.xlogy, {}),
+    "fmod": (Op.FMOD, eager.fmod, torch.fmod, {}),
+    "remainder": (Op.REMAINDER, eager.remainder, torch.remainder, {}),
 }
 
 
@@ -78,6 +91,8 @@ UFUNCS2 = {
     "mul": (Op.MUL, _natively(Op.MUL, eager.mul), torch.mul, {}),
     "div": (Op.DIV, _natively(Op.DIV, eager.div), torch.div, {}),
     "maximum": (Op.MAXIMUM, _natively(Op.MAXIMUM, eager.maximum), torch.maximum, {}),
+    "hypot": (Op.HYPOT, _natively(Op.HYPOT, eager.hypot), torch.hypot, {}),
+    "copysign": (Op.COPYSIGN, _natively(Op.COPYSIGN, eager.copysign), torch.copysign, {}),
 }
 POSITIVE = {"rsqrt", "log", "sqrt", "pow"}  # compared on positive inputs (their domain)
 def _native(shape) -> int:
