@@ -72,7 +72,8 @@ class Pointwise(NamedTuple):
     of silencing them. `scaled` names an attribute (add's and sub's alpha) that
     multiplies the last tensor before `numpy` and `emit` see the values: they take the
     tensors only, and numpy can be a ufunc; the product can overflow, so a scaled op is
-    not quiet. `number_forms`: (position, number, op) where the tensor at `position`
+    not quiet. `not_on_cuda`: why the emitter has no CUDA form (the CUDA backend registers
+    no kernel for the op). `number_forms`: (position, number, op) where the tensor at `position`
     being that Python number makes the op `op` of the other tensor, for float32 and
     float64 results: pow(x, 0.5) is sqrt(x), as PyTorch's pow.Tensor_Scalar runs it
     (sqrt(-inf) is NaN where C's pow gives inf); eager's kernel and the compiler's
@@ -88,6 +89,7 @@ class Pointwise(NamedTuple):
     check_attrs: bool = False  # check reads only the attributes: none given, none to run
     quiet: bool = False  # numpy never warns on it: run without silencing them (~0.2 us)
     scaled: str = ""
+    not_on_cuda: str = ""
     number_forms: tuple[tuple[int, float, Op], ...] = ()
 
 

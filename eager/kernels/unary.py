@@ -188,9 +188,11 @@ def _(ctx, g):
     return g * (ctx.result + 1)
 
 
-# sin and cos: numpy's (no vectorised kernel of kiln's yet, so no emitter: a compiled
-# region leaves them to eager)
-SIN = declare(Op.SIN, function=True, method=True, pointwise=Pointwise("float", np.sin))
+_LIBM_BEYOND = ("vmath's sin and cos call the C library for |x| >= 2^40, which PTX "
+                "has not: no accurate PTX sin and cos are written")
+SIN = declare(Op.SIN, function=True, method=True, pointwise=Pointwise(
+    "float", np.sin, emit=lambda E, x: E.math("sin", x), float_math=True,
+    not_on_cuda=_LIBM_BEYOND))
 
 
 @SIN.derivative("SinBackward0", "self", save="self")
@@ -198,7 +200,9 @@ def _(ctx, g):
     return g * ops.cos(ctx.self)
 
 
-COS = declare(Op.COS, function=True, method=True, pointwise=Pointwise("float", np.cos))
+COS = declare(Op.COS, function=True, method=True, pointwise=Pointwise(
+    "float", np.cos, emit=lambda E, x: E.math("cos", x), float_math=True,
+    not_on_cuda=_LIBM_BEYOND))
 
 
 @COS.derivative("CosBackward0", "self", save="self")

@@ -32,9 +32,16 @@ million (float64) pairs spanning overflow and underflow, x near 1 with huge y, n
     rsqrt       0.50     0.50     1 / sqrt, corrected for the rounding of sqrt
     pow         0.50     1.13     float32 is computed in double: correctly rounded on
                                   every point tried
+    sin, cos    0.50     0.76     Cody-Waite by pi/2 in three doubles, r a double-double,
+                                  fdlibm's kernels; float32 in double (correctly rounded
+                                  on the tests' sweep); |x| >= 2^40 calls C's double sin
+                                  or cos (TRIG_REDUCED), so no PTX form
 
 exp_nonpositive (PARTIAL: x <= 0 or nan) gives exp's value bit for bit: checked on every
 float32 x <= 0 and on the float64 sample, and by the tests on their sweeps.
+
+sin and cos measured on the tests' sweeps only (every 1021st float32 bit pattern, the
+float64 sample), against numpy in double / long double.
 
 Everything uses llvm.fma, so it assumes hardware FMA (x86-64-v3, AArch64).
 """
@@ -47,7 +54,8 @@ from runtime.cpu.erf import (ERF_ERX, ERF_PA, ERF_PP, ERF_QA, ERF_QQ, ERF_RA, ER
                              ERF_SA, ERF_SB)
 from runtime.llvm.toolkit import Target, constant, define, intrinsic, mangle, vector
 
-NAMES = ("exp", "log", "tanh", "sigmoid", "erf", "sqrt", "rsqrt", "pow", "expm1", "log1p")
+NAMES = ("exp", "log", "tanh", "sigmoid", "erf", "sqrt", "rsqrt", "pow", "expm1", "log1p",
+         "sin", "cos")
 """The functions, each defined for every argument."""
 PARTIAL = {"exp_nonpositive": "x <= 0 or nan"}
 """Functions for callers that know where their arguments lie (a row kernel's exp(x - max)),
@@ -100,6 +108,18 @@ ATANH_A = (0.4, 0.28571428571428564, 0.22222222222228522, 0.18181818179629908,
            0.15384615765102574, 0.1333329622582821, 0.1176682645681458, 0.10456028749030954,
            0.10765126886769226)
 TWO_THIRDS = (0.6666666666666666, 3.700743415417188e-17)
+# sin and cos: x = q pi/2 + r with pi/2 in three doubles (mpmath), r a double-double,
+# then fdlibm's kernels on |r| <= pi/4 (k_sin.c, k_cos.c); float computes in double
+TWO_OVER_PI = 0.6366197723675814
+PI_OVER_2 = (1.5707963267948966, 6.123233995736766e-17, -1.4973849048591698e-33)
+SIN_S = (-1.66666666666666324348e-01, 8.33333333332248946124e-03, -1.98412698298579493134e-04,
+         2.75573137070700676789e-06, -2.50507602534068634195e-08, 1.58969099521155010221e-10)
+COS_C = (4.16666666666666019037e-02, -1.38888888888741095749e-03, 2.48015872894767294178e-05,
+         -2.75573143513906633035e-07, 2.08757232129817482790e-09, -1.13596475577881948265e-11)
+TRIG_REDUCED = 2.0 ** 40
+"""|x| below which sin and cos reduce by Cody-Waite (q < 2^40 is exact in a double and
+the dropped tail of pi/2, 5.6e-50, moves r by less than 2^-120); at and beyond it (finite)
+each such lane calls the C library's sin or cos on a branch taken only then."""
 
 
 def emit(builder: ir.IRBuilder, name: str, *args: ir.Value) -> ir.Value:
@@ -470,7 +490,72 @@ def _log_double_double(m: _Math, a):
     return hi, m.select(finite, lo, 0.0)
 
 
+def _trig(m: _Math, x, cosine: bool):
+    """sin(x) or cos(x): in double (float widened and rounded once at the end); lanes with
+    TRIG_REDUCED <= |x| < inf take the C library's double function (see TRIG_REDUCED)."""
+    if Target.of(m.b.module).is_nvptx:
+        raise NotImplementedError("vmath's sin and cos have no PTX form: their large "
+                                  "arguments call the C library")
+    d = _Math(m.b, m.shaped(ir.DoubleType())) if not m.f64 else m
+    xd = x if m.f64 else m.b.fpext(x, d.ty)
+    a = d.abs(xd)
+    reduced = d.lt(a, TRIG_REDUCED)
+    q = d.select(reduced, d.rint(d.mul(xd, TWO_OVER_PI)), 0.0)
+    c1, c2, c3 = PI_OVER_2
+    r1 = d.fma(d.neg(q), c1, xd)  # exact: x and q c1 agree in their leading bits
+    s = d.mul(q, c2)
+    hi, e = _two_sum(d, r1, d.neg(s))
+    lo = d.fma(d.neg(q), c3, d.sub(e, d.fma(q, c2, d.neg(s))))
+    hi, lo = _fast_two_sum(d, hi, lo)
+    n = d.b.add(d.to_int(q), d.i(1 if cosine else 0))
+    z = d.mul(hi, hi)
+    v = d.mul(z, hi)  # fdlibm's __kernel_sin(hi, lo) and __kernel_cos(hi, lo)
+    sin_r = d.sub(hi, d.sub(d.sub(d.mul(z, d.sub(d.mul(lo, 0.5), d.mul(v, d.poly(z, SIN_S[1:])))),
+                                  lo), d.mul(v, SIN_S[0])))
+    half_z = d.mul(z, 0.5)
+    w = d.sub(1.0, half_z)
+    cos_r = d.add(w, d.add(d.sub(d.sub(1.0, w), half_z),
+                           d.sub(d.mul(d.mul(z, z), d.poly(z, COS_C)), d.mul(hi, lo))))
+    odd = d.b.icmp_signed("!=", d.iand(n, 1), d.i(0))
+    y = d.select(odd, cos_r, sin_r)
+    y = d.select(d.b.icmp_signed("!=", d.iand(n, 2), d.i(0)), d.neg(y), y)
+    if not cosine:
+        y = d.select(d.eq(xd, 0.0), xd, y)  # sin(-0.0) is -0.0
+    y = _trig_large(d, xd, y, d.b.and_(d.b.not_(reduced), d.lt(a, INF)), cosine)
+    return y if m.f64 else m.b.fptrunc(y, m.ty)
+
+
+def _trig_large(d: _Math, x, y, large, cosine: bool):
+    """y, with the lanes where `large` holds replaced by llvm.sin/llvm.cos (C's) of x's,
+    computed on a branch taken only when some lane is large."""
+    b = d.b
+    fn = b.function
+    slow, done = fn.append_basic_block("trig_large"), fn.append_basic_block("trig_done")
+    start = b.block
+    any_large = large if d.lanes is None else b.icmp_unsigned(
+        "!=", b.bitcast(large, ir.IntType(d.lanes)), ir.Constant(ir.IntType(d.lanes), 0))
+    b.cbranch(any_large, slow, done)
+    b.position_at_end(slow)
+    name, f64 = ("cos" if cosine else "sin"), ir.DoubleType()
+    if d.lanes is None:
+        exact = intrinsic(b, name, [x], f64, (f64,))
+    else:
+        exact = y
+        for i in range(d.lanes):
+            lane = ir.Constant(ir.IntType(32), i)
+            value = intrinsic(b, name, [b.extract_element(x, lane)], f64, (f64,))
+            exact = b.insert_element(exact, value, lane)
+    patched = b.select(large, exact, y)
+    b.branch(done)
+    b.position_at_end(done)
+    merged = b.phi(d.ty)
+    merged.add_incoming(y, start)
+    merged.add_incoming(patched, slow)
+    return merged
+
+
 _BODIES = {"exp": (_exp, 1), "log": (_log, 1), "tanh": (_tanh, 1), "sigmoid": (_sigmoid, 1),
            "erf": (_erf, 1), "sqrt": (_sqrt, 1), "rsqrt": (_rsqrt, 1), "pow": (_pow, 2),
            "expm1": (_expm1, 1), "log1p": (_log1p, 1),
+           "sin": (lambda m, x: _trig(m, x, False), 1), "cos": (lambda m, x: _trig(m, x, True), 1),
            "exp_nonpositive": (_exp_nonpositive, 1)}

@@ -22,15 +22,17 @@ from op_cases import Maker, convert, flat_outputs
 
 gpu = test_cuda_tensors.gpu  # the autouse fixture: a GPU, else an emulated device
 
-def _without_emitter(op: Op) -> bool:
-    record = RECORDS[op]
-    pointwise = RECORDS[record.inplace_of or op].pointwise
-    return pointwise is not None and pointwise.emit is None
+def _why_not_on_cuda(op: Op) -> str:
+    pointwise = RECORDS[RECORDS[op].inplace_of or op].pointwise
+    if pointwise is None:
+        return ""
+    if pointwise.emit is None:
+        return ("its pointwise record has no emitter (numpy only: kiln's math library lacks "
+                "the function), so no generated CUDA kernel")
+    return pointwise.not_on_cuda
 
 
-NOT_ON_CUDA: dict = {op: "its pointwise record has no emitter (numpy only: kiln's math "
-                         "library lacks the function), so no generated CUDA kernel"
-                     for op in RECORDS if _without_emitter(op)}
+NOT_ON_CUDA: dict = {op: _why_not_on_cuda(op) for op in RECORDS if _why_not_on_cuda(op)}
 """Ops with a CPU kernel and no CUDA kernel, with the reason, derived from the records
 (nonzero's CUDA kernel finds its indices on the host, see eager/backends/cuda/indexing.py)."""
 NOT_ON_CUDA_DTYPES = {"float16": "kiln's CUDA code generators have no half arithmetic "
