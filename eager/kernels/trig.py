@@ -16,22 +16,30 @@ from ir.records import Pointwise, declare
 from ir.ops import Op
 
 
-def _float(numpy, emit=None):
-    return Pointwise("float", numpy, emit=emit, float_math=emit is not None)
+_LIBM_BEYOND = ("vmath's tan, like sin and cos, calls the C library for |x| >= 2^40, "
+                "which PTX has not: no accurate PTX form is written")
+
+
+def _math(name):
+    """An emitter: kiln's vectorised math library's `name` (runtime/cpu/vmath.py)."""
+    return lambda E, *xs: E.math(name, *xs)
 
 
 def _unary(op: Op, numpy, emit=None, alias: str = "", inplace: Op | None = None,
-           inplace_function: bool = True):
-    """The op's record and its in-place twin's (`tan_`), with PyTorch's alias (`arctan`)."""
-    record = declare(op, function=True, method=True, pointwise=_float(numpy, emit),
-                     aliases=(alias,) if alias else ())
+           inplace_function: bool = True, not_on_cuda: str = ""):
+    """The op's record and its in-place twin's (`tan_`), with PyTorch's alias (`arctan`);
+    `emit` a function of E and x, or the name of a vmath function."""
+    emit = _math(emit) if isinstance(emit, str) else emit
+    record = declare(op, function=True, method=True, aliases=(alias,) if alias else (),
+                     pointwise=Pointwise("float", numpy, emit=emit, float_math=emit is not None,
+                                         not_on_cuda=not_on_cuda))
     if inplace is not None:
         declare(inplace, function=inplace_function, method=True, inplace_of=op,
                 aliases=(alias + "_",) if alias else ())
     return record
 
 
-TAN = _unary(Op.TAN, np.tan, inplace=Op.TAN_)
+TAN = _unary(Op.TAN, np.tan, "tan", inplace=Op.TAN_, not_on_cuda=_LIBM_BEYOND)
 
 
 # (an op with an in-place form saves its input, not its result, which tan_ overwrites)
@@ -41,7 +49,7 @@ def _(ctx, g):
     return g / (cos * cos)
 
 
-ASIN = _unary(Op.ASIN, np.arcsin, alias="arcsin", inplace=Op.ASIN_)
+ASIN = _unary(Op.ASIN, np.arcsin, "asin", alias="arcsin", inplace=Op.ASIN_)
 
 
 @ASIN.derivative("AsinBackward0", "self", save="self")
@@ -49,7 +57,7 @@ def _(ctx, g):
     return g * ops.rsqrt(1 - ctx.self * ctx.self)
 
 
-ACOS = _unary(Op.ACOS, np.arccos, alias="arccos", inplace=Op.ACOS_)
+ACOS = _unary(Op.ACOS, np.arccos, "acos", alias="arccos", inplace=Op.ACOS_)
 
 
 @ACOS.derivative("AcosBackward0", "self", save="self")
@@ -57,7 +65,7 @@ def _(ctx, g):
     return ops.neg(g) * ops.rsqrt(1 - ctx.self * ctx.self)
 
 
-ATAN = _unary(Op.ATAN, np.arctan, alias="arctan", inplace=Op.ATAN_)
+ATAN = _unary(Op.ATAN, np.arctan, "atan", alias="arctan", inplace=Op.ATAN_)
 
 
 @ATAN.derivative("AtanBackward0", "self", save="self")
@@ -65,7 +73,7 @@ def _(ctx, g):
     return g / (1 + ctx.self * ctx.self)
 
 
-SINH = _unary(Op.SINH, np.sinh, inplace=Op.SINH_)
+SINH = _unary(Op.SINH, np.sinh, "sinh", inplace=Op.SINH_)
 
 
 @SINH.derivative("SinhBackward0", "self", save="self")
@@ -73,7 +81,7 @@ def _(ctx, g):
     return g * ops.cosh(ctx.self)
 
 
-COSH = _unary(Op.COSH, np.cosh, inplace=Op.COSH_)
+COSH = _unary(Op.COSH, np.cosh, "cosh", inplace=Op.COSH_)
 
 
 @COSH.derivative("CoshBackward0", "self", save="self")
@@ -81,7 +89,7 @@ def _(ctx, g):
     return g * ops.sinh(ctx.self)
 
 
-ASINH = _unary(Op.ASINH, np.arcsinh, alias="arcsinh", inplace=Op.ASINH_)
+ASINH = _unary(Op.ASINH, np.arcsinh, "asinh", alias="arcsinh", inplace=Op.ASINH_)
 
 
 @ASINH.derivative("AsinhBackward0", "self", save="self")
@@ -89,7 +97,7 @@ def _(ctx, g):
     return g * ops.rsqrt(ctx.self * ctx.self + 1)
 
 
-ACOSH = _unary(Op.ACOSH, np.arccosh, alias="arccosh", inplace=Op.ACOSH_)
+ACOSH = _unary(Op.ACOSH, np.arccosh, "acosh", alias="arccosh", inplace=Op.ACOSH_)
 
 
 @ACOSH.derivative("AcoshBackward0", "self", save="self")
@@ -97,7 +105,7 @@ def _(ctx, g):
     return g * ops.rsqrt(ctx.self * ctx.self - 1)
 
 
-ATANH = _unary(Op.ATANH, np.arctanh, alias="arctanh", inplace=Op.ATANH_)
+ATANH = _unary(Op.ATANH, np.arctanh, "atanh", alias="arctanh", inplace=Op.ATANH_)
 
 
 @ATANH.derivative("AtanhBackward0", "self", save="self")
@@ -105,7 +113,7 @@ def _(ctx, g):
     return g / (1 - ctx.self * ctx.self)
 
 
-EXP2 = _unary(Op.EXP2, np.exp2, inplace=Op.EXP2_)
+EXP2 = _unary(Op.EXP2, np.exp2, "exp2", inplace=Op.EXP2_)
 
 
 @EXP2.derivative("Exp2Backward0", "self", save="self")
@@ -120,7 +128,14 @@ def _sinc(x):
     return np.where(x == 0, x.dtype.type(1), np.sin(product) / product)
 
 
-SINC = _unary(Op.SINC, _sinc, inplace=Op.SINC_)
+def _emit_sinc(E, x):
+    product = E.mul(x, E.const(math.pi))
+    return E.select(E.eq(x, E.const(0.0)), E.const(1.0),
+                    E.div(E.math("sin", product), product))
+
+
+SINC = _unary(Op.SINC, _sinc, _emit_sinc, inplace=Op.SINC_,
+              not_on_cuda="vmath's sin calls the C library for |x| >= 2^40: no PTX form")
 
 
 @SINC.derivative("SincBackward0", "self", save="self")
@@ -183,6 +198,7 @@ def _emit_xlogy(E, x, y):
 # two tensors ----------------------------------------------------------------------------
 def _binary(op: Op, numpy, rule="divide", emit=None, float_kernel: str = "",
             alias: str = "", inplace: Op | None = None, inplace_function: bool = False):
+    emit = _math(emit) if isinstance(emit, str) else emit
     check = floating_only_check(float_kernel) if float_kernel else None
     record = declare(op, function=True, method=True, aliases=(alias,) if alias else (),
                      pointwise=Pointwise(rule, numpy, emit=emit, float_math=emit is not None,
@@ -193,7 +209,7 @@ def _binary(op: Op, numpy, rule="divide", emit=None, float_kernel: str = "",
     return record
 
 
-ATAN2 = _binary(Op.ATAN2, np.arctan2, alias="arctan2", inplace=Op.ATAN2_)
+ATAN2 = _binary(Op.ATAN2, np.arctan2, emit="atan2", alias="arctan2", inplace=Op.ATAN2_)
 
 
 @ATAN2.derivative("Atan2Backward0", "self other", save="self other")
