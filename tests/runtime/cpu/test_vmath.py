@@ -14,7 +14,7 @@ import llvmlite.ir as ir
 import numpy as np
 import pytest
 
-from runtime.cpu import vmath
+from runtime.cpu import vmath, vmath_trig
 from runtime.llvm.jit import host_jit, vector_width
 
 # Asserted bounds (ulp), a little above the maxima measured on denser sweeps (vmath's
@@ -168,7 +168,7 @@ EDGES = [0.0, 1.0, 2.0 ** -126, 2.0 ** -1022, 0.29, 0.5625, 0.7071, 0.84375, 1.2
          709.78, 745.13, 746.0, 0.7854, 1.5708, 3.1416, 2.0 ** 40, 1e22]
 """Magnitudes where a function changes method, range or rounding (thresholds of
 underflow, overflow and saturation, subnormals, 1, exp's bound below which it is 0,
-sin's and cos's pi/4, pi/2, pi and the bound of their reduction, vmath.TRIG_REDUCED)."""
+sin's and cos's pi/4, pi/2, pi and the bound of their reduction, vmath_trig.TRIG_REDUCED)."""
 
 
 @functools.cache
@@ -297,7 +297,7 @@ LIBM = re.compile(r"\b(exp|expm1|log|log1p|tanh|erf|pow|sqrt|fma|sinf|cosf)f?@")
 """A libm symbol as the JIT's large code model references it (expf@GOT, then call *%rbx)."""
 BEYOND_REDUCTION = {"sin@PLT", "cos@PLT", "tan@PLT"}
 """The C library's double sin, cos and tan, which sin, cos and tan call for |x| >= 2^40
-only (vmath.TRIG_REDUCED): the only calls there are."""
+only (vmath_trig.TRIG_REDUCED): the only calls there are."""
 
 
 def _calls(assembly):
@@ -313,7 +313,7 @@ def test_no_libm_calls_in_the_machine_code():
 def test_sin_and_cos_call_the_c_library_only_beyond_their_reduction(name):
     """(and tan) A lane at or beyond TRIG_REDUCED gives C's value, its neighbours vmath's
     own, and inf and nan stay in the vector code (nan for both)."""
-    x = np.array([0.5, vmath.TRIG_REDUCED, -3.0, 1e300, np.inf, np.nan, 2.0, -1e20])
+    x = np.array([0.5, vmath_trig.TRIG_REDUCED, -3.0, 1e300, np.inf, np.nan, 2.0, -1e20])
     got = run(name, np.float64, x)
     with np.errstate(invalid="ignore"):
         want = getattr(np, name)(x)
