@@ -48,7 +48,7 @@ def _math(name, fn):
     return Pointwise("float", fn, emit=lambda E, x: E.math(name, x), float_math=True)
 
 
-NEG = declare(Op.NEG, function=True, method=True, pointwise=Pointwise(
+NEG = declare(Op.NEG, function=True, method=True, aliases=("negative",), pointwise=Pointwise(
     "same", np.negative, emit=lambda E, x: E.neg(x), check=_no_bool_negation))
 
 
@@ -57,7 +57,7 @@ def _(ctx, g):
     return ops.neg(g)
 
 
-ABS = declare(Op.ABS, function=True, method=True, pointwise=Pointwise(
+ABS = declare(Op.ABS, function=True, method=True, aliases=("absolute",), pointwise=Pointwise(
     "same", np.abs, emit=lambda E, x: E.abs(x)))  # (a float's sign bit cleared: -0.0, -nan)
 
 

@@ -140,6 +140,8 @@ def gelu_backward_samples(make):
 ELEMENTWISE = [
     unary("neg", Op.NEG, np.negative, NUMBERS),
     unary("abs", Op.ABS, np.abs, NUMBERS),
+    unary("negative", Op.NEG, np.negative, NUMBERS),  # PyTorch's aliases
+    unary("absolute", Op.ABS, np.abs, NUMBERS),
     unary("sign", Op.SIGN, lambda x: (x > 0) * 1.0 - (x < 0), ALL),  # sign(nan) is 0
     unary("relu", Op.RELU, lambda x: np.where(x < 0, 0, x), NUMBERS),
     unary("exp", Op.EXP, np.exp),
