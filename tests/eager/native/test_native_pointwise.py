@@ -34,10 +34,6 @@ UNARY = {  # name: (op, eager, torch, attrs)
     "rsqrt": (Op.RSQRT, eager.rsqrt, torch.rsqrt, {}),
     "hardswish": (Op.HARDSWISH, F.hardswish, TF.hardswish, {}),
     "hardsigmoid": (Op.HARDSIGMOID, F.hardsigmoid, TF.hardsigmoid, {}),
-    "floor": (Op.FLOOR, eager.floor, torch.floor, {}),
-    "ceil": (Op.CEIL, eager.ceil, torch.ceil, {}),
-    "trunc": (Op.TRUNC, eager.trunc, torch.trunc, {}),
-    "round": (Op.ROUND, eager.round, torch.round, {}),
     "frac": (Op.FRAC, eager.frac, torch.frac, {}),
     "sgn": (Op.SGN, eager.sgn, torch.sgn, {}),
     "deg2rad": (Op.DEG2RAD, eager.deg2rad, torch.deg2rad, {}),
@@ -80,6 +76,10 @@ UFUNCS = {  # one-ufunc ops: numpy in eager at these sizes, here natively
     "sqrt": (Op.SQRT, _natively(Op.SQRT, eager.sqrt), torch.sqrt, {}),
     "neg": (Op.NEG, _natively(Op.NEG, eager.neg), torch.neg, {}),
     "abs": (Op.ABS, _natively(Op.ABS, eager.abs), torch.abs, {}),
+    "floor": (Op.FLOOR, _natively(Op.FLOOR, eager.floor), torch.floor, {}),
+    "ceil": (Op.CEIL, _natively(Op.CEIL, eager.ceil), torch.ceil, {}),
+    "trunc": (Op.TRUNC, _natively(Op.TRUNC, eager.trunc), torch.trunc, {}),
+    "round": (Op.ROUND, _natively(Op.ROUND, eager.round), torch.round, {}),
 }
 UFUNCS2 = {
     "add": (Op.ADD, _natively(Op.ADD, eager.add), torch.add, {}),
@@ -165,7 +165,7 @@ def test_one_ufunc_binary_ops_and_alpha_match_when_run_natively(name, dtype):
 def test_small_one_ufunc_ops_stay_with_numpy():
     x = eager.randn(4096)
     before = eager_pointwise.calls
-    x + x, x * 0.5, x.exp(), x.tanh(), x - 1
+    x + x, x * 0.5, x.exp(), x.tanh(), x - 1, x.floor(), x.round()
     assert eager_pointwise.calls == before
 
 
