@@ -184,7 +184,8 @@ def _(ctx, g):
 
 
 NEXTAFTER = _binary(Op.NEXTAFTER, Op.NEXTAFTER_, np.nextafter,
-                    check=floating_only_check("nextafter_cpu"))
+                    check=floating_only_check("nextafter_cpu"),
+                    emit=lambda E, x, y: E.nextafter(x, y))
 
 
 @NEXTAFTER.derivative("NextafterBackward0", "self other", save="self_sizes other_sizes")

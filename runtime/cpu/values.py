@@ -184,6 +184,24 @@ class Elements:
     def copysign(self, x, sign):
         return intrinsic(self.b, "copysign", [x, sign], x.type, [x.type])
 
+    def nextafter(self, x, y):
+        """The float after x towards y (C's nextafter): x's bits one up where the step
+        leads away from zero, one down where towards it; the least subnormal with y's
+        sign from zero; y where x == y; NaN where either is."""
+        ty = vector(ir.IntType(self.dt.itemsize * 8), self.L.width)
+        one = ir.Constant(ty, 1)
+        bits = self.b.bitcast(x, ty)
+        zero = self.const(0.0)
+        away = self.b.xor(self._compare("<", x, y), self._compare("<", x, zero))
+        stepped = self.b.bitcast(self.b.select(away, self.b.add(bits, one),
+                                               self.b.sub(bits, one)), x.type)
+        least = self.const(5e-324 if self.dt is dtypes.float64 else 1.401298464324817e-45)
+        out = self.select(self._compare("==", x, zero), self.copysign(least, y), stepped)
+        out = self.select(self._compare("==", x, y), y, out)
+        either_nan = self.b.or_(self.b.fcmp_unordered("uno", x, x),
+                                self.b.fcmp_unordered("uno", y, y))
+        return self.select(either_nan, self.add(x, y), out)
+
     def signbit(self, x):
         """Whether x's sign bit is set (-0.0 and -nan too): a bool."""
         if not self.fl:

@@ -93,6 +93,7 @@ UFUNCS2 = {
     "maximum": (Op.MAXIMUM, _natively(Op.MAXIMUM, eager.maximum), torch.maximum, {}),
     "hypot": (Op.HYPOT, _natively(Op.HYPOT, eager.hypot), torch.hypot, {}),
     "copysign": (Op.COPYSIGN, _natively(Op.COPYSIGN, eager.copysign), torch.copysign, {}),
+    "nextafter": (Op.NEXTAFTER, _natively(Op.NEXTAFTER, eager.nextafter), torch.nextafter, {}),
 }
 POSITIVE = {"rsqrt", "log", "sqrt", "pow"}  # compared on positive inputs (their domain)
 def _native(shape) -> int:
