@@ -14,6 +14,7 @@ from ir.schema import FunctionSchema, parse_schema
 _BINARY = "(Tensor self, Tensor other) -> Tensor"
 _UNARY = "(Tensor self) -> Tensor"
 _INPLACE_BINARY = "(Tensor(a!) self, Tensor other) -> Tensor(a!)"
+_INPLACE_UNARY = "(Tensor(a!) self) -> Tensor(a!)"
 
 
 class Op(enum.Enum):
@@ -37,6 +38,26 @@ class Op(enum.Enum):
     EXPM1 = "expm1" + _UNARY
     SIN = "sin" + _UNARY
     COS = "cos" + _UNARY
+    TAN = "tan" + _UNARY
+    ASIN = "asin" + _UNARY
+    ACOS = "acos" + _UNARY
+    ATAN = "atan" + _UNARY
+    SINH = "sinh" + _UNARY
+    COSH = "cosh" + _UNARY
+    ASINH = "asinh" + _UNARY
+    ACOSH = "acosh" + _UNARY
+    ATANH = "atanh" + _UNARY
+    EXP2 = "exp2" + _UNARY
+    SINC = "sinc" + _UNARY
+    DEG2RAD = "deg2rad" + _UNARY
+    RAD2DEG = "rad2deg" + _UNARY
+    FLOOR = "floor" + _UNARY
+    CEIL = "ceil" + _UNARY
+    ROUND = "round.decimals(Tensor self, *, int decimals=0) -> Tensor"
+    TRUNC = "trunc" + _UNARY
+    FRAC = "frac" + _UNARY
+    SGN = "sgn" + _UNARY
+    SIGNBIT = "signbit" + _UNARY
     BITWISE_NOT = "bitwise_not" + _UNARY
     GELU = 'gelu(Tensor self, *, str approximate="none") -> Tensor'
     GELU_BACKWARD = ('gelu_backward(Tensor grad_output, Tensor self, *, str approximate="none")'
@@ -63,6 +84,15 @@ class Op(enum.Enum):
     BITWISE_AND = "bitwise_and.Tensor" + _BINARY
     BITWISE_OR = "bitwise_or.Tensor" + _BINARY
     BITWISE_XOR = "bitwise_xor.Tensor" + _BINARY
+    ATAN2 = "atan2" + _BINARY
+    HYPOT = "hypot" + _BINARY
+    LOGADDEXP = "logaddexp" + _BINARY
+    LOGADDEXP2 = "logaddexp2" + _BINARY
+    XLOGY = "xlogy.Tensor" + _BINARY
+    FMOD = "fmod.Tensor" + _BINARY
+    REMAINDER = "remainder.Tensor" + _BINARY
+    COPYSIGN = "copysign.Tensor" + _BINARY
+    NEXTAFTER = "nextafter" + _BINARY
     WHERE = "where(Tensor condition, Tensor self, Tensor other) -> Tensor"
     # reductions
     SUM = ("sum(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None)"
@@ -149,6 +179,34 @@ class Op(enum.Enum):
     MUL_ = "mul_" + _INPLACE_BINARY
     DIV_ = "div_" + _INPLACE_BINARY
     CLAMP_ = "clamp_(Tensor(a!) self, Scalar? min=None, Scalar? max=None) -> Tensor(a!)"
+    SIN_ = "sin_" + _INPLACE_UNARY
+    COS_ = "cos_" + _INPLACE_UNARY
+    TAN_ = "tan_" + _INPLACE_UNARY
+    ASIN_ = "asin_" + _INPLACE_UNARY
+    ACOS_ = "acos_" + _INPLACE_UNARY
+    ATAN_ = "atan_" + _INPLACE_UNARY
+    SINH_ = "sinh_" + _INPLACE_UNARY
+    COSH_ = "cosh_" + _INPLACE_UNARY
+    ASINH_ = "asinh_" + _INPLACE_UNARY
+    ACOSH_ = "acosh_" + _INPLACE_UNARY
+    ATANH_ = "atanh_" + _INPLACE_UNARY
+    EXP2_ = "exp2_" + _INPLACE_UNARY
+    SINC_ = "sinc_" + _INPLACE_UNARY
+    DEG2RAD_ = "deg2rad_" + _INPLACE_UNARY
+    RAD2DEG_ = "rad2deg_" + _INPLACE_UNARY
+    FLOOR_ = "floor_" + _INPLACE_UNARY
+    CEIL_ = "ceil_" + _INPLACE_UNARY
+    TRUNC_ = "trunc_" + _INPLACE_UNARY
+    FRAC_ = "frac_" + _INPLACE_UNARY
+    SGN_ = "sgn_" + _INPLACE_UNARY
+    ROUND_ = "round_.decimals(Tensor(a!) self, *, int decimals=0) -> Tensor(a!)"
+    ATAN2_ = "atan2_" + _INPLACE_BINARY
+    HYPOT_ = "hypot_" + _INPLACE_BINARY
+    XLOGY_ = "xlogy_.Tensor" + _INPLACE_BINARY
+    FMOD_ = "fmod_.Tensor" + _INPLACE_BINARY
+    REMAINDER_ = "remainder_.Tensor" + _INPLACE_BINARY
+    COPYSIGN_ = "copysign_.Tensor" + _INPLACE_BINARY
+    NEXTAFTER_ = "nextafter_" + _INPLACE_BINARY
     ZERO_ = "zero_(Tensor(a!) self) -> Tensor(a!)"
     FILL_ = "fill_.Scalar(Tensor(a!) self, Scalar value) -> Tensor(a!)"
     COPY_ = "copy_(Tensor(a!) self, Tensor src) -> Tensor(a!)"

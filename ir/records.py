@@ -20,7 +20,9 @@ place, beside the op's kernel in its family file (eager/kernels/<family>.py):
 - `decomposition`: a composite op's formula in simpler ops, written once over an
   interpreter (ir/formula.py): the compiler's decompose pass, eager's row kernels,
   CUDA's composed kernels and eager's numpy fallbacks all run this one definition;
-- `inplace_of`: an in-place op's out-of-place twin, whose derivative it uses.
+- `inplace_of`: an in-place op's out-of-place twin, whose derivative it uses;
+- `aliases`: PyTorch's other names for it (arcsin, fix), given wherever it has a function
+  or a method name.
 
 Every table a layer needs (eager's functions and Tensor methods, the native op set, the
 float-only set, the GEMM's activations, the decompositions) is derived from RECORDS,
@@ -74,7 +76,8 @@ class Pointwise(NamedTuple):
     of silencing them. `scaled` names an attribute (add's and sub's alpha) that
     multiplies the last tensor before `numpy` and `emit` see the values: they take the
     tensors only, and numpy can be a ufunc; the product can overflow, so a scaled op is
-    not quiet. `number_forms`: (position, number, op) where the tensor at `position`
+    not quiet. `not_on_cuda`: why the emitter has no CUDA form (the CUDA backend registers
+    no kernel for the op). `number_forms`: (position, number, op) where the tensor at `position`
     being that Python number makes the op `op` of the other tensor, for float32 and
     float64 results: pow(x, 0.5) is sqrt(x), as PyTorch's pow.Tensor_Scalar runs it
     (sqrt(-inf) is NaN where C's pow gives inf); eager's kernel and the compiler's
@@ -90,6 +93,7 @@ class Pointwise(NamedTuple):
     check_attrs: bool = False  # check reads only the attributes: none given, none to run
     quiet: bool = False  # numpy never warns on it: run without silencing them (~0.2 us)
     scaled: str = ""
+    not_on_cuda: str = ""
     number_forms: tuple[tuple[int, float, Op], ...] = ()
 
 
@@ -98,7 +102,9 @@ class OpRecord:
 
     def __init__(self, op: Op, function: str | None, method: str | None,
                  functional: str | None, pointwise: Pointwise | None, inplace_of: Op | None,
-                 differentiable: bool, formula: Callable | None = None):
+                 differentiable: bool, formula: Callable | None = None,
+                 aliases: tuple[str, ...] = ()):
+        self.aliases = aliases
         self.op, self.function, self.method, self.functional = op, function, method, functional
         self.pointwise, self.inplace_of, self.differentiable = pointwise, inplace_of, \
             differentiable
@@ -137,7 +143,7 @@ _edits = [0]  # records declared or given a decomposition: the derived tables' v
 def declare(op: Op, *, function: bool | str = False, method: bool | str = False,
             functional: bool | str = False, pointwise: Pointwise | None = None,
             inplace_of: Op | None = None, differentiable: bool = True,
-            decomposition: Callable | None = None) -> OpRecord:
+            decomposition: Callable | None = None, aliases: tuple[str, ...] = ()) -> OpRecord:
     """Record `op`; a name given as True is the schema's. `differentiable=False`: its
     outputs never carry a gradient (integer or boolean results, detach).
     `decomposition`: as the decorator OpRecord.decomposition, for a formula the record's
@@ -152,7 +158,7 @@ def declare(op: Op, *, function: bool | str = False, method: bool | str = False,
     def name(given):
         return op.schema.name if given is True else (given or None)
     RECORDS[op] = OpRecord(op, name(function), name(method), name(functional), pointwise,
-                           inplace_of, differentiable, decomposition)
+                           inplace_of, differentiable, decomposition, aliases)
     _DECLARED_IN.setdefault(sys._getframe(1).f_globals.get("__name__", ""))
     _edits[0] += 1
     return RECORDS[op]
@@ -183,8 +189,15 @@ def _derived(table):
 
 # derived tables -------------------------------------------------------------------------
 def named(kind: str) -> dict[str, Op]:
-    """Python name -> op for "function", "method" or "functional" names."""
-    return {getattr(r, kind): op for op, r in RECORDS.items() if getattr(r, kind)}
+    """Python name -> op for "function", "method" or "functional" names (a function's or
+    a method's aliases too)."""
+    names = {}
+    for op, r in RECORDS.items():
+        if getattr(r, kind):
+            names[getattr(r, kind)] = op
+            if kind != "functional":
+                names.update(dict.fromkeys(r.aliases, op))
+    return names
 
 
 @_derived

@@ -178,3 +178,12 @@ def add_at(out: np.ndarray, key: tuple, values) -> None:
         values = np.broadcast_to(values, flat.shape)
     np.add.at(out.reshape(-1), flat.reshape(-1), values.reshape(-1))
 
+
+
+def floating_only_check(kernel: str):
+    """A pointwise record's check: PyTorch's `kernel` (hypot_cpu) exists for floats only
+    (of the promoted type: hypot of an integer and a float tensor is a float's)."""
+    def check(dt: DType, *tensors) -> None:
+        if not dt.is_floating_point:
+            raise NotImplementedError(f"\"{kernel}\" not implemented for '{type_word(dt)}'")
+    return check

@@ -52,7 +52,7 @@ def _math(name, fn):
     return Pointwise("float", fn, emit=lambda E, x: E.math(name, x), float_math=True)
 
 
-NEG = declare(Op.NEG, function=True, method=True, pointwise=Pointwise(
+NEG = declare(Op.NEG, function=True, method=True, aliases=("negative",), pointwise=Pointwise(
     "same", np.negative, emit=lambda E, x: E.neg(x), check=_no_bool_negation))
 
 
@@ -61,7 +61,7 @@ def _(ctx, g):
     return ops.neg(g)
 
 
-ABS = declare(Op.ABS, function=True, method=True, pointwise=Pointwise(
+ABS = declare(Op.ABS, function=True, method=True, aliases=("absolute",), pointwise=Pointwise(
     "same", np.abs, emit=lambda E, x: E.abs(x)))  # (a float's sign bit cleared: -0.0, -nan)
 
 
@@ -192,9 +192,11 @@ def _(ctx, g):
     return g * (ctx.result + 1)
 
 
-# sin and cos: numpy's (no vectorised kernel of kiln's yet, so no emitter: a compiled
-# region leaves them to eager)
-SIN = declare(Op.SIN, function=True, method=True, pointwise=Pointwise("float", np.sin))
+_LIBM_BEYOND = ("vmath's sin and cos call the C library for |x| >= 2^40, which PTX "
+                "has not: no accurate PTX sin and cos are written")
+SIN = declare(Op.SIN, function=True, method=True, pointwise=Pointwise(
+    "float", np.sin, emit=lambda E, x: E.math("sin", x), float_math=True,
+    not_on_cuda=_LIBM_BEYOND))
 
 
 @SIN.derivative("SinBackward0", "self", save="self")
@@ -202,12 +204,18 @@ def _(ctx, g):
     return g * ops.cos(ctx.self)
 
 
-COS = declare(Op.COS, function=True, method=True, pointwise=Pointwise("float", np.cos))
+COS = declare(Op.COS, function=True, method=True, pointwise=Pointwise(
+    "float", np.cos, emit=lambda E, x: E.math("cos", x), float_math=True,
+    not_on_cuda=_LIBM_BEYOND))
 
 
 @COS.derivative("CosBackward0", "self", save="self")
 def _(ctx, g):
     return g * ops.neg(ops.sin(ctx.self))
+
+
+declare(Op.SIN_, function=True, method=True, inplace_of=Op.SIN)
+declare(Op.COS_, function=True, method=True, inplace_of=Op.COS)
 
 
 BITWISE_NOT = declare(Op.BITWISE_NOT, function=True, method=True, differentiable=False,

@@ -172,6 +172,45 @@ class Elements:
     def min(self, x, y):
         return _max_min(self.L, x, y, self.dt, False)
 
+    def round(self, how: str, x):
+        """x rounded to an integer by `how`: floor, ceil, trunc or roundeven (half to
+        even); an integer is itself."""
+        return intrinsic(self.b, how, [x], x.type, [x.type]) if self.fl else x
+
+    def fmod(self, x, y):
+        """C's fmod: x - trunc(x / y) * y, exactly (LLVM's frem)."""
+        return self.b.frem(x, y)
+
+    def copysign(self, x, sign):
+        return intrinsic(self.b, "copysign", [x, sign], x.type, [x.type])
+
+    def nextafter(self, x, y):
+        """The float after x towards y (C's nextafter): x's bits one up where the step
+        leads away from zero, one down where towards it; the least subnormal with y's
+        sign from zero; y where x == y; NaN where either is."""
+        ty = vector(ir.IntType(self.dt.itemsize * 8), self.L.width)
+        one = ir.Constant(ty, 1)
+        bits = self.b.bitcast(x, ty)
+        zero = self.const(0.0)
+        away = self.b.xor(self._compare("<", x, y), self._compare("<", x, zero))
+        stepped = self.b.bitcast(self.b.select(away, self.b.add(bits, one),
+                                               self.b.sub(bits, one)), x.type)
+        least = self.const(5e-324 if self.dt is dtypes.float64 else 1.401298464324817e-45)
+        out = self.select(self._compare("==", x, zero), self.copysign(least, y), stepped)
+        out = self.select(self._compare("==", x, y), y, out)
+        either_nan = self.b.or_(self.b.fcmp_unordered("uno", x, x),
+                                self.b.fcmp_unordered("uno", y, y))
+        return self.select(either_nan, self.add(x, y), out)
+
+    def signbit(self, x):
+        """Whether x's sign bit is set (-0.0 and -nan too): a bool."""
+        if not self.fl:
+            return self._compare("<", x, self.const(0)) if self.dt is not dtypes.bool_ \
+                else self.b.icmp_unsigned("!=", x, x)
+        bits = ir.IntType(self.dt.itemsize * 8)
+        ty = vector(bits, self.L.width)
+        return self.b.icmp_signed("<", self.b.bitcast(x, ty), ir.Constant(ty, None))
+
     def math(self, name: str, *xs):
         """A function of kiln's vectorised math library (vmath.NAMES)."""
         from runtime.cpu import vmath

@@ -32,9 +32,28 @@ million (float64) pairs spanning overflow and underflow, x near 1 with huge y, n
     rsqrt       0.50     0.50     1 / sqrt, corrected for the rounding of sqrt
     pow         0.50     1.13     float32 is computed in double: correctly rounded on
                                   every point tried
+    sin, cos    0.50     0.77     Cody-Waite by pi/2 in three doubles, r a double-double,
+                                  fdlibm's kernels; |x| >= 2^40 calls C's double sin or
+                                  cos (vmath_trig.TRIG_REDUCED), so no PTX form
+    tan         0.50     1.99     sin r / cos r of the same reduction (C's tan beyond)
+    exp2        0.50     1.12     exp of x ln2 as a double-double
+    sinh        0.50     2.25     from expm1; cosh from exp
+    cosh        0.50     1.48
+    asinh       0.50     1.46     log1p forms (log(x) + ln2 for huge x)
+    acosh       0.50     1.59
+    atanh       0.50     1.76
+    atan        0.50     0.78     fdlibm's s_atan.c
+    atan2       0.50     1.25     atan(|y/x|) in its quadrant, C99's zeros and infinities
+    asin        0.50     1.98     atan2(x, sqrt((1 - x)(1 + x)))
+    acos        0.50     1.61     atan2(sqrt((1 - x)(1 + x)), x)
 
+The float32 forms of the functions from sin on compute in double and round once
+(correctly rounded on every point of the tests' float32 sweep: shown as 0.50).
 exp_nonpositive (PARTIAL: x <= 0 or nan) gives exp's value bit for bit: checked on every
 float32 x <= 0 and on the float64 sample, and by the tests on their sweeps.
+
+sin and the functions after it are measured on the tests' sweeps only (every 1021st
+float32 bit pattern, the float64 sample), against numpy in double / long double.
 
 Everything uses llvm.fma, so it assumes hardware FMA (x86-64-v3, AArch64).
 """
@@ -45,9 +64,12 @@ import llvmlite.ir as ir
 # float64 erf uses fdlibm's four ranges: the tables of eager's numpy erf
 from runtime.cpu.erf import (ERF_ERX, ERF_PA, ERF_PP, ERF_QA, ERF_QQ, ERF_RA, ERF_RB,
                              ERF_SA, ERF_SB)
+from runtime.cpu import vmath_trig
 from runtime.llvm.toolkit import Target, constant, define, intrinsic, mangle, vector
 
-NAMES = ("exp", "log", "tanh", "sigmoid", "erf", "sqrt", "rsqrt", "pow", "expm1", "log1p")
+NAMES = ("exp", "log", "tanh", "sigmoid", "erf", "sqrt", "rsqrt", "pow", "expm1", "log1p",
+         "sin", "cos", "tan", "exp2", "sinh", "cosh", "asinh", "acosh", "atanh", "atan",
+         "atan2", "asin", "acos")
 """The functions, each defined for every argument."""
 PARTIAL = {"exp_nonpositive": "x <= 0 or nan"}
 """Functions for callers that know where their arguments lie (a row kernel's exp(x - max)),
@@ -100,8 +122,6 @@ ATANH_A = (0.4, 0.28571428571428564, 0.22222222222228522, 0.18181818179629908,
            0.15384615765102574, 0.1333329622582821, 0.1176682645681458, 0.10456028749030954,
            0.10765126886769226)
 TWO_THIRDS = (0.6666666666666666, 3.700743415417188e-17)
-
-
 def emit(builder: ir.IRBuilder, name: str, *args: ir.Value) -> ir.Value:
     """Call vmath's `name` on `args` (all of one float or double scalar or vector type) at
     the builder's position; the result has the arguments' type."""
@@ -206,6 +226,25 @@ class _Math:
     def pow2(self, n):
         """2^n for integers n in the normal exponent range, built in the exponent bits."""
         return self.from_bits(self.b.shl(self.iadd(n, self.bias), self.i(self.mant)))
+
+    # what the functions in other files (vmath_trig.py) build on
+    def double(self):
+        """This builder's _Math for doubles of the same shape."""
+        return _Math(self.b, self.shaped(ir.DoubleType()))
+
+    def emit(self, name, *args):
+        """vmath's `name` on args."""
+        return emit(self.b, name, *args)
+
+    def exp(self, x, lo):
+        """e^(x + lo), lo a low part (see _exp)."""
+        return _exp(self, x, lo)
+
+    def two_sum(self, x, y):
+        return _two_sum(self, x, y)
+
+    def fast_two_sum(self, x, y):
+        return _fast_two_sum(self, x, y)
 
 
 def _reduce_exp(m: _Math, x, lo=None):
@@ -474,3 +513,4 @@ _BODIES = {"exp": (_exp, 1), "log": (_log, 1), "tanh": (_tanh, 1), "sigmoid": (_
            "erf": (_erf, 1), "sqrt": (_sqrt, 1), "rsqrt": (_rsqrt, 1), "pow": (_pow, 2),
            "expm1": (_expm1, 1), "log1p": (_log1p, 1),
            "exp_nonpositive": (_exp_nonpositive, 1)}
+_BODIES.update(vmath_trig.BODIES)

@@ -25,6 +25,7 @@ from runtime.cpu import vmath
 from runtime.cuda.codegen import CudaKernel
 from runtime.cuda.codegen.rows import threads_for
 from ir.ops import Op
+from ir.records import RECORDS
 from runtime.llvm import toolkit as llvm_ir
 from runtime.cuda import current, nvptx
 
@@ -101,10 +102,15 @@ def _same(got, want, dtype):
 
 
 # every pointwise op of the records ------------------------------------------------------
+def _on_cuda(op: Op) -> bool:
+    return op in V.native_ops() and not (op in RECORDS and RECORDS[op].pointwise is not None
+                                         and RECORDS[op].pointwise.not_on_cuda)
+
+
 def _pointwise_cases():
     params = []
     for case in op_table.ELEMENTWISE:
-        if all(op in V.native_ops() for op in case.ops):
+        if all(_on_cuda(op) for op in case.ops):
             params += [pytest.param(case, dtype, id=f"{case.name}-{dtype}")
                        for dtype in case.dtypes if dtype in V.SUPPORTED]
     return params
@@ -127,6 +133,15 @@ def _small_samples(case, dtype):
                 args[i] = t
             return case.fn(eager, *args, **sample.kwargs)
         yield [eager.tensor(sample.args[i]) for i in arrays], fn
+
+
+def test_an_op_whose_emitter_has_no_cuda_form_stays_out_of_cuda_kernels():
+    """sin (Pointwise.not_on_cuda) runs interpreted; the ops around it still fuse."""
+    x = eager.tensor(np.linspace(-3, 3, 12, dtype=np.float32))
+    lowered = compiler.lower(lambda t: (t * 2).sin() + 1, x, target="cuda")
+    outside = [n.op for g in lowered.optimized for n in g.nodes
+               if n.op not in (Op.FUSED, Op.SCALAR)]
+    assert outside == [Op.SIN] and len(lowered.cuda_kernels) == 2
 
 
 def test_the_op_table_covers_every_pointwise_op_kernels_emit():
@@ -380,8 +395,19 @@ def _math_kernel(name, ty):
 FLOAT_TYPES = {"float32": ir.FloatType(), "float64": ir.DoubleType()}
 
 
+NO_PTX = ("sin", "cos", "tan")
+"""vmath functions with no PTX form: their large arguments call the C library."""
+PTX_NAMES = [name for name in vmath.NAMES if name not in NO_PTX]
+
+
+@pytest.mark.parametrize("name", NO_PTX)
+def test_vmath_refuses_nvptx_for_what_calls_the_c_library(name):
+    with pytest.raises(NotImplementedError, match=f"vmath's {name} has no PTX form"):
+        _math_kernel(name, ir.FloatType())
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("name", vmath.NAMES)
+@pytest.mark.parametrize("name", PTX_NAMES)
 def test_vmath_compiles_for_nvptx_with_no_library_call(name, dtype):
     kernel = _math_kernel(name, FLOAT_TYPES[dtype])
     ptx = kernel.ptx()
@@ -397,13 +423,15 @@ _erf = np.vectorize(math.erf, otypes=[np.float64])
 MATH_REFERENCES = {
     "exp": np.exp, "log": np.log, "tanh": np.tanh, "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
     "erf": _erf, "sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x), "pow": np.power,
-    "expm1": np.expm1, "log1p": np.log1p}
+    "expm1": np.expm1, "log1p": np.log1p, "exp2": np.exp2, "sinh": np.sinh, "cosh": np.cosh,
+    "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh, "atan": np.arctan,
+    "atan2": np.arctan2, "asin": np.arcsin, "acos": np.arccos}
 
 
 @needs_emulator
 @pytest.mark.parametrize("name, dtype", [
     pytest.param(name, dtype, id=f"{name}-{dtype}")
-    for name in vmath.NAMES for dtype in ("float32", "float64")])
+    for name in PTX_NAMES for dtype in ("float32", "float64")])
 def test_vmath_emulated_on_nvptx_ir_matches_numpy(name, dtype):
     """The CPU's polynomials at scalar width, special values included, within the
     accuracy vmath's table states (under 2 ulp)."""

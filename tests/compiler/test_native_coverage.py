@@ -12,6 +12,7 @@ import compiler
 import eager
 from compiler.capture import FUNCTIONAL_TWIN as REBOUND
 from ir.ops import COMPOSITE, DATA_DEPENDENT_SHAPE, INPLACE, Op
+from ir.records import pointwise_ops
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "eager"))  # the op table lives there
 import op_table  # noqa: E402
@@ -33,8 +34,9 @@ NOT_NATIVE = {
     Op.IM2COL: "a gather of overlapping windows: its eager kernel (a generated one for "
                "floats) runs it",
     Op.COL2IM: "adds overlapping windows into images: no kernel writes where others wrote",
-    Op.SIN: "kiln's vectorised math library has no sin yet: numpy's, the eager kernel, runs",
-    Op.COS: "kiln's vectorised math library has no cos yet: numpy's, the eager kernel, runs",
+    **{op: "its pointwise record has no emitter (kiln's vectorised math library lacks the "
+           "function): numpy's, the eager kernel, runs" for op, pointwise in
+       pointwise_ops().items() if pointwise.emit is None},
 }
 """Ops that run through the interpreter (their eager kernel) inside compiled graphs."""
 BREAKS = {op: "capture records functional code: an in-place op on a graph value breaks "

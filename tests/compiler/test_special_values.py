@@ -49,6 +49,7 @@ ATTRIBUTES = {
                {"min": -1.0, "max": 1.0}, {"min": 1.0, "max": -1.0},
                {"min": float("-inf"), "max": float("inf")}),
     Op.GELU: ({}, {"approximate": "tanh"}),
+    Op.ROUND: ({}, {"decimals": 2}, {"decimals": -1}),
     Op.GELU_BACKWARD: ({}, {"approximate": "tanh"}),
     Op.SOFTPLUS: ({}, {"beta": 2.0, "threshold": 5.0}, {"beta": -1.0}),
     Op.SOFTPLUS_BACKWARD: ({"beta": 1.0, "threshold": 20.0}, {"beta": 0.5, "threshold": 2.0}),
@@ -77,6 +78,10 @@ PYTORCH_DIFFERS = {
     "log1p": (lambda x: np.abs(x) == np.finfo(x.dtype).smallest_subnormal, np.log1p,
               "PyTorch 2.13 gives 0.0 for log1p of the smallest subnormal (of a larger "
               "subnormal, the value itself, which log1p rounds to)"),
+    "logaddexp2": (lambda a, b: (a == b) & np.isfinite(a), np.logaddexp2,
+                   "PyTorch's max + log1p(2^-|a - b|) * (1 / ln 2) runs as one FMA, so where "
+                   "a == b, ln 2 times its rounded reciprocal is not 1: logaddexp2(-1, -1) "
+                   "is -4.8e-17 there, not 0"),
 }
 """Where PyTorch's answer is wrong: a test of the inputs, the numpy function kiln is
 compared with there instead (in float64, rounded to the type), and why."""

@@ -103,6 +103,16 @@ def pow_samples(make):
     yield S(make((3, 5), positive=True), 0.5)
 
 
+def divisor_samples(make):
+    """Divisors away from zero (an integer divided by zero raises)."""
+    for a, b in BINARY_SHAPES:
+        divisor = make(b, positive=True)
+        yield S(make(a, scale=5.0), np.where(np.arange(divisor.size).reshape(b) % 2, divisor,
+                                               -divisor).astype(divisor.dtype))
+    yield S(make((3, 5), scale=5.0), 2)
+    yield S(make((2, 3), scale=5.0), -1.5)
+
+
 def where_samples(make):
     for cond, a, b in [((3, 5), (3, 5), (3, 5)), ((3, 1), (1, 5), ()), ((), (2, 3), (3,)),
                        ((0, 2), (1, 2), (0, 1)), ((2, 1, 4), (3, 1), (4,))]:
@@ -144,6 +154,8 @@ def gelu_backward_samples(make):
 ELEMENTWISE = [
     unary("neg", Op.NEG, np.negative, NUMBERS),
     unary("abs", Op.ABS, np.abs, NUMBERS),
+    unary("negative", Op.NEG, np.negative, NUMBERS),  # PyTorch's aliases
+    unary("absolute", Op.ABS, np.abs, NUMBERS),
     unary("sign", Op.SIGN, lambda x: (x > 0) * 1.0 - (x < 0), ALL),  # sign(nan) is 0
     unary("relu", Op.RELU, lambda x: np.where(x < 0, 0, x), NUMBERS),
     unary("exp", Op.EXP, np.exp),
@@ -158,6 +170,32 @@ ELEMENTWISE = [
     unary("erfinv", Op.ERFINV, _erfinv),
     unary("sin", Op.SIN, np.sin),
     unary("cos", Op.COS, np.cos),
+    unary("tan", Op.TAN, np.tan),
+    unary("asin", Op.ASIN, np.arcsin),
+    unary("acos", Op.ACOS, np.arccos),
+    unary("atan", Op.ATAN, np.arctan),
+    unary("arcsin", Op.ASIN, np.arcsin, FLOATS),  # PyTorch's aliases run the same op
+    unary("sinh", Op.SINH, np.sinh),
+    unary("cosh", Op.COSH, np.cosh),
+    unary("asinh", Op.ASINH, np.arcsinh),
+    unary("acosh", Op.ACOSH, np.arccosh),
+    unary("atanh", Op.ATANH, np.arctanh),
+    unary("exp2", Op.EXP2, np.exp2),
+    unary("sinc", Op.SINC, np.sinc),
+    unary("deg2rad", Op.DEG2RAD, np.deg2rad),
+    unary("rad2deg", Op.RAD2DEG, np.rad2deg),
+    unary("floor", Op.FLOOR, np.floor, NUMBERS),
+    unary("ceil", Op.CEIL, np.ceil, NUMBERS),
+    unary("trunc", Op.TRUNC, np.trunc, NUMBERS),
+    unary("fix", Op.TRUNC, np.trunc, NUMBERS),
+    unary("round", Op.ROUND, np.round, NUMBERS),  # half to even, as numpy's
+    unary("round_decimals", Op.ROUND, lambda x: np.round(x, 2), FLOATS,
+          call=lambda lib, x: lib.round(x, decimals=2)),
+    unary("round_negative_decimals", Op.ROUND, lambda x: np.round(x * 100, -1), FLOATS,
+          call=lambda lib, x: lib.round(x * 100, decimals=-1)),
+    unary("frac", Op.FRAC, lambda x: x - np.trunc(x), FLOATS),
+    unary("sgn", Op.SGN, lambda x: (x > 0) * 1.0 - (x < 0), ALL),
+    unary("signbit", Op.SIGNBIT, np.signbit, ALL),
     OpCase("bitwise_not", (Op.BITWISE_NOT,), lambda lib, x: lib.bitwise_not(x), np.invert,
            unary_samples(), INTS + ("bool",)),
     unary("silu", Op.SILU, lambda x: x * _sigmoid(x), FLOATS,
@@ -213,6 +251,19 @@ ELEMENTWISE = [
     binary("bitwise_and", Op.BITWISE_AND, np.bitwise_and, INTS + ("bool",), scalars=False),
     binary("bitwise_or", Op.BITWISE_OR, np.bitwise_or, INTS + ("bool",), scalars=False),
     binary("bitwise_xor", Op.BITWISE_XOR, np.bitwise_xor, INTS + ("bool",), scalars=False),
+    binary("atan2", Op.ATAN2, lambda a, b: np.arctan2(a * 1.0, b * 1.0), scalars=False),
+    binary("arctan2", Op.ATAN2, np.arctan2, FLOATS, scalars=False),
+    binary("hypot", Op.HYPOT, np.hypot, FLOATS, scalars=False),
+    binary("logaddexp", Op.LOGADDEXP, np.logaddexp, FLOATS, scalars=False),
+    binary("logaddexp2", Op.LOGADDEXP2, np.logaddexp2, FLOATS, scalars=False),
+    binary("xlogy", Op.XLOGY, lambda x, y: np.where(x == 0, 0.0, x * np.log(y))),
+    binary("copysign", Op.COPYSIGN, np.copysign),
+    binary("nextafter", Op.NEXTAFTER, lambda a, b: np.nextafter(np.float32(a), np.float32(b)),
+           ("float32",), scalars=False),
+    OpCase("fmod", (Op.FMOD,), lambda lib, a, b: lib.fmod(a, b), np.fmod, divisor_samples,
+           NUMBERS),
+    OpCase("remainder", (Op.REMAINDER,), lambda lib, a, b: lib.remainder(a, b), np.remainder,
+           divisor_samples, NUMBERS),
     OpCase("where", (Op.WHERE,), lambda lib, c, a, b: lib.where(c, a, b), np.where,
            where_samples, ALL),
 ]

@@ -359,6 +359,32 @@ def inplace(name, op, ref, dtypes=NUMBERS, samples=inplace_samples):
                   ref, samples, dtypes)
 
 
+_UNARY_INPLACE = {
+    Op.SIN_: np.sin, Op.COS_: np.cos, Op.TAN_: np.tan, Op.ASIN_: np.arcsin,
+    Op.ACOS_: np.arccos, Op.ATAN_: np.arctan, Op.SINH_: np.sinh, Op.COSH_: np.cosh,
+    Op.ASINH_: np.arcsinh, Op.ACOSH_: np.arccosh, Op.ATANH_: np.arctanh, Op.EXP2_: np.exp2,
+    Op.SINC_: np.sinc, Op.DEG2RAD_: np.deg2rad, Op.RAD2DEG_: np.rad2deg,
+    Op.FLOOR_: np.floor, Op.CEIL_: np.ceil, Op.TRUNC_: np.trunc, Op.ROUND_: np.round,
+    Op.FRAC_: lambda x: x - np.trunc(x), Op.SGN_: np.sign}
+_BINARY_INPLACE = {
+    Op.ATAN2_: np.arctan2, Op.HYPOT_: np.hypot, Op.COPYSIGN_: np.copysign,
+    Op.XLOGY_: lambda x, y: np.where(x == 0, 0.0, x * np.log(y))}
+
+
+def _unary_inplace_samples(make):
+    return [S(make((3, 5))), S(make(())), S(make((0, 2)))]
+
+
+def _tensors_inplace_samples(make):
+    """Tensors only: PyTorch's atan2_, hypot_ and nextafter_ take no Python number."""
+    return (S(make(a), make(b)) for a, b in INPLACE_SHAPES)
+
+
+def _divisor_inplace_samples(make):
+    for a, b in INPLACE_SHAPES:
+        yield S(make(a, scale=5.0), make(b, positive=True))
+
+
 INPLACE = [
     OpCase("index_put_", (Op.INDEX_PUT_,), lambda lib, x, *a, **k: x.clone().index_put_(*a, **k),
            _index_put_ref,
@@ -372,6 +398,18 @@ INPLACE = [
     inplace("div_", Op.DIV_, np.true_divide, FLOATS),
     inplace("clamp_", Op.CLAMP_, lambda x, lo, hi: np.clip(x, lo, hi),
             samples=lambda make: [S(make((3, 5)), -1, 1), S(make(()), 0, 2)]),
+    *(inplace(op.schema.name, op, ref, FLOATS, samples=_unary_inplace_samples)
+      for op, ref in _UNARY_INPLACE.items()),
+    inplace("round_decimals_", Op.ROUND_, lambda x, decimals: np.round(x, decimals), FLOATS,
+            samples=lambda make: [S(make((3, 5)), decimals=1)]),
+    *(inplace(op.schema.name, op, ref, FLOATS, samples=_tensors_inplace_samples)
+      for op, ref in _BINARY_INPLACE.items()),
+    inplace("nextafter_", Op.NEXTAFTER_,  # (a step of float32's: the reference is float64)
+            lambda a, b: np.nextafter(np.float32(a), np.float32(b)), ("float32",),
+            samples=_tensors_inplace_samples),
+    inplace("fmod_", Op.FMOD_, np.fmod, NUMBERS, samples=_divisor_inplace_samples),
+    inplace("remainder_", Op.REMAINDER_, np.remainder, NUMBERS,
+            samples=_divisor_inplace_samples),
     inplace("zero_", Op.ZERO_, np.zeros_like, ALL,
             samples=lambda make: [S(make((3, 5))), S(make(())), S(make((0, 2)))]),
     inplace("fill_", Op.FILL_, np.full_like, ALL,

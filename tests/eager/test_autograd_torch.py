@@ -74,6 +74,17 @@ GRAPHS = {
     + x.index_put((m.tensor([0, 2]),), y[1]) + x.index_put((m.tensor([1, 1]),), y[0], True),
     "in-place": lambda m, x, y: (x * 1).add_(y).sub_(1).mul_(y).div_(2).clamp_(0, 1),
     "in-place-fill": lambda m, x, y: (x * 1).zero_() + (x * 1).fill_(2) + (x * 1).copy_(y),
+    "trigonometric": lambda m, x, y: x.sin().cos().tan() + x.asin() + x.acos() + x.atan()
+    + m.atan2(x, y),
+    "hyperbolic": lambda m, x, y: x.sinh() + x.cosh() + x.asinh() + (x + 1).acosh() + x.atanh(),
+    "rounding": lambda m, x, y: x.floor() + x.ceil() + x.round() + m.round(x, decimals=1)
+    + x.trunc() + x.frac() + x.sgn() + m.fix(x),
+    "exp2-sinc-degrees": lambda m, x, y: m.exp2(x) + m.sinc(x) + m.deg2rad(x) + m.rad2deg(x),
+    "hypot-logaddexp": lambda m, x, y: m.hypot(x, y) + m.logaddexp(x, y) + m.logaddexp2(x, y),
+    "xlogy-fmod-remainder": lambda m, x, y: m.xlogy(x, y) + m.fmod(x, y) + m.remainder(x, y)
+    + m.copysign(x, y) + m.nextafter(x, y),
+    "aliases": lambda m, x, y: m.arcsin(x) + m.arctan2(x, y) + m.negative(x) + m.absolute(x),
+    "in-place-math": lambda m, x, y: (x * 1).sin_().tan_().floor_() + (x * 1).xlogy_(y),
 }
 
 
@@ -97,6 +108,18 @@ def test_pow_with_a_python_number_is_named_for_torchs_overload(fn):
     theirs = fn(torch.tensor(a, requires_grad=True)).grad_fn
     assert type(ours).__name__ == type(theirs).__name__
     assert [e for e in _structure(ours)[1] if e != (None, 0)] == list(_structure(theirs)[1])
+
+
+@pytest.mark.parametrize("fn", [
+    lambda m, x: m.xlogy(x, 3.0), lambda m, x: m.xlogy(2.0, x), lambda m, x: m.fmod(x, 0.3),
+    lambda m, x: m.remainder(x, 0.3), lambda m, x: m.copysign(x, -1.0),
+    lambda m, x: m.round(x, decimals=2)],
+    ids=["xlogy-scalar-other", "xlogy-scalar-self", "fmod-scalar", "remainder-scalar",
+         "copysign-scalar", "round-decimals"])
+def test_math_ops_with_a_python_number_are_named_for_torchs_overload(fn):
+    (a,) = _arrays(0, (3,), low=0.5)
+    ours, theirs = (fn(m, m.tensor(a, requires_grad=True)).grad_fn for m in (eager, torch))
+    assert type(ours).__name__ == type(theirs).__name__
 
 
 def test_embedding_node_matches_torch():
@@ -190,6 +213,17 @@ def test_embedding_with_padding_matches_torch():
      [[0.0, 1.0, 2.0]]),
     ("var-single-element", lambda m, x: x.var(1, correction=0).sum(), [[1.5], [2.0]]),
     ("sqrt-at-zero", lambda m, x: x.sqrt().sum(), [[0.0, 4.0]]),
+    ("xlogy-at-zero", lambda m, x: m.xlogy(x, x + 1).sum() + m.xlogy(x, x * 0).sum(),
+     [[0.0, 1.0]]),
+    ("sinc-at-zero", lambda m, x: m.sinc(x).sum(), [[0.0, 1.0, -0.5]]),
+    ("copysign-at-zero", lambda m, x: m.copysign(x, x * 0 - 1).sum(), [[0.0, -0.0, 2.0]]),
+    ("rounding-steps", lambda m, x: (m.floor(x) + m.round(x) + m.frac(x)).sum(),
+     [[0.5, 1.5, -2.0]]),
+    ("fmod-remainder-signs", lambda m, x: (m.fmod(x, x * 0 - 0.7) + m.remainder(x, x * 0 - 0.7)
+                                           ).sum(), [[1.0, -1.0, 2.5]]),
+    ("scalar-operands", lambda m, x: (m.xlogy(x, 3.0) + m.xlogy(2.0, x) + m.fmod(x, 0.3)
+                                      + m.remainder(x, 0.3) + m.copysign(x, -1.0)).sum(),
+     [[0.5, 1.5, 2.0]]),
 ])
 def test_gradient_at_awkward_points_matches_torch(name, fn, values):
     results = []

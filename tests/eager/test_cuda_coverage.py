@@ -17,15 +17,24 @@ import op_table_shape
 import test_cuda_tensors
 from eager.dispatcher import ATEN, DispatchKey
 from ir.ops import Op
+from ir.records import RECORDS
 from op_cases import Maker, convert, flat_outputs
 
 gpu = test_cuda_tensors.gpu  # the autouse fixture: a GPU, else an emulated device
 
-NOT_ON_CUDA: dict = {
-    Op.SIN: "no emitter (kiln's math library has no sin yet), so no generated CUDA kernel",
-    Op.COS: "no emitter (kiln's math library has no cos yet), so no generated CUDA kernel"}
-"""Ops with a CPU kernel and no CUDA kernel, with the reason (nonzero's CUDA kernel finds
-its indices on the host, see eager/backends/cuda/indexing.py)."""
+def _why_not_on_cuda(op: Op) -> str:
+    pointwise = RECORDS[RECORDS[op].inplace_of or op].pointwise
+    if pointwise is None:
+        return ""
+    if pointwise.emit is None:
+        return ("its pointwise record has no emitter (numpy only: kiln's math library lacks "
+                "the function), so no generated CUDA kernel")
+    return pointwise.not_on_cuda
+
+
+NOT_ON_CUDA: dict = {op: _why_not_on_cuda(op) for op in RECORDS if _why_not_on_cuda(op)}
+"""Ops with a CPU kernel and no CUDA kernel, with the reason, derived from the records
+(nonzero's CUDA kernel finds its indices on the host, see eager/backends/cuda/indexing.py)."""
 NOT_ON_CUDA_DTYPES = {"float16": "kiln's CUDA code generators have no half arithmetic "
                                  "(loads, stores and math in float16 are not written)"}
 

@@ -38,6 +38,7 @@ from runtime.cuda.codegen.rows import build_rows
 from eager.tensor import empty_cpu, empty_spec
 from ir.graph import Graph, Node
 from ir.ops import Op
+from ir.records import RECORDS
 from runtime.layout import STRIDED, CannotLower, row_dims
 
 _names = itertools.count(1)
@@ -45,8 +46,12 @@ _names = itertools.count(1)
 
 def emits(node: Node) -> bool:
     """Whether a CUDA kernel can hold `node`: what the native kernels hold, but a batched
-    product, which the CUDA GEMM does not compute (it runs interpreted, and the ops
-    around it still fuse)."""
+    product, which the CUDA GEMM does not compute, and ops whose record says their
+    emitter has no CUDA form (sin: Pointwise.not_on_cuda); they run interpreted, and the
+    ops around them still fuse."""
+    record = RECORDS.get(node.op)
+    if record is not None and record.pointwise is not None and record.pointwise.not_on_cuda:
+        return False
     return node.op is not Op.BMM and fused.emits(node)
 
 

@@ -59,7 +59,8 @@ def _register() -> None:
         ATEN[op].register(DispatchKey.CUDA, kernel)
 
     for op, record in RECORDS.items():
-        if record.pointwise is not None and record.pointwise.emit is not None:
+        if record.pointwise is not None and record.pointwise.emit is not None and \
+                not record.pointwise.not_on_cuda:
             register(op, pointwise.pointwise_kernel(record))
     for op, record in RECORDS.items():
         if record.inplace_of is not None and DispatchKey.CUDA in ATEN[record.inplace_of].kernels:

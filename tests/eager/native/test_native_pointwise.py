@@ -34,6 +34,10 @@ UNARY = {  # name: (op, eager, torch, attrs)
     "rsqrt": (Op.RSQRT, eager.rsqrt, torch.rsqrt, {}),
     "hardswish": (Op.HARDSWISH, F.hardswish, TF.hardswish, {}),
     "hardsigmoid": (Op.HARDSIGMOID, F.hardsigmoid, TF.hardsigmoid, {}),
+    "frac": (Op.FRAC, eager.frac, torch.frac, {}),
+    "sgn": (Op.SGN, eager.sgn, torch.sgn, {}),
+    "deg2rad": (Op.DEG2RAD, eager.deg2rad, torch.deg2rad, {}),
+    "rad2deg": (Op.RAD2DEG, eager.rad2deg, torch.rad2deg, {}),
 }
 BINARY = {
     "gelu_backward": (Op.GELU_BACKWARD, lambda g, x: ops.gelu_backward(g, x),
@@ -43,6 +47,11 @@ BINARY = {
                            lambda g, x: torch.ops.aten.gelu_backward(g, x, approximate="tanh"),
                            {"approximate": "tanh"}),
     "pow": (Op.POW, eager.pow, torch.pow, {}),
+    "logaddexp": (Op.LOGADDEXP, eager.logaddexp, torch.logaddexp, {}),
+    "logaddexp2": (Op.LOGADDEXP2, eager.logaddexp2, torch.logaddexp2, {}),
+    "xlogy": (Op.XLOGY, eager.xlogy, torch.xlogy, {}),
+    "fmod": (Op.FMOD, eager.fmod, torch.fmod, {}),
+    "remainder": (Op.REMAINDER, eager.remainder, torch.remainder, {}),
 }
 
 
@@ -67,6 +76,10 @@ UFUNCS = {  # one-ufunc ops: numpy in eager at these sizes, here natively
     "sqrt": (Op.SQRT, _natively(Op.SQRT, eager.sqrt), torch.sqrt, {}),
     "neg": (Op.NEG, _natively(Op.NEG, eager.neg), torch.neg, {}),
     "abs": (Op.ABS, _natively(Op.ABS, eager.abs), torch.abs, {}),
+    "floor": (Op.FLOOR, _natively(Op.FLOOR, eager.floor), torch.floor, {}),
+    "ceil": (Op.CEIL, _natively(Op.CEIL, eager.ceil), torch.ceil, {}),
+    "trunc": (Op.TRUNC, _natively(Op.TRUNC, eager.trunc), torch.trunc, {}),
+    "round": (Op.ROUND, _natively(Op.ROUND, eager.round), torch.round, {}),
 }
 UFUNCS2 = {
     "add": (Op.ADD, _natively(Op.ADD, eager.add), torch.add, {}),
@@ -78,6 +91,9 @@ UFUNCS2 = {
     "mul": (Op.MUL, _natively(Op.MUL, eager.mul), torch.mul, {}),
     "div": (Op.DIV, _natively(Op.DIV, eager.div), torch.div, {}),
     "maximum": (Op.MAXIMUM, _natively(Op.MAXIMUM, eager.maximum), torch.maximum, {}),
+    "hypot": (Op.HYPOT, _natively(Op.HYPOT, eager.hypot), torch.hypot, {}),
+    "copysign": (Op.COPYSIGN, _natively(Op.COPYSIGN, eager.copysign), torch.copysign, {}),
+    "nextafter": (Op.NEXTAFTER, _natively(Op.NEXTAFTER, eager.nextafter), torch.nextafter, {}),
 }
 POSITIVE = {"rsqrt", "log", "sqrt", "pow"}  # compared on positive inputs (their domain)
 def _native(shape) -> int:
@@ -150,7 +166,7 @@ def test_one_ufunc_binary_ops_and_alpha_match_when_run_natively(name, dtype):
 def test_small_one_ufunc_ops_stay_with_numpy():
     x = eager.randn(4096)
     before = eager_pointwise.calls
-    x + x, x * 0.5, x.exp(), x.tanh(), x - 1
+    x + x, x * 0.5, x.exp(), x.tanh(), x - 1, x.floor(), x.round()
     assert eager_pointwise.calls == before
 
 

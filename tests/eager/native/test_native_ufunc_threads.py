@@ -26,7 +26,9 @@ EXACT = {  # exactly rounded ops: numpy's result in the same dtype, bit for bit
     "maximum": (eager.maximum, np.maximum), "minimum": (eager.minimum, np.minimum),
 }
 EXACT_UNARY = {"neg": (eager.neg, np.negative), "abs": (eager.abs, np.abs),
-               "sqrt": (eager.sqrt, np.sqrt)}
+               "sqrt": (eager.sqrt, np.sqrt), "floor": (eager.floor, np.floor),
+               "ceil": (eager.ceil, np.ceil), "trunc": (eager.trunc, np.trunc),
+               "round": (eager.round, np.round)}
 
 
 def _same_bits(got, want: np.ndarray):

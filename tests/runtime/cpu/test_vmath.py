@@ -14,14 +14,17 @@ import llvmlite.ir as ir
 import numpy as np
 import pytest
 
-from runtime.cpu import vmath
+from runtime.cpu import vmath, vmath_trig
 from runtime.llvm.jit import host_jit, vector_width
 
 # Asserted bounds (ulp), a little above the maxima measured on denser sweeps (vmath's
 # docstring). float64 erf is checked against math.erf, whose own error is included.
 MAX_ULP = {"exp": (1.25, 1.25), "expm1": (1.75, 2.25), "log": (1.0, 1.0), "log1p": (1.0, 1.0),
            "tanh": (1.0, 1.0), "sigmoid": (1.75, 1.75), "erf": (1.25, 1.25), "sqrt": (0.5, 0.5),
-           "rsqrt": (0.75, 0.75), "pow": (0.75, 1.5)}
+           "rsqrt": (0.75, 0.75), "pow": (0.75, 1.5), "sin": (0.5, 1.0), "cos": (0.5, 1.0),
+           "tan": (0.5, 2.25), "exp2": (0.5, 1.25), "sinh": (0.5, 2.5), "cosh": (0.5, 1.75),
+           "asinh": (0.5, 1.75), "acosh": (0.5, 1.75), "atanh": (0.5, 2.0), "atan": (0.5, 1.0),
+           "atan2": (0.5, 1.5), "asin": (0.5, 2.25), "acos": (0.5, 1.75)}
 IR_TYPES = {np.float32: ir.FloatType(), np.float64: ir.DoubleType()}
 NATIVE = {np.float32: vector_width(), np.float64: vector_width() // 2}
 WIDTHS = {dtype: tuple(dict.fromkeys((NATIVE[dtype], *others)))
@@ -30,8 +33,11 @@ WIDTHS = {dtype: tuple(dict.fromkeys((NATIVE[dtype], *others)))
 (16, 8, 4, 0 with AVX-512; 8, 4, 0 with AVX2); 0 is a kernel with only the scalar loop."""
 
 
+TWO_ARGUMENTS = ("pow", "atan2")
+
+
 def _arity(name):
-    return 2 if name == "pow" else 1
+    return 2 if name in TWO_ARGUMENTS else 1
 
 
 def _define_kernel(module, fname, name, elem, width):
@@ -112,7 +118,10 @@ def _erf(x):
 
 REFERENCE = {"exp": np.exp, "expm1": np.expm1, "log": np.log, "log1p": np.log1p,
              "tanh": np.tanh, "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "erf": _erf,
-             "sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x), "pow": np.power}
+             "sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x), "pow": np.power,
+             "sin": np.sin, "cos": np.cos, "tan": np.tan, "exp2": np.exp2, "sinh": np.sinh,
+             "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
+             "atan": np.arctan, "atan2": np.arctan2, "asin": np.arcsin, "acos": np.arccos}
 
 
 def reference(name, dtype, *args):
@@ -156,9 +165,10 @@ def _neighbours(magnitudes, dtype, count):
 
 EDGES = [0.0, 1.0, 2.0 ** -126, 2.0 ** -1022, 0.29, 0.5625, 0.7071, 0.84375, 1.25, 1.4142,
          1 / 0.35, 3.875, 6.0, 9.01, 17.33, 19.06, 37.4, 87.33, 88.72, 103.97, 104.0, 708.4,
-         709.78, 745.13, 746.0]
+         709.78, 745.13, 746.0, 0.7854, 1.5708, 3.1416, 2.0 ** 40, 1e22]
 """Magnitudes where a function changes method, range or rounding (thresholds of
-underflow, overflow and saturation, subnormals, 1, exp's bound below which it is 0)."""
+underflow, overflow and saturation, subnormals, 1, exp's bound below which it is 0,
+sin's and cos's pi/4, pi/2, pi and the bound of their reduction, vmath_trig.TRIG_REDUCED)."""
 
 
 @functools.cache
@@ -210,7 +220,7 @@ PARAMS = [pytest.param(name, dtype, id=f"{name}-{dtype.__name__}")
 
 @pytest.mark.parametrize("name, dtype", PARAMS)
 def test_accuracy_on_the_sweep(name, dtype):
-    args = pow_sweep(dtype) if name == "pow" else (sweep(dtype),)
+    args = pow_sweep(dtype) if name in TWO_ARGUMENTS else (sweep(dtype),)
     worst, where = max_ulp(name, dtype, *args)
     assert worst <= MAX_ULP[name][dtype is np.float64], f"{worst} ulp at {name}{tuple(where)}"
 
@@ -221,7 +231,7 @@ def test_special_values_are_numpys(name, dtype):
     within the bound elsewhere."""
     with np.errstate(all="ignore"):
         x = np.array(SPECIAL, dtype=dtype)
-    args = [a.ravel() for a in np.meshgrid(x, x)] if name == "pow" else (x,)
+    args = [a.ravel() for a in np.meshgrid(x, x)] if name in TWO_ARGUMENTS else (x,)
     got, ref = run(name, dtype, *args), reference(name, dtype, *args)
     with np.errstate(all="ignore"):
         want = ref.astype(dtype)
@@ -236,7 +246,8 @@ def test_special_values_are_numpys(name, dtype):
 
 @pytest.mark.parametrize("name, dtype", PARAMS)
 def test_every_width_and_the_scalar_code_agree(name, dtype):
-    args = [a[::37] for a in pow_sweep(dtype)] if name == "pow" else (sweep(dtype)[::37],)
+    args = [a[::37] for a in pow_sweep(dtype)] if name in TWO_ARGUMENTS else \
+        (sweep(dtype)[::37],)
     native = run(name, dtype, *args).view(np.uint8)
     for width in WIDTHS[dtype][1:]:
         assert np.array_equal(run(name, dtype, *args, width=width).view(np.uint8), native), width
@@ -282,8 +293,11 @@ def test_exp_nonpositive_is_within_exps_bound_and_zero_where_exp_rounds_to_zero(
     assert below.sum() > 1000 and (got[below].view(np.uint8) == 0).all()  # +0.0
 
 
-LIBM = re.compile(r"\b(exp|expm1|log|log1p|tanh|erf|pow|sqrt|fma)f?@")
+LIBM = re.compile(r"\b(exp|expm1|log|log1p|tanh|erf|pow|sqrt|fma|sinf|cosf)f?@")
 """A libm symbol as the JIT's large code model references it (expf@GOT, then call *%rbx)."""
+BEYOND_REDUCTION = {"sin@PLT", "cos@PLT", "tan@PLT"}
+"""The C library's double sin, cos and tan, which sin, cos and tan call for |x| >= 2^40
+only (vmath_trig.TRIG_REDUCED): the only calls there are."""
 
 
 def _calls(assembly):
@@ -292,7 +306,19 @@ def _calls(assembly):
 
 def test_no_libm_calls_in_the_machine_code():
     assembly = _compiled()[0]
-    assert _calls(assembly) == [] and not LIBM.search(assembly)
+    assert set(_calls(assembly)) <= BEYOND_REDUCTION and not LIBM.search(assembly)
+
+
+@pytest.mark.parametrize("name", ["sin", "cos", "tan"])
+def test_sin_and_cos_call_the_c_library_only_beyond_their_reduction(name):
+    """(and tan) A lane at or beyond TRIG_REDUCED gives C's value, its neighbours vmath's
+    own, and inf and nan stay in the vector code (nan for both)."""
+    x = np.array([0.5, vmath_trig.TRIG_REDUCED, -3.0, 1e300, np.inf, np.nan, 2.0, -1e20])
+    got = run(name, np.float64, x)
+    with np.errstate(invalid="ignore"):
+        want = getattr(np, name)(x)
+    assert np.array_equal(got, want, equal_nan=True), (got, want)
+    assert np.isnan(got[4:6]).all()
 
 
 def test_the_machine_code_uses_the_targets_registers_and_no_wider():

@@ -1,0 +1,193 @@
+"""The records of the rounding and sign pointwise ops (ir/records.py): floor, ceil, round
+(to even, with `decimals=`), trunc (fix), frac, sgn, signbit, fmod, remainder, copysign,
+nextafter, with their in-place forms. Integers keep their type through floor, ceil,
+round and trunc (bools have no kernel, as in PyTorch); fmod and remainder of integers
+raise PyTorch's "ZeroDivisionError" for a zero divisor; rounding and sign ops have zero
+derivatives."""
+from __future__ import annotations
+
+import numpy as np
+
+from eager.factories import zeros_like
+from eager.kernels._common import floating_only_check, type_word
+from eager.kernels.gradients import sum_to
+from eager.kernels.unary import SIGN
+from eager.tensor import ops
+from ir import dtypes
+from ir.records import Pointwise, declare
+from ir.ops import Op
+
+
+def _no_bool(kernel: str):
+    def check(dt, *tensors, **attrs):
+        if dt is dtypes.bool_:
+            raise NotImplementedError(f"\"{kernel}\" not implemented for 'Bool'")
+    return check
+
+
+def _integers_kept(numpy):
+    """numpy's float rounding, an integer array given back as it is (np.floor of int64
+    is float64)."""
+    def rounding(x):
+        return x if x.dtype.kind in "iu" else numpy(x)
+    rounding.__name__ = numpy.__name__
+    return rounding
+
+
+def _rounding(op: Op, inplace: Op, numpy, intrinsic: str, node: str, alias: str = ""):
+    emit = lambda E, x: E.round(intrinsic, x)  # noqa: E731
+    record = declare(op, function=True, method=True, aliases=(alias,) if alias else (),
+                     pointwise=Pointwise("same", _integers_kept(numpy), emit=emit,
+                                         check=_no_bool(f"{op.schema.name}_vml_cpu")))
+    declare(inplace, function=True, method=True, inplace_of=op,
+            aliases=(alias + "_",) if alias else ())
+
+    @record.derivative(node, "self")
+    def _(ctx, g):
+        return zeros_like(g)
+    return record
+
+
+FLOOR = _rounding(Op.FLOOR, Op.FLOOR_, np.floor, "floor", "FloorBackward0")
+CEIL = _rounding(Op.CEIL, Op.CEIL_, np.ceil, "ceil", "CeilBackward0")
+TRUNC = _rounding(Op.TRUNC, Op.TRUNC_, np.trunc, "trunc", "TruncBackward0", alias="fix")
+
+
+def _round(x, decimals=0):
+    """Half to even; with decimals, as PyTorch: rint(x * 10^d) / 10^d (for d < 0,
+    rint(x / 10^-d) * 10^-d), the power of ten in the type."""
+    if x.dtype.kind in "iu":
+        return x
+    if decimals == 0:
+        return np.rint(x)
+    ten = x.dtype.type(10.0 ** abs(decimals))
+    return np.rint(x * ten) / ten if decimals > 0 else np.rint(x / ten) * ten
+
+
+def _emit_round(E, x, decimals=0):
+    if decimals == 0:
+        return E.round("roundeven", x)
+    ten = E.const(10.0 ** abs(decimals))
+    if decimals > 0:
+        return E.div(E.round("roundeven", E.mul(x, ten)), ten)
+    return E.mul(E.round("roundeven", E.div(x, ten)), ten)
+
+
+def _check_round(dt, x, decimals=0):
+    if dt is dtypes.bool_:
+        raise NotImplementedError("\"round_vml_cpu\" not implemented for 'Bool'")
+    if decimals != 0 and not dt.is_floating_point:
+        raise NotImplementedError(f"\"round_cpu\" not implemented for '{type_word(dt)}'")
+
+
+ROUND = declare(Op.ROUND, function=True, method=True, pointwise=Pointwise(
+    "same", _round, emit=_emit_round, check=_check_round))
+declare(Op.ROUND_, function=True, method=True, inplace_of=Op.ROUND)
+
+
+@ROUND.derivative("RoundBackward0", "self", overloads={
+    "RoundBackward1": lambda a: a.get("decimals", 0) != 0})
+def _(ctx, g):
+    return zeros_like(g)
+
+
+FRAC = declare(Op.FRAC, function=True, method=True, pointwise=Pointwise(
+    "same", lambda x: x - np.trunc(x), emit=lambda E, x: E.sub(x, E.round("trunc", x)),
+    float_only="frac_cpu"))
+declare(Op.FRAC_, function=True, method=True, inplace_of=Op.FRAC)
+
+
+@FRAC.derivative("FracBackward0", "self")
+def _(ctx, g):
+    return g
+
+
+SGN = declare(Op.SGN, function=True, method=True, pointwise=SIGN.pointwise)
+declare(Op.SGN_, method=True, inplace_of=Op.SGN)
+
+
+@SGN.derivative("SgnBackward0", "self")
+def _(ctx, g):
+    return zeros_like(g)
+
+
+SIGNBIT = declare(Op.SIGNBIT, function=True, method=True, differentiable=False,
+                  pointwise=Pointwise("compare", lambda x: np.signbit(x) if x.dtype.kind == "f"
+                                      else x < 0, emit=lambda E, x: E.signbit(x), quiet=True))
+
+
+# two tensors ----------------------------------------------------------------------------
+def _integer_division(name: str, numpy):
+    """numpy's `numpy`, raising PyTorch's error for an integer divided by zero (numpy
+    gives 0 and a warning)."""
+    def divide(a, b):
+        if a.dtype.kind in "iu" and np.any(b == 0):
+            raise RuntimeError("ZeroDivisionError")
+        return numpy(a, b)
+    divide.__name__ = name
+    return divide
+
+
+def _remainder(a, b):
+    """PyTorch's: fmod, plus the divisor where the signs differ (Python's convention; a
+    zero keeps the dividend's sign, where numpy's takes the divisor's)."""
+    mod = np.fmod(a, b)
+    return np.where((mod != 0) & ((b < 0) != (mod < 0)), mod + b, mod).astype(mod.dtype,
+                                                                               copy=False)
+
+
+def _emit_remainder(E, a, b):
+    mod = E.fmod(a, b)
+    zero = E.const(0)
+    differ = E.xor(E.lt(b, zero), E.lt(mod, zero))  # the signs of divisor and fmod
+    return E.select(E.and_(E.ne(mod, zero), differ), E.add(mod, b), mod)
+
+
+def _binary(op: Op, inplace: Op, numpy, rule="promote", check=None, emit=None):
+    record = declare(op, function=True, method=True, pointwise=Pointwise(
+        rule, numpy, check=check, emit=emit, float_math=emit is not None))
+    declare(inplace, method=True, inplace_of=op)
+    return record
+
+
+# integers stay with numpy (float_math): a generated integer division by zero is undefined
+FMOD = _binary(Op.FMOD, Op.FMOD_, _integer_division("fmod", np.fmod),
+               check=_no_bool("fmod_cpu"), emit=lambda E, a, b: E.fmod(a, b))
+REMAINDER = _binary(Op.REMAINDER, Op.REMAINDER_, _integer_division("remainder", _remainder),
+                    check=_no_bool("remainder_cpu"), emit=_emit_remainder)
+
+
+@FMOD.derivative("FmodBackward1", "self other", save="self other",
+                 overloads={"FmodBackward0": lambda a: a["other"]._wrapped})
+def _(ctx, g):
+    a, b = ctx.self, ctx.other
+    return sum_to(g, a._shape), sum_to(ops.neg(g) * ops.trunc(a / b), b._shape)
+
+
+@REMAINDER.derivative("RemainderBackward1", "self other", save="self other",
+                      overloads={"RemainderBackward0": lambda a: a["other"]._wrapped})
+def _(ctx, g):
+    a, b = ctx.self, ctx.other
+    return sum_to(g, a._shape), sum_to(ops.neg(g) * ops.floor(a / b), b._shape)
+
+
+COPYSIGN = _binary(Op.COPYSIGN, Op.COPYSIGN_, np.copysign, rule="divide",
+                   emit=lambda E, x, sign: E.copysign(x, sign))
+
+
+@COPYSIGN.derivative("CopysignBackward0", "self other", save="self other",
+                     overloads={"CopysignBackward1": lambda a: a["other"]._wrapped})
+def _(ctx, g):
+    x, other = ctx.self, ctx.other  # (the result is not saved: copysign_ overwrites it)
+    ratio = ops.where(ops.eq(x, 0), 0.0, ops.copysign(x, other) / x)
+    return sum_to(g * ratio, x._shape), sum_to(zeros_like(g), other._shape)
+
+
+NEXTAFTER = _binary(Op.NEXTAFTER, Op.NEXTAFTER_, np.nextafter,
+                    check=floating_only_check("nextafter_cpu"),
+                    emit=lambda E, x, y: E.nextafter(x, y))
+
+
+@NEXTAFTER.derivative("NextafterBackward0", "self other", save="self_sizes other_sizes")
+def _(ctx, g):  # PyTorch's: a step away is the input itself, to first order
+    return sum_to(g, ctx.self_sizes), sum_to(zeros_like(g), ctx.other_sizes)
