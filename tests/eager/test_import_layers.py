@@ -20,7 +20,8 @@ LAYERS = [
         "eager.backends.mps", "eager.backends", "eager.factories"]),
     ("kernels: op records, CPU and Meta kernels per op family, composite kernels", [
         "eager.kernels._common", "eager.kernels.decomposed", "eager.kernels.gradients",
-        "eager.kernels.elementwise", "eager.kernels.unary", "eager.kernels.binary",
+        "eager.kernels.elementwise", "eager.kernels.unary", "eager.kernels.trig",
+        "eager.kernels.rounding", "eager.kernels.binary",
         "eager.kernels.indexing", "eager.kernels.reduction", "eager.kernels.normalization",
         "eager.kernels.shape", "eager.kernels.windows",
         "eager.kernels.copies", "eager.kernels.linalg", "eager.kernels", "eager.composite"]),
