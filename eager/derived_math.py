@@ -20,6 +20,7 @@ import math
 import numpy as np
 
 from eager import factories
+from eager.kernels._common import type_word
 from eager.shapes import wrap_dim
 from eager.tensor import Tensor, ops
 from ir import dtypes
@@ -99,6 +100,26 @@ def nan_to_num(input: Tensor, nan: float = 0.0, posinf: float | None = None,
     out = ops.where(input != input, float(nan), input)
     out = ops.where(out == math.inf, float(info.max if posinf is None else posinf), out)
     return ops.where(out == -math.inf, float(info.min if neginf is None else neginf), out)
+
+
+def float_power(input, exponent) -> Tensor:
+    """pow computed in float64 (PyTorch's: both operands converted, a Python number as a
+    float64 number)."""
+    if not isinstance(input, Tensor) and not isinstance(exponent, Tensor):
+        raise TypeError("float_power(): expected a Tensor as `input` or `exponent`, got two "
+                        "numbers")
+    base, power = (ops._to_copy(v, dtype=dtypes.float64) if isinstance(v, Tensor) else
+                   float(v) for v in (input, exponent))
+    if not isinstance(base, Tensor):
+        base = factories.full((), base, dtype=dtypes.float64, device=power.device)
+    return ops.pow(base, power)
+
+
+def _float_power_(self: Tensor, exponent) -> Tensor:
+    if self.dtype is not dtypes.float64:
+        raise RuntimeError(f"the base given to float_power_ has dtype {type_word(self.dtype)}"
+                           f" but the operation's result requires dtype Double")
+    return self.copy_(float_power(self, exponent))
 
 
 def count_nonzero(input: Tensor, dim=None) -> Tensor:
@@ -411,7 +432,8 @@ def unique(input: Tensor, sorted: bool = True, return_inverse: bool = False,  # 
 
 
 FUNCTIONS = ["logsumexp", "norm", "log2", "log10", "reciprocal", "isnan", "isinf", "isposinf",
-             "isneginf", "isfinite", "nan_to_num", "count_nonzero", "cumsum", "cumprod",
+             "isneginf", "isfinite", "nan_to_num", "float_power", "count_nonzero", "cumsum",
+             "cumprod",
              "bucketize", "diff", "take_along_dim", "outer", "inner", "diagonal", "diag",
              "trace", "masked_select", "bincount", "unique"]
 """eager.<name> and Tensor.<name> for each (eye and einsum: eager.<name> only)."""
@@ -419,4 +441,5 @@ __all__ = list(FUNCTIONS)
 for _name in FUNCTIONS:
     setattr(Tensor, _name, globals()[_name])
 Tensor.ger = Tensor.outer
+Tensor.float_power_ = _float_power_
 Tensor.unfold = unfold

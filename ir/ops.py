@@ -93,6 +93,7 @@ class Op(enum.Enum):
     REMAINDER = "remainder.Tensor" + _BINARY
     COPYSIGN = "copysign.Tensor" + _BINARY
     NEXTAFTER = "nextafter" + _BINARY
+    HEAVISIDE = "heaviside(Tensor self, Tensor values) -> Tensor"
     WHERE = "where(Tensor condition, Tensor self, Tensor other) -> Tensor"
     # reductions
     SUM = ("sum(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None)"
@@ -207,6 +208,7 @@ class Op(enum.Enum):
     REMAINDER_ = "remainder_.Tensor" + _INPLACE_BINARY
     COPYSIGN_ = "copysign_.Tensor" + _INPLACE_BINARY
     NEXTAFTER_ = "nextafter_" + _INPLACE_BINARY
+    HEAVISIDE_ = "heaviside_(Tensor(a!) self, Tensor values) -> Tensor(a!)"
     ZERO_ = "zero_(Tensor(a!) self) -> Tensor(a!)"
     FILL_ = "fill_.Scalar(Tensor(a!) self, Scalar value) -> Tensor(a!)"
     COPY_ = "copy_(Tensor(a!) self, Tensor src) -> Tensor(a!)"

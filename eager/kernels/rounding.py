@@ -191,3 +191,29 @@ NEXTAFTER = _binary(Op.NEXTAFTER, Op.NEXTAFTER_, np.nextafter,
 @NEXTAFTER.derivative("NextafterBackward0", "self other", save="self_sizes other_sizes")
 def _(ctx, g):  # PyTorch's: a step away is the input itself, to first order
     return sum_to(g, ctx.self_sizes), sum_to(zeros_like(g), ctx.other_sizes)
+
+
+# heaviside: `values` at zero, else 1 above zero and 0 elsewhere (NaN too, as PyTorch's
+# a == 0 ? b : a > 0) --------------------------------------------------------------------
+def _heaviside(x, values):
+    return np.where(x == 0, values, x > 0)
+
+
+def _emit_heaviside(E, x, values):
+    zero = E.const(0)
+    return E.select(E.eq(x, zero), values, E.from_bool(E.gt(x, zero)))
+
+
+def _same_dtypes(dt, x, values):
+    if x.dtype != values.dtype:
+        raise RuntimeError("heaviside is not yet implemented for tensors with different "
+                           "dtypes")
+
+
+HEAVISIDE = _binary(Op.HEAVISIDE, Op.HEAVISIDE_, _heaviside, rule="same",
+                    check=_same_dtypes, emit=_emit_heaviside)
+
+
+@HEAVISIDE.derivative("NotImplemented", "self values", save="")
+def _(ctx, g):
+    raise RuntimeError("the derivative for 'heaviside' is not implemented.")

@@ -71,7 +71,7 @@ NOT_ELEMENTWISE = {
 }
 """Functions the composite lists name that are no elementwise function of one or two
 tensors, with the reason."""
-COMPOSITE_ARITY = {"isclose": 2, "logical_or": 2, "logical_xor": 2}
+COMPOSITE_ARITY = {"isclose": 2, "logical_or": 2, "logical_xor": 2, "float_power": 2}
 COMPOSITE_ARGUMENTS = {"threshold": (0.5, -2.0)}
 """Numbers a composite takes after its tensors."""
 PYTORCH_DIFFERS = {

@@ -258,6 +258,7 @@ ELEMENTWISE = [
     binary("logaddexp2", Op.LOGADDEXP2, np.logaddexp2, FLOATS, scalars=False),
     binary("xlogy", Op.XLOGY, lambda x, y: np.where(x == 0, 0.0, x * np.log(y))),
     binary("copysign", Op.COPYSIGN, np.copysign),
+    binary("heaviside", Op.HEAVISIDE, lambda x, v: np.where(x == 0, v, x > 0), scalars=False),
     binary("nextafter", Op.NEXTAFTER, lambda a, b: np.nextafter(np.float32(a), np.float32(b)),
            ("float32",), scalars=False),
     OpCase("fmod", (Op.FMOD,), lambda lib, a, b: lib.fmod(a, b), np.fmod, divisor_samples,

@@ -407,6 +407,8 @@ INPLACE = [
     inplace("nextafter_", Op.NEXTAFTER_,  # (a step of float32's: the reference is float64)
             lambda a, b: np.nextafter(np.float32(a), np.float32(b)), ("float32",),
             samples=_tensors_inplace_samples),
+    inplace("heaviside_", Op.HEAVISIDE_, lambda x, v: np.where(x == 0, v, x > 0), NUMBERS,
+            samples=_tensors_inplace_samples),
     inplace("fmod_", Op.FMOD_, np.fmod, NUMBERS, samples=_divisor_inplace_samples),
     inplace("remainder_", Op.REMAINDER_, np.remainder, NUMBERS,
             samples=_divisor_inplace_samples),
