@@ -25,6 +25,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from runtime import debugging as debug
+from compiler.guards import resolve
 from eager import dispatcher, factories
 from eager.device import CPU, META
 from eager.device import device as Device
@@ -163,8 +164,6 @@ class _WriteStep:
         self.sources = True  # the replay passes the call's argument leaves
 
     def __call__(self, *tensors, leaves=()):
-        from compiler.guards import resolve
-
         def value(slot):
             kind, x = slot[0], slot[1]
             if kind == "items":
@@ -381,20 +380,21 @@ class Trace:
     def record(self, handle, args: tuple, kwargs: dict):
         op = handle.op
         reason = None
+        bound = handle.schema.bind(args, kwargs)
+        tensors = [t for a in handle.schema.arguments if a.type.base == "Tensor"
+                   for t in _as_list(bound[a.name])]
         if op is None:
             reason = f"custom op {handle.qualified_name} has no lowering"
         elif op in INPLACE:
-            if self._defers(handle, args, kwargs):
-                return self._defer(handle, args, kwargs)
-            rebound = self._rebind(handle, args, kwargs)
+            target = bound[handle.schema.mutated_args[0]]
+            if self._defers(handle, target, tensors, bound):
+                return self._defer(handle, args, kwargs, target)
+            rebound = self._rebind(handle, args, kwargs, target)
             if rebound is not None:
                 return rebound
             reason = f"in-place op {handle.qualified_name} (capture records functional code)"
         elif op in DATA_DEPENDENT_SHAPE:
             reason = f"{handle.qualified_name}: its output shape depends on its input's values"
-        bound = handle.schema.bind(args, kwargs)
-        tensors = [t for a in handle.schema.arguments if a.type.base == "Tensor"
-                   for t in _as_list(bound[a.name])]
         if self.written and any(isinstance(t, Tensor) and t._lazy is None and
                                 id(t._storage) in self.written for t in tensors):
             self.flush(f"{handle.qualified_name} reads a tensor written in place")
@@ -458,7 +458,7 @@ class Trace:
         return result
 
     # in-place writes ------------------------------------------------------------------
-    def _defers(self, handle, args, kwargs) -> bool:
+    def _defers(self, handle, target, tensors: list, bound: dict) -> bool:
         """Whether an in-place op can wait until the region has run: it writes a
         concrete tensor (a module's buffer, an argument, a global), and autograd records
         nothing of it (grad mode off, or no tensor of it needs a gradient). BatchNorm's
@@ -466,31 +466,25 @@ class Trace:
         still breaks it."""
         if self.compile_region is None:
             return False
-        bound = handle.schema.bind(args, kwargs)
-        target = bound[handle.schema.mutated_args[0]]
-        tensors = [t for a in handle.schema.arguments if a.type.base == "Tensor"
-                   for t in _as_list(bound[a.name])]
         return isinstance(target, Tensor) and target._lazy is None and \
             not target._wrapped and not (dispatcher.tls.grad_enabled and any(
                 t._requires_grad for t in tensors)) and \
             _device_problem(handle, tensors, bound) is None
 
-    def _defer(self, handle, args, kwargs) -> Tensor:
+    def _defer(self, handle, args, kwargs, target: Tensor) -> Tensor:
         """Keep the write for after the region (flush) and return its target as the op
         does; a later op or Python read of the target's storage flushes first."""
-        target = handle.schema.bind(args, kwargs)[handle.schema.mutated_args[0]]
         self.writes.append(PendingWrite(handle, args, kwargs, dispatcher.tls.grad_enabled,
                                         user_location()))
         self.written.add(id(target._storage))
         return target
 
-    def _rebind(self, handle, args, kwargs) -> Tensor | None:
+    def _rebind(self, handle, args, kwargs, target) -> Tensor | None:
         """An in-place op on a value of the region (a residual block's `x += shortcut`)
         as its out-of-place op, the tensor then standing for the result; None where the
         value has views in the region (they would not see the write), is a view, or the
         result's type or shape is not the value's (eager raises or casts there)."""
         functional = FUNCTIONAL_TWIN.get(handle.op)
-        target = args[0] if args else None
         lazy = getattr(target, "_lazy", None)
         if functional is None or lazy is None or lazy.region is not self.region or \
                 lazy.value in self.region.viewed:
