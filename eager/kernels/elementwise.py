@@ -239,6 +239,8 @@ def _pointwise_kernel(record: OpRecord, split, shape_and_dtype):
                 out = numpy(*arrays, **attrs)
             finally:
                 quiet_off(token)
+        if out is arrays[0]:  # given back (floor of integers): the result is a new tensor
+            out = out.copy()
         # result(out, dt), its common case first
         return from_array(out) if type(out) is np.ndarray and out.dtype is dt.np else \
             result(out, dt)
