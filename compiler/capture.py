@@ -30,12 +30,14 @@ from eager import dispatcher, factories
 from eager.device import CPU, META
 from eager.device import device as Device
 from eager.dispatcher import DispatchKey
+from eager.kernels._common import can_cast
 from eager.autograd.grad_mode import set_grad_enabled
 from eager.profiler import profile, record_function
 from eager.tensor import (Storage, Tensor, contiguous_strides, reading_why, set_break_hook,
                           set_data_watch, set_whole_step_hook, wrap_scalar)
 from ir.graph import Graph, GraphBuilder, Node, TensorType, Value, strict_key
 from ir.ops import DATA_DEPENDENT_SHAPE, INPLACE, VIEW, Op
+from ir.records import RECORDS
 
 TRACER_BIT = 1 << DispatchKey.Tracer
 _local = threading.local()
@@ -136,9 +138,11 @@ class EagerStep:
     write: bool = False                # an in-place write kept outside the graph (below)
 
 
-FUNCTIONAL_TWIN = {Op.ADD_: Op.ADD, Op.SUB_: Op.SUB, Op.MUL_: Op.MUL, Op.DIV_: Op.DIV,
-               Op.CLAMP_: Op.CLAMP}
-"""In-place ops a region records as their out-of-place twin (Trace._rebind)."""
+FUNCTIONAL_TWIN = {op: r.inplace_of for op, r in RECORDS.items()
+                   if r.inplace_of is not None and RECORDS[r.inplace_of].pointwise is not None}
+"""In-place ops a region records as their out-of-place twin (Trace._rebind): those of
+pointwise ops (add_, exp_, clamp_ ...), whose twin's result has self's shape and, where
+it has self's dtype too, takes self's place."""
 
 
 @dataclass
@@ -483,7 +487,8 @@ class Trace:
         """An in-place op on a value of the region (a residual block's `x += shortcut`)
         as its out-of-place op, the tensor then standing for the result; None where the
         value has views in the region (they would not see the write), is a view, or the
-        result's type or shape is not the value's (eager raises or casts there)."""
+        result's shape is not the value's or its type cannot be cast to the value's (eager
+        raises there); a result of another type is cast, as eager writes it (x.eq_(y))."""
         functional = FUNCTIONAL_TWIN.get(handle.op)
         lazy = getattr(target, "_lazy", None)
         if functional is None or lazy is None or lazy.region is not self.region or \
@@ -491,8 +496,10 @@ class Trace:
             return None
         out = self.record(dispatcher.ATEN[functional], args, kwargs)
         if out._lazy is None or out._lazy.region is not self.region or \
-                out._shape != target._shape or out.dtype != target.dtype:
+                out._shape != target._shape or not can_cast(out.dtype, target.dtype):
             return None  # (the node recorded is dead: nothing reads it)
+        if out.dtype != target.dtype:
+            out = self.record(dispatcher.ATEN[Op.TO_COPY], (out,), {"dtype": target.dtype})
         value = out._lazy.value
         target._lazy = LazyRef(self.region, value)
         self.region.alive[value] = weakref.ref(target)

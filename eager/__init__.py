@@ -40,6 +40,7 @@ from eager.memory_formats import (channels_last, channels_last_3d, clone, contig
 from eager.derived_shapes import concatenate, moveaxis, swapaxes, swapdims  # noqa: F401
 from eager.derived_math import *  # noqa: F401,F403 - cumsum, logsumexp, norm, isnan, ...
 from eager.derived_math import einsum, eye, searchsorted  # noqa: F401
+from eager import written_back as _written_back  # noqa: F401 - reciprocal_, clamp_min_ ...
 from eager.functional import __all__ as _functional_all
 from eager.type_info import finfo, iinfo
 from runtime.threads import num_threads as get_num_threads, set_num_threads  # noqa: F401

@@ -10,6 +10,7 @@ import numpy as np
 
 from eager import autograd, indexing
 from eager.arguments import dtype_arg, int_arg
+from eager.autograd.grad_mode import is_grad_enabled
 from eager.autograd.function import (register_post_accumulate_grad_hook, register_tensor_hook,
                                      retain_grad)
 from eager.backends import backend_for
@@ -203,18 +204,21 @@ def _reflected(fn):
     return reflected
 
 
-def _written_back(name: str, fn):
+def written_back(name: str, fn, operand: bool = True):
     """`t.bitwise_and_(u)`, `t &= u`, `t.erfinv_()`: the result written into `t`, as
     PyTorch's in-place ops write it (a type `t` cannot hold is refused); autograd records
-    the copy."""
-    def inplace(self, *args):
-        if args:  # before the op's own checks, as PyTorch checks
+    the copy, and the op reads a copy of `t` where its backward would save `t` (written
+    over next). `operand`: the first argument after `t` is a tensor or number whose type
+    is promoted with t's (not cumsum_'s dim)."""
+    def inplace(self, *args, **kwargs):
+        if args and operand:  # before the op's own checks, as PyTorch checks
             other = args[0] if isinstance(args[0], Tensor) else wrap_scalar(args[0])
             check_castable(promote(self, other), self.dtype)
-        out = fn(self, *args)
+        read = ops.clone(self) if self._requires_grad and is_grad_enabled() else self
+        out = fn(read, *args, **kwargs)
         check_castable(out.dtype, self.dtype)
         return ops.copy_(self, out)
-    inplace.__name__ = name
+    inplace.__name__ = inplace.__qualname__ = name
     return inplace
 
 
@@ -385,10 +389,10 @@ _METHODS = {
 }
 for _name, _op in (("and", Op.BITWISE_AND), ("or", Op.BITWISE_OR), ("xor", Op.BITWISE_XOR),
                   ("not", Op.BITWISE_NOT)):
-    _METHODS[f"bitwise_{_name}_"] = _written_back(f"bitwise_{_name}_", ATEN[_op].entry)
+    _METHODS[f"bitwise_{_name}_"] = written_back(f"bitwise_{_name}_", ATEN[_op].entry)
     if _name != "not":
         _METHODS[f"__i{_name}__"] = _METHODS[f"bitwise_{_name}_"]
-_METHODS["erfinv_"] = _written_back("erfinv_", ATEN[Op.ERFINV].entry)
+_METHODS["erfinv_"] = written_back("erfinv_", ATEN[Op.ERFINV].entry)
 for _name, _fn in _METHODS.items():
     setattr(Tensor, _name, _fn)
 Tensor.T = property(_T)

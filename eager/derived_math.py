@@ -1,7 +1,7 @@
 """More ops written in other ops (see eager/derived.py): math and linear algebra.
 
     logsumexp, norm, log2, log10, reciprocal   composites
-    isnan, isinf, isfinite, isposinf, isneginf, nan_to_num, count_nonzero
+    isnan, isinf, isfinite, isposinf, isneginf, count_nonzero
     cumsum      floats: products with triangular ones matrices, in blocks of sqrt(n) along
                 the dim (O(n sqrt n) work), so gradients and every device come free;
                 integers: found on the host (they carry no gradient)
@@ -90,16 +90,6 @@ def isfinite(input: Tensor) -> Tensor:
     if not input.dtype.is_floating_point:
         return input == input
     return ops.abs(input) < math.inf
-
-
-def nan_to_num(input: Tensor, nan: float = 0.0, posinf: float | None = None,
-               neginf: float | None = None) -> Tensor:
-    if not input.dtype.is_floating_point:
-        return input.clone()
-    info = np.finfo(input.dtype.np)
-    out = ops.where(input != input, float(nan), input)
-    out = ops.where(out == math.inf, float(info.max if posinf is None else posinf), out)
-    return ops.where(out == -math.inf, float(info.min if neginf is None else neginf), out)
 
 
 def float_power(input, exponent) -> Tensor:
@@ -432,7 +422,7 @@ def unique(input: Tensor, sorted: bool = True, return_inverse: bool = False,  # 
 
 
 FUNCTIONS = ["logsumexp", "norm", "log2", "log10", "reciprocal", "isnan", "isinf", "isposinf",
-             "isneginf", "isfinite", "nan_to_num", "float_power", "count_nonzero", "cumsum",
+             "isneginf", "isfinite", "float_power", "count_nonzero", "cumsum",
              "cumprod",
              "bucketize", "diff", "take_along_dim", "outer", "inner", "diagonal", "diag",
              "trace", "masked_select", "bincount", "unique"]

@@ -66,6 +66,8 @@ class Op(enum.Enum):
     SOFTPLUS_BACKWARD = ("softplus_backward(Tensor grad_output, Tensor self, Scalar beta,"
                          " Scalar threshold) -> Tensor")
     CLAMP = "clamp(Tensor self, Scalar? min=None, Scalar? max=None) -> Tensor"
+    NAN_TO_NUM = ("nan_to_num(Tensor self, float? nan=None, float? posinf=None, "
+                  "float? neginf=None) -> Tensor")
     # elementwise, binary (Python numbers become wrapped zero-dim tensors)
     ADD = "add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor"
     SUB = "sub(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor"
@@ -180,6 +182,28 @@ class Op(enum.Enum):
     MUL_ = "mul_" + _INPLACE_BINARY
     DIV_ = "div_" + _INPLACE_BINARY
     CLAMP_ = "clamp_(Tensor(a!) self, Scalar? min=None, Scalar? max=None) -> Tensor(a!)"
+    NEG_ = "neg_" + _INPLACE_UNARY
+    ABS_ = "abs_" + _INPLACE_UNARY
+    SIGN_ = "sign_" + _INPLACE_UNARY
+    EXP_ = "exp_" + _INPLACE_UNARY
+    LOG_ = "log_" + _INPLACE_UNARY
+    SQRT_ = "sqrt_" + _INPLACE_UNARY
+    RSQRT_ = "rsqrt_" + _INPLACE_UNARY
+    RELU_ = "relu_" + _INPLACE_UNARY
+    TANH_ = "tanh_" + _INPLACE_UNARY
+    SIGMOID_ = "sigmoid_" + _INPLACE_UNARY
+    ERF_ = "erf_" + _INPLACE_UNARY
+    EXPM1_ = "expm1_" + _INPLACE_UNARY
+    LOG1P_ = "log1p_" + _INPLACE_UNARY
+    NAN_TO_NUM_ = ("nan_to_num_(Tensor(a!) self, float? nan=None, float? posinf=None, "
+                   "float? neginf=None) -> Tensor(a!)")
+    POW_ = "pow_(Tensor(a!) self, Tensor exponent) -> Tensor(a!)"
+    EQ_ = "eq_.Tensor" + _INPLACE_BINARY
+    NE_ = "ne_.Tensor" + _INPLACE_BINARY
+    LT_ = "lt_.Tensor" + _INPLACE_BINARY
+    LE_ = "le_.Tensor" + _INPLACE_BINARY
+    GT_ = "gt_.Tensor" + _INPLACE_BINARY
+    GE_ = "ge_.Tensor" + _INPLACE_BINARY
     SIN_ = "sin_" + _INPLACE_UNARY
     COS_ = "cos_" + _INPLACE_UNARY
     TAN_ = "tan_" + _INPLACE_UNARY

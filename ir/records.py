@@ -21,6 +21,7 @@ place, beside the op's kernel in its family file (eager/kernels/<family>.py):
   interpreter (ir/formula.py): the compiler's decompose pass, eager's row kernels,
   CUDA's composed kernels and eager's numpy fallbacks all run this one definition;
 - `inplace_of`: an in-place op's out-of-place twin, whose derivative it uses;
+  `inplace=Op.TAN_` on the twin's declaration records the in-place form with it;
 - `aliases`: PyTorch's other names for it (arcsin, fix), given wherever it has a function
   or a method name.
 
@@ -143,11 +144,26 @@ _edits = [0]  # records declared or given a decomposition: the derived tables' v
 def declare(op: Op, *, function: bool | str = False, method: bool | str = False,
             functional: bool | str = False, pointwise: Pointwise | None = None,
             inplace_of: Op | None = None, differentiable: bool = True,
-            decomposition: Callable | None = None, aliases: tuple[str, ...] = ()) -> OpRecord:
+            decomposition: Callable | None = None, aliases: tuple[str, ...] = (),
+            inplace: Op | None = None, inplace_function: bool = False) -> OpRecord:
     """Record `op`; a name given as True is the schema's. `differentiable=False`: its
     outputs never carry a gradient (integer or boolean results, detach).
     `decomposition`: as the decorator OpRecord.decomposition, for a formula the record's
-    own pointwise facts are made from (gelu_backward's numpy function and emitter)."""
+    own pointwise facts are made from (gelu_backward's numpy function and emitter).
+    `inplace`: the op's in-place form (tan_), recorded too: a Tensor method (and a
+    function with `inplace_function`, as torch.sin_ is), its aliases the op's with "_";
+    differentiable (it writes self's type: x.eq_(y) of a float x has a zero gradient)."""
+    module = sys._getframe(1).f_globals.get("__name__", "")
+    record = _record(module, op, function, method, functional, pointwise, inplace_of,
+                     differentiable, decomposition, aliases)
+    if inplace is not None:
+        _record(module, inplace, inplace_function, True, False, None, op, True, None,
+                tuple(alias + "_" for alias in aliases))
+    return record
+
+
+def _record(module: str, op: Op, function, method, functional, pointwise, inplace_of,
+            differentiable, decomposition, aliases) -> OpRecord:
     if op in RECORDS:
         raise ValueError(f"{op!r} is declared twice")
     if pointwise is not None and pointwise.rule not in POINTWISE_RULES:
@@ -159,7 +175,7 @@ def declare(op: Op, *, function: bool | str = False, method: bool | str = False,
         return op.schema.name if given is True else (given or None)
     RECORDS[op] = OpRecord(op, name(function), name(method), name(functional), pointwise,
                            inplace_of, differentiable, decomposition, aliases)
-    _DECLARED_IN.setdefault(sys._getframe(1).f_globals.get("__name__", ""))
+    _DECLARED_IN.setdefault(module)
     _edits[0] += 1
     return RECORDS[op]
 

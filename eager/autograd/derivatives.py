@@ -17,5 +17,5 @@ INPLACE_TWIN = {op: r.inplace_of for op, r in RECORDS.items() if r.inplace_of is
 
 
 def rule_for(op: Op) -> Derivative:
-    """The rule that differentiates `op` (for an in-place op, perhaps its twin's)."""
-    return DERIVATIVES[INPLACE_TWIN.get(op, op)]
+    """The rule that differentiates `op` (for an in-place op without its own, its twin's)."""
+    return DERIVATIVES.get(op) or DERIVATIVES[INPLACE_TWIN[op]]

@@ -182,6 +182,7 @@ def _inplace_kernel(op: Op):
     plan = _Plan(d, schema)
     choose = _node_chooser(plan)
     self_index = plan.index["self"]
+    saves_result = "result" in d.save
 
     def kernel(*args, **kwargs):
         vals = plan.values(args, kwargs)
@@ -202,6 +203,10 @@ def _inplace_kernel(op: Op):
         old_node, old_nr = self.grad_fn, self.output_nr
         handle.redispatch(_BELOW, *args, **kwargs)
         record(plan, choose(vals), vals, self, saved_vals)
+        if saves_result:  # self is saved as the result: the write counted next is this op's
+            for value in self.grad_fn._saved.values():
+                if isinstance(value, SavedTensor) and value.is_output and value.version is not None:
+                    value.version += 1
         if self._retains_grad:
             move_retained_grad(self, old_node, old_nr)
         return self

@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 
 from eager.dispatcher import ATEN
-from eager.factories import zeros_like
+from eager.factories import zeros, zeros_like
 from eager.kernels._common import integral_only, promote, register, scalar_value, type_word
 from eager.kernels.elementwise import check_no_internal_overlap
 from eager.kernels.gradients import sum_to
-from ir.records import Pointwise, declare
+from ir.records import RECORDS, Pointwise, declare
 from eager.shapes import broadcast_shapes
 from eager.tensor import ops
 from ir import dtypes
@@ -37,7 +37,7 @@ def _check_sub(dt, self, other, alpha=1):
 
 ADD = declare(Op.ADD, function=True, method=True, pointwise=Pointwise(
     "promote", np.add, emit=lambda E, a, b: E.add(a, b), check=_check_alpha,
-    check_attrs=True, scaled="alpha"))
+    check_attrs=True, scaled="alpha"), inplace=Op.ADD_)
 
 
 @ADD.derivative("AddBackward0", "self other", save="self_sizes other_sizes alpha")
@@ -48,7 +48,7 @@ def _(ctx, g):
 
 SUB = declare(Op.SUB, function=True, method=True, pointwise=Pointwise(
     "promote", np.subtract, emit=lambda E, a, b: E.sub(a, b), check=_check_sub,
-    scaled="alpha"))
+    scaled="alpha"), inplace=Op.SUB_)
 
 
 @SUB.derivative("SubBackward0", "self other", save="self_sizes other_sizes alpha")
@@ -58,7 +58,7 @@ def _(ctx, g):
 
 
 MUL = declare(Op.MUL, function=True, method=True, pointwise=Pointwise(
-    "promote", np.multiply, emit=lambda E, a, b: E.mul(a, b)))
+    "promote", np.multiply, emit=lambda E, a, b: E.mul(a, b)), inplace=Op.MUL_)
 
 
 @MUL.derivative("MulBackward0", "self other", save="self other")
@@ -69,7 +69,7 @@ def _(ctx, g):
 
 
 DIV = declare(Op.DIV, function=True, method=True, pointwise=Pointwise(
-    "divide", np.true_divide, emit=lambda E, a, b: E.div(a, b)))
+    "divide", np.true_divide, emit=lambda E, a, b: E.div(a, b)), inplace=Op.DIV_)
 
 
 @DIV.derivative("DivBackward0", "self other", save="self other")
@@ -105,7 +105,8 @@ def _check_power(dt, self, exponent) -> None:
 
 POW = declare(Op.POW, function=True, method=True, pointwise=Pointwise(
     "power", _pow, emit=lambda E, a, b: E.math("pow", a, b), float_math=True,
-    check=_check_power, number_forms=((1, 0.5, Op.SQRT), (1, -0.5, Op.RSQRT))))
+    check=_check_power, number_forms=((1, 0.5, Op.SQRT), (1, -0.5, Op.RSQRT))),
+    inplace=Op.POW_)
 
 
 @POW.derivative("PowBackward1", "self exponent", save="self exponent result",
@@ -157,17 +158,28 @@ MINIMUM = _extremum(Op.MINIMUM, np.minimum, "MinimumBackward0", ops.lt, larger=F
 
 
 # comparisons: bool results, no gradient ------------------------------------------------
-def _comparison(op, numpy, method):
+def _comparison(op, inplace, numpy, method):
     return declare(op, function=True, method=True, differentiable=False, pointwise=Pointwise(
-        "compare", numpy, emit=lambda E, a, b: getattr(E, method)(a, b)))
+        "compare", numpy, emit=lambda E, a, b: getattr(E, method)(a, b)), inplace=inplace)
 
 
-EQ = _comparison(Op.EQ, np.equal, "eq")
-NE = _comparison(Op.NE, np.not_equal, "ne")
-LT = _comparison(Op.LT, np.less, "lt")
-LE = _comparison(Op.LE, np.less_equal, "le")
-GT = _comparison(Op.GT, np.greater, "gt")
-GE = _comparison(Op.GE, np.greater_equal, "ge")
+# (x.eq_(y) writes 1 and 0 into x's type)
+EQ = _comparison(Op.EQ, Op.EQ_, np.equal, "eq")
+NE = _comparison(Op.NE, Op.NE_, np.not_equal, "ne")
+LT = _comparison(Op.LT, Op.LT_, np.less, "lt")
+LE = _comparison(Op.LE, Op.LE_, np.less_equal, "le")
+GT = _comparison(Op.GT, Op.GT_, np.greater, "gt")
+GE = _comparison(Op.GE, Op.GE_, np.greater_equal, "ge")
+
+
+def _zero_gradients(ctx, g):
+    return zeros_like(g), zeros(ctx.other_sizes, dtype=g.dtype, device=g.device)
+
+
+for _op, _node in ((Op.EQ_, "Eq"), (Op.NE_, "Ne"), (Op.LT_, "Lt"), (Op.LE_, "Le"),
+                   (Op.GT_, "Gt"), (Op.GE_, "Ge")):  # a float x.eq_(y): zero gradients
+    RECORDS[_op].derivative(f"{_node}Backward1", "self other", save="other_sizes", overloads={
+        f"{_node}Backward0": lambda a: a["other"]._wrapped})(_zero_gradients)
 LOGICAL_AND = declare(Op.LOGICAL_AND, function=True, method=True, differentiable=False,
                       pointwise=Pointwise("logical", np.logical_and,
                                           emit=lambda E, a, b: E.and_(a, b)))
@@ -205,11 +217,6 @@ def _(ctx, g):
 
 
 # in place ------------------------------------------------------------------------------
-for _op, _twin in ((Op.ADD_, Op.ADD), (Op.SUB_, Op.SUB), (Op.MUL_, Op.MUL),
-                   (Op.DIV_, Op.DIV), (Op.CLAMP_, Op.CLAMP)):
-    declare(_op, method=True, inplace_of=_twin)
-
-
 def _zero(self):
     self._np()[...] = 0
     return self

@@ -38,9 +38,8 @@ def _rounding(op: Op, inplace: Op, numpy, intrinsic: str, node: str, alias: str 
     emit = lambda E, x: E.round(intrinsic, x)  # noqa: E731
     record = declare(op, function=True, method=True, aliases=(alias,) if alias else (),
                      pointwise=Pointwise("same", _integers_kept(numpy), emit=emit,
-                                         check=_no_bool(f"{op.schema.name}_vml_cpu")))
-    declare(inplace, function=True, method=True, inplace_of=op,
-            aliases=(alias + "_",) if alias else ())
+                                         check=_no_bool(f"{op.schema.name}_vml_cpu")),
+                     inplace=inplace, inplace_function=True)
 
     @record.derivative(node, "self")
     def _(ctx, g):
@@ -81,8 +80,8 @@ def _check_round(dt, x, decimals=0):
 
 
 ROUND = declare(Op.ROUND, function=True, method=True, pointwise=Pointwise(
-    "same", _round, emit=_emit_round, check=_check_round))
-declare(Op.ROUND_, function=True, method=True, inplace_of=Op.ROUND)
+    "same", _round, emit=_emit_round, check=_check_round), inplace=Op.ROUND_,
+    inplace_function=True)
 
 
 @ROUND.derivative("RoundBackward0", "self", overloads={
@@ -93,8 +92,7 @@ def _(ctx, g):
 
 FRAC = declare(Op.FRAC, function=True, method=True, pointwise=Pointwise(
     "same", lambda x: x - np.trunc(x), emit=lambda E, x: E.sub(x, E.round("trunc", x)),
-    float_only="frac_cpu"))
-declare(Op.FRAC_, function=True, method=True, inplace_of=Op.FRAC)
+    float_only="frac_cpu"), inplace=Op.FRAC_, inplace_function=True)
 
 
 @FRAC.derivative("FracBackward0", "self")
@@ -102,8 +100,7 @@ def _(ctx, g):
     return g
 
 
-SGN = declare(Op.SGN, function=True, method=True, pointwise=SIGN.pointwise)
-declare(Op.SGN_, method=True, inplace_of=Op.SGN)
+SGN = declare(Op.SGN, function=True, method=True, pointwise=SIGN.pointwise, inplace=Op.SGN_)
 
 
 @SGN.derivative("SgnBackward0", "self")
@@ -144,10 +141,8 @@ def _emit_remainder(E, a, b):
 
 
 def _binary(op: Op, inplace: Op, numpy, rule="promote", check=None, emit=None):
-    record = declare(op, function=True, method=True, pointwise=Pointwise(
-        rule, numpy, check=check, emit=emit, float_math=emit is not None))
-    declare(inplace, method=True, inplace_of=op)
-    return record
+    return declare(op, function=True, method=True, pointwise=Pointwise(
+        rule, numpy, check=check, emit=emit, float_math=emit is not None), inplace=inplace)
 
 
 # integers stay with numpy (float_math): a generated integer division by zero is undefined

@@ -30,13 +30,10 @@ def _unary(op: Op, numpy, emit=None, alias: str = "", inplace: Op | None = None,
     """The op's record and its in-place twin's (`tan_`), with PyTorch's alias (`arctan`);
     `emit` a function of E and x, or the name of a vmath function."""
     emit = _math(emit) if isinstance(emit, str) else emit
-    record = declare(op, function=True, method=True, aliases=(alias,) if alias else (),
-                     pointwise=Pointwise("float", numpy, emit=emit, float_math=emit is not None,
-                                         not_on_cuda=not_on_cuda))
-    if inplace is not None:
-        declare(inplace, function=inplace_function, method=True, inplace_of=op,
-                aliases=(alias + "_",) if alias else ())
-    return record
+    return declare(op, function=True, method=True, aliases=(alias,) if alias else (),
+                   pointwise=Pointwise("float", numpy, emit=emit, float_math=emit is not None,
+                                       not_on_cuda=not_on_cuda),
+                   inplace=inplace, inplace_function=inplace_function)
 
 
 TAN = _unary(Op.TAN, np.tan, "tan", inplace=Op.TAN_, not_on_cuda=_LIBM_BEYOND)
@@ -200,13 +197,10 @@ def _binary(op: Op, numpy, rule="divide", emit=None, float_kernel: str = "",
             alias: str = "", inplace: Op | None = None, inplace_function: bool = False):
     emit = _math(emit) if isinstance(emit, str) else emit
     check = floating_only_check(float_kernel) if float_kernel else None
-    record = declare(op, function=True, method=True, aliases=(alias,) if alias else (),
-                     pointwise=Pointwise(rule, numpy, emit=emit, float_math=emit is not None,
-                                         check=check))
-    if inplace is not None:
-        declare(inplace, function=inplace_function, method=True, inplace_of=op,
-                aliases=(alias + "_",) if alias else ())
-    return record
+    return declare(op, function=True, method=True, aliases=(alias,) if alias else (),
+                   pointwise=Pointwise(rule, numpy, emit=emit, float_math=emit is not None,
+                                       check=check),
+                   inplace=inplace, inplace_function=inplace_function)
 
 
 ATAN2 = _binary(Op.ATAN2, np.arctan2, emit="atan2", alias="arctan2", inplace=Op.ATAN2_)

@@ -53,7 +53,8 @@ def _math(name, fn):
 
 
 NEG = declare(Op.NEG, function=True, method=True, aliases=("negative",), pointwise=Pointwise(
-    "same", np.negative, emit=lambda E, x: E.neg(x), check=_no_bool_negation))
+    "same", np.negative, emit=lambda E, x: E.neg(x), check=_no_bool_negation),
+    inplace=Op.NEG_, inplace_function=True)
 
 
 @NEG.derivative("NegBackward0", "self")
@@ -62,7 +63,7 @@ def _(ctx, g):
 
 
 ABS = declare(Op.ABS, function=True, method=True, aliases=("absolute",), pointwise=Pointwise(
-    "same", np.abs, emit=lambda E, x: E.abs(x)))  # (a float's sign bit cleared: -0.0, -nan)
+    "same", np.abs, emit=lambda E, x: E.abs(x)), inplace=Op.ABS_, inplace_function=True)  # (a float's sign bit cleared: -0.0, -nan)
 
 
 @ABS.derivative("AbsBackward0", "self", save="self")
@@ -72,7 +73,7 @@ def _(ctx, g):
 
 SIGN = declare(Op.SIGN, function=True, method=True, pointwise=Pointwise(
     "same", _sign, emit=lambda E, x: E.sub(E.from_bool(E.gt(x, E.const(0))),
-                                          E.from_bool(_below_zero(E, x)))))
+                                          E.from_bool(_below_zero(E, x)))), inplace=Op.SIGN_)
 
 
 @SIGN.derivative("SignBackward0", "self")
@@ -83,7 +84,7 @@ def _(ctx, g):
 RELU = declare(Op.RELU, function=True, method=True, pointwise=Pointwise(
     "same", lambda x: np.where(x < 0, 0, x).astype(x.dtype, copy=False),  # keeps nan
     emit=lambda E, x: E.select(_below_zero(E, x), E.const(0), x),
-    activations=(("relu", ()),)))
+    activations=(("relu", ()),)), inplace=Op.RELU_, inplace_function=True)
 
 
 @RELU.derivative("ReluBackward0", "self", save="result")
@@ -91,7 +92,8 @@ def _(ctx, g):
     return g * ops.gt(ctx.result, 0)
 
 
-EXP = declare(Op.EXP, function=True, method=True, pointwise=_math("exp", np.exp))
+EXP = declare(Op.EXP, function=True, method=True, pointwise=_math("exp", np.exp),
+              inplace=Op.EXP_, inplace_function=True)
 
 
 @EXP.derivative("ExpBackward0", "self", save="result")
@@ -99,7 +101,8 @@ def _(ctx, g):
     return g * ctx.result
 
 
-LOG = declare(Op.LOG, function=True, method=True, pointwise=_math("log", np.log))
+LOG = declare(Op.LOG, function=True, method=True, pointwise=_math("log", np.log),
+              inplace=Op.LOG_, inplace_function=True)
 
 
 @LOG.derivative("LogBackward0", "self", save="self")
@@ -107,7 +110,8 @@ def _(ctx, g):
     return g / ctx.self
 
 
-SQRT = declare(Op.SQRT, function=True, method=True, pointwise=_math("sqrt", np.sqrt))
+SQRT = declare(Op.SQRT, function=True, method=True, pointwise=_math("sqrt", np.sqrt),
+               inplace=Op.SQRT_, inplace_function=True)
 
 
 @SQRT.derivative("SqrtBackward0", "self", save="result")
@@ -116,7 +120,8 @@ def _(ctx, g):
 
 
 RSQRT = declare(Op.RSQRT, function=True, method=True,
-                pointwise=_math("rsqrt", lambda x: 1 / np.sqrt(x)))
+                pointwise=_math("rsqrt", lambda x: 1 / np.sqrt(x)), inplace=Op.RSQRT_,
+                inplace_function=True)
 
 
 @RSQRT.derivative("RsqrtBackward0", "self", save="result")
@@ -127,7 +132,7 @@ def _(ctx, g):
 
 TANH = declare(Op.TANH, function=True, method=True, functional=True, pointwise=Pointwise(
     "float", np.tanh, emit=lambda E, x: E.math("tanh", x), float_math=True,
-    activations=(("tanh", ()),)))
+    activations=(("tanh", ()),)), inplace=Op.TANH_, inplace_function=True)
 
 
 @TANH.derivative("TanhBackward0", "self", save="result")
@@ -137,7 +142,8 @@ def _(ctx, g):
 
 
 SIGMOID = declare(Op.SIGMOID, function=True, method=True, functional=True,
-                  pointwise=_math("sigmoid", _sigmoid))
+                  pointwise=_math("sigmoid", _sigmoid), inplace=Op.SIGMOID_,
+                  inplace_function=True)
 
 
 @SIGMOID.derivative("SigmoidBackward0", "self", save="result")
@@ -158,7 +164,8 @@ def _(ctx, g):
     return g * s * (1 + x * (1 - s))
 
 
-ERF = declare(Op.ERF, function=True, method=True, pointwise=_math("erf", erf))
+ERF = declare(Op.ERF, function=True, method=True, pointwise=_math("erf", erf),
+              inplace=Op.ERF_, inplace_function=True)
 
 
 @ERF.derivative("ErfBackward0", "self", save="self")
@@ -176,7 +183,8 @@ def _(ctx, g):
     return g * (math.sqrt(math.pi) / 2) * ops.exp(ctx.result * ctx.result)
 
 
-LOG1P = declare(Op.LOG1P, function=True, method=True, pointwise=_math("log1p", np.log1p))
+LOG1P = declare(Op.LOG1P, function=True, method=True, pointwise=_math("log1p", np.log1p),
+                inplace=Op.LOG1P_, inplace_function=True)
 
 
 @LOG1P.derivative("Log1PBackward0", "self", save="self")
@@ -184,7 +192,8 @@ def _(ctx, g):
     return g / (ctx.self + 1)
 
 
-EXPM1 = declare(Op.EXPM1, function=True, method=True, pointwise=_math("expm1", np.expm1))
+EXPM1 = declare(Op.EXPM1, function=True, method=True, pointwise=_math("expm1", np.expm1),
+                inplace=Op.EXPM1_, inplace_function=True)
 
 
 @EXPM1.derivative("Expm1Backward0", "self", save="result")
@@ -196,7 +205,7 @@ _LIBM_BEYOND = ("vmath's sin and cos call the C library for |x| >= 2^40, which P
                 "has not: no accurate PTX sin and cos are written")
 SIN = declare(Op.SIN, function=True, method=True, pointwise=Pointwise(
     "float", np.sin, emit=lambda E, x: E.math("sin", x), float_math=True,
-    not_on_cuda=_LIBM_BEYOND))
+    not_on_cuda=_LIBM_BEYOND), inplace=Op.SIN_, inplace_function=True)
 
 
 @SIN.derivative("SinBackward0", "self", save="self")
@@ -206,16 +215,13 @@ def _(ctx, g):
 
 COS = declare(Op.COS, function=True, method=True, pointwise=Pointwise(
     "float", np.cos, emit=lambda E, x: E.math("cos", x), float_math=True,
-    not_on_cuda=_LIBM_BEYOND))
+    not_on_cuda=_LIBM_BEYOND), inplace=Op.COS_, inplace_function=True)
 
 
 @COS.derivative("CosBackward0", "self", save="self")
 def _(ctx, g):
     return g * ops.neg(ops.sin(ctx.self))
 
-
-declare(Op.SIN_, function=True, method=True, inplace_of=Op.SIN)
-declare(Op.COS_, function=True, method=True, inplace_of=Op.COS)
 
 
 BITWISE_NOT = declare(Op.BITWISE_NOT, function=True, method=True, differentiable=False,
@@ -396,7 +402,8 @@ def _emit_clamp(E, x, min=None, max=None):  # noqa: A002
 
 
 CLAMP = declare(Op.CLAMP, function=True, method=True, pointwise=Pointwise(
-    "same", _clamp, emit=_emit_clamp, dtype=_clamp_dtype, quiet=True))
+    "same", _clamp, emit=_emit_clamp, dtype=_clamp_dtype, quiet=True), inplace=Op.CLAMP_,
+    inplace_function=True)
 
 
 @CLAMP.derivative("ClampBackward1", "self", save="self min max")
@@ -409,3 +416,42 @@ def _(ctx, g):
         mask = upper if mask is None else ops.logical_and(mask, upper)
     return g * mask
 
+
+
+# nan_to_num: NaN, +inf and -inf replaced (by 0 and the type's largest and lowest finite
+# value, unless given); integers and bools are returned as they are ----------------------
+def _replacements(dt, nan, posinf, neginf) -> tuple:
+    """The three values in the type (a number beyond its range becomes ±inf, as
+    PyTorch's cast gives it)."""
+    info = np.finfo(dt)
+    with np.errstate(over="ignore"):
+        return tuple(dt.type(default if given is None else given) for given, default in
+                     ((nan, 0.0), (posinf, info.max), (neginf, info.min)))
+
+
+def _nan_to_num(x, nan=None, posinf=None, neginf=None):
+    if x.dtype.kind != "f":
+        return x
+    nan, posinf, neginf = _replacements(x.dtype, nan, posinf, neginf)
+    return np.where(x != x, nan, np.where(x == np.inf, posinf,
+                                          np.where(x == -np.inf, neginf, x)))
+
+
+def _emit_nan_to_num(E, x, nan=None, posinf=None, neginf=None):
+    if not E.fl:
+        return x
+    nan, posinf, neginf = (E.const(float(v)) for v in
+                           _replacements(E.dt.np, nan, posinf, neginf))
+    x = E.select(E.ne(x, x), nan, x)
+    x = E.select(E.eq(x, E.const(math.inf)), posinf, x)
+    return E.select(E.eq(x, E.const(-math.inf)), neginf, x)
+
+
+NAN_TO_NUM = declare(Op.NAN_TO_NUM, function=True, method=True, pointwise=Pointwise(
+    "same", _nan_to_num, emit=_emit_nan_to_num, quiet=True), inplace=Op.NAN_TO_NUM_,
+    inplace_function=True)
+
+
+@NAN_TO_NUM.derivative("NanToNumBackward0", "self", save="self")
+def _(ctx, g):
+    return g * ops.lt(ops.abs(ctx.self), math.inf)  # (zero where self is not finite)

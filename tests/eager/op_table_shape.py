@@ -1,6 +1,8 @@
 """The op table, continued: views, copies, indexing and in-place ops."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ir.ops import Op
@@ -365,10 +367,17 @@ _UNARY_INPLACE = {
     Op.ASINH_: np.arcsinh, Op.ACOSH_: np.arccosh, Op.ATANH_: np.arctanh, Op.EXP2_: np.exp2,
     Op.SINC_: np.sinc, Op.DEG2RAD_: np.deg2rad, Op.RAD2DEG_: np.rad2deg,
     Op.FLOOR_: np.floor, Op.CEIL_: np.ceil, Op.TRUNC_: np.trunc, Op.ROUND_: np.round,
-    Op.FRAC_: lambda x: x - np.trunc(x), Op.SGN_: np.sign}
+    Op.FRAC_: lambda x: x - np.trunc(x), Op.SGN_: np.sign, Op.NEG_: np.negative,
+    Op.ABS_: np.abs, Op.SIGN_: np.sign, Op.EXP_: np.exp, Op.LOG_: np.log, Op.SQRT_: np.sqrt,
+    Op.RSQRT_: lambda x: 1 / np.sqrt(x), Op.RELU_: lambda x: np.maximum(x, 0),
+    Op.TANH_: np.tanh, Op.SIGMOID_: lambda x: 1 / (1 + np.exp(-x)),
+    Op.ERF_: np.vectorize(math.erf, otypes=[float]), Op.EXPM1_: np.expm1, Op.LOG1P_: np.log1p,
+    Op.NAN_TO_NUM_: np.nan_to_num}
 _BINARY_INPLACE = {
     Op.ATAN2_: np.arctan2, Op.HYPOT_: np.hypot, Op.COPYSIGN_: np.copysign,
-    Op.XLOGY_: lambda x, y: np.where(x == 0, 0.0, x * np.log(y))}
+    Op.XLOGY_: lambda x, y: np.where(x == 0, 0.0, x * np.log(y)), Op.POW_: np.power,
+    Op.EQ_: np.equal, Op.NE_: np.not_equal, Op.LT_: np.less, Op.LE_: np.less_equal,
+    Op.GT_: np.greater, Op.GE_: np.greater_equal}
 
 
 def _unary_inplace_samples(make):

@@ -150,6 +150,8 @@ CASES = [
     Case(Op.ABS, "distinct", ops.abs, lambda m: (m.distinct(3, 4, layout="t"),)),
     Case(Op.SIGN, "distinct", ops.sign, lambda m: (m.distinct(3, 4),)),
     Case(Op.RELU, "distinct", ops.relu, lambda m: (m.distinct(3, 4, layout="step"),)),
+    Case(Op.NAN_TO_NUM, "finite", lambda x: ops.nan_to_num(x, 0.5, 2.0, -2.0),
+         lambda m: (m.x(3, 4),)),
     Case(Op.CLAMP, "min-max", lambda x: ops.clamp(x, -0.3, 0.4),
          lambda m: (m.distinct(3, 4, avoid=(-0.3, 0.4)),)),
     Case(Op.CLAMP, "min-only", lambda x: ops.clamp(x, min=-0.3),
@@ -352,13 +354,15 @@ INPLACE_CASES = [
            lambda m: (m.x(3, 4, low=0.2, high=0.8),))
       for op in (Op.SIN_, Op.COS_, Op.TAN_, Op.ASIN_, Op.ACOS_, Op.ATAN_, Op.SINH_, Op.COSH_,
                  Op.ASINH_, Op.ATANH_, Op.EXP2_, Op.SINC_, Op.DEG2RAD_, Op.RAD2DEG_,
-                 Op.FLOOR_, Op.CEIL_, Op.TRUNC_, Op.ROUND_, Op.FRAC_, Op.SGN_)),
+                 Op.FLOOR_, Op.CEIL_, Op.TRUNC_, Op.ROUND_, Op.FRAC_, Op.SGN_, Op.NEG_,
+                 Op.ABS_, Op.SIGN_, Op.EXP_, Op.LOG_, Op.SQRT_, Op.RSQRT_, Op.RELU_, Op.TANH_,
+                 Op.SIGMOID_, Op.ERF_, Op.EXPM1_, Op.LOG1P_, Op.NAN_TO_NUM_)),
     Case(Op.ACOSH_, "in-place", lambda x: (x * 1).acosh_(), lambda m: (m.x(3, 4, low=1.2,
                                                                             high=3.0),)),
     *(Case(op, "in-place", lambda x, y, name=op.schema.name: getattr(x * 1, name)(y),
            lambda m: (m.x(3, 4, low=0.5, high=2.0), m.x(4, low=0.6, high=1.9)))
       for op in (Op.ATAN2_, Op.HYPOT_, Op.XLOGY_, Op.FMOD_, Op.REMAINDER_, Op.COPYSIGN_,
-                 Op.NEXTAFTER_)),
+                 Op.NEXTAFTER_, Op.POW_, Op.EQ_, Op.NE_, Op.LT_, Op.LE_, Op.GT_, Op.GE_)),
     Case(Op.COPY_, "from-grad-input", lambda x, y: (x * 1).copy_(y) * x,
          lambda m: (m.x(3, 4), m.x(4))),
 ]
