@@ -16,7 +16,7 @@ import types
 
 from eager.arguments import refuse_dtype
 from ir.dtypes import DType
-from ir.ops import Op
+from ir.ops import TENSORS_ONLY, Op
 from ir.schema import FunctionSchema, parse_schema
 
 
@@ -175,6 +175,9 @@ class OpHandle:
         # out= is taken for the op (eager/out_argument.py) unless its schema names an out
         self.writes_out = all(a.name != "out" for a in schema.arguments)
         self._leading = self._leading_tensors()
+        # a Python number for a Tensor argument is wrapped, unless PyTorch has no Scalar
+        # form of the op (atan2(x, 2.0) is a TypeError)
+        self.takes_numbers = op not in TENSORS_ONLY
         # (mask << 8 | the leading tensors' keys) -> kernel: the mask chooses the kernel;
         # the keys (runtime keys are bits 0-6) are there because only keys naming one
         # backend are remembered, so a call whose keys are found needs no device check
@@ -413,13 +416,14 @@ def _entry(handle: OpHandle):
     """`handle`'s call as a plain function, with the fast path of its leading tensors."""
     fast, first_sight, dispatch = handle._fast, handle._first_sight, handle._dispatch
     writes_out = handle.writes_out
+    numbers = _NUMBERS if handle.takes_numbers else frozenset()  # (else dispatch refuses)
     if handle._leading == 2:
         def call(*args, **kwargs):
             try:
-                if args[1].__class__ in _NUMBERS:  # `x + 1`: the number wrapped, the
-                    keys = args[0]._keys           # tensor's keys choose the kernel
+                if args[1].__class__ in numbers:  # `x + 1`: the number wrapped, the
+                    keys = args[0]._keys          # tensor's keys choose the kernel
                     args = (args[0], _wrap_number(args[1]), *args[2:])
-                elif args[0].__class__ in _NUMBERS:  # `1 - x`
+                elif args[0].__class__ in numbers:  # `1 - x`
                     keys = args[1]._keys
                     args = (_wrap_number(args[0]), *args[1:])
                 else:
@@ -522,8 +526,9 @@ def _tensor_keys(handle: OpHandle, t) -> int:
 
 
 def _wrap_scalar(handle: OpHandle, where, value):
-    if isinstance(value, (bool, int, float)) or hasattr(value, "dtype") and not hasattr(
-            value, "_keys") and getattr(value, "shape", None) == ():
+    if handle.takes_numbers and (isinstance(value, (bool, int, float)) or hasattr(
+            value, "dtype") and not hasattr(value, "_keys") and getattr(value, "shape",
+                                                                        None) == ()):
         return _wrap_number(value)
     name = handle.schema.arguments[where].name if isinstance(where, int) else where
     raise TypeError(f"{handle.schema.name}(): argument '{name}' must be Tensor, "

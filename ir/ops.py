@@ -265,6 +265,12 @@ NORMALIZATION = frozenset({Op.SOFTMAX, Op.LOG_SOFTMAX, Op.NATIVE_LAYER_NORM})
 MATMUL_FAMILY = frozenset({Op.DOT, Op.MV, Op.MM, Op.BMM, Op.ADDMM})
 VIEW = frozenset(op for op in Op if op.schema.is_view)
 INPLACE = frozenset(op for op in Op if op.schema.is_mutable)
+TENSORS_ONLY = frozenset({Op.MAXIMUM, Op.MINIMUM, Op.LOGICAL_AND, Op.ATAN2, Op.HYPOT,
+                          Op.LOGADDEXP, Op.LOGADDEXP2, Op.NEXTAFTER, Op.HEAVISIDE, Op.DOT,
+                          Op.MV, Op.MM, Op.BMM, Op.MATMUL, Op.ATAN2_, Op.HYPOT_,
+                          Op.NEXTAFTER_, Op.HEAVISIDE_})
+"""Ops that take no Python number for a Tensor argument: PyTorch has no Scalar form of
+them (atan2(x, 2.0) is a TypeError), where other ops wrap the number."""
 COMPILER_ONLY = frozenset({Op.SCALAR, Op.FUSED})
 """A wrapped Python number (it promotes as PyTorch promotes scalars), and a fused kernel
 holding the small graph it computes."""

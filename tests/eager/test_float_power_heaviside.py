@@ -23,7 +23,9 @@ def test_float_power_of_tensors_and_numbers_is_pytorchs_in_float64(dtype):
             (eager.float_power(2, eager.tensor(exponent)),
              torch.float_power(2, torch.tensor(exponent)))):
         assert ours.dtype is eager.float64 and theirs.dtype is torch.float64
-        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+        # (within an ulp: numpy's float64 power, which eager's kernel runs, is its SIMD
+        # one on AVX-512 machines, an ulp from C's pow that PyTorch calls at some inputs)
+        np.testing.assert_array_max_ulp(ours.numpy(), theirs.numpy(), maxulp=1)
 
 
 def test_float_power_errors_are_pytorchs():

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import eager
+from ir.ops import TENSORS_ONLY
 from torch_parity import require_torch
 
 RNG = np.random.default_rng(30)
@@ -203,3 +204,27 @@ def test_indexing_with_ranges_and_lists_gets_and_sets_as_pytorch(name):
     z[idx], tz[idx] = -1.0, -1.0
     np.testing.assert_array_equal(z.numpy(), tz.numpy())
 
+
+
+# a Python number where PyTorch takes only a tensor ---------------------------------------
+@pytest.mark.parametrize("op", sorted(TENSORS_ONLY, key=lambda op: op.name),
+                         ids=lambda op: op.schema.name)
+def test_a_number_for_an_op_without_a_scalar_form_is_a_type_error_as_in_pytorch(op):
+    torch = require_torch()
+    name = op.schema.name
+    x, t = _pair(torch, np.ones((2, 2), np.float32))
+    with pytest.raises(TypeError):
+        getattr(t, name)(2.0)
+    with pytest.raises(TypeError, match=f"{name}\\(\\): argument '\\w+' must be Tensor, "
+                                        "not float"):
+        getattr(x, name)(2.0)
+    if not name.endswith("_"):
+        with pytest.raises(TypeError, match="must be Tensor, not int"):
+            getattr(eager, name)(2, x)
+
+
+def test_ops_with_a_scalar_form_still_take_numbers_on_either_side():
+    x = eager.tensor([1.0, 2.0])
+    assert (x + 1).tolist() == [2.0, 3.0] and (1 - x).tolist() == [0.0, -1.0]
+    assert eager.add(x, 2).tolist() == [3.0, 4.0] and x.pow(2).tolist() == [1.0, 4.0]
+    assert x.copysign(-1.0).tolist() == [-1.0, -2.0] and x.eq_(2.0).tolist() == [0.0, 1.0]
