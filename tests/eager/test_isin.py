@@ -276,3 +276,20 @@ def test_isin_in_a_compiled_graph_gives_eager_s_values():
     graph = "\n".join(str(g) for g in compiled.graphs()) if hasattr(compiled, "graphs") \
         else compiled.explain()
     assert "isin.Tensor_Tensor" in graph
+
+
+@pytest.mark.parametrize("a, b", [
+    (np.array([[1.0, np.nan, -0.0], [3.0, 2.5, 7.0]], np.float32),
+     np.array([0.0, np.nan, 7.0, 3.0], np.float32)),
+    (np.array([1, 2, 3], np.int32), np.array([2.0, 3.5])), (np.array([1, 2], np.int32), 2 ** 32 + 2),
+    (2, np.array([[1, 2]])), (np.arange(40, dtype=np.int64), np.zeros(0, np.int64))])
+@pytest.mark.parametrize("invert", [False, True])
+def test_cuda_tensors_give_the_cpu_s_values(a, b, invert):
+    from runtime.cuda.current import unless_gpu
+    want = eager.isin(*(eager.tensor(v) if isinstance(v, np.ndarray) else v for v in (a, b)),
+                      invert=invert)
+    with unless_gpu(memory=64 << 20):
+        got = eager.isin(*(eager.tensor(v, device="cuda") if isinstance(v, np.ndarray) else v
+                           for v in (a, b)), invert=invert)
+        assert got.device == eager.device("cuda:0") and got.dtype is eager.bool
+        np.testing.assert_array_equal(got.cpu().numpy(), want.numpy())
