@@ -10,7 +10,7 @@ NaN), -0.0 is in a set holding 0.0. Bool inputs raise PyTorch's "Unsupported inp
 
 The CPU kernel compares each element with every test value in generated code
 (eager/backends/native/membership.py) while the test set holds at most SCAN_VECTORS
-vectors' lanes of distinct values (1024 int64 with AVX-512). A larger set of integers
+vectors' lanes of distinct values (768 int64 with AVX-512). A larger set of integers
 within a narrow range (and any past TABLE_VECTORS vectors' lanes) is looked up in a table
 of that range; any other is sorted and searched (numpy's sort and searchsorted, O((n + m) log m)); so is every set while the
 kernel compiles in the background. The CUDA kernel composes CUDA ops: eq against a chunk
@@ -92,12 +92,13 @@ def _looked_up(x: np.ndarray, tests: np.ndarray) -> np.ndarray:
     return ordered[at] == x
 
 
-SCAN_VECTORS = 128
-"""The generated scan takes a test set of up to this many vectors' lanes of values (1024
-int64 or 2048 float32 with AVX-512): its cost grows with m / lanes, a binary search's
-with log2 m. 1e6 elements, one thread (AMD EPYC, AVX-512): int64 over a wide range,
-1000 values scanned in 45 ms, searched in 51, 2048 values 89 and 57; float32 1000 values
-32 and 64 ms, 2048 values 54 and 67."""
+SCAN_VECTORS = 96
+"""The generated scan takes a test set of up to this many vectors' lanes of values (768
+int64 or 1536 float32 with AVX-512): its cost grows with m / lanes, a binary search's
+with log2 m. 1e6 elements, one thread (AMD EPYC, AVX-512; runs vary by a fifth): int64
+over a wide range, 512 values scanned in 22 ms, searched in 48; 1000 values 45-61 and
+51-53 ms; 2048 values 98 and 57. float32: 1000 values 29 and 64 ms, 2048 values 54-68
+and 66."""
 TABLE_VECTORS = 4
 """Integers in a narrow range (_narrow) are looked up in a table rather than scanned from
 this many vectors' lanes of test values on: the table costs ~1.5 ms for 1e6 elements

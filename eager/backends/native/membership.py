@@ -26,7 +26,9 @@ _SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_v
                               ctypes.c_int64, ctypes.c_int64, ctypes.c_int8)
 _kernels: dict = {}  # type name -> the ctypes function
 calls = 0  # kernels run (tests check that the native path ran)
-UNROLL = 4
+UNROLL = 4  # vectors of elements a trip, each compared with one broadcast test value
+
+
 def isin(elements: np.ndarray, tests: np.ndarray, invert: bool) -> np.ndarray | None:
     """(elements equal to some value of `tests`) xor invert, a bool array of the elements'
     shape; both of one type of TYPES. None while the kernel compiles in the background."""
