@@ -32,7 +32,7 @@ from eager.factories import (BoolTensor, DoubleTensor, FloatTensor, HalfTensor, 
 from eager.tensor import Size, Tensor
 from eager.functional import *  # noqa: F401,F403
 from eager.derived import (all, allclose, any, argsort, equal, flip, fliplr, flipud,  # noqa: A004
-                           isclose, isin, kthvalue, lerp, logical_not, logical_or,
+                           isclose, kthvalue, lerp, logical_not, logical_or,
                            logical_xor, multinomial, roll, sort, topk, tril, triu, unbind)
 from eager.derived_shapes import *  # noqa: F401,F403 - repeat_interleave, narrow, movedim, ...
 from eager.memory_formats import (channels_last, channels_last_3d, clone, contiguous_format,

@@ -7,7 +7,7 @@ run on every device those ops run on, and graph capture sees the same ops.
     unbind              select at each index
     isclose, allclose,  PyTorch's closeness test |a - b| <= atol + rtol |b| (equal infs
     equal               close, NaNs only with equal_nan); equal: same shape and values
-    isin, `in`          each element compared with every test element (a chunk at a time)
+    `in`                some element equals the value (eq, then any)
     all, any            counts of zeros and non-zeros
     logical_not/or/xor  comparisons with zero and logical_and
     lerp                start + weight (end - start)
@@ -157,29 +157,6 @@ def equal(input: Tensor, other: Tensor) -> bool:
     if input.shape != other.shape:
         return False
     return bool(all(input == other).item())
-
-
-ISIN_CHUNK = 1 << 22
-"""isin compares at most this many (element, test element) pairs at once."""
-
-
-def isin(elements, test_elements, *, assume_unique: bool = False,
-         invert: bool = False) -> Tensor:
-    """True where an element of `elements` equals some element of `test_elements` (either
-    may be a number); the shape of `elements`. NaN is in nothing, as NaN != NaN."""
-    if not isinstance(elements, Tensor) and not isinstance(test_elements, Tensor):
-        raise TypeError("isin(): elements or test_elements must be a Tensor")
-    device = (elements if isinstance(elements, Tensor) else test_elements).device
-    x = elements if isinstance(elements, Tensor) else factories.tensor(elements, device=device)
-    tests = test_elements.reshape(-1) if isinstance(test_elements, Tensor) else \
-        factories.tensor([test_elements], device=device)
-    found = factories.zeros(x.shape, dtype=dtypes.bool_, device=device)
-    step = max(ISIN_CHUNK // max(x.numel(), 1), 1)
-    column = ops.unsqueeze(x, -1)
-    for start in range(0, tests.shape[0], step):
-        chunk = ops.slice(tests, 0, start, start + step)
-        found = found | any(ops.eq(column, chunk), -1)
-    return ops.eq(found, False) if invert else found
 
 
 def _contains(self: Tensor, element) -> bool:

@@ -171,6 +171,9 @@ class Op(enum.Enum):
                        " SymInt index) -> Tensor")
     SLICE_BACKWARD = ("slice_backward(Tensor grad_output, SymInt[] input_sizes, int dim,"
                       " SymInt start, SymInt end, SymInt step) -> Tensor")
+    # membership: each element of `elements` looked for among all of `test_elements`
+    ISIN = ("isin.Tensor_Tensor(Tensor elements, Tensor test_elements, *,"
+            " bool assume_unique=False, bool invert=False) -> Tensor")
     # sliding windows: every kernel window of images as a column (F.unfold), and back (F.fold)
     IM2COL = ("im2col(Tensor self, int[2] kernel_size, int[2] dilation, int[2] padding,"
               " int[2] stride) -> Tensor")

@@ -33,6 +33,8 @@ NOT_NATIVE = {
     Op.SLICE_BACKWARD: "writes one slice of zeros: no kernel writes into a slice of its output",
     Op.IM2COL: "a gather of overlapping windows: its eager kernel (a generated one for "
                "floats) runs it",
+    Op.ISIN: "each element against a whole test set (a scan, a table or a sorted search): "
+             "its eager kernel (generated native code for small sets) runs it",
     Op.COL2IM: "adds overlapping windows into images: no kernel writes where others wrote",
     **{op: "its pointwise record has no emitter (kiln's vectorised math library lacks the "
            "function): numpy's, the eager kernel, runs" for op, pointwise in

@@ -344,6 +344,26 @@ INDEXING = [
 ]
 
 
+def isin_samples(make):
+    x = make((3, 5))
+    yield S(x, np.concatenate([x.reshape(-1)[::4], make((3,))]))  # some values shared
+    x = make((4, 1, 3))
+    yield S(x, np.concatenate([x.reshape(-1)[:4], make((2,))]).reshape(2, 3))  # 2-d tests
+    yield S(make(()), make((5,)))
+    yield S(make((0, 3)), make((4,)))
+    yield S(make((7,)), make((0,)))
+    yield S(make((3, 5)), 2)
+    yield S(2, make((3, 2)))
+    x = make((2, 7))
+    yield S(x, x[:, 2:5], invert=True)
+
+
+MEMBERSHIP = [
+    OpCase("isin", (Op.ISIN,), lambda lib, x, t, **kw: lib.isin(x, t, **kw),
+           lambda x, t, invert=False: np.isin(x, t, invert=invert), isin_samples, NUMBERS),
+]
+
+
 # in place (on a clone, so every layout of the input can be used) ----------------------
 INPLACE_SHAPES = [((3, 5), (3, 5)), ((3, 5), (5,)), ((3, 5), ()), ((2, 0), (2, 1)),
                   ((4, 1, 3), (1, 3))]
@@ -429,4 +449,4 @@ INPLACE = [
             samples=lambda make: (S(make(a), make(b)) for a, b in INPLACE_SHAPES)),
 ]
 
-CASES = VIEWS + COPIES + WINDOWS + INDEXING + INPLACE
+CASES = VIEWS + COPIES + WINDOWS + INDEXING + MEMBERSHIP + INPLACE

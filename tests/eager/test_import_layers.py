@@ -22,7 +22,7 @@ LAYERS = [
         "eager.kernels._common", "eager.kernels.decomposed", "eager.kernels.gradients",
         "eager.kernels.elementwise", "eager.kernels.unary", "eager.kernels.trig",
         "eager.kernels.rounding", "eager.kernels.binary",
-        "eager.kernels.indexing", "eager.kernels.reduction", "eager.kernels.normalization",
+        "eager.kernels.indexing", "eager.kernels.membership", "eager.kernels.reduction", "eager.kernels.normalization",
         "eager.kernels.shape", "eager.kernels.windows",
         "eager.kernels.copies", "eager.kernels.linalg", "eager.kernels", "eager.composite"]),
     ("backends: eager's generated CPU kernels (runtime/cpu's generators) and its CUDA "
@@ -30,6 +30,7 @@ LAYERS = [
         "eager.backends.row_ops", "eager.backends.native", "eager.backends.native.rows",
         "eager.backends.native.pointwise", "eager.backends.native.windows",
         "eager.backends.native.gemm", "eager.backends.native.optim",
+        "eager.backends.native.membership",
         "eager.backends.cuda.device", "eager.backends.cuda.elementwise",
         "eager.backends.cuda.pointwise", "eager.backends.cuda.argreduce",
         "eager.backends.cuda.reductions", "eager.backends.cuda.composed",
@@ -119,12 +120,19 @@ ALLOWED = {
     ("eager.kernels.windows", "eager.backends.native.windows"):
         "the generated im2col loads at the first float im2col of _NATIVE_ELEMENTS or "
         "more: `import eager` must not load llvmlite",
+    ("eager.kernels.membership", "eager.backends.native.membership"):
+        "the generated isin scan loads at the first isin of a small test set: `import "
+        "eager` must not load llvmlite",
     ("eager.backends.native.rows", "runtime.cpu.kernels"): "the IR builder (llvmlite) "
         "loads only to build a kernel: one from the disk cache loads without it",
     ("eager.backends.native.rows", "runtime.llvm.jit"): "the JIT loads with the first kernel",
     ("eager.backends.native.windows", "runtime.llvm.target"): "the CPU's vector width is "
                                                              "read with the first kernel",
     ("eager.backends.native.windows", "runtime.llvm.toolkit"): "the IR toolkit (llvmlite) "
+        "loads only to build a kernel: one from the disk cache loads without it",
+    ("eager.backends.native.membership", "runtime.llvm.target"): "the CPU's vector width "
+                                                                 "is read with the first kernel",
+    ("eager.backends.native.membership", "runtime.llvm.toolkit"): "the IR toolkit (llvmlite) "
         "loads only to build a kernel: one from the disk cache loads without it",
     ("eager.cuda", "runtime.cuda.current"): "the CUDA driver and device memory are looked "
                                             "at only when asked",

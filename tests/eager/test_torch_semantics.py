@@ -83,10 +83,8 @@ ISIN = {
 
 @pytest.mark.parametrize("name", ISIN)
 @pytest.mark.parametrize("invert", [False, True])
-def test_isin_matches_pytorch(name, invert, monkeypatch):
+def test_isin_matches_pytorch(name, invert):
     torch = require_torch()
-    from eager import derived
-    monkeypatch.setattr(derived, "ISIN_CHUNK", 2)  # several chunks of test elements
     a, b = ISIN[name]
 
     def lift(lib, v):
@@ -97,7 +95,7 @@ def test_isin_matches_pytorch(name, invert, monkeypatch):
 
 
 def test_isin_needs_a_tensor():
-    with pytest.raises(TypeError, match="elements or test_elements must be a Tensor"):
+    with pytest.raises(TypeError, match="expected at least one Tensor argument"):
         eager.isin(1, 2)
 
 

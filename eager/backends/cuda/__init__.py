@@ -16,8 +16,8 @@ the host in its place.
                     argmin and var of floats: one launch of the row kernels where the
                     reduced dims merge into one
     matmul.py       mm, bmm, addmm, mv, dot through runtime/cuda/codegen/gemm.py
-    composed.py     native_layer_norm, its backward and softmax's backward, im2col
-                    and col2im in other CUDA ops
+    composed.py     native_layer_norm, its backward and softmax's backward, im2col,
+                    col2im and isin in other CUDA ops
     argreduce.py    argmax, argmin, max.dim, min.dim; var (where reductions.py's
                     rows do not take them)
     joins.py        cat; select_backward, slice_backward

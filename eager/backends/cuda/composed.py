@@ -2,7 +2,8 @@
 native_layer_norm and its backward (means, rsqrt and elementwise ops),
 _softmax_backward_data and _log_softmax_backward_data (a row sum and elementwise ops),
 each its record's decomposition run in eager ops (ir/formula.py, EAGER); im2col and
-col2im (slices, stack, slice_backward: eager/kernels/windows.py). Shapes, dtypes and
+col2im (slices, stack, slice_backward: eager/kernels/windows.py); isin (eq against
+chunks of the test values, eager/kernels/membership.py). Shapes, dtypes and
 errors come from the op's Meta kernel."""
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from functools import partial
 
 from eager.dispatcher import ATEN, AUTOGRAD_KEYS, DispatchKey, exclude_keys
 from eager.kernels.decomposed import EAGER
+from eager.kernels.membership import isin_ops
 from eager.kernels.windows import col2im_ops, im2col_ops
 from eager.tensor import Tensor
 from eager.backends.cuda.pointwise import device_of
@@ -35,4 +37,5 @@ _DECOMPOSED = (Op.NATIVE_LAYER_NORM, Op.NATIVE_LAYER_NORM_BACKWARD, Op.SOFTMAX_B
                Op.LOG_SOFTMAX_BACKWARD_DATA)
 KERNELS = {**{op: _composed(op, partial(RECORDS[op].formula, EAGER)) for op in _DECOMPOSED},
            Op.IM2COL: _composed(Op.IM2COL, im2col_ops),
-           Op.COL2IM: _composed(Op.COL2IM, col2im_ops)}
+           Op.COL2IM: _composed(Op.COL2IM, col2im_ops),
+           Op.ISIN: _composed(Op.ISIN, isin_ops)}

@@ -6,4 +6,5 @@ numpy kernels where an op is large enough to pay for a native call.
     windows.py     im2col of floats
     gemm.py        kiln's GEMM under mm and bmm
     optim.py       the optimisers' fused update kernels
+    membership.py  isin's scan of a small test set
 """
