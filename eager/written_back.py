@@ -4,7 +4,6 @@ PyTorch's refusal of a type `t` cannot hold. The in-place forms of ops with reco
 (`exp_`, `eq_` ...) are records themselves (ir/records.py `declare(inplace=...)`)."""
 from __future__ import annotations
 
-import eager
 from eager._tensor_methods import written_back
 from eager.tensor import Tensor
 
@@ -19,5 +18,5 @@ for _name in _OPERAND_FIRST + _NO_OPERAND:
     setattr(Tensor, _name + "_", written_back(
         _name + "_", lambda self, *args, _name=_name, **kwargs:
         getattr(self, _name)(*args, **kwargs), operand=_name in _OPERAND_FIRST))
-for _name in FUNCTIONS:
-    setattr(eager, _name, getattr(Tensor, _name))
+__all__ = list(FUNCTIONS)
+globals().update((_name, getattr(Tensor, _name)) for _name in FUNCTIONS)

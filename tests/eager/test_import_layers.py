@@ -45,7 +45,8 @@ LAYERS = [
         "eager.type_info", "eager.indexing", "eager._tensor_methods", "eager.out_argument",
         "eager.functional",
         "eager.derived",
-        "eager.derived_shapes", "eager.memory_formats", "eager.derived_math", "eager.storage",
+        "eager.derived_shapes", "eager.memory_formats", "eager.derived_math",
+        "eager.written_back", "eager.storage",
         "eager.cuda",
         "eager.testing", "eager.library"]),
     ("libraries: distributed, nn, optim, utils and distributions", [
