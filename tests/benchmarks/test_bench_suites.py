@@ -160,6 +160,9 @@ def test_model_scale_processes_start_kiln_and_pytorch_from_the_same_model(monkey
     theirs = models.run_process("torch", "gpt_step", "eager", 1, steps=1, warmup=0)
     assert abs(ours["first_loss"] - theirs["first_loss"]) < 1e-4 * theirs["first_loss"]
     assert len(ours["times"]) == 1 and ours["times"][0] > 0
+    resnet = [models.run_process(library, "resnet_step", "eager", 1, steps=1, warmup=0)
+              for library in ("kiln", "torch")]  # examples/resnet.py, the same on both
+    assert abs(resnet[0]["first_loss"] - resnet[1]["first_loss"]) < 1e-4 * resnet[1]["first_loss"]
     monkeypatch.setattr(models, "run_process", lambda *args: ours)
     losses = {"torch eager": theirs["first_loss"]}
     round_ = models._process_impl("kiln eager", "kiln", "gpt_step", "eager", 1, losses).build()
