@@ -55,6 +55,7 @@ class Case:
     work: float = 1.0
     reference: tuple[str, ...] = ()
     self_timed: bool = False
+    rounds: int | None = None  # self-timed rounds, where not the settings' (heavy ones)
     rtol: float = 1e-4
     atol: float = 1e-5
 
@@ -245,8 +246,8 @@ def _time_in_turns(case: Case, runnable: list, settings: Settings, progress) -> 
             turns.append((outcome, _batch(fn, number, impl.context, case.self_timed)))
     # a self-timed round (a fresh process, a first call) needs no warm-up: the check's
     # call was one
-    rounds, warmup = (settings.self_timed_rounds, 0) if case.self_timed else \
-        (settings.rounds, settings.warmup_rounds)
+    rounds, warmup = (case.rounds or settings.self_timed_rounds, 0) if case.self_timed \
+        else (settings.rounds, settings.warmup_rounds)
     total = warmup + rounds
     for r in range(total):
         warming = r < warmup

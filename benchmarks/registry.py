@@ -76,6 +76,9 @@ register("conv", "benchmarks.conv", "conv2d 3x3 + relu, a 7x7 stride-2 stem, max
 register("mlp_train", "benchmarks.train:mlp_cases", "MLP 784-256-256-10 training, Adam")
 register("transformer_train", "benchmarks.train:transformer_cases",
          "char transformer training, AdamW")
+register("models", "benchmarks.models",
+         "GPT and ResNet-18 training steps, GPT-2 small forward, each contender in its "
+         "own process (full run only)")
 register("fusion", "benchmarks.fusion",
          "the passes on the suite's graphs: kernels, bytes moved, intermediate memory")
 register("compile_overhead", "benchmarks.compile_overhead",

@@ -2,8 +2,11 @@
 correctness oracle for every backend, and the "eager" backend itself."""
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from eager.dispatcher import ATEN
-from ir.graph import Graph, Node
+from eager.profiler import profile
+from ir.graph import Graph, Node, SymbolicSize
 from ir.ops import Op
 
 
@@ -56,7 +59,7 @@ def prepare(graph: Graph, replace: dict | None = None):
         if index in replace or node.op in _SPECIAL:
             if index in replace:  # called on the list of its inputs, read by slot number
                 handle, env_args, env_kwargs = replace[index], \
-                    tuple(slot[v] for v in node.inputs[0]), None
+                    tuple(slot[v] for v in node.inputs[0]), kernel_work(node)
             else:
                 handle, env_args, env_kwargs = _SPECIAL[node.op](node, _SlotMap(slot))
             outs = []
@@ -78,10 +81,16 @@ def prepare(graph: Graph, replace: dict | None = None):
         if len(inputs) != n_inputs:
             raise InterpreterError(f"{graph.name} takes {n_inputs} inputs, got {len(inputs)}")
         env = list(inputs) + [None] * (n_slots - n_inputs)
+        profiling = profile._active
         for node, handle, args, kwargs, outs in steps:
             try:
-                if kwargs is None:  # a replacing kernel
-                    out = handle([env[i] for i in args])
+                if type(kwargs) is KernelWork:  # a replacing kernel
+                    if profiling is None:
+                        out = handle([env[i] for i in args])
+                    else:  # one profiler event a kernel (ops inside it record none)
+                        with profiling._span(kwargs.name, [], "kernel") as event:
+                            event.flops, event.bytes = kwargs.flops, kwargs.bytes
+                            out = handle([env[i] for i in args])
                 else:
                     out = handle(*[_read(a, env) for a in args],
                                  **{k: _read(a, env) for k, a in kwargs.items()})
@@ -95,6 +104,34 @@ def prepare(graph: Graph, replace: dict | None = None):
                     env[i] = t
         return [env[i] for i in result_slots]
     return run
+
+
+class KernelWork(NamedTuple):
+    """A native kernel's profiler name and its work: floating-point operations (2MNK a
+    product, one per element for each arithmetic node of a pointwise body) and bytes
+    of its inputs and outputs (0 where a size is symbolic)."""
+    name: str
+    flops: int
+    bytes: int
+
+
+def kernel_work(node: Node) -> KernelWork:
+    body = node.attr["body"]
+    ops = [n.op for n in body.nodes if n.op is not Op.SCALAR and not n.op.schema.is_view]
+    names = list(dict.fromkeys(op.schema.name for op in ops))
+    name = f"kiln::{node.attr['kind']}[{', '.join(names[:6])}{', ...' if len(names) > 6 else ''}]"
+    try:
+        moved = sum(v.type.numel() * v.type.dtype.itemsize
+                    for v in (*node.inputs[0], *node.outputs))
+        flops = 0
+        for n in body.nodes:
+            if n.op in (Op.MM, Op.BMM):  # 2 M N K (for each batch)
+                flops += 2 * n.outputs[0].type.numel() * n.inputs[0].type.shape[-1]
+            elif n.op is not Op.SCALAR and not n.op.schema.is_view:
+                flops += n.outputs[0].type.numel()
+    except SymbolicSize:
+        return KernelWork(name, 0, 0)
+    return KernelWork(name, flops, moved)
 
 
 def prepare_checked(graph: Graph):

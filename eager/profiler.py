@@ -32,7 +32,7 @@ class ProfilerActivity(enum.Enum):
 
 class FunctionEvent:
     __slots__ = ("name", "input_shapes", "start_ns", "end_ns", "thread", "cpu_parent",
-                 "cpu_children", "id", "category", "device_time")
+                 "cpu_children", "id", "category", "device_time", "flops", "bytes")
 
     def __init__(self, name, input_shapes, start_ns, thread, parent, id_, category="cpu_op"):
         self.name = name
@@ -45,6 +45,8 @@ class FunctionEvent:
         self.cpu_children = []
         self.id = id_
         self.device_time = 0.0  # microseconds on the device: a timed kernel launch's
+        self.flops = 0  # floating-point operations, where known (a compiled kernel's)
+        self.bytes = 0  # bytes its inputs and outputs hold, where known (kiln's own)
 
     @property
     def key(self) -> str:

@@ -147,3 +147,34 @@ def test_fresh_processes_cache_bytecode_as_an_installed_package_has_it(monkeypat
         env) or type("Done", (), {"returncode": 0, "stdout": "0.1\n"})())
     assert eager_overhead._import_time("eager")() == 0.1
     assert "PYTHONDONTWRITEBYTECODE" not in seen[0] and "PYTHONPYCACHEPREFIX" in seen[0]
+
+
+@pytest.mark.slow
+def test_model_scale_processes_start_kiln_and_pytorch_from_the_same_model(monkeypatch):
+    """The models suite's gate: a GPT step in a kiln process (under the alias) and in a
+    PyTorch one, each from the numpy weights, give the same first loss; a disagreeing
+    process fails its round."""
+    pytest.importorskip("torch")
+    from benchmarks import models
+    ours = models.run_process("kiln", "gpt_step", "eager", 1, steps=1, warmup=0)
+    theirs = models.run_process("torch", "gpt_step", "eager", 1, steps=1, warmup=0)
+    assert abs(ours["first_loss"] - theirs["first_loss"]) < 1e-4 * theirs["first_loss"]
+    assert len(ours["times"]) == 1 and ours["times"][0] > 0
+    resnet = [models.run_process(library, "resnet_step", "eager", 1, steps=1, warmup=0)
+              for library in ("kiln", "torch")]  # examples/resnet.py, the same on both
+    assert abs(resnet[0]["first_loss"] - resnet[1]["first_loss"]) < 1e-4 * resnet[1]["first_loss"]
+    monkeypatch.setattr(models, "run_process", lambda *args: ours)
+    losses = {"torch eager": theirs["first_loss"]}
+    round_ = models._process_impl("kiln eager", "kiln", "gpt_step", "eager", 1, losses).build()
+    assert round_() == ours["times"][0]
+    losses["torch eager"] *= 1.01
+    with pytest.raises(AssertionError, match="not the same model and data"):
+        round_()
+
+
+def test_model_scale_cases_run_at_one_thread_and_every_core_and_only_in_the_full_run():
+    from benchmarks import models
+    made = models.cases(quick=True)
+    assert len(made) == len(models.WORKLOADS) * len(models.thread_counts())
+    assert all(impl.full_only for case in made for impl in case.impls)
+    assert {case.rounds for case in made} == {models.ROUNDS}
