@@ -33,9 +33,10 @@ million (float64) pairs spanning overflow and underflow, x near 1 with huge y, n
     pow         0.50     1.13     float32 is computed in double: correctly rounded on
                                   every point tried
     sin, cos    0.50     0.77     Cody-Waite by pi/2 in three doubles, r a double-double,
-                                  fdlibm's kernels; |x| >= 2^40 calls C's double sin or
-                                  cos (vmath_trig.TRIG_REDUCED), so no PTX form
-    tan         0.50     1.99     sin r / cos r of the same reduction (C's tan beyond)
+                                  fdlibm's kernels; Payne-Hanek for |x| >= 2^40
+                                  (vmath_trig.TRIG_REDUCED, vmath_payne_hanek.py): 0.50
+                                  and 0.74 there against mpmath, up to the largest value
+    tan         0.50     1.99     sin r / cos r of the same reductions (1.97 beyond 2^40)
     exp2        0.50     1.12     exp of x ln2 as a double-double
     sinh        0.50     2.25     from expm1; cosh from exp
     cosh        0.50     1.48
@@ -245,6 +246,9 @@ class _Math:
 
     def fast_two_sum(self, x, y):
         return _fast_two_sum(self, x, y)
+
+    def dd_mul(self, x, y):
+        return _dd_mul(self, x, y)
 
 
 def _reduce_exp(m: _Math, x, lo=None):
