@@ -5,7 +5,9 @@ loop that uses them calls no scalar libm function.
 
 Each (function, type) is one internal, alwaysinline helper in the builder's module, named
 `kiln.vmath.<name>.<type>` (kiln.vmath.exp.v16f32), defined on first use and reused; O3
-inlines it. In an NVPTX module the body is emitted where it is used instead (the same PTX
+inlines it. The reduction of huge sin, cos and tan arguments is one internal function a
+module that is not inlined (kiln.vmath.payne_hanek), called lane by lane on a branch
+taken only when some lane needs it. In an NVPTX module the body is emitted where it is used instead (the same PTX
 after O3), since the CUDA emulator (runtime/cuda/emulator/launch.py) calls no functions. The
 methods are SLEEF's and fdlibm's: Cody-Waite reduction for exp and expm1, fdlibm's log(1+f)
 = f - f^2/2 + s(f^2/2 + R(s^2)) with s = f/(2+f) for log and log1p, fdlibm's rational erf
@@ -232,6 +234,10 @@ class _Math:
     def double(self):
         """This builder's _Math for doubles of the same shape."""
         return _Math(self.b, self.shaped(ir.DoubleType()))
+
+    def on(self, builder: ir.IRBuilder, ty: ir.Type):
+        """A _Math for `ty` building with another builder (a helper function's body)."""
+        return _Math(builder, ty)
 
     def emit(self, name, *args):
         """vmath's `name` on args."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from runtime.llvm.toolkit import constant
+from runtime.llvm.toolkit import Target, constant, define, fold_range
 
 PI_OVER_2 = (1.5707963267948966, 6.123233995736766e-17, -1.4973849048591698e-33)
 """pi/2 in three doubles (mpmath): each the rounding of what the ones before leave."""
@@ -31,6 +31,43 @@ TWO_OVER_PI_WORDS = (
     [hex(v >> 64 * (18 - i) & (2 ** 64 - 1)) for i in range(19)]
 The largest double (e = 971) reads up to bit 1161."""
 _WORDS = (0,) + TWO_OVER_PI_WORDS  # a zero word first: the window of |x| < 2^63 starts in it
+
+
+def reduce_lanes(d, x):
+    """reduce_large of each lane of x. On PTX the code is inlined per thread (the CUDA
+    emulator runs no calls); on the CPU each lane calls kiln.vmath.payne_hanek, one
+    internal function a module, so LLVM compiles the reduction once however often sin
+    is inlined into a kernel (inlined per use, a float32 sin kernel took 1.9 s to
+    compile instead of 0.3)."""
+    b = d.b
+    if Target.of(b.module).is_nvptx:
+        return reduce_large(d, x)
+    fn = _function(b.module, d)
+    if d.lanes is None:
+        result = b.call(fn, [x])
+        return [b.extract_value(result, k) for k in range(3)]
+    def lane(i, parts):  # a loop over the lanes: one call in the code, not one a lane
+        result = b.call(fn, [b.extract_element(x, i)])
+        return [b.insert_element(part, b.extract_value(result, k), i)
+                for k, part in enumerate(parts)]
+    start = [ir.Constant(ty, ir.Undefined) for ty in (d.ty, d.ty, d.ity)]
+    return fold_range(b, 0, d.lanes, 1, start, lane, "payne_hanek")
+
+
+def _function(module: ir.Module, d) -> ir.Function:
+    """kiln.vmath.payne_hanek: double -> {hi, lo, n}, defined on first use."""
+    name = "kiln.vmath.payne_hanek"
+    fn = module.globals.get(name)
+    if fn is None:
+        f64, i64 = ir.DoubleType(), ir.IntType(64)
+        fn, b = define(module, name, ir.FunctionType(ir.LiteralStructType([f64, f64, i64]),
+                                                    [f64]),
+                       linkage="internal", attributes=("nounwind", "noinline", "cold"))
+        result = ir.Constant(fn.ftype.return_type, ir.Undefined)
+        for k, value in enumerate(reduce_large(d.on(b, f64), fn.args[0])):
+            result = b.insert_value(result, value, k)
+        b.ret(result)
+    return fn
 
 
 def reduce_large(d, x):

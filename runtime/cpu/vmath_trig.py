@@ -5,7 +5,7 @@ once. sin, cos and tan reduce by Cody-Waite below TRIG_REDUCED and by Payne-Hane
 beyond it (runtime/cpu/vmath_payne_hanek.py): no library call, the same code on PTX."""
 from __future__ import annotations
 
-from runtime.cpu.vmath_payne_hanek import PI_OVER_2, reduce_large
+from runtime.cpu.vmath_payne_hanek import PI_OVER_2, reduce_lanes
 from runtime.llvm.toolkit import any_lane, when
 
 INF, NAN = float("inf"), float("nan")
@@ -60,7 +60,7 @@ def _reduce_trig(d, x):
     large = d.b.and_(d.b.not_(reduced), d.lt(a, INF))
 
     def payne_hanek(small):
-        exact = reduce_large(d, x)
+        exact = reduce_lanes(d, x)
         return [d.b.select(large, y, z) for y, z in zip(exact, small)]
     return when(d.b, any_lane(d.b, large), [hi, lo, d.to_int(q)], payne_hanek)
 
