@@ -35,10 +35,10 @@ _WORDS = (0,) + TWO_OVER_PI_WORDS  # a zero word first: the window of |x| < 2^63
 
 def reduce_lanes(d, x):
     """reduce_large of each lane of x. On PTX the code is inlined per thread (the CUDA
-    emulator runs no calls); on the CPU each lane calls kiln.vmath.payne_hanek, one
-    internal function a module, so LLVM compiles the reduction once however often sin
-    is inlined into a kernel (inlined per use, a float32 sin kernel took 1.9 s to
-    compile instead of 0.3)."""
+    emulator runs no calls); on the CPU a loop over the lanes calls kiln.vmath.payne_hanek,
+    one internal function a module, so LLVM compiles the reduction once however often
+    sin is inlined into a kernel (its vector form inlined at every use made a float32
+    sin kernel about 7 times slower to compile)."""
     b = d.b
     if Target.of(b.module).is_nvptx:
         return reduce_large(d, x)
@@ -46,6 +46,7 @@ def reduce_lanes(d, x):
     if d.lanes is None:
         result = b.call(fn, [x])
         return [b.extract_value(result, k) for k in range(3)]
+
     def lane(i, parts):  # a loop over the lanes: one call in the code, not one a lane
         result = b.call(fn, [b.extract_element(x, i)])
         return [b.insert_element(part, b.extract_value(result, k), i)
@@ -91,7 +92,7 @@ def reduce_large(d, x):
     m = wide(m)
     p0 = b.mul(m, wide(window[2]))
     p1 = b.add(b.mul(m, wide(window[1])), high(p0))
-    p2 = b.add(b.mul(m, wide(window[0])), high(p1))  # bits 128 to 191 of m window (low)
+    p2 = b.add(b.mul(m, wide(window[0])), high(p1))  # its low half: bits 128 to 191
     p0, p1, p2 = low(p0), low(p1), low(p2)
     quadrant = b.lshr(p2, d.i(62))
     fraction = b.or_(b.shl(p2, d.i(2)), b.lshr(p1, d.i(62)))  # 2^-1 .. 2^-64
@@ -106,14 +107,13 @@ def reduce_large(d, x):
 
 
 def _words(d, index, count: int) -> list:
-    """_WORDS[index + k] for k < count (0 past the end or before the start), picked by a
+    """_WORDS[index + k] for k < count (0s for an index no double reaches), picked by a
     chain of selects: the same code for every lane and thread, with no memory table."""
     b = d.b
     picked = [d.i(0)] * count
-    for i in range(len(_WORDS)):
+    for i in range(len(_WORDS) - count + 1):
         here = b.icmp_signed("==", index, d.i(i))
-        picked = [b.select(here, d.i(_WORDS[i + k] if i + k < len(_WORDS) else 0), word)
-                  for k, word in enumerate(picked)]
+        picked = [b.select(here, d.i(_WORDS[i + k]), word) for k, word in enumerate(picked)]
     return picked
 
 
