@@ -16,27 +16,22 @@ from ir.records import Pointwise, declare
 from ir.ops import Op
 
 
-_LIBM_BEYOND = ("vmath's tan, like sin and cos, calls the C library for |x| >= 2^40, "
-                "which PTX has not: no accurate PTX form is written")
-
-
 def _math(name):
     """An emitter: kiln's vectorised math library's `name` (runtime/cpu/vmath.py)."""
     return lambda E, *xs: E.math(name, *xs)
 
 
 def _unary(op: Op, numpy, emit=None, alias: str = "", inplace: Op | None = None,
-           inplace_function: bool = True, not_on_cuda: str = ""):
+           inplace_function: bool = True):
     """The op's record and its in-place twin's (`tan_`), with PyTorch's alias (`arctan`);
     `emit` a function of E and x, or the name of a vmath function."""
     emit = _math(emit) if isinstance(emit, str) else emit
     return declare(op, function=True, method=True, aliases=(alias,) if alias else (),
-                   pointwise=Pointwise("float", numpy, emit=emit, float_math=emit is not None,
-                                       not_on_cuda=not_on_cuda),
+                   pointwise=Pointwise("float", numpy, emit=emit, float_math=emit is not None),
                    inplace=inplace, inplace_function=inplace_function)
 
 
-TAN = _unary(Op.TAN, np.tan, "tan", inplace=Op.TAN_, not_on_cuda=_LIBM_BEYOND)
+TAN = _unary(Op.TAN, np.tan, "tan", inplace=Op.TAN_)
 
 
 # (an op with an in-place form saves its input, not its result, which tan_ overwrites)
@@ -131,8 +126,7 @@ def _emit_sinc(E, x):
                     E.div(E.math("sin", product), product))
 
 
-SINC = _unary(Op.SINC, _sinc, _emit_sinc, inplace=Op.SINC_,
-              not_on_cuda="vmath's sin calls the C library for |x| >= 2^40: no PTX form")
+SINC = _unary(Op.SINC, _sinc, _emit_sinc, inplace=Op.SINC_)
 
 
 @SINC.derivative("SincBackward0", "self", save="self")

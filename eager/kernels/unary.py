@@ -201,11 +201,9 @@ def _(ctx, g):
     return g * (ctx.result + 1)
 
 
-_LIBM_BEYOND = ("vmath's sin and cos call the C library for |x| >= 2^40, which PTX "
-                "has not: no accurate PTX sin and cos are written")
 SIN = declare(Op.SIN, function=True, method=True, pointwise=Pointwise(
-    "float", np.sin, emit=lambda E, x: E.math("sin", x), float_math=True,
-    not_on_cuda=_LIBM_BEYOND), inplace=Op.SIN_, inplace_function=True)
+    "float", np.sin, emit=lambda E, x: E.math("sin", x), float_math=True),
+    inplace=Op.SIN_, inplace_function=True)
 
 
 @SIN.derivative("SinBackward0", "self", save="self")
@@ -214,8 +212,8 @@ def _(ctx, g):
 
 
 COS = declare(Op.COS, function=True, method=True, pointwise=Pointwise(
-    "float", np.cos, emit=lambda E, x: E.math("cos", x), float_math=True,
-    not_on_cuda=_LIBM_BEYOND), inplace=Op.COS_, inplace_function=True)
+    "float", np.cos, emit=lambda E, x: E.math("cos", x), float_math=True),
+    inplace=Op.COS_, inplace_function=True)
 
 
 @COS.derivative("CosBackward0", "self", save="self")

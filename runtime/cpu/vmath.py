@@ -5,7 +5,9 @@ loop that uses them calls no scalar libm function.
 
 Each (function, type) is one internal, alwaysinline helper in the builder's module, named
 `kiln.vmath.<name>.<type>` (kiln.vmath.exp.v16f32), defined on first use and reused; O3
-inlines it. In an NVPTX module the body is emitted where it is used instead (the same PTX
+inlines it. The reduction of huge sin, cos and tan arguments is one internal function a
+module that is not inlined (kiln.vmath.payne_hanek), called lane by lane on a branch
+taken only when some lane needs it. In an NVPTX module the body is emitted where it is used instead (the same PTX
 after O3), since the CUDA emulator (runtime/cuda/emulator/launch.py) calls no functions. The
 methods are SLEEF's and fdlibm's: Cody-Waite reduction for exp and expm1, fdlibm's log(1+f)
 = f - f^2/2 + s(f^2/2 + R(s^2)) with s = f/(2+f) for log and log1p, fdlibm's rational erf
@@ -33,9 +35,11 @@ million (float64) pairs spanning overflow and underflow, x near 1 with huge y, n
     pow         0.50     1.13     float32 is computed in double: correctly rounded on
                                   every point tried
     sin, cos    0.50     0.77     Cody-Waite by pi/2 in three doubles, r a double-double,
-                                  fdlibm's kernels; |x| >= 2^40 calls C's double sin or
-                                  cos (vmath_trig.TRIG_REDUCED), so no PTX form
-    tan         0.50     1.99     sin r / cos r of the same reduction (C's tan beyond)
+                                  fdlibm's kernels; Payne-Hanek for |x| >= 2^40
+                                  (vmath_trig.TRIG_REDUCED, vmath_payne_hanek.py): 0.50
+                                  and 0.76 there against mpmath (66,000 random and
+                                  hard arguments up to the largest value)
+    tan         0.50     1.99     sin r / cos r of the same reductions (2.08 beyond 2^40)
     exp2        0.50     1.12     exp of x ln2 as a double-double
     sinh        0.50     2.25     from expm1; cosh from exp
     cosh        0.50     1.48
@@ -232,6 +236,10 @@ class _Math:
         """This builder's _Math for doubles of the same shape."""
         return _Math(self.b, self.shaped(ir.DoubleType()))
 
+    def on(self, builder: ir.IRBuilder, ty: ir.Type):
+        """A _Math for `ty` building with another builder (a helper function's body)."""
+        return _Math(builder, ty)
+
     def emit(self, name, *args):
         """vmath's `name` on args."""
         return emit(self.b, name, *args)
@@ -245,6 +253,9 @@ class _Math:
 
     def fast_two_sum(self, x, y):
         return _fast_two_sum(self, x, y)
+
+    def dd_mul(self, x, y):
+        return _dd_mul(self, x, y)
 
 
 def _reduce_exp(m: _Math, x, lo=None):

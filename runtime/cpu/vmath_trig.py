@@ -1,21 +1,19 @@
 """vmath's trigonometric and hyperbolic functions, their inverses and exp2 (see
 runtime/cpu/vmath.py, whose `emit` calls them and whose docstring lists their measured
 accuracy). Each computes in double: float arguments are widened and the result rounded
-once. sin, cos and tan reduce by Cody-Waite below TRIG_REDUCED and call the C library
-beyond it, so they have no PTX form."""
+once. sin, cos and tan reduce by Cody-Waite below TRIG_REDUCED and by Payne-Hanek
+beyond it (runtime/cpu/vmath_payne_hanek.py): no library call, the same code on PTX."""
 from __future__ import annotations
 
-import llvmlite.ir as ir
-
-from runtime.llvm.toolkit import Target, intrinsic
+from runtime.cpu.vmath_payne_hanek import PI_OVER_2, reduce_lanes
+from runtime.llvm.toolkit import any_lane, when
 
 INF, NAN = float("inf"), float("nan")
 LN2 = 0.6931471805599453
 
-# sin and cos: x = q pi/2 + r with pi/2 in three doubles (mpmath), r a double-double,
+# sin and cos: x = q pi/2 + r with pi/2 in three doubles (PI_OVER_2), r a double-double,
 # then fdlibm's kernels on |r| <= pi/4 (k_sin.c, k_cos.c); float computes in double
 TWO_OVER_PI = 0.6366197723675814
-PI_OVER_2 = (1.5707963267948966, 6.123233995736766e-17, -1.4973849048591698e-33)
 SIN_S = (-1.66666666666666324348e-01, 8.33333333332248946124e-03, -1.98412698298579493134e-04,
          2.75573137070700676789e-06, -2.50507602534068634195e-08, 1.58969099521155010221e-10)
 COS_C = (4.16666666666666019037e-02, -1.38888888888741095749e-03, 2.48015872894767294178e-05,
@@ -33,7 +31,7 @@ ATAN_T = (3.33333333333329318027e-01, -1.99999999998764832476e-01, 1.42857142725
 TRIG_REDUCED = 2.0 ** 40
 """|x| below which sin and cos reduce by Cody-Waite (q < 2^40 is exact in a double and
 the dropped tail of pi/2, 5.6e-50, moves r by less than 2^-120); at and beyond it (finite)
-each such lane calls the C library's sin or cos on a branch taken only then."""
+Payne-Hanek reduces, on a branch taken only when some lane is there."""
 
 
 def _in_double(m, x, body):
@@ -46,8 +44,10 @@ def _in_double(m, x, body):
 
 
 def _reduce_trig(d, x):
-    """(sin r, cos r, q as an integer, whether reduced) for x = q pi/2 + r, |r| <= pi/4,
-    where |x| < TRIG_REDUCED (elsewhere the values are meaningless)."""
+    """(hi, lo, n) with x = n pi/2 + hi + lo, |hi + lo| <= pi/4 (a double-double; n in
+    d's integer view) for finite x; inf and nan come out as nan through the kernels.
+    Cody-Waite below TRIG_REDUCED; beyond, Payne-Hanek on a branch taken only when some
+    lane (on PTX: the thread) is large."""
     a = d.abs(x)
     reduced = d.lt(a, TRIG_REDUCED)
     q = d.select(reduced, d.rint(d.mul(x, TWO_OVER_PI)), 0.0)
@@ -57,80 +57,51 @@ def _reduce_trig(d, x):
     hi, e = d.two_sum(r1, d.neg(s))
     lo = d.fma(d.neg(q), c3, d.sub(e, d.fma(q, c2, d.neg(s))))
     hi, lo = d.fast_two_sum(hi, lo)
+    large = d.b.and_(d.b.not_(reduced), d.lt(a, INF))
+
+    def payne_hanek(small):
+        exact = reduce_lanes(d, x)
+        return [d.b.select(large, y, z) for y, z in zip(exact, small)]
+    return when(d.b, any_lane(d.b, large), [hi, lo, d.to_int(q)], payne_hanek)
+
+
+def _sin_cos_reduced(d, hi, lo):
+    """(sin r, cos r) for r = hi + lo, |r| <= pi/4: fdlibm's __kernel_sin(hi, lo) and
+    __kernel_cos(hi, lo)."""
     z = d.mul(hi, hi)
-    v = d.mul(z, hi)  # fdlibm's __kernel_sin(hi, lo) and __kernel_cos(hi, lo)
+    v = d.mul(z, hi)
     sin_r = d.sub(hi, d.sub(d.sub(d.mul(z, d.sub(d.mul(lo, 0.5), d.mul(v, d.poly(z, SIN_S[1:])))),
                                   lo), d.mul(v, SIN_S[0])))
     half_z = d.mul(z, 0.5)
     w = d.sub(1.0, half_z)
     cos_r = d.add(w, d.add(d.sub(d.sub(1.0, w), half_z),
                            d.sub(d.mul(d.mul(z, z), d.poly(z, COS_C)), d.mul(hi, lo))))
-    return sin_r, cos_r, d.to_int(q), reduced
-
-
-def _no_ptx(m, name: str):
-    if Target.of(m.b.module).is_nvptx:
-        raise NotImplementedError(f"vmath's {name} has no PTX form: its large arguments call "
-                                  f"the C library")
+    return sin_r, cos_r
 
 
 def _trig(m, x, cosine: bool):
-    """sin(x) or cos(x), in double; lanes with TRIG_REDUCED <= |x| < inf take the C
-    library's double function (see TRIG_REDUCED)."""
-    _no_ptx(m, "cos" if cosine else "sin")
-
+    """sin(x) or cos(x), in double: sin or cos of r, by n's quadrant."""
     def body(d, xd):
-        sin_r, cos_r, n, reduced = _reduce_trig(d, xd)
+        hi, lo, n = _reduce_trig(d, xd)
+        sin_r, cos_r = _sin_cos_reduced(d, hi, lo)
         n = d.b.add(n, d.i(1 if cosine else 0))
         y = d.select(d.b.icmp_signed("!=", d.iand(n, 1), d.i(0)), cos_r, sin_r)
         y = d.select(d.b.icmp_signed("!=", d.iand(n, 2), d.i(0)), d.neg(y), y)
         if not cosine:
             y = d.select(d.eq(xd, 0.0), xd, y)  # sin(-0.0) is -0.0
-        large = d.b.and_(d.b.not_(reduced), d.lt(d.abs(xd), INF))
-        return _trig_large(d, xd, y, large, "cos" if cosine else "sin")
+        return y
     return _in_double(m, x, body)
 
 
 def _tan(m, x):
-    """sin r / cos r, or -cos r / sin r in odd quadrants; C's tan beyond TRIG_REDUCED."""
-    _no_ptx(m, "tan")
-
+    """sin r / cos r, or -cos r / sin r in odd quadrants."""
     def body(d, xd):
-        sin_r, cos_r, n, reduced = _reduce_trig(d, xd)
+        hi, lo, n = _reduce_trig(d, xd)
+        sin_r, cos_r = _sin_cos_reduced(d, hi, lo)
         odd = d.b.icmp_signed("!=", d.iand(n, 1), d.i(0))
         y = d.select(odd, d.div(d.neg(cos_r), sin_r), d.div(sin_r, cos_r))
-        y = d.select(d.eq(xd, 0.0), xd, y)
-        large = d.b.and_(d.b.not_(reduced), d.lt(d.abs(xd), INF))
-        return _trig_large(d, xd, y, large, "tan")
+        return d.select(d.eq(xd, 0.0), xd, y)
     return _in_double(m, x, body)
-
-
-def _trig_large(d, x, y, large, name: str):
-    """y, with the lanes where `large` holds replaced by C's double `name` (sin, cos, tan)
-    of x's, computed on a branch taken only when some lane is large."""
-    b = d.b
-    fn = b.function
-    slow, done = fn.append_basic_block("trig_large"), fn.append_basic_block("trig_done")
-    start = b.block
-    any_large = large if d.lanes is None else b.icmp_unsigned(
-        "!=", b.bitcast(large, ir.IntType(d.lanes)), ir.Constant(ir.IntType(d.lanes), 0))
-    b.cbranch(any_large, slow, done)
-    b.position_at_end(slow)
-    if d.lanes is None:
-        exact = _c_call(b, name, x)
-    else:
-        exact = y
-        for i in range(d.lanes):
-            lane = ir.Constant(ir.IntType(32), i)
-            value = _c_call(b, name, b.extract_element(x, lane))
-            exact = b.insert_element(exact, value, lane)
-    patched = b.select(large, exact, y)
-    b.branch(done)
-    b.position_at_end(done)
-    merged = b.phi(d.ty)
-    merged.add_incoming(y, start)
-    merged.add_incoming(patched, slow)
-    return merged
 
 
 def _exp2(m, x):
@@ -268,16 +239,6 @@ def _acos(m, x):
         root = d.call("sqrt", d.mul(d.sub(1.0, xd), d.add(1.0, xd)))
         return _atan2(d, root, xd)
     return _in_double(m, x, body)
-
-
-def _c_call(b: ir.IRBuilder, name: str, x):
-    """C's double `name`(x): llvm.sin / llvm.cos, or a declared `tan` (LLVM has no tan
-    intrinsic in llvmlite's LLVM here)."""
-    f64 = ir.DoubleType()
-    if name in ("sin", "cos"):
-        return intrinsic(b, name, [x], f64, (f64,))
-    fn = b.module.globals.get(name) or ir.Function(b.module, ir.FunctionType(f64, [f64]), name)
-    return b.call(fn, [x])
 
 
 BODIES = {"sin": (lambda m, x: _trig(m, x, False), 1), "cos": (lambda m, x: _trig(m, x, True), 1),

@@ -47,8 +47,8 @@ _names = itertools.count(1)
 def emits(node: Node) -> bool:
     """Whether a CUDA kernel can hold `node`: what the native kernels hold, but a batched
     product, which the CUDA GEMM does not compute, and ops whose record says their
-    emitter has no CUDA form (sin: Pointwise.not_on_cuda); they run interpreted, and the
-    ops around them still fuse."""
+    emitter has no CUDA form (Pointwise.not_on_cuda: no op's at present); they run
+    interpreted, and the ops around them still fuse."""
     record = RECORDS.get(node.op)
     if record is not None and record.pointwise is not None and record.pointwise.not_on_cuda:
         return False
