@@ -64,6 +64,13 @@ def _same_padding(kernel: tuple, dilation: tuple) -> tuple[list, tuple]:
     return amounts, (0,) * len(kernel)
 
 
+FOLD_BELOW = 256
+"""Output positions an image below which conv2d multiplies once over the whole batch
+(the columns transposed to (C K, N L), a copy) rather than image by image: an image's
+product is (O, C K) @ (C K, L), and at L = 1 .. 64 (ResNet-18's later stages on CIFAR
+sizes) those are matrix-vector-thin products that run the GEMM at a tenth of its speed."""
+
+
 def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,
            dilation=1, groups: int = 1) -> Tensor:
     """(N, C, H, W) * (O, C / groups, kh, kw) -> (N, O, oh, ow)."""
@@ -102,7 +109,15 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
                            f"{[s + 2 * p for s, p in zip(x.shape[2:], padding)]}")
     cols = ops.im2col(x, list(kernel), list(dilation), list(padding), list(stride))
     k = kernel[0] * kernel[1]                                  # cols: (N, C K, L)
-    if groups == 1:  # (O, C K) @ (N, C K, L), the bias added in the product's shape: the
+    if groups == 1 and n > 1 and out[0] * out[1] < FOLD_BELOW:
+        # few positions an image: one (O, C K) @ (C K, N L) product, not N thin ones
+        product = ops.mm(weight.reshape(o, c * k),
+                         ops.transpose(cols, 0, 1).reshape(c * k, n * out[0] * out[1]))
+        if bias is not None:
+            product = product + bias.reshape(o, 1)
+        result = ops.transpose(product.reshape(o, n, out[0] * out[1]), 0, 1).reshape(
+            n, o, out[0], out[1])
+    elif groups == 1:  # (O, C K) @ (N, C K, L), the bias added in the product's shape: the
         # compiler's GEMM node takes it (and an activation after it) as its epilogue
         product = ops.matmul(weight.reshape(o, c * k), cols)
         if bias is not None:

@@ -240,11 +240,32 @@ def test_a_one_tensor_elementwise_op_moves_before_a_view_of_a_fresh_value():
 def test_a_convolution_with_bias_and_relu_is_one_gemm_kernel():
     import eager.nn.functional as F
     from compiler import lower
-    x, w, b = eager.randn(2, 3, 7, 6), eager.randn(5, 3, 3, 2), eager.randn(5)
+    x, w, b = eager.randn(2, 3, 17, 16), eager.randn(5, 3, 3, 2), eager.randn(5)
     lowered = lower(lambda x, w, b: F.relu(F.conv2d(x, w, b, padding=1)), x, w, b)
     fused = [n for n in lowered.optimized[0].nodes if n.op is ir.Op.FUSED]
     assert [dict(n.attrs)["kind"] for n in fused] == ["gemm"]
     assert [m.op for m in dict(fused[0].attrs)["body"].nodes][-2:] == [ir.Op.ADD, ir.Op.RELU]
+
+
+def test_a_convolution_over_few_positions_is_one_product_over_the_whole_batch(monkeypatch):
+    """ResNet's later stages (1..64 positions an image): one (O, C K) @ (C K, N L)
+    product with its bias, not N matrix-vector-thin ones (a tenth of the GEMM's speed)."""
+    import eager.nn.functional as F
+    from compiler import lower
+    from eager.nn import _convolution
+    from eager.nn._convolution import FOLD_BELOW
+    x, w, b = eager.randn(8, 16, 4, 4), eager.randn(32, 16, 3, 3), eager.randn(32)
+    assert 4 * 4 < FOLD_BELOW
+    lowered = lower(lambda x, w, b: F.conv2d(x, w, b, padding=1), x, w, b)
+    gemms = [n for n in lowered.optimized[0].nodes
+             if n.op is ir.Op.FUSED and dict(n.attrs)["kind"] == "gemm"]
+    (product,) = [m for g in gemms for m in dict(g.attrs)["body"].nodes
+                  if m.op in (ir.Op.MM, ir.Op.BMM)]
+    assert product.op is ir.Op.MM and list(product.outputs[0].type.shape) == [32, 8 * 16]
+    folded = F.conv2d(x, w, b, padding=1)
+    monkeypatch.setattr(_convolution, "FOLD_BELOW", 0)  # image by image
+    np.testing.assert_allclose(folded.numpy(), F.conv2d(x, w, b, padding=1).numpy(),
+                               rtol=1e-5, atol=1e-5)
 
 
 def test_slice_gradients_over_adjacent_ranges_become_one_cat():
