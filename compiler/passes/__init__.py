@@ -13,6 +13,7 @@ from compiler.passes.layout import drop_copies
 from compiler.passes.memory import plan_memory, traffic
 from compiler.passes.rewrite import verify_types
 from compiler.passes.simplify import simplify
+from compiler.passes.split_reductions import split_reductions
 from ir.graph import Graph
 
 PIPELINE = (
@@ -22,6 +23,7 @@ PIPELINE = (
     ("cse", cse),                      # repeated nodes computed once
     ("drop_copies", drop_copies),      # clones nobody needs
     ("dce", dce),                      # nodes no output reads
+    ("split_reductions", split_reductions),  # sum over N, H, W: over H, W first
     ("fuse", fuse),                    # kernels: elementwise, reductions, GEMM epilogues
 )
 
@@ -40,4 +42,4 @@ def optimize(graph: Graph, *, verify: bool = False, emits=None) -> Graph:
 
 
 __all__ = ["PIPELINE", "optimize", "decompose", "constant_fold", "simplify", "cse",
-           "drop_copies", "dce", "fuse", "plan_memory", "traffic"]
+           "drop_copies", "dce", "split_reductions", "fuse", "plan_memory", "traffic"]

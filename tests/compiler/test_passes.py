@@ -518,3 +518,36 @@ def test_an_op_that_reaches_a_reduction_only_through_a_later_op_joins_it_too():
     assert bodies == [["squeeze", "neg", "mul", "sum"]]
     arrays = [np.arange(8, dtype=np.float32).reshape(8, 1), np.arange(8) % 3 == 0]
     np.testing.assert_allclose(run(o, *arrays)[0], run(g, *arrays)[0], rtol=1e-6)
+
+
+def _reductions_after_split(fn, *args):
+    from compiler import lower
+    from compiler.passes.split_reductions import split_reductions
+    graph = split_reductions(lower(fn, *args).graphs[0])  # the captured graph, split
+    return [(n.op, dict(n.attrs)["dim"], dict(n.attrs)["keepdim"]) for n in graph.nodes
+            if n.op in (ir.Op.SUM, ir.Op.AMAX, ir.Op.AMIN)]
+
+
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_a_reduction_over_outer_and_trailing_dims_runs_over_the_trailing_ones_first(keepdim):
+    x = eager.randn(8, 16, 8, 8)
+    assert _reductions_after_split(lambda x: x.sum([0, 2, 3], keepdim=keepdim), x) == [
+        (ir.Op.SUM, (2, 3), True), (ir.Op.SUM, (0, 2, 3), keepdim)]
+    for fn in (lambda x: (x * 2).sum([0, 2, 3], keepdim=keepdim),
+               lambda x: x.amax([0, -1, -2], keepdim=keepdim),
+               lambda x: x.mean([0, 2, 3], keepdim=keepdim)):
+        got = eager.compile(fn)(x).numpy()
+        want = fn(eager.tensor(x.numpy().astype(np.float64))).numpy()
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape,dims,dtype", [
+    ((8, 512, 1, 1), [0, 2, 3], "float32"),  # a run of one element: two kernels cost more
+    ((8, 16, 8, 8), [2, 3], "float32"),       # trailing dims only: rows already
+    ((8, 16, 8, 8), [0, 1, 2, 3], "float32"),  # everything
+    ((8, 16, 8, 8), [0, 2, 3], "int64"),       # integers keep one exact kernel
+])
+def test_a_reduction_that_gains_nothing_from_splitting_stays_one(shape, dims, dtype):
+    x = eager.ones(*shape, dtype=getattr(eager, dtype))
+    assert len(_reductions_after_split(lambda x: x.sum(dims), x)) == 1
