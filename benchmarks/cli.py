@@ -80,12 +80,6 @@ def configure_threads(threads: int | None) -> str | None:
     return None
 
 
-def _usable_cores() -> int:
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
 def list_suites() -> str:
     lines = []
     for suite in SUITES.values():
@@ -113,8 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks import harness, limits, report  # after the thread variables are set
     from benchmarks.contenders import Lineup
     from benchmarks.progress import Progress
+    from runtime.threads import usable_cores
 
-    threads = args.threads or _usable_cores()
+    threads = args.threads or usable_cores()
     # torch gets the same thread count as OpenBLAS, which uses every usable core by default
     lineup = Lineup(torch={"torch": "required", "none": "off"}.get(args.compare, "auto"),
                     threads=threads, quick=args.quick)

@@ -101,32 +101,23 @@ def gpt2_forward(batch: int):
     def make(compiled: bool):
         model = _gpt(12, 768, 12, 256, 50257)
         model.eval()
-        forward = _compile(model) if compiled and _is_pytorch() else model
         x, _ = _tokens(batch, 256, 50257)
 
         @torch.no_grad()
         def step():
-            logits, _ = forward(x)
+            logits, _ = model(x)
             return logits.float().logsumexp(-1).mean()  # a loss-like number to compare
-        return _compile(step) if compiled and not _is_pytorch() else step
+        return _compiled_step(step, model, compiled)
     return make
-
-
-def _is_pytorch() -> bool:
-    return "kiln" not in torch.__version__  # (kiln's is "2.13.0+kiln.0.1.0")
-
-
-def _compile(fn):
-    return torch.compile(fn)
 
 
 def _compiled_step(step, model, compiled: bool):
     if not compiled:
         return step
-    if _is_pytorch():  # the model compiled, the step around it eager
+    if "kiln" not in torch.__version__:  # PyTorch: the model compiled, the step eager
         model.forward = torch.compile(model.forward)
         return step
-    return _compile(step)
+    return torch.compile(step)  # kiln ("2.13.0+kiln.0.1.0"): the whole step
 
 
 CASES = {"gpt_step": gpt_step, "resnet_step": resnet_step,

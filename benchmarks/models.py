@@ -19,7 +19,6 @@ compile of the ResNet step ~80 s).
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -27,6 +26,7 @@ import sys
 from benchmarks.first_call import ROOT, fresh_env
 from benchmarks.harness import Case, Impl
 from benchmarks.impls import KILN, KILN_COMPILED, TORCH, TORCH_COMPILED
+from runtime.threads import usable_cores
 
 STEPS = 5  # timed steps per process
 ROUNDS = 3  # processes per contender, alternating
@@ -43,17 +43,17 @@ CONTENDERS = ((KILN, "kiln", "eager"), (KILN_COMPILED, "kiln", "compiled"),
 
 
 def thread_counts() -> tuple[int, ...]:
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
-        os.cpu_count() or 1
+    cores = usable_cores()
     return (1,) if cores == 1 else (1, cores)
 
 
 def run_process(library: str, case: str, mode: str, threads: int, steps: int = STEPS,
-                warmup: int = 3) -> dict:
-    """One process of benchmarks/model_step.py; its JSON result."""
+                warmup: int | None = None) -> dict:
+    """One process of benchmarks/model_step.py; its JSON result (`warmup` steps before
+    the timed ones: model_step's WARMUP where not given)."""
     script = str(ROOT / "benchmarks" / "model_step.py")
     command = [sys.executable, *(("-m", "eager.alias") if library == "kiln" else ()), script,
-               case, mode, str(threads), str(steps), str(warmup)]
+               case, mode, str(threads), str(steps), *([str(warmup)] if warmup is not None else [])]
     env = fresh_env(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     out = subprocess.run(command, env=env, capture_output=True, text=True, cwd=ROOT)
     if out.returncode != 0:
@@ -92,6 +92,6 @@ def cases(quick: bool) -> list[Case]:
 
 
 def notes(quick: bool) -> str:
-    return ("each line: the median step of a process's 5 timed steps, the median over "
+    return (f"each line: the median step of a process's {STEPS} timed steps, the median over "
             f"{ROUNDS} processes; ratios against torch.compile (or torch eager); "
             "kiln compiled compiles the whole step, torch.compile the model")

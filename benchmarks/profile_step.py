@@ -32,17 +32,18 @@ class Line:
 
 
 def kernel_lines(events, steps: int) -> tuple[list[Line], float, float]:
-    """Per kernel name (category "kernel", not a region): its totals a step; and the
-    seconds a step spent in regions, and in regions' kernels."""
+    """Per native kernel name (category "kernel"): its totals a step; and the seconds a
+    step spent in compiled regions (category "region", a region inside another counted
+    once), and in their kernels."""
     lines: dict[str, Line] = {}
     in_regions = in_kernels = 0.0
     for ev in events:
-        if ev.category != "kernel":
-            continue
         seconds = ev.cpu_time_total / 1e6
-        if not _is_kernel(ev):  # a compiled region (capture.run_region), counted once
-            if not any(not _is_kernel(up) for up in _ancestors(ev) if up.category == "kernel"):
+        if ev.category == "region":
+            if not any(up.category == "region" for up in _ancestors(ev)):
                 in_regions += seconds
+            continue
+        if ev.category != "kernel":
             continue
         line = lines.setdefault(ev.name, Line(ev.name))
         line.calls += 1
@@ -57,12 +58,6 @@ def kernel_lines(events, steps: int) -> tuple[list[Line], float, float]:
         line.bytes //= steps
     return sorted(lines.values(), key=lambda ln: -ln.seconds), in_regions / steps, \
         in_kernels / steps
-
-
-def _is_kernel(ev) -> bool:
-    """A native kernel's event (compiler/interpreter.py KernelWork: "kiln::gemm[mm]"),
-    not a region's ("kiln::backward")."""
-    return ev.name.endswith("]") and "[" in ev.name
 
 
 def _ancestors(ev):

@@ -637,7 +637,7 @@ def run_region(run, graph: Graph, inputs: list) -> list:
         if profile._active is None:
             return run(inputs)
         with record_function(f"kiln::{graph.name}", [list(t.shape) for t in inputs],
-                             category="kernel"):
+                             category="region"):  # (its native kernels: "kernel" events)
             return run(inputs)
     finally:
         tls.exclude = previous

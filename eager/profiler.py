@@ -36,7 +36,8 @@ class FunctionEvent:
 
     def __init__(self, name, input_shapes, start_ns, thread, parent, id_, category="cpu_op"):
         self.name = name
-        self.category = category  # "cpu_op" for an op, "user_annotation" for record_function
+        self.category = category  # "cpu_op" an op, "user_annotation" a record_function,
+        # "region" a compiled region, "kernel" one of its native kernels
         self.input_shapes = input_shapes
         self.start_ns = start_ns
         self.end_ns = start_ns

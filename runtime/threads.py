@@ -33,11 +33,11 @@ def num_threads() -> int:
         if count < 1:
             raise ValueError(f"KILN_NUM_THREADS must be a positive integer, got {configured!r}")
         return count
-    return _cores()
+    return usable_cores()
 
 
 @functools.cache
-def _cores() -> int:
+def usable_cores() -> int:
     """The cores this process may run on, asked once: a system call (~0.5 us) that eager's
     large one-ufunc ops would otherwise make at every call."""
     if hasattr(os, "sched_getaffinity"):

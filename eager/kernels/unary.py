@@ -63,7 +63,8 @@ def _(ctx, g):
 
 
 ABS = declare(Op.ABS, function=True, method=True, aliases=("absolute",), pointwise=Pointwise(
-    "same", np.abs, emit=lambda E, x: E.abs(x)), inplace=Op.ABS_, inplace_function=True)  # (a float's sign bit cleared: -0.0, -nan)
+    "same", np.abs, emit=lambda E, x: E.abs(x)),  # (a float's sign bit cleared: -0.0, -nan)
+    inplace=Op.ABS_, inplace_function=True)
 
 
 @ABS.derivative("AbsBackward0", "self", save="self")
@@ -219,7 +220,6 @@ COS = declare(Op.COS, function=True, method=True, pointwise=Pointwise(
 @COS.derivative("CosBackward0", "self", save="self")
 def _(ctx, g):
     return g * ops.neg(ops.sin(ctx.self))
-
 
 
 BITWISE_NOT = declare(Op.BITWISE_NOT, function=True, method=True, differentiable=False,
@@ -413,7 +413,6 @@ def _(ctx, g):
         upper = ops.le(x, ctx.max)
         mask = upper if mask is None else ops.logical_and(mask, upper)
     return g * mask
-
 
 
 # nan_to_num: NaN, +inf and -inf replaced (by 0 and the type's largest and lowest finite

@@ -109,19 +109,16 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
                            f"{[s + 2 * p for s, p in zip(x.shape[2:], padding)]}")
     cols = ops.im2col(x, list(kernel), list(dilation), list(padding), list(stride))
     k = kernel[0] * kernel[1]                                  # cols: (N, C K, L)
-    if groups == 1 and n > 1 and out[0] * out[1] < FOLD_BELOW:
-        # few positions an image: one (O, C K) @ (C K, N L) product, not N thin ones
-        product = ops.mm(weight.reshape(o, c * k),
-                         ops.transpose(cols, 0, 1).reshape(c * k, n * out[0] * out[1]))
-        if bias is not None:
-            product = product + bias.reshape(o, 1)
-        result = ops.transpose(product.reshape(o, n, out[0] * out[1]), 0, 1).reshape(
-            n, o, out[0], out[1])
-    elif groups == 1:  # (O, C K) @ (N, C K, L), the bias added in the product's shape: the
+    if groups == 1:  # (O, C K) @ the columns, the bias added in the product's shape: the
         # compiler's GEMM node takes it (and an activation after it) as its epilogue
-        product = ops.matmul(weight.reshape(o, c * k), cols)
+        positions = out[0] * out[1]
+        fold = n > 1 and positions < FOLD_BELOW  # one (O, C K) @ (C K, N L), not N thin
+        columns = ops.transpose(cols, 0, 1).reshape(c * k, n * positions) if fold else cols
+        product = ops.matmul(weight.reshape(o, c * k), columns)
         if bias is not None:
             product = product + bias.reshape(o, 1)
+        if fold:
+            product = ops.transpose(product.reshape(o, n, positions), 0, 1)
         result = product.reshape(n, o, out[0], out[1])
     else:
         cols = cols.reshape(n, groups, (c // groups) * k, out[0] * out[1])
