@@ -23,8 +23,9 @@ from eager.torch_version import __version__  # "2.13.0+kiln.0.1.0": the API kiln
 from eager.autograd import (enable_grad, inference_mode, is_grad_enabled, no_grad,
                             set_grad_enabled)
 from eager.device import device, get_default_device
-from eager.factories import (BoolTensor, DoubleTensor, FloatTensor, HalfTensor, IntTensor,
-                             LongTensor, Generator, arange, default_generator, empty, empty_like,
+from eager.factories import (BFloat16Tensor, BoolTensor, ByteTensor, CharTensor,
+                             DoubleTensor, FloatTensor, HalfTensor, IntTensor, LongTensor,
+                             ShortTensor, Generator, arange, default_generator, empty, empty_like,
                              from_numpy, full, full_like, get_rng_state, initial_seed,
                              linspace, manual_seed, ones, ones_like, rand, rand_like, randint,
                              randn, randn_like, randperm, seed, set_default_dtype, set_rng_state,

@@ -117,7 +117,10 @@ def tensor_repr(t) -> str:
     else:
         if t.dtype not in (default, dtypes.int64, dtypes.bool_):
             suffixes.append(f"dtype={t.dtype!r}")
-        body = _body(t.detach()._host_np(), len(prefix))
+        values = t.detach()._host_np()
+        if t.dtype is dtypes.bfloat16:  # (ml_dtypes' kind is "V"); float32 holds it exactly
+            values = values.astype(np.float32)
+        body = _body(values, len(prefix))
     if t.grad_fn is not None:
         suffixes.append(f"grad_fn=<{t.grad_fn.name()}>")
     elif t.requires_grad:

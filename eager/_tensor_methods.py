@@ -16,8 +16,9 @@ from eager.autograd.function import (register_post_accumulate_grad_hook, registe
 from eager.backends import backend_for
 from eager.device import CPU, as_device
 from eager.dispatcher import ATEN
-from eager.factories import ones, tensor, zeros
+from eager.factories import TYPED, ones, tensor, zeros
 from eager.kernels._common import check_castable, promote
+from eager.kernels._common import type_word as _type_word
 from ir.records import named
 from eager.tensor import Storage, Tensor, ops, whole_step, wrap_scalar
 from ir import dtypes
@@ -168,6 +169,16 @@ def _where(self, condition, other):
 
 
 def _masked_fill(self, mask, value):
+    """PyTorch's masked_fill: the result keeps self's type, the value converted to it (a
+    Python number as a Scalar is: checked, dtypes.checked_scalar; a tensor of no dims)."""
+    if isinstance(value, Tensor):
+        if value.dim() != 0:
+            raise RuntimeError(f"masked_fill_ only supports a 0-dimensional value tensor, but "
+                               f"got tensor with {value.dim()} dimension(s).")
+        if value.dtype is not self.dtype:
+            value = value.to(self.dtype)
+    else:
+        value = dtypes.checked_scalar(value, self.dtype).item()
     return ops.where(mask, value, self)
 
 
@@ -286,8 +297,20 @@ def _to(self, *args, dtype=None, device=None, copy: bool = False, non_blocking: 
     return ops._to_copy(self, dtype=dtype, device=device)
 
 
-def _type(self, dtype=None):
-    return self.dtype if dtype is None else self.to(dtype)
+def _type(self, dtype=None, non_blocking=False):
+    """PyTorch's Tensor.type: without an argument, the name of the tensor's type
+    ('torch.FloatTensor', 'torch.cuda.HalfTensor'); with a dtype, a legacy type
+    (eager.ByteTensor) or such a name, the tensor converted to that type."""
+    place = "torch.cuda." if self.device.type == "cuda" else "torch."
+    if dtype is None:
+        return f"{place}{_type_word(self.dtype)}Tensor"
+    if isinstance(dtype, str):
+        typed = TYPED.get(dtype.removeprefix("torch.").removeprefix("cuda."))
+        if typed is None:
+            raise ValueError(f"invalid type: '{dtype}'")
+        device = "cuda" if dtype.startswith("torch.cuda.") else "cpu"
+        return self.to(device=device, dtype=typed.dtype)
+    return self.to(getattr(dtype, "dtype", dtype))
 
 
 def _cpu(self) -> Tensor:
@@ -308,6 +331,22 @@ def _double(self):
 
 def _half(self):
     return self.to(dtypes.float16)
+
+
+def _bfloat16(self):
+    return self.to(dtypes.bfloat16)
+
+
+def _short(self):
+    return self.to(dtypes.int16)
+
+
+def _char(self):
+    return self.to(dtypes.int8)
+
+
+def _byte(self):
+    return self.to(dtypes.uint8)
 
 
 def _long(self):
@@ -362,7 +401,8 @@ _METHODS = {
     "masked_fill": _masked_fill, "new_zeros": _new_zeros, "new_ones": _new_ones,
     "new_tensor": _new_tensor,
     "to": _to, "type": _type, "cpu": _cpu, "cuda": _cuda, "float": _float, "double": _double,
-    "half": _half, "long": _long, "int": _int, "bool": _bool,
+    "half": _half, "bfloat16": _bfloat16, "long": _long, "int": _int, "short": _short,
+    "char": _char, "byte": _byte, "bool": _bool,
     "__format__": _format, "backward": _backward,
     "register_hook": register_tensor_hook, "retain_grad": retain_grad,
     "register_post_accumulate_grad_hook": register_post_accumulate_grad_hook,

@@ -81,8 +81,15 @@ def _numel(shape) -> int:
 
 @_composite(Op.LINEAR, function=True)
 def linear(input, weight, bias=None):
-    if input.dim() == 2 and bias is not None:
-        return ops.addmm(bias, input, ops.t(weight))
+    """As aten's linear: with a bias, a 2-d input, or a contiguous 3-d one folded into
+    rows, is one addmm (the bias added before the product rounds: a 16-bit float rounds
+    once), and the rest a product, then the bias added."""
+    if bias is not None and (input.dim() == 2 or input.dim() == 3 and input.is_contiguous()):
+        if input.dim() == 2:
+            return ops.addmm(bias, input, ops.t(weight))
+        rows = ops.view(input, (-1, input._shape[-1]))
+        out = ops.addmm(bias, rows, ops.t(weight))
+        return ops.view(out, input._shape[:-1] + (out._shape[-1],))
     out = ops.matmul(input, ops.t(weight))
     return out if bias is None else ops.add(out, bias)
 

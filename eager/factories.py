@@ -131,11 +131,11 @@ def _place(fn: str, a: np.ndarray, dtype, device, requires_grad, random: bool = 
     dev = as_device(device)
     requires_grad = bool_arg(fn, "requires_grad", requires_grad)
     if dev.type == "cpu":
-        t = from_array(aligned(a.astype(dt.np, copy=False)))
+        t = from_array(aligned(dtypes.cast(a, dt)))
     elif dev.type == "meta":
         t = meta_empty(a.shape, dt)
     else:
-        t = backend_for(dev).from_host(a.astype(dt.np, copy=False), dev)
+        t = backend_for(dev).from_host(dtypes.cast(a, dt), dev)
     if requires_grad:
         t.requires_grad_(True)
     if _creation_hook is not None:
@@ -173,8 +173,34 @@ def tensor(data, *, dtype=None, device=None, requires_grad: bool = False) -> Ten
     else:
         dt = dtype or _infer_dtype(data)
         _check_ragged(data)
-        a = np.array(_to_numbers(data), dtype=dt.np)
+        a = _from_numbers(_to_numbers(data), dt)
     return _place("tensor", a, dt, device, requires_grad)
+
+
+def _from_numbers(numbers, dt) -> np.ndarray:
+    """Python numbers (nested lists) as an array of `dt`, converted as torch.tensor
+    converts them: a 16-bit float rounds through float32 (and saturates to inf); a
+    narrower integer type refuses a value beyond its range (an unsigned one also takes
+    -max..-1, wrapping) and truncates a float."""
+    if dt in dtypes.HALF:
+        return dtypes.cast(np.array(numbers, dtype=np.float64), dt)
+    if dt.is_floating_point or dt is dtypes.bool_ or dt is dtypes.int64:
+        return np.array(numbers, dtype=dt.np)
+    info = np.iinfo(dt.np)
+    for v in _flat(numbers):  # an unsigned type takes negative integers, not floats
+        low = info.min if info.min or isinstance(v, (float, np.floating)) else -int(info.max)
+        if not (low <= v <= info.max):  # (NaN fails it too)
+            raise RuntimeError(f"value cannot be converted to type {dt.name} without overflow")
+    return np.array(numbers, dtype=np.float64 if np.array(numbers).dtype.kind == "f" else
+                    np.int64).astype(np.int64).astype(dt.np)
+
+
+def _flat(numbers):
+    if isinstance(numbers, list):
+        for x in numbers:
+            yield from _flat(x)
+    else:
+        yield numbers
 
 
 def _to_numbers(data):
@@ -218,7 +244,7 @@ def _filled(fn: str, size: tuple, value, dtype, device, requires_grad) -> Tensor
         t = meta_empty(shape, dt)
         return t.requires_grad_(True) if bool_arg(fn, "requires_grad", requires_grad) else t
     a = aligned_empty(shape, dt.np)
-    a.fill(value)
+    a[...] = dtypes.checked_scalar(value, dt)
     return _place(fn, a, dt, device, requires_grad)
 
 
@@ -393,6 +419,13 @@ def _typed(name: str, dtype):
 FloatTensor = _typed("FloatTensor", dtypes.float32)
 DoubleTensor = _typed("DoubleTensor", dtypes.float64)
 HalfTensor = _typed("HalfTensor", dtypes.float16)
+BFloat16Tensor = _typed("BFloat16Tensor", dtypes.bfloat16)
 LongTensor = _typed("LongTensor", dtypes.int64)
 IntTensor = _typed("IntTensor", dtypes.int32)
+ShortTensor = _typed("ShortTensor", dtypes.int16)
+CharTensor = _typed("CharTensor", dtypes.int8)
+ByteTensor = _typed("ByteTensor", dtypes.uint8)
 BoolTensor = _typed("BoolTensor", dtypes.bool_)
+TYPED = {t.__name__: t for t in (FloatTensor, DoubleTensor, HalfTensor, BFloat16Tensor,
+                                 LongTensor, IntTensor, ShortTensor, CharTensor, ByteTensor,
+                                 BoolTensor)}  # by name: Tensor.type's strings

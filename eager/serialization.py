@@ -37,7 +37,8 @@ from eager.serialization_files import (
     WeightsOnlyError,
 )
 from eager.tensor import Tensor
-from ir.dtypes import from_name
+from ir import dtypes
+from ir.dtypes import DType, from_name
 
 __all__ = ["CorruptFileError", "WeightsOnlyError", "load", "save"]
 
@@ -105,11 +106,19 @@ def save(obj, f, *, format: str = "kiln") -> None:
         raise
 
 
+def _file_type(dtype: DType) -> np.dtype:
+    """The numpy type a .npy member of `dtype` is written in: bfloat16 (ml_dtypes' type,
+    which .npy headers cannot name) as its 16-bit words, the manifest naming the dtype."""
+    return np.dtype(np.uint16) if dtype is dtypes.bfloat16 else dtype.np
+
+
 def _write(fh, manifest, arrays) -> None:
     with zipfile.ZipFile(fh, "w", zipfile.ZIP_STORED) as z:
         z.writestr("manifest.json", json.dumps(manifest))
         for i, a in enumerate(arrays):
             buf = io.BytesIO()
+            if a.dtype == dtypes.bfloat16.np:
+                a = a.view(np.uint16)
             np.save(buf, a, allow_pickle=False)
             z.writestr(f"{i}.npy", buf.getvalue())
 
@@ -268,10 +277,11 @@ def _decode_tensor(node, members: Members, where: str) -> _Checked:
     except (ValueError, KeyError) as e:
         raise refuse(f"member {member} has no .npy header numpy reads ({e})") from None
     # the checksum covers the bytes; dtype (byte order included) and shape say what they mean
-    if header != (tuple(shape), False, dtype.np) or len(data) != npy.tell() + nbytes or \
+    stored = _file_type(dtype)
+    if header != (tuple(shape), False, stored) or len(data) != npy.tell() + nbytes or \
             hashlib.sha256(memoryview(data)[npy.tell():]).hexdigest() != sha256:
         raise refuse(f"member {member} does not match its dtype, shape and checksum")
-    a = np.frombuffer(data, dtype.np, offset=npy.tell()).reshape(shape)
+    a = np.frombuffer(data, stored, offset=npy.tell()).reshape(shape).view(dtype.np)
     return _Checked(a, dtype, requires_grad)
 
 

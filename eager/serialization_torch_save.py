@@ -46,7 +46,7 @@ def write_zip(obj, fh) -> None:
         z.writestr("archive/data.pkl", data)
         z.writestr("archive/byteorder", sys.byteorder)
         for key, array in pickler.storages:
-            z.writestr(f"archive/data/{key}", memoryview(array).cast("B"))
+            z.writestr(f"archive/data/{key}", memoryview(array.reshape(-1).view(np.uint8)))
         z.writestr("archive/version", "3\n")
 
 

@@ -1,15 +1,26 @@
 """Element types and PyTorch's type-promotion rules.
 
-A DType is a small immutable record. Seven have kernels (ALL, uint8 among them: bytes,
-images); the rest of PyTorch's are names only (NAMED_ONLY: bfloat16, int8, int16, the
-wider unsigned ints, complex, float8), so that code naming them (a default argument, a
-table of types such as safetensors') loads, while making a tensor of one is refused in
-eager, naming the dtype and the op. Promotion follows PyTorch: operands fall into three
-tiers (tensors with dims, zero-dim tensors, wrapped Python numbers); a lower tier changes
-the result only when it brings a higher category (bool < integer < floating).
+A DType is a small immutable record. Ten have kernels (ALL: bool, the integers uint8,
+int8, int16, int32, int64, the floats float16, bfloat16, float32, float64); the rest of
+PyTorch's are names only (NAMED_ONLY: the wider unsigned ints, complex, float8), so that
+code naming them (a default argument, a table of types such as safetensors') loads, while
+making a tensor of one is refused in eager, naming the dtype and the op.
+
+numpy has no bfloat16: ml_dtypes (the JAX project's numpy element types) gives it one,
+stored as 16-bit words, converting with round-to-nearest-even. The 16-bit floats compute
+in float32 and round once (compute_np), as PyTorch's CPU kernels do, and every conversion
+goes through `cast`, which rounds where PyTorch rounds.
+
+Promotion follows PyTorch: operands fall into three tiers (tensors with dims, zero-dim
+tensors, wrapped Python numbers); a lower tier changes the result only when it brings a
+higher category (bool < integer < floating). Within a category the lattice is not a
+chain: uint8 with int8 is int16, float16 with bfloat16 is float32.
 """
 from __future__ import annotations
 
+import math
+
+import ml_dtypes
 import numpy as np
 
 
@@ -48,16 +59,16 @@ class DType:
 
 bool_ = DType("bool", np.bool_, 0, "b8")
 uint8 = DType("uint8", np.uint8, 1, "u8")
-int32 = DType("int32", np.int32, 2, "i32")
-int64 = DType("int64", np.int64, 3, "i64")
-float16 = DType("float16", np.float16, 4, "f16")
-float32 = DType("float32", np.float32, 5, "f32")
-float64 = DType("float64", np.float64, 6, "f64")
+int8 = DType("int8", np.int8, 1, "i8")
+int16 = DType("int16", np.int16, 2, "i16")
+int32 = DType("int32", np.int32, 3, "i32")
+int64 = DType("int64", np.int64, 4, "i64")
+float16 = DType("float16", np.float16, 5, "f16")
+bfloat16 = DType("bfloat16", ml_dtypes.bfloat16, 5, "bf16", kind="f")
+float32 = DType("float32", np.float32, 6, "f32")
+float64 = DType("float64", np.float64, 7, "f64")
 
-# PyTorch's dtypes that kiln names but has no kernels for yet (numpy has no bfloat16)
-bfloat16 = DType("bfloat16", None, None, "bf16", kind="f", itemsize=2)
-int8 = DType("int8", np.int8, None, "i8")
-int16 = DType("int16", np.int16, None, "i16")
+# PyTorch's dtypes that kiln names but has no kernels for yet
 uint16 = DType("uint16", np.uint16, None, "u16")
 uint32 = DType("uint32", np.uint32, None, "u32")
 uint64 = DType("uint64", np.uint64, None, "u64")
@@ -72,8 +83,9 @@ float8_e8m0fnu = DType("float8_e8m0fnu", None, None, "f8e8m0fnu", kind="f", item
                        signed=False)
 float4_e2m1fn_x2 = DType("float4_e2m1fn_x2", None, None, "f4e2m1fnx2", kind="f", itemsize=1)
 
-ALL = (bool_, uint8, int32, int64, float16, float32, float64)
-NAMED_ONLY = (bfloat16, int8, int16, uint16, uint32, uint64, complex32, complex64,
+ALL = (bool_, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64)
+HALF = (float16, bfloat16)  # the 16-bit floats: computed in float32, rounded once
+NAMED_ONLY = (uint16, uint32, uint64, complex32, complex64,
               complex128, float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz,
               float8_e8m0fnu, float4_e2m1fn_x2)
 _BY_NAME = {d.name: d for d in ALL + NAMED_ONLY}
@@ -113,6 +125,45 @@ def named_only_of_numpy(np_dtype) -> DType | None:
 _NAMED_ONLY_BY_NP = {d.np: d for d in NAMED_ONLY if d.np is not None}
 
 
+# PyTorch's words for the types: its error messages (Float, Long) and legacy tensor types
+# (torch.BFloat16Tensor)
+TYPE_WORDS = {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16",
+              "int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char",
+              "uint8": "Byte", "bool": "Bool"}
+# c10's names of the types, as PyTorch's conversion errors spell them
+_C_NAMES = {"uint8": "uint8_t", "int8": "int8_t", "int16": "int16_t", "int32": "int",
+            "int64": "int64_t", "float16": "c10::Half", "bfloat16": "c10::BFloat16",
+            "float32": "float", "float64": "double", "bool": "bool"}
+
+
+def checked_scalar(value, dt: DType) -> np.ndarray:
+    """Python number `value` as a zero-dim array of `dt`, refused (RuntimeError) where
+    PyTorch's Scalar conversion (c10::checked_convert) overflows, as fill_, full, clamp's
+    bounds and where's and masked_fill's values do: beyond an integer type's range (an
+    unsigned type also takes -max..-1, wrapping as C does: -1 is 255 in uint8), NaN or
+    inf into an integer, a finite number beyond a float type's largest. Within range, a
+    float into an integer truncates; into a 16-bit float it rounds through float32."""
+    if dt is bool_:
+        return np.asarray(bool(value))
+    target = dt.np
+    if dt.is_floating_point:
+        f = float(value)
+        overflows = math.isfinite(f) and abs(f) > float(ml_dtypes.finfo(target).max)
+    else:
+        info = np.iinfo(target)
+        overflows = isinstance(value, float) and not math.isfinite(value)
+        if not overflows:
+            low = -int(info.max) if info.min == 0 else int(info.min)
+            overflows = not low <= value <= int(info.max)
+        f = math.trunc(value) if not overflows else 0
+    if overflows:
+        raise RuntimeError(f"value cannot be converted to type {_C_NAMES[dt.name]} without "
+                           f"overflow")
+    if dt.is_floating_point:
+        return cast(np.asarray(f), dt)
+    return np.asarray(f).astype(target)  # (a negative number into an unsigned type wraps)
+
+
 def get_default_dtype() -> DType:
     return _default_dtype
 
@@ -125,9 +176,43 @@ def set_default_dtype(dtype: DType) -> None:
 
 
 def promote_types(a: DType, b: DType) -> DType:
-    """The smallest type both a and b convert to without losing category (PyTorch's table
-    restricted to the seven types with kernels is a chain, so it is the higher rank)."""
-    return a if a.rank >= b.rank else b
+    """The smallest type both a and b convert to without losing category: PyTorch's
+    table over the types with kernels. `rank` orders them by category, then width;
+    two types of one rank (uint8 and int8, float16 and bfloat16) meet one step up."""
+    if a is b:
+        return a
+    if a.rank != b.rank:
+        return a if a.rank > b.rank else b
+    return float32 if a.is_floating_point else int16
+
+
+_F32, _I32 = np.dtype(np.float32), np.dtype(np.int32)
+_EXACT_IN_HALF = frozenset({np.dtype(np.bool_), np.dtype(np.uint8), np.dtype(np.int8),
+                            np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), _F32})
+
+
+def cast(a: np.ndarray, dt: DType) -> np.ndarray:
+    """numpy array `a` converted to `dt`'s numpy type as PyTorch converts (a new array,
+    or `a` itself where it is of that type already):
+    - to a 16-bit float through float32, as c10's Half and BFloat16 are made from a
+      float: a float64 or a wide integer rounds twice (1 + 2**-11 + 2**-40 is 1.0 in
+      float16 as in PyTorch, where numpy's direct rounding gives 1.001);
+    - a float to a narrow integer (int8, int16, uint8) through int32 and truncation, as
+      PyTorch's static_cast on x86 gives it: 200.5 -> int8 -56, NaN, inf and 1e10 -> 0."""
+    target = dt.np
+    src = a.dtype
+    if src is target or src == target:
+        return a
+    with np.errstate(invalid="ignore", over="ignore"):
+        if src.itemsize == 2 and src.kind in "fV" and not dt.is_floating_point and \
+                dt is not bool_:  # a 16-bit float into an integer: as its float32
+            a, src = a.astype(_F32), _F32
+        if dt in HALF and src not in _EXACT_IN_HALF:
+            a = a.astype(_F32)
+        elif target.itemsize < 4 and not dt.is_floating_point and dt is not bool_ and \
+                src.kind in "fV":
+            a = a.astype(_F32).astype(_I32) if src.itemsize == 2 else a.astype(_I32)
+        return a.astype(target)
 
 
 def scalar_dtype(value) -> DType:

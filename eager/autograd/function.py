@@ -9,6 +9,7 @@ import threading
 import weakref
 
 from eager.dispatcher import tls
+from ir import dtypes
 from eager.kernels.shape import detach
 
 _sequence = itertools.count()
@@ -178,8 +179,7 @@ class saved_tensors_hooks:  # noqa: N801 - PyTorch's name
 
 
 def _modified_message(t, producer, version, expected) -> str:
-    kind = {"float32": "FloatTensor", "float64": "DoubleTensor", "float16": "HalfTensor",
-            "int64": "LongTensor", "int32": "IntTensor", "bool": "BoolTensor"}[t.dtype.name]
+    kind = f"{dtypes.TYPE_WORDS[t.dtype.name]}Tensor"
     where = f", which is output 0 of {producer.name()}," if producer is not None else ""
     return (f"one of the variables needed for gradient computation has been modified by an "
             f"inplace operation: [eager.{kind} {list(t.shape)}]{where} is at version {version}; "

@@ -42,13 +42,9 @@ def _promote(tensors) -> DType:
     return dtypes.result_type(dim, zero, wrapped)
 
 
-_TYPE_WORDS = {"float32": "Float", "float64": "Double", "float16": "Half", "int64": "Long",
-               "int32": "Int", "bool": "Bool"}
-
-
 def type_word(dt: DType) -> str:
     """PyTorch's name for a dtype in error messages: Float, Long, Bool, ..."""
-    return _TYPE_WORDS[dt.name]
+    return dtypes.TYPE_WORDS[dt.name]
 
 
 def load_native(import_module):
@@ -112,24 +108,26 @@ results, not warnings): `token = quiet_on()`, then `quiet_off(token)` in a `fina
 
 
 def compute_np(dt: DType) -> np.dtype:
-    """numpy type to compute in: float16 computes in float32 and rounds once, as PyTorch's
-    CPU kernels do."""
-    return _FLOAT32 if dt is dtypes.float16 else dt.np
+    """numpy type to compute in: the 16-bit floats compute in float32 and round once, as
+    PyTorch's CPU kernels do."""
+    return _FLOAT32 if dt in dtypes.HALF else dt.np
 
 
 def operand(t: Tensor, np_dtype) -> np.ndarray:
     a = t._np()
     # `is` first: numpy's dtypes of one type are one object, and `==` costs more
-    return a if a.dtype is np_dtype or a.dtype == np_dtype else a.astype(np_dtype)
+    if a.dtype is np_dtype or a.dtype == np_dtype:
+        return a
+    return dtypes.cast(a, dtypes.from_numpy(np_dtype))
 
 
 def result(a, dt: DType) -> Tensor:
-    """A new CPU tensor holding numpy result `a` (a scalar or array) as type `dt`."""
+    """A new CPU tensor holding numpy result `a` (a scalar or array) as type `dt`
+    (converted as PyTorch converts: dtypes.cast; float32 -> float16 overflows to inf)."""
     if type(a) is not np.ndarray:
         a = np.asarray(a)
     if a.dtype is not dt.np and a.dtype != dt.np:
-        with np.errstate(over="ignore"):  # float32 -> float16 overflows to inf, as it should
-            a = a.astype(dt.np)
+        a = dtypes.cast(a, dt)
     return from_array(a)
 
 

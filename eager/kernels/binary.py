@@ -201,7 +201,12 @@ def _where_dtype(condition, self, other):
     if condition.dtype is not dtypes.bool_:
         raise RuntimeError(f"where expected condition to be a boolean tensor, but got a tensor "
                            f"with dtype {type_word(condition.dtype)}")
-    return promote(self, other)
+    dt = promote(self, other)
+    if dt not in dtypes.HALF:  # (PyTorch's 16-bit float results take any number: inf)
+        for t in (self, other):
+            if t._wrapped and t.device.type != "meta":  # a Python number (captured:
+                dtypes.checked_scalar(t.item(), dt)  # checked when it ran in eager)
+    return dt
 
 
 WHERE = declare(Op.WHERE, function=True, pointwise=Pointwise(
@@ -223,7 +228,7 @@ def _zero(self):
 
 
 def _fill(self, value):
-    self._np()[...] = scalar_value(value)
+    self._np()[...] = dtypes.checked_scalar(scalar_value(value), self.dtype)
     return self
 
 

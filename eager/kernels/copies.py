@@ -37,8 +37,10 @@ def to_copy_cpu(self, *, dtype=None, device=None):
     dt = dtype or self.dtype
     target = as_device(device) if device is not None else self.device
     if target.type != "cpu":
-        return backend_for(target).from_host(self._np().astype(dt.np), target)
-    return result(self._np().astype(dt.np, copy=True), dt)
+        return backend_for(target).from_host(dtypes.cast(self._np(), dt), target)
+    a = self._np()
+    converted = dtypes.cast(a, dt)
+    return result(converted.copy() if converted is a else converted, dt)
 
 
 register(Op.TO_COPY, to_copy_cpu, meta_from_rule(to_copy_rule))

@@ -193,7 +193,7 @@ def _pointwise_kernel(record: OpRecord, split, shape_and_dtype):
     count = _tensor_count(record)
     least, threads_only = _native_elements(record)
     native = least is not None
-    half, half_computes_in = dtypes.float16, compute_np(dtypes.float16)
+    half, half_computes_in = dtypes.HALF, compute_np(dtypes.float16)
 
     def kernel(*args, **attrs):
         if attrs or len(args) != count:
@@ -202,7 +202,7 @@ def _pointwise_kernel(record: OpRecord, split, shape_and_dtype):
         if compare:
             ct = compute_np(_promoted(args))
         else:  # compute_np(dt), inlined
-            ct = half_computes_in if dt is half else dt.np
+            ct = half_computes_in if dt in half else dt.np
         if count == 2:  # spelled out for the common cases: operand() inlined
             a, b = args[0]._np(), args[1]._np()
             if native and (a.size >= least or b.size >= least) and dt in _NATIVE_DTYPES:
@@ -235,6 +235,8 @@ def _pointwise_kernel(record: OpRecord, split, shape_and_dtype):
             token = quiet_on()
             try:
                 if scale != 1:  # (a scaled op is never quiet: records.declare)
+                    if dt in half:  # PyTorch's alpha is of the tensors' type: 0.3 rounds
+                        scale = float(np.asarray(scale, dt.np))
                     arrays = *arrays[:-1], arrays[-1] * scale
                 out = numpy(*arrays, **attrs)
             finally:

@@ -92,9 +92,9 @@ def _put(out: np.ndarray, self, dim, indices, values, accumulate) -> None:
     target, _ = index_rule(self, dim, indices)
     key = _index_key(self, dim, indices) if indices else (Ellipsis,)
     src = np.broadcast_to(values._host_np(), target)
-    if accumulate and out.dtype == np.float16:  # in float32, rounded once (as elsewhere)
-        wide = out.astype(np.float32)
-        np.add.at(wide, key, src)
+    if accumulate and out.dtype.itemsize == 2 and out.dtype.kind in "fV":  # float16, bfloat16
+        wide = out.astype(np.float32)  # in float32, rounded once (as elsewhere)
+        np.add.at(wide, key, src.astype(np.float32))
         out[...] = wide
     elif accumulate:
         np.add.at(out, key, src)

@@ -94,7 +94,7 @@ def _matmul_kernel(rule, product=np.matmul, batched=None):
     GEMM (eager/backends/native/gemm.py), where it is loaded."""
     def kernel(self, other):
         _, dt = rule(self, other)
-        if dt is dtypes.float16:  # computed in float32, rounded once
+        if dt in dtypes.HALF:  # computed in float32, rounded once
             return result(product(operand(self, np.float32), operand(other, np.float32)), dt)
         if batched is not None and self._shape[-2] >= GEMM_EDGE and \
                 other._shape[-1] >= GEMM_EDGE and dt in _GEMM_DTYPES:  # (tiny ones: fast)

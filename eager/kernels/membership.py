@@ -28,7 +28,9 @@ from ir import dtypes
 from ir.ops import Op
 from ir.records import declare
 
-_WIDENED = {np.dtype(np.float16): np.dtype(np.float32), np.dtype(np.uint8): np.dtype(np.int32)}
+_WIDENED = {np.dtype(np.float16): np.dtype(np.float32), dtypes.bfloat16.np: np.dtype(np.float32),
+            np.dtype(np.uint8): np.dtype(np.int32), np.dtype(np.int8): np.dtype(np.int32),
+            np.dtype(np.int16): np.dtype(np.int32)}
 """Types the generated scan has no kernel for, and the type each compares in exactly."""
 
 

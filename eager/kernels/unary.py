@@ -376,7 +376,11 @@ def _(ctx, gg):
 def _clamp(x, min=None, max=None):  # noqa: A002 (PyTorch's argument names)
     """x where it is not beyond a bound, so -0.0 against a bound of +0.0 and NaN stay, as
     PyTorch's std::min(std::max(x, min), max): numpy's loops give the second operand of a
-    tie (binary._first_on_ties), so x goes second."""
+    tie (binary._first_on_ties), so x goes second. An integer tensor's bounds convert as
+    PyTorch's Scalars do (dtypes.checked_scalar: -1 bounds a uint8 tensor as 255)."""
+    if x.dtype.kind in "iu":
+        dt = dtypes.from_numpy(x.dtype)
+        min, max = (None if b is None else dtypes.checked_scalar(b, dt) for b in (min, max))
     if min is not None:
         x = np.maximum(min, x)
     if max is not None:

@@ -219,7 +219,7 @@ def col2im_cpu(self, output_size, kernel_size, dilation, padding, stride):
                                                   padding, stride)
     (kh, kw), (dh, dw), (ph, pw), (sh, sw) = pairs
     *outer, h, w = out_shape
-    # float16 adds up in float32, rounded once
+    # the 16-bit floats add up in float32, rounded once
     cols = operand(self, compute_np(self.dtype)).reshape(*outer, kh, kw, oh, ow)
     out = np.zeros((*outer, h + 2 * ph, w + 2 * pw), cols.dtype)
     for i in range(kh):

@@ -21,11 +21,16 @@ FLOATS = ("float32", "float64", "float16")
 INTS = ("int32", "int64")
 NUMBERS = FLOATS + INTS
 ALL = NUMBERS + ("bool",)
+# the narrow types, checked against PyTorch in the layout samples are made in: a case over
+# float16 runs in bfloat16 too, one over int32 in int8, int16 and uint8
+NARROW = {"float16": ("bfloat16",), "int32": ("int8", "int16", "uint8")}
+EVERY = ALL + ("bfloat16", "int8", "int16", "uint8")
 LAYOUTS = ("contiguous", "transposed", "strided", "expanded")
 
 # (rtol, atol) per result dtype. The reference is float64 over the same (rounded) inputs,
 # so a correct kernel is off only by its own rounding.
-TOLERANCE = {"float16": (1e-3, 1e-4), "float32": (1e-5, 1e-5), "float64": (1e-10, 1e-12)}
+TOLERANCE = {"float16": (1e-3, 1e-4), "bfloat16": (8e-3, 1e-3), "float32": (1e-5, 1e-5),
+             "float64": (1e-10, 1e-12)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,8 +80,8 @@ class Maker:
     def __call__(self, shape, positive: bool = False, scale: float = 1.0) -> np.ndarray:
         if self.dtype == np.bool_:
             return self.mask(shape)
-        if self.dtype.kind == "i":
-            low = 1 if positive else -5
+        if self.dtype.kind in "iu":
+            low = 1 if positive else 0 if self.dtype.kind == "u" else -5
             return np.asarray(self.rng.integers(low, 6, size=shape), self.dtype)
         a = self.rng.standard_normal(shape) * scale
         if positive:
@@ -126,11 +131,13 @@ def to_meta(a: np.ndarray):
 
 def to_torch(a: np.ndarray):
     import torch
+    if a.dtype == eager.bfloat16.np:  # torch takes no ml_dtypes array: the words, viewed
+        return torch.from_numpy(np.array(a).view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(np.array(a))
 
 
 def to_reference(a: np.ndarray) -> np.ndarray:
-    return a.astype(np.float64) if a.dtype.kind == "f" else np.asarray(a)
+    return a.astype(np.float64) if a.dtype.kind in "fV" else np.asarray(a)
 
 
 def convert(value, to):
@@ -195,6 +202,13 @@ def samples_of(case: OpCase, dtype: str, layout: str = "contiguous") -> list[Sam
                           {k: convert(v, expand_values) for k, v in s.kwargs.items()})
                    for s in samples]
     return samples
+
+
+def narrow_cases(cases) -> list:
+    """pytest params (case, dtype) over the narrow dtypes (NARROW) each case runs in."""
+    import pytest
+    return [pytest.param(case, narrow, id=f"{case.name}-{narrow}") for case in cases
+            for dtype, narrows in NARROW.items() if dtype in case.dtypes for narrow in narrows]
 
 
 def all_cases(cases, with_layouts: bool = False) -> list:

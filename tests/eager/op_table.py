@@ -231,7 +231,10 @@ ELEMENTWISE = [
            lambda make: (S(make(a), make(b), 2) for a, b in BINARY_SHAPES[:5]), NUMBERS),
     OpCase("sub_alpha", (Op.SUB,), lambda lib, a, b, alpha: lib.sub(a, b, alpha=alpha),
            lambda a, b, alpha: a - alpha * b,
-           lambda make: (S(make(a), make(b), 3) for a, b in BINARY_SHAPES[:5]), NUMBERS),
+           lambda make: (S(make(a), make(b), 3) for a, b in BINARY_SHAPES[:5]), NUMBERS,
+           # PyTorch's scalar loop (a short tensor, or the tail past its vectors) rounds
+           # alpha * other to bfloat16 before subtracting; its vector loop does not
+           tolerance={"bfloat16": (8e-3, 4e-3)}),
     binary("add", Op.ADD, np.add),
     binary("sub", Op.SUB, np.subtract, NUMBERS),
     binary("mul", Op.MUL, np.multiply),
@@ -431,7 +434,9 @@ LINALG = [
            pairs(*MATMUL_SHAPES[:4])),
     OpCase("linear", (Op.LINEAR,), lambda lib, x, w, b: lib.nn.functional.linear(x, w, b),
            lambda x, w, b: x @ w.T + (0 if b is None else b), linear_samples,
-           tolerance={"float16": (1e-3, 1e-2)}),  # matmul, then add: rounded twice
+           # a 1-d or a non-contiguous 3-d input: the product, then the bias (rounded
+           # twice, as in PyTorch); the others are one addmm, rounded once
+           tolerance={"float16": (1e-3, 1e-2)}),
 ]
 
 # layer norm and softmax backward -------------------------------------------------------
@@ -510,7 +515,10 @@ NORMALIZATION = [
     OpCase("native_layer_norm_backward", (Op.NATIVE_LAYER_NORM_BACKWARD,),
            lambda lib, *a: _defined(aten(lib).native_layer_norm_backward(*a)),
            lambda *a: _layer_norm_backward(*a), layer_norm_backward_samples,
-           tolerance={"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2)}),
+           # PyTorch's 16-bit kernels round terms before their sums; kiln sums in float32
+           # (nearer the float64 reference than PyTorch in every bfloat16 sample)
+           tolerance={"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2),
+                      "bfloat16": (2e-2, 4e-2)}),
     OpCase("softmax_backward_data", (Op.SOFTMAX_BACKWARD_DATA,),
            lambda lib, g, y, dim, dt: aten(lib)._softmax_backward_data(g, y, dim,
                                                                        getattr(lib, dt)),

@@ -1,6 +1,7 @@
 """Type promotion: tensor-tensor, tensor-with-zero-dim-tensor and tensor-with-Python-number
-over the six dtypes, compared to PyTorch; then the rules that hold without PyTorch; then
-every op of the op table compared to PyTorch in result dtype, shape and value."""
+over the ten dtypes with kernels, compared to PyTorch; then the rules that hold without
+PyTorch; then every op of the op table compared to PyTorch in result dtype, shape and
+value, in the dtypes it runs in and in the narrow ones (bfloat16, int8, int16, uint8)."""
 from __future__ import annotations
 
 import itertools
@@ -11,7 +12,8 @@ import pytest
 import eager
 import op_table
 import op_table_shape
-from op_cases import ALL, all_cases, assert_matches, call, samples_of, to_eager, to_torch
+from op_cases import (ALL, EVERY, all_cases, assert_matches, call, narrow_cases, samples_of,
+                      to_eager, to_torch)
 from torch_parity import dtype_name, require_torch, torch_to_numpy
 
 PYTHON_NUMBERS = [True, 3, -2.5]
@@ -57,14 +59,14 @@ def outcome(fn, lib, x, y) -> str:
 def result_values(fn, lib, x, y):
     """The result as float64 values, or None when the call raises."""
     try:
-        return np.asarray(fn(lib, x, y).numpy(), np.float64)
+        return fn(lib, x, y).double().numpy()  # (torch's numpy() takes no bfloat16)
     except (RuntimeError, TypeError, ValueError, IndexError):
         return None
 
 
 @pytest.mark.parametrize("kinds", [("dim", "dim"), ("dim", "zero"), ("zero", "dim"),
                                    ("zero", "zero")])
-@pytest.mark.parametrize("a, b", list(itertools.product(ALL, ALL)))
+@pytest.mark.parametrize("a, b", list(itertools.product(EVERY, EVERY)))
 def test_tensor_tensor_promotion_matches_torch(a, b, kinds):
     torch = require_torch()
     x, y = operand(eager, kinds[0], a), operand(eager, kinds[1], b)
@@ -82,7 +84,7 @@ def test_tensor_tensor_promotion_matches_torch(a, b, kinds):
 
 @pytest.mark.parametrize("number", PYTHON_NUMBERS, ids=repr)
 @pytest.mark.parametrize("kind", ["dim", "zero"])
-@pytest.mark.parametrize("a", ALL)
+@pytest.mark.parametrize("a", EVERY)
 def test_tensor_number_promotion_matches_torch(a, kind, number):
     torch = require_torch()
     x, tx = operand(eager, kind, a), operand(torch, kind, a)
@@ -100,7 +102,7 @@ def test_tensor_number_promotion_matches_torch(a, kind, number):
             outcome(lambda lib, t, n: t.clone().clamp_(None, n), torch, tx, number)
 
 
-@pytest.mark.parametrize("a", ALL)
+@pytest.mark.parametrize("a", EVERY)
 def test_bitwise_not_matches_torch(a):
     torch = require_torch()
     x, tx = operand(eager, "dim", a), operand(torch, "dim", a)
@@ -177,6 +179,18 @@ CASES = op_table.CASES + op_table_shape.CASES
 @pytest.mark.filterwarnings("ignore:.*degrees of freedom is <= 0")  # torch warns of var(x)=0/0
 @pytest.mark.parametrize("case, dtype", all_cases(CASES))
 def test_op_matches_torch(case, dtype):
+    _check_against_torch(case, dtype)
+
+
+@pytest.mark.filterwarnings("ignore:.*degrees of freedom is <= 0")
+@pytest.mark.parametrize("case, dtype", narrow_cases(CASES))
+def test_op_matches_torch_in_the_narrow_dtypes(case, dtype):
+    """bfloat16 wherever a case runs in float16; int8, int16 and uint8 wherever it runs in
+    int32: PyTorch's result dtype, and its values (bfloat16 within one rounding)."""
+    _check_against_torch(case, dtype)
+
+
+def _check_against_torch(case, dtype):
     torch = require_torch()
     for sample in samples_of(case, dtype):
         what = f"{case.name}{sample!r} [{dtype}]"

@@ -11,10 +11,16 @@ def require_torch():
 
 
 def torch_to_numpy(out):
-    """Outputs of a torch call (a tensor or a tuple of them) as numpy arrays."""
+    """Outputs of a torch call (a tensor or a tuple of them) as numpy arrays (bfloat16 as
+    ml_dtypes' bfloat16, which torch's numpy() does not give)."""
     if isinstance(out, (tuple, list)):
-        return [o.detach().numpy() for o in out]
-    return out.detach().numpy()
+        return [torch_to_numpy(o) for o in out]
+    out = out.detach()
+    if str(out.dtype) == "torch.bfloat16":
+        import ml_dtypes
+        import torch
+        return out.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return out.numpy()
 
 
 def dtype_name(dtype) -> str:

@@ -16,7 +16,8 @@ from ir import dtypes
 from ir.dtypes import DType
 from ir.ops import Op
 
-SUPPORTED = frozenset(dt for dt in dtypes.ALL if dt.name != "float16")
+SUPPORTED = frozenset(dt for dt in dtypes.ALL
+                      if dt not in dtypes.HALF + (dtypes.int8, dtypes.int16))
 
 
 def check_dtypes(op_name: str, *dts: DType) -> None:
@@ -174,9 +175,9 @@ def to_copy(self, *, dtype=None, device=None):
     dt = dtype or self.dtype
     target = as_device(device) if device is not None else self.device
     if target.type == "cpu":
-        return from_array(D.to_host(self).astype(dt.np, copy=False))
+        return from_array(dtypes.cast(D.to_host(self), dt))
     if target != self.device:
-        return D.from_host(D.to_host(self).astype(dt.np, copy=False), target)
+        return D.from_host(dtypes.cast(D.to_host(self), dt), target)
     check_dtypes("_to_copy", self.dtype, dt)
     return run(Op.TO_COPY, D.empty(self._shape, dt, target), [self], {}, dt)
 
