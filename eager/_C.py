@@ -17,8 +17,7 @@ _PYTORCH_ONLY_KEYS = (
     "Undefined", "XPU", "MPS", "PrivateUse1", "BackendSelect", "Python", "PythonTLSSnapshot",
     "Functionalize", "ADInplaceOrView", "AutogradOther", "AutogradXPU", "AutogradMPS",
     "AutogradPrivateUse1", "CompositeExplicitAutograd",
-    "CompositeExplicitAutogradNonFunctional", "Autocast", "AutocastCPU", "AutocastCUDA",
-    "AutocastXPU", "AutocastMPS", "AutocastPrivateUse1", "PreDispatch", "FuncTorchBatched",
+    "CompositeExplicitAutogradNonFunctional", "Autocast", "AutocastXPU", "AutocastMPS", "AutocastPrivateUse1", "PreDispatch", "FuncTorchBatched",
     "FuncTorchDynamicLayerFrontMode", "FuncTorchDynamicLayerBackMode", "Batched", "Sparse",
     "SparseCPU", "SparseCUDA", "Dense", "Conjugate", "Negative", "ZeroTensor")
 

@@ -44,16 +44,19 @@ from eager.derived_math import einsum, eye, searchsorted  # noqa: F401
 from eager.written_back import *  # noqa: F401,F403 - reciprocal_, clamp_min_ ...
 from eager.functional import __all__ as _functional_all
 from eager.type_info import finfo, iinfo
+from eager import amp as amp
+from eager.amp import (autocast, clear_autocast_cache, get_autocast_dtype,
+                       is_autocast_available, is_autocast_enabled, set_autocast_dtype,
+                       set_autocast_enabled)
 from runtime.threads import num_threads as get_num_threads, set_num_threads  # noqa: F401
 from eager.storage import UntypedStorage, asarray, frombuffer
 from eager.layouts import (jagged, layout, sparse_bsc, sparse_bsr, sparse_coo, sparse_csc,
                            sparse_csr, strided)
-from ir.dtypes import (bool_ as bool, float16, float32, float64, int32, int64,  # noqa: A004
-                       get_default_dtype)
-from ir.dtypes import (bfloat16, complex32, complex64, complex128,  # named; no kernels
+from ir.dtypes import (bool_ as bool, bfloat16, float16, float32, float64,  # noqa: A004
+                       int8, int16, int32, int64, uint8, get_default_dtype)
+from ir.dtypes import (complex32, complex64, complex128,  # named; no kernels
                        float4_e2m1fn_x2, float8_e4m3fn, float8_e4m3fnuz,  # yet (ir/dtypes.py)
-                       float8_e5m2, float8_e5m2fnuz, float8_e8m0fnu, int8, int16, uint8,
-                       uint16, uint32, uint64)
+                       float8_e5m2, float8_e5m2fnuz, float8_e8m0fnu, uint16, uint32, uint64)
 from ir.dtypes import DType as dtype
 
 float = float32  # noqa: A001 - PyTorch's aliases
@@ -76,7 +79,7 @@ def compile(fn=None, **options):  # noqa: A001 - PyTorch's name
     import compiler
     return compiler.compile(fn, **options)
 
-_SUBMODULES = ("nn", "optim", "utils", "cuda", "distributed", "testing", "serialization", "hub",
+_SUBMODULES = ("nn", "optim", "utils", "cpu", "cuda", "distributed", "testing", "serialization", "hub",
                "jit", "onnx", "fx", "compiler", "ao", "_custom_ops", "library",
                "distributions")
 _FROM_MODULE = {"load": "eager.serialization", "save": "eager.serialization",

@@ -15,6 +15,7 @@ import threading
 from typing import NamedTuple
 
 from eager import _missing
+from eager.amp import cuda_amp as amp  # noqa: F401 - torch.cuda.amp
 from eager.backends import cuda_is_available
 from eager.device import device as _device
 

@@ -31,6 +31,8 @@ class DispatchKey(enum.IntEnum):
     AutogradMeta = 4
     AutogradCPU = 5
     AutogradCUDA = 6
+    AutocastCPU = 7  # autocast's casts (eager/amp), above autograd as in PyTorch; only
+    AutocastCUDA = 8  # ever in a thread's include mask, never in a tensor's keys
     # alias keys: registering under one fills several runtime keys
     CompositeImplicitAutograd = 16
     Autograd = 17
@@ -38,7 +40,8 @@ class DispatchKey(enum.IntEnum):
 
 BACKEND_KEYS = (DispatchKey.Meta, DispatchKey.CPU, DispatchKey.CUDA)
 AUTOGRAD_KEYS = (DispatchKey.AutogradMeta, DispatchKey.AutogradCPU, DispatchKey.AutogradCUDA)
-RUNTIME_KEYS = BACKEND_KEYS + (DispatchKey.Tracer,) + AUTOGRAD_KEYS
+AUTOCAST_KEYS = (DispatchKey.AutocastCPU, DispatchKey.AutocastCUDA)
+RUNTIME_KEYS = BACKEND_KEYS + (DispatchKey.Tracer,) + AUTOGRAD_KEYS + AUTOCAST_KEYS
 AUTOGRAD_OF = dict(zip(BACKEND_KEYS, AUTOGRAD_KEYS))
 BACKEND_MASK = sum(1 << k for k in BACKEND_KEYS)
 AUTOGRAD_MASK = sum(1 << k for k in AUTOGRAD_KEYS)

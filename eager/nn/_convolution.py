@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from eager import factories
+from eager.amp import autocast_mode as _autocast
 from eager.autograd.grad_mode import is_grad_enabled
 from eager.kernels.windows import offset_slices
 from eager.nn._normalization import pad
@@ -71,6 +72,7 @@ product is (O, C K) @ (C K, L), and at L = 1 .. 64 (ResNet-18's later stages on 
 sizes) those are matrix-vector-thin products that run the GEMM at a tenth of its speed."""
 
 
+@_autocast.policy("conv2d")
 def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,
            dilation=1, groups: int = 1) -> Tensor:
     """(N, C, H, W) * (O, C / groups, kh, kw) -> (N, O, oh, ow)."""
@@ -129,6 +131,7 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
     return ops.squeeze(result, [0]) if unbatched else result
 
 
+@_autocast.policy("conv1d")
 def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,
            dilation=1, groups: int = 1) -> Tensor:
     """(N, C, L) * (O, C / groups, k) -> (N, O, out): conv2d over a height of 1."""
@@ -157,6 +160,7 @@ def _interleave_zeros(x: Tensor, dim: int, stride: int) -> Tensor:
     return ops.slice(spread.reshape(shape), dim, 0, (x.shape[dim] - 1) * stride + 1)
 
 
+@_autocast.policy("conv_transpose2d")
 def conv_transpose2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1,
                      padding=0, output_padding=0, groups: int = 1, dilation=1) -> Tensor:
     """The gradient of conv2d with respect to its input, as a layer: (N, C, H, W) with
@@ -188,6 +192,7 @@ def conv_transpose2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, 
     return ops.squeeze(out, [0]) if unbatched else out
 
 
+@_autocast.policy("conv_transpose1d")
 def conv_transpose1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1,
                      padding=0, output_padding=0, groups: int = 1, dilation=1) -> Tensor:
     unbatched = _check_input("conv_transpose1d", input, 1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from eager import dispatcher, factories
+from eager.amp import autocast_mode as _autocast
 from eager.dispatcher import DispatchKey
 from eager.nn._activations import pairwise_distance, softplus_of
 from eager.tensor import Tensor, ops
@@ -32,6 +33,7 @@ def _same_size(fn: str, input: Tensor, target: Tensor) -> None:
                          f"they have the same size.")
 
 
+@_autocast.policy("binary_cross_entropy")
 def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,
                          reduction: str = "mean") -> Tensor:
     """-w (t log x + (1 - t) log(1 - x)), each log at least -100 (as PyTorch's)."""
@@ -46,6 +48,7 @@ def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = 
     return _reduce(loss if weight is None else loss * weight, reduction)
 
 
+@_autocast.policy("binary_cross_entropy_with_logits")
 def binary_cross_entropy_with_logits(input: Tensor, target: Tensor,
                                      weight: Tensor | None = None, reduction: str = "mean",
                                      pos_weight: Tensor | None = None) -> Tensor:
@@ -60,6 +63,7 @@ def binary_cross_entropy_with_logits(input: Tensor, target: Tensor,
     return _reduce(loss if weight is None else loss * weight, reduction)
 
 
+@_autocast.policy("smooth_l1_loss")
 def smooth_l1_loss(input: Tensor, target: Tensor, reduction: str = "mean",
                    beta: float = 1.0) -> Tensor:
     if beta < 0:
@@ -70,6 +74,7 @@ def smooth_l1_loss(input: Tensor, target: Tensor, reduction: str = "mean",
     return _reduce(ops.where(d < beta, d * d * (0.5 / beta), d - 0.5 * beta), reduction)
 
 
+@_autocast.policy("huber_loss")
 def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean",
                delta: float = 1.0) -> Tensor:
     if delta <= 0:
@@ -78,6 +83,7 @@ def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean",
     return _reduce(ops.where(d < delta, d * d * 0.5, (d - 0.5 * delta) * delta), reduction)
 
 
+@_autocast.policy("kl_div")
 def kl_div(input: Tensor, target: Tensor, reduction: str = "mean",
            log_target: bool = False) -> Tensor:
     """target (log target - input), input being log-probabilities; 0 where target is 0."""
@@ -92,11 +98,13 @@ def kl_div(input: Tensor, target: Tensor, reduction: str = "mean",
     return _reduce(loss, reduction)
 
 
+@_autocast.policy("margin_ranking_loss")
 def margin_ranking_loss(input1: Tensor, input2: Tensor, target: Tensor, margin: float = 0.0,
                         reduction: str = "mean") -> Tensor:
     return _reduce(ops.clamp(-target * (input1 - input2) + margin, 0.0, None), reduction)
 
 
+@_autocast.policy("cosine_embedding_loss")
 def cosine_embedding_loss(input1: Tensor, input2: Tensor, target: Tensor, margin: float = 0.0,
                           reduction: str = "mean") -> Tensor:
     """1 - cos for target 1, max(0, cos - margin) for target -1 (cos along dim 1)."""
@@ -110,16 +118,19 @@ def cosine_embedding_loss(input1: Tensor, input2: Tensor, target: Tensor, margin
     return _reduce(loss, reduction)
 
 
+@_autocast.policy("hinge_embedding_loss")
 def hinge_embedding_loss(input: Tensor, target: Tensor, margin: float = 1.0,
                          reduction: str = "mean") -> Tensor:
     beyond = ops.where(target != 1, ops.clamp(margin - input, 0.0, None), 0.0)
     return _reduce(beyond + ops.where(target != -1, input, 0.0), reduction)
 
 
+@_autocast.policy("soft_margin_loss")
 def soft_margin_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     return _reduce(softplus_of(-target * input), reduction)
 
 
+@_autocast.policy("poisson_nll_loss")
 def poisson_nll_loss(input: Tensor, target: Tensor, log_input: bool = True, full: bool = False,
                      eps: float = 1e-8, reduction: str = "mean") -> Tensor:
     loss = ops.exp(input) - target * input if log_input else \
@@ -132,6 +143,7 @@ def poisson_nll_loss(input: Tensor, target: Tensor, log_input: bool = True, full
     return _reduce(loss, reduction)
 
 
+@_autocast.policy("gaussian_nll_loss")
 def gaussian_nll_loss(input: Tensor, target: Tensor, var: Tensor, full: bool = False,
                       eps: float = 1e-6, reduction: str = "mean") -> Tensor:
     """(log max(var, eps) + (input - target)^2 / max(var, eps)) / 2 (+ log(2 pi) / 2)."""
@@ -149,6 +161,7 @@ def gaussian_nll_loss(input: Tensor, target: Tensor, var: Tensor, full: bool = F
     return _reduce(loss, reduction)
 
 
+@_autocast.policy("triplet_margin_loss")
 def triplet_margin_loss(anchor: Tensor, positive: Tensor, negative: Tensor,
                         margin: float = 1.0, p: float = 2.0, eps: float = 1e-6,
                         swap: bool = False, reduction: str = "mean") -> Tensor:
@@ -159,6 +172,7 @@ def triplet_margin_loss(anchor: Tensor, positive: Tensor, negative: Tensor,
     return _reduce(ops.clamp(d_pos - d_neg + margin, 0.0, None), reduction)
 
 
+@_autocast.policy("multilabel_soft_margin_loss")
 def multilabel_soft_margin_loss(input: Tensor, target: Tensor, weight: Tensor | None = None,
                                 reduction: str = "mean") -> Tensor:
     per = -(target * -softplus_of(-input) + (1 - target) * -softplus_of(input))

@@ -7,6 +7,7 @@ import math
 from eager import _missing
 from eager import factories
 from eager import dispatcher
+from eager.amp import autocast_mode as _autocast
 from eager.dispatcher import ATEN, DispatchKey
 from ir.records import named
 from eager.tensor import Tensor, ops, reading_values
@@ -106,6 +107,7 @@ def _as_rows(input: Tensor, target: Tensor):
     return input, target
 
 
+@_autocast.policy("nll_loss")
 def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None,
              ignore_index: int = -100, reduction: str = "mean") -> Tensor:
     if target.dtype not in (dtypes.int64, dtypes.int32):
@@ -126,6 +128,7 @@ def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None,
     return _reduce(loss, reduction, ops.sum(w) if reduction == "mean" else None)
 
 
+@_autocast.policy("cross_entropy")
 def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,
                   ignore_index: int = -100, reduction: str = "mean",
                   label_smoothing: float = 0.0) -> Tensor:
@@ -164,15 +167,18 @@ def _class_view(weight: Tensor, input: Tensor) -> Tensor:
     return ops.reshape(weight, shape)
 
 
+@_autocast.policy("mse_loss")
 def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     diff = input - target
     return _reduce(diff * diff, reduction)
 
 
+@_autocast.policy("l1_loss")
 def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     return _reduce(ops.abs(input - target), reduction)
 
 
+@_autocast.policy("scaled_dot_product_attention")
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
                                  attn_mask: Tensor | None = None, dropout_p: float = 0.0,
                                  is_causal: bool = False, scale: float | None = None,

@@ -47,7 +47,8 @@ LAYERS = [
         "eager.derived",
         "eager.derived_shapes", "eager.memory_formats", "eager.derived_math",
         "eager.written_back", "eager.storage",
-        "eager.cuda",
+        "eager.amp.autocast_mode", "eager.amp.grad_scaler", "eager.amp",
+        "eager.cpu", "eager.cuda",
         "eager.testing", "eager.library"]),
     ("libraries: distributed, nn, optim, utils and distributions", [
         "eager.distributed.process_group", "eager.distributed.collectives", "eager.distributed",
@@ -135,6 +136,9 @@ ALLOWED = {
                                                                  "is read with the first kernel",
     ("eager.backends.native.membership", "runtime.llvm.toolkit"): "the IR toolkit (llvmlite) "
         "loads only to build a kernel: one from the disk cache loads without it",
+    ("eager.amp.grad_scaler", "eager.cuda"): "a CUDA GradScaler asks whether CUDA is there "
+                                             "when it is made: `import eager` does not load "
+                                             "eager.cuda",
     ("eager.cuda", "runtime.cuda.current"): "the CUDA driver and device memory are looked "
                                             "at only when asked",
     ("eager.cuda", "runtime.cuda.driver"): "(CudaUnavailable, with the driver)",
