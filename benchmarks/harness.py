@@ -232,7 +232,10 @@ def as_arrays(value) -> list[np.ndarray]:
     if isinstance(value, (tuple, list)):
         return [a for v in value for a in as_arrays(v)]
     if hasattr(value, "detach"):
-        value = value.detach().cpu().numpy()
+        value = value.detach().cpu()
+        if str(value.dtype).endswith("bfloat16"):  # torch's numpy() takes none
+            value = value.float()
+        value = value.numpy()
     return [np.asarray(value, dtype=np.float64)]
 
 

@@ -82,4 +82,9 @@ def kiln_tensors(arrays: list[np.ndarray]) -> list:
 
 def torch_tensors(arrays: list[np.ndarray]) -> list:
     import torch
-    return [torch.from_numpy(a.copy()) for a in arrays]
+
+    def tensor(a):
+        if a.dtype.name == "bfloat16":  # (ml_dtypes' array: torch takes its 16-bit words)
+            return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
+        return torch.from_numpy(a.copy())
+    return [tensor(a) for a in arrays]

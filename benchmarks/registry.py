@@ -74,6 +74,8 @@ register("gemm", "benchmarks.gemm",
          "matmul: float32 and float64 squares, awkward shapes, batched, fused linear")
 register("conv", "benchmarks.conv", "conv2d 3x3 + relu, a 7x7 stride-2 stem, max_pool2d")
 register("mlp_train", "benchmarks.train:mlp_cases", "MLP 784-256-256-10 training, Adam")
+register("bf16", "benchmarks.bf16",
+         "bfloat16 beside float32: GEMM squares, the MLP step under autocast")
 register("transformer_train", "benchmarks.train:transformer_cases",
          "char transformer training, AdamW")
 register("models", "benchmarks.models",

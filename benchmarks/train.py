@@ -123,9 +123,10 @@ def _training_case(name: str, model: Callable, optimizer: Callable, loss: Callab
 
 def _trainer(lib, tensors: Callable, model: Callable, optimizer: Callable, loss: Callable,
              initial: dict, data: list, compile_model=None,
-             compile_step=None) -> Callable[[], object]:
+             compile_step=None, autocast=None) -> Callable[[], object]:
     """One optimiser step per call, on the next batch; returns the step's loss.
-    `compile_model` compiles the model alone, `compile_step` the whole step."""
+    `compile_model` compiles the model alone, `compile_step` the whole step; with
+    `autocast` (a dtype's name) the forward and loss run under lib.autocast("cpu")."""
     module = model(lib)
     module.load_state_dict(dict(zip(initial, tensors(list(initial.values())))))
     opt = optimizer(lib, module.parameters())
@@ -134,7 +135,11 @@ def _trainer(lib, tensors: Callable, model: Callable, optimizer: Callable, loss:
 
     def train_step(x, y):
         opt.zero_grad()
-        value = loss(lib, net, x, y)
+        if autocast:
+            with lib.autocast("cpu", dtype=getattr(lib, autocast)):
+                value = loss(lib, net, x, y)
+        else:
+            value = loss(lib, net, x, y)
         value.backward()
         opt.step()
         return value

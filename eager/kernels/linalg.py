@@ -94,19 +94,21 @@ def _matmul_kernel(rule, product=np.matmul, batched=None):
     GEMM (eager/backends/native/gemm.py), where it is loaded."""
     def kernel(self, other):
         _, dt = rule(self, other)
-        if dt in dtypes.HALF:  # computed in float32, rounded once
-            return result(product(operand(self, np.float32), operand(other, np.float32)), dt)
+        half = dt in dtypes.HALF  # computed in float32, rounded once
+        a, b = (operand(self, _F32), operand(other, _F32)) if half else (self._np(), other._np())
         if batched is not None and self._shape[-2] >= GEMM_EDGE and \
-                other._shape[-1] >= GEMM_EDGE and dt in _GEMM_DTYPES:  # (tiny ones: fast)
-            r = _product(self, other, batched)
+                other._shape[-1] >= GEMM_EDGE and (half or dt in _GEMM_DTYPES):  # (tiny: fast)
+            r = _product(a, b, batched)
             if r is not None:
-                return from_array(r)
-        r = product(self._np(), other._np())  # the rule made both operands of type dt
-        return from_array(r if type(r) is np.ndarray else np.asarray(r))
+                return result(r, dt) if half else from_array(r)
+        r = product(a, b)  # the rule made both operands of type dt
+        r = r if type(r) is np.ndarray else np.asarray(r)
+        return result(r, dt) if half else from_array(r)
     kernel.__name__ = rule.__name__.replace("_rule", "_cpu")
     return kernel
 
 
+_F32 = np.dtype(np.float32)
 GEMM_MACS = 1 << 19
 GEMM_EDGE = 16
 """From GEMM_MACS multiply-adds (a batch's together), with GEMM_EDGE rows and columns or
@@ -117,14 +119,14 @@ Measured on one thread (znver5), numpy's time / kiln's: 64x64x64 (262K) 0.74, 96
 columns) 0.93, 8x1024x8 0.31."""
 
 
-def _product(a, b, batched: bool):
-    """a @ b (float tensors of one dtype) on kiln's GEMM where it takes the product, else
+def _product(a: np.ndarray, b: np.ndarray, batched: bool):
+    """a @ b (float arrays of one dtype) on kiln's GEMM where it takes the product, else
     None (numpy's BLAS runs it)."""
-    *batch, m, k = a._shape
-    if m * k * b._shape[-1] * (batch[0] if batch else 1) < GEMM_MACS:
+    *batch, m, k = a.shape
+    if m * k * b.shape[-1] * (batch[0] if batch else 1) < GEMM_MACS:
         return None
     gemm = _gemm or native_gemm()
-    return None if gemm is None else gemm.product(a._np(), b._np(), batched)
+    return None if gemm is None else gemm.product(a, b, batched)
 
 
 _GEMM_DTYPES = frozenset({dtypes.float32, dtypes.float64})
@@ -160,8 +162,9 @@ def addmm_cpu(self, mat1, mat2, *, beta=1, alpha=1):
     (tests/compiler/test_decompositions.py compares the two)."""
     _, dt = addmm_rule(self, mat1, mat2, beta=beta, alpha=alpha)
     ct = compute_np(dt)
-    prod = _product(mat1, mat2, batched=False) if dt in _GEMM_DTYPES and \
-        mat1._shape[0] >= GEMM_EDGE and mat2._shape[1] >= GEMM_EDGE else None
+    prod = _product(operand(mat1, ct), operand(mat2, ct), batched=False) \
+        if (dt in _GEMM_DTYPES or dt in dtypes.HALF) and mat1._shape[0] >= GEMM_EDGE and \
+        mat2._shape[1] >= GEMM_EDGE else None
     if prod is None:
         prod = np.matmul(operand(mat1, ct), operand(mat2, ct))
     alpha, beta = scalar_value(alpha), scalar_value(beta)

@@ -11,12 +11,13 @@ import dataclasses
 import pytest
 from bench_helpers import ONCE
 
-from benchmarks import compile_overhead, conv, elementwise, gemm, registry, reductions, train
+from benchmarks import (bf16, compile_overhead, conv, elementwise, gemm, registry, reductions,
+                        train)
 from benchmarks.contenders import SLOW_TO_START, Lineup
 from benchmarks.harness import run_case, run_suite
 
 NEW_SUITES = ["elementwise", "reductions", "gemm", "conv", "mlp_train", "transformer_train",
-              "compile_overhead"]
+              "compile_overhead", "bf16"]
 
 
 @pytest.fixture
@@ -29,7 +30,8 @@ def tiny_sizes(monkeypatch):
             (gemm, "LINEAR", (4, 6, 5)), (conv, "QUICK", (2, 3, 6, 4)),
             (train, "BATCHES", 2), (train, "MLP_HIDDEN", 16), (train, "MLP_BATCH", 8),
             (train, "D_MODEL", 16), (train, "HEADS", 2), (train, "CONTEXT", 8),
-            (train, "TEXT_BATCH", 2), (compile_overhead, "COMPILES", 3)):
+            (train, "TEXT_BATCH", 2), (compile_overhead, "COMPILES", 3),
+            (bf16, "QUICK_SQUARES", (8,))):
         monkeypatch.setattr(module, name, value)
 
 

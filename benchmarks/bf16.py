@@ -1,0 +1,91 @@
+"""bfloat16 beside float32: the same products and the same training step in each, kiln
+against PyTorch on this machine, as GFLOP/s and steps/s.
+
+- GEMM squares: `a @ b` of bfloat16 tensors and of float32 ones. kiln's bfloat16 product
+  converts both operands to float32, runs the float32 product and rounds once (no
+  bfloat16 GEMM kernel yet: on AVX512-BF16 machines PyTorch's oneDNN runs vdpbf16ps);
+  the ratios say what that costs.
+- The MLP training step of the mlp_train suite (784-256-256-10, batch 128, Adam) under
+  `autocast("cpu", dtype=bfloat16)` (the products in bfloat16, the loss in float32,
+  float32 weights and gradients), and the same step in float32, for both libraries.
+
+The gates: products within bfloat16's rounding of the float64 answer; the first step's
+loss within 2e-2 of the float64 model's (bfloat16's products round at 2**-8).
+"""
+from __future__ import annotations
+
+import functools
+
+import ml_dtypes
+import numpy as np
+
+from benchmarks import train, train_reference
+from benchmarks.gemm import matmul
+from benchmarks.harness import Case, Impl
+from benchmarks.impls import (KILN, KILN_COMPILED, TORCH, kiln_eager, kiln_tensors, torch_eager,
+                              torch_tensors)
+
+SQUARES, QUICK_SQUARES = (256, 512, 1024), (256,)
+
+
+def _labelled(contender: str, dtype: str) -> str:
+    return f"{contender}, {dtype}"
+
+
+def _impl(contender: str, dtype: str, build) -> Impl:
+    return Impl(contender, build, label=_labelled(contender, dtype))
+
+
+def square(rng, n: int) -> Case:
+    a = (rng.standard_normal((n, n)) / np.sqrt(n)).astype(np.float32)
+    b = rng.standard_normal((n, n)).astype(np.float32)
+    halves = [a.astype(ml_dtypes.bfloat16), b.astype(ml_dtypes.bfloat16)]
+    impls = []
+    for dtype, arrays in (("bfloat16", halves), ("float32", [a, b])):
+        impls += [_impl(KILN, dtype, functools.partial(kiln_eager, matmul, arrays)),
+                  _impl(TORCH, dtype, functools.partial(torch_eager, matmul, arrays))]
+    exact = [h.astype(np.float64) for h in halves]  # what both dtypes' products approach
+    return Case(f"square {n}", impls, expected=lambda: exact[0] @ exact[1], unit="GFLOP/s",
+                work=2.0 * n ** 3, reference=(_labelled(TORCH, "bfloat16"),),
+                rtol=2 ** -7, atol=2e-2)
+
+
+def mlp_autocast() -> Case:
+    rng = np.random.default_rng(0)
+    data = [(rng.standard_normal((train.MLP_BATCH, train.MLP_INPUTS), dtype=np.float32),
+             rng.integers(0, train.MLP_CLASSES, train.MLP_BATCH)) for _ in range(train.BATCHES)]
+
+    def model(lib):
+        from examples.mlp_classifier import make_model
+        return make_model(train.MLP_HIDDEN, train.MLP_CLASSES, train.MLP_INPUTS, torch=lib)
+
+    def adam(lib, parameters):
+        return lib.optim.Adam(parameters, lr=1e-3)
+
+    initial = train._initial_state(model)
+
+    def trainer(lib_name: str, autocast: str | None, compile_step: bool = False):
+        def make():
+            lib = __import__(lib_name)
+            tensors = kiln_tensors if lib_name == "eager" else torch_tensors
+            return train._trainer(lib, tensors, model, adam, train._classify, initial(), data,
+                                  compile_step=lib.compile if compile_step else None,
+                                  autocast=autocast)
+        return make
+
+    impls = [_impl(KILN, "autocast bfloat16", trainer("eager", "bfloat16")),
+             Impl(KILN_COMPILED, trainer("eager", "bfloat16", compile_step=True),
+                  label="kiln compiled (whole step), autocast bfloat16"),
+             _impl(TORCH, "autocast bfloat16", trainer("torch", "bfloat16")),
+             _impl(KILN, "float32", trainer("eager", None)),
+             _impl(TORCH, "float32", trainer("torch", None))]
+    name = (f"MLP {train.MLP_INPUTS}-{train.MLP_HIDDEN}-{train.MLP_HIDDEN}-"
+            f"{train.MLP_CLASSES}, batch {train.MLP_BATCH}, Adam step")
+    return Case(name, impls, expected=lambda: train_reference.mlp_loss(
+        train._float64(initial()), *data[0]), unit="steps/s",
+        reference=(_labelled(TORCH, "autocast bfloat16"),), rtol=2e-2, atol=1e-3)
+
+
+def cases(quick: bool) -> list[Case]:
+    rng = np.random.default_rng(0)
+    return [square(rng, n) for n in (QUICK_SQUARES if quick else SQUARES)] + [mlp_autocast()]
