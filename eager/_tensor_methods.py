@@ -190,6 +190,55 @@ def _rdiv(self, other):
     return ops.div(other, self)
 
 
+def div(self, other, *, rounding_mode=None):
+    """div.Tensor, or div.Tensor_mode for a rounding mode ("trunc", "floor"): eager.div,
+    Tensor.div and their alias divide."""
+    if rounding_mode is None:
+        return ops.div(self, other)
+    return ATEN[Op.DIV_MODE].entry(self, other, rounding_mode=rounding_mode)
+
+
+def div_(self, other, *, rounding_mode=None):
+    if rounding_mode is None:
+        return ops.div_(self, other)
+    return ATEN[Op.DIV_MODE_].entry(self, other, rounding_mode=rounding_mode)
+
+
+def _unbounded(self, bound, upper: bool) -> Tensor:
+    """A 0-dim bound that bounds nothing, in the type of self clamped by `bound` (so it
+    changes no type): +-inf, or the integer type's largest or smallest value."""
+    dt = promote(self, bound if isinstance(bound, Tensor) else wrap_scalar(bound))
+    if dt.is_floating_point:
+        value = float("inf") if upper else float("-inf")
+    elif dt is dtypes.bool_:
+        value = upper
+    else:
+        value = int(np.iinfo(dt.np).max if upper else np.iinfo(dt.np).min)
+    return tensor(value, dtype=dt, device=self.device)
+
+
+def _tensor_bounds(self, min, max) -> tuple:  # noqa: A002 (PyTorch's argument names)
+    if min is None and max is None:
+        raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+    return (_unbounded(self, max, False) if min is None else min,
+            _unbounded(self, min, True) if max is None else max)
+
+
+def clamp(self, min=None, max=None):  # noqa: A002
+    """clamp with Python numbers for bounds, or clamp.Tensor where a bound is a tensor
+    (broadcast, the type promoted over all three): eager.clamp, Tensor.clamp, clip,
+    clamp_min and clamp_max."""
+    if not isinstance(min, Tensor) and not isinstance(max, Tensor):
+        return ops.clamp(self, min, max)
+    return ATEN[Op.CLAMP_TENSOR].entry(self, *_tensor_bounds(self, min, max))
+
+
+def clamp_(self, min=None, max=None):  # noqa: A002
+    if not isinstance(min, Tensor) and not isinstance(max, Tensor):
+        return ops.clamp_(self, min, max)
+    return ATEN[Op.CLAMP_TENSOR_].entry(self, *_tensor_bounds(self, min, max))
+
+
 def _rpow(self, other):
     return ops.pow(other, self)
 
@@ -247,6 +296,14 @@ def _imul(self, other):
 
 def _idiv(self, other):
     return ops.div_(self, other)
+
+
+def _ifloordiv(self, other):
+    return ops.floor_divide_(self, other)
+
+
+def _imod(self, other):
+    return ops.remainder_(self, other)
 
 
 def _eq(self, other):
@@ -411,6 +468,11 @@ _METHODS = {
     "__sub__": ATEN[Op.SUB].entry, "__rsub__": _rsub,
     "__mul__": ATEN[Op.MUL].entry, "__rmul__": ATEN[Op.MUL].entry,
     "__truediv__": ATEN[Op.DIV].entry, "__rtruediv__": _rdiv,
+    "div": div, "div_": div_, "divide": div, "divide_": div_,
+    "true_divide": ATEN[Op.DIV].entry, "true_divide_": ATEN[Op.DIV_].entry,
+    "__floordiv__": ATEN[Op.FLOOR_DIVIDE].entry, "__rfloordiv__": _reflected(ops.floor_divide),
+    "__mod__": ATEN[Op.REMAINDER].entry, "__rmod__": _reflected(ops.remainder),
+    "clamp": clamp, "clamp_": clamp_,
     "__pow__": ATEN[Op.POW].entry, "__rpow__": _rpow,
     "__matmul__": ATEN[Op.MATMUL].entry, "__rmatmul__": _rmatmul,
     "__neg__": ATEN[Op.NEG].entry, "__pos__": _pos, "__abs__": ATEN[Op.ABS].entry,
@@ -421,6 +483,7 @@ _METHODS = {
     "__lt__": ATEN[Op.LT].entry, "__le__": ATEN[Op.LE].entry, "__gt__": ATEN[Op.GT].entry,
     "__ge__": ATEN[Op.GE].entry, "__eq__": _eq, "__ne__": _ne,
     "__iadd__": _iadd, "__isub__": _isub, "__imul__": _imul, "__itruediv__": _idiv,
+    "__ifloordiv__": _ifloordiv, "__imod__": _imod,
     "__getitem__": indexing.getitem, "__setitem__": indexing.setitem,
     "gather": indexing.gather, "scatter": indexing.scatter, "scatter_": indexing.scatter_,
     "scatter_add": indexing.scatter_add, "scatter_add_": indexing.scatter_add_,

@@ -238,7 +238,7 @@ def is_complex(input: Tensor) -> bool:
 
 
 def clip(input: Tensor, min=None, max=None) -> Tensor:  # noqa: A002
-    return ops.clamp(input, min, max)
+    return Tensor.clamp(input, min, max)
 
 
 FUNCTIONS = ["repeat_interleave", "narrow", "movedim", "unflatten", "ravel", "broadcast_to",
@@ -253,8 +253,8 @@ METHODS = {"repeat": repeat, "tile": tile, "repeat_interleave": repeat_interleav
            "broadcast_to": broadcast_to, "masked_fill_": masked_fill_, "tril_": tril_,
            "triu_": triu_, "uniform_": uniform_, "normal_": normal_, "type_as": type_as,
            "new_full": new_full, "new_empty": new_empty, "clip": clip, "is_complex": is_complex,
-           "clamp_min": lambda self, min: ops.clamp(self, min, None),  # noqa: A006
-           "clamp_max": lambda self, max: ops.clamp(self, None, max),  # noqa: A006
+           "clamp_min": lambda self, min: Tensor.clamp(self, min, None),  # noqa: A006
+           "clamp_max": lambda self, max: Tensor.clamp(self, None, max),  # noqa: A006
            "square": lambda self: self * self, "nelement": Tensor.numel,
            "ndimension": Tensor.dim}
 for _name, _fn in METHODS.items():

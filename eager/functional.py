@@ -1,6 +1,7 @@
 """Module-level ops: `eager.add`, `eager.matmul`, `eager.max`, ... (PyTorch's namespace)."""
 from __future__ import annotations
 
+from eager import _tensor_methods
 from eager.dispatcher import ATEN
 from eager.kernels._common import can_cast, promote  # noqa: F401 - can_cast is public
 from eager.out_argument import takes_out
@@ -15,6 +16,7 @@ _DIRECT = named("function")  # eager.exp, eager.mm, ...: every op whose record n
 
 __all__ = list(_DIRECT) + [
     "max", "min", "var", "std", "clamp_min", "clamp_max", "concat", "square", "chunk",
+    "divide", "true_divide",
     "result_type", "promote_types", "can_cast", "broadcast_shapes", "gather", "scatter", "scatter_add",
     "nonzero", "index_put"]
 
@@ -22,6 +24,10 @@ for _name, _op in _DIRECT.items():
     globals()[_name] = ATEN[_op]
 
 concat = ATEN[Op.CAT]
+div = divide = takes_out(_tensor_methods.div)
+true_divide = ATEN[Op.DIV]
+clamp = takes_out(_tensor_methods.clamp)
+clamp_ = _tensor_methods.clamp_
 
 
 @takes_out
@@ -48,12 +54,12 @@ def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
 
 @takes_out
 def clamp_min(input, min):  # noqa: A002
-    return ops.clamp(input, min, None)
+    return clamp(input, min, None)
 
 
 @takes_out
 def clamp_max(input, max):  # noqa: A002
-    return ops.clamp(input, None, max)
+    return clamp(input, None, max)
 
 
 @takes_out

@@ -66,6 +66,8 @@ class Op(enum.Enum):
     SOFTPLUS_BACKWARD = ("softplus_backward(Tensor grad_output, Tensor self, Scalar beta,"
                          " Scalar threshold) -> Tensor")
     CLAMP = "clamp(Tensor self, Scalar? min=None, Scalar? max=None) -> Tensor"
+    # (PyTorch's bounds are Tensor? here; eager.clamp gives a missing one as no bound)
+    CLAMP_TENSOR = "clamp.Tensor(Tensor self, Tensor min, Tensor max) -> Tensor"
     NAN_TO_NUM = ("nan_to_num(Tensor self, float? nan=None, float? posinf=None, "
                   "float? neginf=None) -> Tensor")
     # elementwise, binary (Python numbers become wrapped zero-dim tensors)
@@ -73,6 +75,8 @@ class Op(enum.Enum):
     SUB = "sub(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor"
     MUL = "mul" + _BINARY
     DIV = "div" + _BINARY
+    DIV_MODE = "div.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode) -> Tensor"
+    FLOOR_DIVIDE = "floor_divide" + _BINARY
     POW = "pow(Tensor self, Tensor exponent) -> Tensor"
     MAXIMUM = "maximum" + _BINARY
     MINIMUM = "minimum" + _BINARY
@@ -184,7 +188,11 @@ class Op(enum.Enum):
     SUB_ = "sub_(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)"
     MUL_ = "mul_" + _INPLACE_BINARY
     DIV_ = "div_" + _INPLACE_BINARY
+    DIV_MODE_ = ("div_.Tensor_mode(Tensor(a!) self, Tensor other, *, str? rounding_mode)"
+                 " -> Tensor(a!)")
+    FLOOR_DIVIDE_ = "floor_divide_.Tensor" + _INPLACE_BINARY
     CLAMP_ = "clamp_(Tensor(a!) self, Scalar? min=None, Scalar? max=None) -> Tensor(a!)"
+    CLAMP_TENSOR_ = "clamp_.Tensor(Tensor(a!) self, Tensor min, Tensor max) -> Tensor(a!)"
     NEG_ = "neg_" + _INPLACE_UNARY
     ABS_ = "abs_" + _INPLACE_UNARY
     SIGN_ = "sign_" + _INPLACE_UNARY

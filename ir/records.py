@@ -82,7 +82,10 @@ class Pointwise(NamedTuple):
     being that Python number makes the op `op` of the other tensor, for float32 and
     float64 results: pow(x, 0.5) is sqrt(x), as PyTorch's pow.Tensor_Scalar runs it
     (sqrt(-inf) is NaN where C's pow gives inf); eager's kernel and the compiler's
-    simplification both use them."""
+    simplification both use them. `own_half`: float16 and bfloat16 compute in their own
+    type, each step rounded, as PyTorch's kernel does (div's trunc and floor modes: the
+    quotient rounded before it is truncated), where others compute in float32 and round
+    once."""
     rule: str
     numpy: Callable
     emit: Callable | None = None
@@ -96,6 +99,7 @@ class Pointwise(NamedTuple):
     scaled: str = ""
     not_on_cuda: str = ""
     number_forms: tuple[tuple[int, float, Op], ...] = ()
+    own_half: bool = False
 
 
 class OpRecord:

@@ -8,9 +8,12 @@ import numpy as np
 
 from eager.dispatcher import ATEN
 from eager.factories import zeros, zeros_like
-from eager.kernels._common import integral_only, promote, register, scalar_value, type_word
+from eager.kernels._common import (float_of, integral_only, promote, register, scalar_value,
+                                   type_word)
 from eager.kernels.elementwise import check_no_internal_overlap
 from eager.kernels.gradients import sum_to
+from eager.kernels.rounding import (ROUNDED_DIVISIONS, emit_floor_divide, integer_division,
+                                    no_bool)
 from ir.records import RECORDS, Pointwise, declare
 from eager.shapes import broadcast_shapes
 from eager.tensor import ops
@@ -77,6 +80,47 @@ def _(ctx, g):
     a, b = ctx.self, ctx.other
     return (sum_to(g / b, a._shape) if ctx.needs_input_grad(0) else None,
             sum_to(ops.neg(g) * a / (b * b), b._shape) if ctx.needs_input_grad(1) else None)
+
+
+# div(rounding_mode=...), PyTorch's div.Tensor_mode: "trunc" and "floor" keep integers
+# (their functions are rounding.py's); eager's div calls it for a rounding mode
+def _divide(a, b, rounding_mode):
+    return ROUNDED_DIVISIONS[rounding_mode](a, b)
+
+
+def _emit_divide(E, a, b, rounding_mode):
+    if rounding_mode == "floor":
+        return emit_floor_divide(E, a, b)
+    quotient = E.div(a, b)
+    return quotient if rounding_mode is None else E.round("trunc", quotient)
+
+
+def _divide_dtype(self, other, rounding_mode):
+    if rounding_mode not in ROUNDED_DIVISIONS:
+        raise RuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' "
+                           f"but found '{rounding_mode}'")
+    dt = promote(self, other)
+    return float_of(dt) if rounding_mode is None else dt
+
+
+def _check_divide(dt, self, other, rounding_mode):
+    if rounding_mode is not None:
+        no_bool(f"div_{rounding_mode}_cpu")(dt)
+
+
+# integers stay with numpy (float_math): a generated integer division by zero is undefined
+DIV_MODE = declare(Op.DIV_MODE, pointwise=Pointwise(
+    "promote", integer_division("divide", _divide), emit=_emit_divide, float_math=True,
+    dtype=_divide_dtype, check=_check_divide, own_half=True))
+declare(Op.DIV_MODE_, inplace_of=Op.DIV_MODE)
+
+
+@DIV_MODE.derivative("DivBackward2", "self other", save="self other rounding_mode")
+def _(ctx, g):
+    if ctx.rounding_mode is None:
+        return DIV.rule.formula(ctx, g)
+    return (zeros(ctx.self._shape, dtype=g.dtype, device=g.device),
+            zeros(ctx.other._shape, dtype=g.dtype, device=g.device))
 
 
 def _pow(a, b):

@@ -193,7 +193,8 @@ def _pointwise_kernel(record: OpRecord, split, shape_and_dtype):
     count = _tensor_count(record)
     least, threads_only = _native_elements(record)
     native = least is not None
-    half, half_computes_in = dtypes.HALF, compute_np(dtypes.float16)
+    half = frozenset() if record.pointwise.own_half else dtypes.HALF
+    half_computes_in = compute_np(dtypes.float16)
 
     def kernel(*args, **attrs):
         if attrs or len(args) != count:

@@ -1,9 +1,9 @@
 """The records of the rounding and sign pointwise ops (ir/records.py): floor, ceil, round
 (to even, with `decimals=`), trunc (fix), frac, sgn, signbit, fmod, remainder, copysign,
-nextafter, with their in-place forms. Integers keep their type through floor, ceil,
+nextafter, floor_divide (//; div's rounding modes too), with their in-place forms. Integers keep their type through floor, ceil,
 round and trunc (bools have no kernel, as in PyTorch); fmod and remainder of integers
 raise PyTorch's "ZeroDivisionError" for a zero divisor; rounding and sign ops have zero
-derivatives."""
+derivatives (floor_divide has none, as in PyTorch)."""
 from __future__ import annotations
 
 import numpy as np
@@ -18,7 +18,7 @@ from ir.records import Pointwise, declare
 from ir.ops import Op
 
 
-def _no_bool(kernel: str):
+def no_bool(kernel: str):
     def check(dt, *tensors, **attrs):
         if dt is dtypes.bool_:
             raise NotImplementedError(f"\"{kernel}\" not implemented for 'Bool'")
@@ -38,7 +38,7 @@ def _rounding(op: Op, inplace: Op, numpy, intrinsic: str, node: str, alias: str 
     emit = lambda E, x: E.round(intrinsic, x)  # noqa: E731
     record = declare(op, function=True, method=True, aliases=(alias,) if alias else (),
                      pointwise=Pointwise("same", _integers_kept(numpy), emit=emit,
-                                         check=_no_bool(f"{op.schema.name}_vml_cpu")),
+                                         check=no_bool(f"{op.schema.name}_vml_cpu")),
                      inplace=inplace, inplace_function=True)
 
     @record.derivative(node, "self")
@@ -114,13 +114,13 @@ SIGNBIT = declare(Op.SIGNBIT, function=True, method=True, differentiable=False,
 
 
 # two tensors ----------------------------------------------------------------------------
-def _integer_division(name: str, numpy):
+def integer_division(name: str, numpy):
     """numpy's `numpy`, raising PyTorch's error for an integer divided by zero (numpy
     gives 0 and a warning)."""
-    def divide(a, b):
+    def divide(a, b, **attrs):
         if a.dtype.kind in "iu" and np.any(b == 0):
             raise RuntimeError("ZeroDivisionError")
-        return numpy(a, b)
+        return numpy(a, b, **attrs)
     divide.__name__ = name
     return divide
 
@@ -140,16 +140,18 @@ def _emit_remainder(E, a, b):
     return E.select(E.and_(E.ne(mod, zero), differ), E.add(mod, b), mod)
 
 
-def _binary(op: Op, inplace: Op, numpy, rule="promote", check=None, emit=None):
+def _binary(op: Op, inplace: Op, numpy, rule="promote", check=None, emit=None,
+            own_half=False):
     return declare(op, function=True, method=True, pointwise=Pointwise(
-        rule, numpy, check=check, emit=emit, float_math=emit is not None), inplace=inplace)
+        rule, numpy, check=check, emit=emit, float_math=emit is not None, own_half=own_half),
+        inplace=inplace)
 
 
 # integers stay with numpy (float_math): a generated integer division by zero is undefined
-FMOD = _binary(Op.FMOD, Op.FMOD_, _integer_division("fmod", np.fmod),
-               check=_no_bool("fmod_cpu"), emit=lambda E, a, b: E.fmod(a, b))
-REMAINDER = _binary(Op.REMAINDER, Op.REMAINDER_, _integer_division("remainder", _remainder),
-                    check=_no_bool("remainder_cpu"), emit=_emit_remainder)
+FMOD = _binary(Op.FMOD, Op.FMOD_, integer_division("fmod", np.fmod),
+               check=no_bool("fmod_cpu"), emit=lambda E, a, b: E.fmod(a, b))
+REMAINDER = _binary(Op.REMAINDER, Op.REMAINDER_, integer_division("remainder", _remainder),
+                    check=no_bool("remainder_cpu"), emit=_emit_remainder)
 
 
 @FMOD.derivative("FmodBackward1", "self other", save="self other",
@@ -164,6 +166,59 @@ def _(ctx, g):
 def _(ctx, g):
     a, b = ctx.self, ctx.other
     return sum_to(g, a._shape), sum_to(ops.neg(g) * ops.floor(a / b), b._shape)
+
+
+# division rounded: div(rounding_mode="trunc" / "floor") and floor_divide (//) ----------
+def _floor_divide(a, b):
+    """PyTorch's div_floor: integers as Python's //; floats as c10::div_floor_floating
+    (Python's float //, from fmod: 1 // 0.1 is 9.0 where floor(1 / 0.1) is 10.0; a zero
+    divisor gives a / b)."""
+    if a.dtype.kind in "iu":
+        return np.floor_divide(a, b)
+    mod = np.fmod(a, b)
+    div = (a - mod) / b
+    div = np.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)
+    floor = np.floor(div)
+    floor = np.where(div - floor > 0.5, floor + 1, floor)
+    quotient = a / b
+    rounded = np.where(div != 0, floor, np.copysign(a.dtype.type(0), quotient))
+    return np.where(b == 0, quotient, rounded).astype(a.dtype, copy=False)
+
+
+def emit_floor_divide(E, a, b):
+    zero, one = E.const(0), E.const(1)
+    mod = E.fmod(a, b)
+    div = E.div(E.sub(a, mod), b)
+    differ = E.and_(E.ne(mod, zero), E.xor(E.lt(b, zero), E.lt(mod, zero)))
+    div = E.select(differ, E.sub(div, one), div)
+    floor = E.round("floor", div)
+    floor = E.select(E.gt(E.sub(div, floor), E.const(0.5)), E.add(floor, one), floor)
+    quotient = E.div(a, b)
+    rounded = E.select(E.ne(div, zero), floor, E.copysign(zero, quotient))
+    return E.select(E.eq(b, zero), quotient, rounded)
+
+
+def _trunc_divide(a, b):
+    """C's integer division (toward zero); trunc(a / b) for floats."""
+    if a.dtype.kind in "iu":
+        quotient = np.floor_divide(a, b)
+        inexact = (quotient * b != a) & ((a < 0) != (b < 0))
+        return quotient + inexact.astype(a.dtype)
+    return np.trunc(a / b)
+
+
+ROUNDED_DIVISIONS = {None: np.true_divide, "trunc": _trunc_divide, "floor": _floor_divide}
+"""div's numpy function for each rounding mode (binary.py records div.Tensor_mode)."""
+
+
+FLOOR_DIVIDE = _binary(Op.FLOOR_DIVIDE, Op.FLOOR_DIVIDE_,
+                       integer_division("floor_divide", _floor_divide),
+                       check=no_bool("div_floor_cpu"), emit=emit_floor_divide, own_half=True)
+
+
+@FLOOR_DIVIDE.derivative("NotImplemented", "self other", save="")
+def _(ctx, g):
+    raise RuntimeError("derivative for aten::floor_divide is not implemented")
 
 
 COPYSIGN = _binary(Op.COPYSIGN, Op.COPYSIGN_, np.copysign, rule="divide",

@@ -419,6 +419,29 @@ def _(ctx, g):
     return g * mask
 
 
+# clamp with tensor bounds (PyTorch's clamp.Tensor): broadcast, the type promoted over all
+# three; eager.clamp gives a missing bound as one that bounds nothing ------------------
+CLAMP_TENSOR = declare(Op.CLAMP_TENSOR, pointwise=Pointwise(
+    "promote", lambda x, lo, hi: np.minimum(hi, np.maximum(lo, x)),  # (x second: _clamp)
+    emit=lambda E, x, lo, hi: E.min(E.max(x, lo), hi), quiet=True), inplace=Op.CLAMP_TENSOR_)
+
+
+@CLAMP_TENSOR.derivative("ClampBackward0", "self min max", save="self min max")
+def _(ctx, g):
+    """PyTorch's clamp_backward_min_max: x's gradient within the bounds, a bound's where
+    it clamps (min's only where min < max; max's also everywhere max < min)."""
+    x, lo, hi = ctx.self, ctx.min, ctx.max
+    grads = [None, None, None]
+    if ctx.needs_input_grad(0):
+        grads[0] = ops.where(ops.logical_and(ops.ge(x, lo), ops.le(x, hi)), g, 0.0)
+    if ctx.needs_input_grad(1):
+        grads[1] = ops.where(ops.logical_and(ops.lt(x, lo), ops.lt(lo, hi)), g, 0.0)
+    if ctx.needs_input_grad(2):
+        grads[2] = ops.where(ops.bitwise_or(ops.gt(x, hi), ops.lt(hi, lo)), g, 0.0)
+    return tuple(None if grad is None else sum_to(grad, t._shape)
+                 for grad, t in zip(grads, (x, lo, hi)))
+
+
 # nan_to_num: NaN, +inf and -inf replaced (by 0 and the type's largest and lowest finite
 # value, unless given); integers and bools are returned as they are ----------------------
 def _replacements(dt, nan, posinf, neginf) -> tuple:

@@ -48,6 +48,8 @@ ATTRIBUTES = {
     Op.CLAMP: ({"min": 0.0}, {"min": -0.0}, {"max": 0.0}, {"max": -0.0},
                {"min": -1.0, "max": 1.0}, {"min": 1.0, "max": -1.0},
                {"min": float("-inf"), "max": float("inf")}),
+    Op.DIV_MODE: ({"rounding_mode": None}, {"rounding_mode": "trunc"},
+                  {"rounding_mode": "floor"}),
     Op.GELU: ({}, {"approximate": "tanh"}),
     Op.ROUND: ({}, {"decimals": 2}, {"decimals": -1}),
     Op.GELU_BACKWARD: ({}, {"approximate": "tanh"}),

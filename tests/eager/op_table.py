@@ -131,6 +131,14 @@ def clamp_samples(make):
     yield S(make(()), lo, hi)
 
 
+def clamp_tensor_samples(make):
+    """Tensor bounds, broadcast (some below and some above x; min > max in places)."""
+    x = make((4, 7), scale=3.0)
+    yield S(x, make((7,)), make((4, 1), positive=True))
+    yield S(make((3, 1)), make((1, 5)), make(()))
+    yield S(make((2, 0, 3)), make((3,)), make((3,)))
+
+
 def _softplus(x, beta=1.0, threshold=20.0):
     return np.where(x * beta > threshold, x, np.log1p(np.exp(x * beta)) / beta)
 
@@ -271,6 +279,17 @@ ELEMENTWISE = [
            NUMBERS),
     OpCase("remainder", (Op.REMAINDER,), lambda lib, a, b: lib.remainder(a, b), np.remainder,
            divisor_samples, NUMBERS),
+    OpCase("floor_divide", (Op.FLOOR_DIVIDE,), lambda lib, a, b: lib.floor_divide(a, b),
+           np.floor_divide, divisor_samples, NUMBERS),
+    OpCase("floordiv_operator", (Op.FLOOR_DIVIDE,), lambda lib, a, b: a // b, np.floor_divide,
+           lambda make: (S(make(a), make(b, positive=True)) for a, b in BINARY_SHAPES[:3]),
+           NUMBERS),
+    OpCase("div_floor", (Op.DIV_MODE,), lambda lib, a, b: lib.div(a, b, rounding_mode="floor"),
+           np.floor_divide, divisor_samples, NUMBERS),
+    OpCase("div_trunc", (Op.DIV_MODE,), lambda lib, a, b: lib.div(a, b, rounding_mode="trunc"),
+           lambda a, b: np.trunc(a / b), divisor_samples, NUMBERS),
+    OpCase("clamp_tensors", (Op.CLAMP_TENSOR,), lambda lib, x, lo, hi: lib.clamp(x, lo, hi),
+           lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi), clamp_tensor_samples, NUMBERS),
     OpCase("where", (Op.WHERE,), lambda lib, c, a, b: lib.where(c, a, b), np.where,
            where_samples, ALL),
 ]

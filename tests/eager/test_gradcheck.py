@@ -159,6 +159,12 @@ CASES = [
          lambda m: (m.distinct(3, 4, layout="t", avoid=(-0.3,)),)),
     Case(Op.CLAMP, "max-only", lambda x: ops.clamp(x, max=0.2),
          lambda m: (m.distinct(3, 4, layout="step", avoid=(0.2,)),)),
+    Case(Op.CLAMP_TENSOR, "tensor-bounds", eager.clamp,
+         lambda m: (m.x(3, 4), m.x(4, low=-0.5, high=-0.1), m.x(3, 1, low=0.1, high=0.5))),
+    Case(Op.CLAMP_TENSOR, "min-above-max", eager.clamp,
+         lambda m: (m.x(3, 4), m.x(4, low=0.3, high=0.5), m.x(3, 1, low=-0.5, high=-0.3))),
+    Case(Op.CLAMP_TENSOR, "min-tensor-only", lambda x, lo: eager.clamp(x, min=lo),
+         lambda m: (m.x(3, 4, layout="t"), m.x(4, low=-0.5, high=0.5))),
     *_unary(Op.SOFTPLUS, ops.softplus, low=-3.0, high=3.0),
     Case(Op.SOFTPLUS, "beta-threshold", lambda x: ops.softplus(x, 2.0, 5.0),
          lambda m: (m.distinct(3, 4, low=-4.0, high=4.0, avoid=(2.5,)),)),
@@ -177,6 +183,10 @@ CASES = [
          lambda m: (m.x(3, 1), m.x(3, 4, layout="step"))),
     *_binary(Op.MUL, ops.mul),
     *_binary(Op.DIV, ops.div, low=0.5, high=2.0),
+    *_binary(Op.DIV_MODE, lambda a, b: eager.div(a, b, rounding_mode=None), low=0.5, high=2.0),
+    *(Case(Op.DIV_MODE, mode, lambda a, b, mode=mode: eager.div(a, b, rounding_mode=mode),
+           lambda m: (m.distinct(3, 4, low=1.0, high=9.0, avoid=()), m.x(4, low=2.1, high=2.9)))
+      for mode in ("trunc", "floor")),  # (zero gradients; quotients away from integers)
     *_binary(Op.POW, ops.pow, low=0.5, high=2.0),
     Case(Op.POW, "scalar-base", lambda e: ops.pow(1.5, e), lambda m: (m.x(3, 4),)),
     Case(Op.POW, "exponent-only", ops.pow,
@@ -344,6 +354,10 @@ INPLACE_CASES = [
     Case(Op.MUL_, "broadcast", lambda x, y: (x * 1).mul_(y), lambda m: (m.x(3, 4), m.x(3, 1))),
     Case(Op.DIV_, "broadcast", lambda x, y: (x * 1).div_(y),
          lambda m: (m.x(3, 4), m.x(4, low=0.5, high=2))),
+    Case(Op.DIV_MODE_, "in-place", lambda x, y: (x * 1).div_(y, rounding_mode="floor"),
+         lambda m: (m.distinct(3, 4, low=1.0, high=9.0, avoid=()), m.x(4, low=2.1, high=2.9))),
+    Case(Op.CLAMP_TENSOR_, "in-place", lambda x, lo, hi: (x * 1).clamp_(lo, hi),
+         lambda m: (m.x(3, 4), m.x(4, low=-0.5, high=-0.1), m.x(3, 1, low=0.1, high=0.5))),
     Case(Op.CLAMP_, "min-max", lambda x: (x * 1).clamp_(-0.3, 0.4),
          lambda m: (m.distinct(3, 4, avoid=(-0.3, 0.4)),)),
     Case(Op.ZERO_, "then-add", lambda x, y: (x * 1).zero_() + x * y, lambda m: (m.x(3), m.x(3))),
@@ -410,7 +424,10 @@ def test_gradgradcheck(case):
 
 RAISES = {Op.HEAVISIDE: "PyTorch's derivative is not_implemented: backward raises "
                        "(tests/eager/test_float_power_heaviside.py)",
-          Op.HEAVISIDE_: "heaviside's in-place form"}
+          Op.HEAVISIDE_: "heaviside's in-place form",
+          Op.FLOOR_DIVIDE: "PyTorch's derivative is not_implemented: backward raises "
+                           "(tests/eager/test_floor_divide.py)",
+          Op.FLOOR_DIVIDE_: "floor_divide's in-place form"}
 """Rules whose backward raises as PyTorch's does, so there is no gradient to check."""
 
 

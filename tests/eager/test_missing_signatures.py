@@ -23,7 +23,7 @@ def _ones():
 
 
 @pytest.mark.parametrize("namespace, name, keyword, call", [
-    ("torch", "div", "rounding_mode", lambda: eager.div(_ones(), 2, rounding_mode="floor")),
+    ("torch", "concatenate", "axis", lambda: eager.concatenate([_ones()], axis=0)),
     ("torch", "cumsum", "out", lambda: eager.cumsum(_ones(), 0, out=eager.empty(3))),
     ("torch", "zeros", "layout", lambda: eager.zeros(2, layout=eager.strided)),
     ("torch.Tensor", "contiguous", "memory_format",
@@ -44,6 +44,8 @@ def test_a_listed_keyword_argument_is_refused(namespace, name, keyword, call):
 @pytest.mark.parametrize("namespace, name, keyword, call", [
     ("torch", "add", "alpha", lambda: eager.add(_ones(), _ones(), alpha=2)),
     ("torch", "add", "out", lambda: eager.add(_ones(), _ones(), out=eager.empty(3))),
+    ("torch", "div", "rounding_mode", lambda: eager.div(_ones(), 2, rounding_mode="floor")),
+    ("torch.Tensor", "div_", "rounding_mode", lambda: _ones().div_(2, rounding_mode="trunc")),
     ("torch", "sum", "keepdim", lambda: eager.sum(_ones(), 0, keepdim=True)),
     ("torch.Tensor", "sum", "dtype", lambda: _ones().sum(dtype=eager.float64)),
     ("torch.nn.functional", "conv2d", "groups",
