@@ -4,6 +4,7 @@ reads files PyTorch wrote, and save_model / load_model move a transformers model
 (with GPT-2's tied embedding) in and out of a kiln module."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -73,3 +74,34 @@ def test_save_model_and_load_model_move_a_transformers_model(tmp_path, reference
     assert target.lm_head.weight is target.transformer.wte.weight  # still tied
     for key, value in zoo.state(target).items():
         np.testing.assert_array_equal(value, initial[key], err_msg=key)
+
+
+ROUND_TRIP_WITH_PYTORCH = """
+import sys, torch
+from safetensors.torch import load_file, save_file
+theirs = load_file(sys.argv[1])
+assert {k: str(v.dtype) for k, v in theirs.items()} == {
+    "bf16": "torch.bfloat16", "i8": "torch.int8", "i16": "torch.int16"}, theirs
+save_file({k: v * 2 for k, v in theirs.items()}, sys.argv[2])
+print(theirs["bf16"].view(torch.int16).tolist())
+"""
+
+
+def test_bfloat16_int8_and_int16_tensors_go_to_pytorch_and_back(tmp_path, kiln_torch):
+    """Most published weights are bfloat16: kiln writes them as safetensors' BF16,
+    PyTorch reads the same bits, doubles them and writes them back, kiln reads those."""
+    zoo.need("safetensors")
+    from safetensors.torch import load_file, save_file
+    torch = kiln_torch
+    ours = {"bf16": torch.tensor([1.5, -0.3, 3e38, 1e-39], dtype=torch.bfloat16),
+            "i8": torch.tensor([-128, 0, 127], dtype=torch.int8),
+            "i16": torch.tensor([-32768, 5, 32767], dtype=torch.int16)}
+    mine, theirs = tmp_path / "kiln.safetensors", tmp_path / "pytorch.safetensors"
+    save_file(ours, str(mine))
+    done = subprocess.run([sys.executable, "-c", ROUND_TRIP_WITH_PYTORCH, str(mine),
+                           str(theirs)], check=True, capture_output=True, text=True)
+    assert json.loads(done.stdout) == ours["bf16"].view(torch.int16).tolist()  # the same bits
+    back = load_file(str(theirs))
+    for key, tensor in ours.items():
+        assert back[key].dtype == tensor.dtype
+        assert back[key].tolist() == (tensor * 2).tolist(), key
