@@ -192,6 +192,8 @@ def test_bfloat16_prints_and_names_its_type_as_pytorch():
         eager.bfloat16, eager.int16, eager.int8, eager.uint8)
     assert isinstance(x.char(), eager.CharTensor) and not isinstance(x, eager.CharTensor)
     assert eager.BFloat16Tensor([1, 2]).dtype is eager.bfloat16
+    layer = eager.nn.Linear(3, 2).bfloat16()
+    assert layer.weight.dtype is eager.bfloat16 and layer.weight.requires_grad
 
 
 def test_numpy_interop_keeps_the_narrow_types():

@@ -356,6 +356,9 @@ class Module:
     def half(self):
         return self.to(dtypes.float16)
 
+    def bfloat16(self):
+        return self.to(dtypes.bfloat16)
+
     def cpu(self):
         return self.to("cpu")
 
