@@ -45,9 +45,14 @@ from eager.written_back import *  # noqa: F401,F403 - reciprocal_, clamp_min_ ..
 from eager.functional import __all__ as _functional_all
 from eager.type_info import finfo, iinfo
 from eager import amp as amp
-from eager.amp import (autocast, clear_autocast_cache, get_autocast_dtype,
-                       is_autocast_available, is_autocast_enabled, set_autocast_dtype,
-                       set_autocast_enabled)
+from eager.amp import (GradScaler, autocast, autocast_decrement_nesting,
+                       autocast_increment_nesting, clear_autocast_cache,
+                       get_autocast_cpu_dtype, get_autocast_dtype, get_autocast_gpu_dtype,
+                       is_autocast_available, is_autocast_cache_enabled,
+                       is_autocast_cpu_enabled, is_autocast_enabled,
+                       set_autocast_cache_enabled, set_autocast_cpu_dtype,
+                       set_autocast_cpu_enabled, set_autocast_dtype, set_autocast_enabled,
+                       set_autocast_gpu_dtype)
 from runtime.threads import num_threads as get_num_threads, set_num_threads  # noqa: F401
 from eager.storage import UntypedStorage, asarray, frombuffer
 from eager.layouts import (jagged, layout, sparse_bsc, sparse_bsr, sparse_coo, sparse_csc,

@@ -140,3 +140,49 @@ class _DeviceAmp:
 
 
 cpu_amp, cuda_amp = _DeviceAmp("cpu"), _DeviceAmp("cuda")
+
+
+# PyTorch's older per-device spellings of the functions above
+def get_autocast_cpu_dtype() -> DType:
+    return get_autocast_dtype("cpu")
+
+
+def get_autocast_gpu_dtype() -> DType:
+    return get_autocast_dtype("cuda")
+
+
+def set_autocast_cpu_dtype(dtype: DType) -> None:
+    set_autocast_dtype("cpu", dtype)
+
+
+def set_autocast_gpu_dtype(dtype: DType) -> None:
+    set_autocast_dtype("cuda", dtype)
+
+
+def is_autocast_cpu_enabled() -> bool:
+    return is_autocast_enabled("cpu")
+
+
+def set_autocast_cpu_enabled(enabled: bool) -> None:
+    set_autocast_enabled("cpu", enabled)
+
+
+def is_autocast_cache_enabled() -> bool:
+    return _mode.state.cache_enabled
+
+
+def set_autocast_cache_enabled(enabled: bool) -> None:
+    _mode.state.cache_enabled = bool(enabled)
+
+
+def autocast_increment_nesting() -> int:
+    _mode.state.depth += 1
+    return _mode.state.depth
+
+
+def autocast_decrement_nesting() -> int:
+    """One level out; leaving the outermost one empties the cast cache."""
+    _mode.state.depth = max(_mode.state.depth - 1, 0)
+    if _mode.state.depth == 0:
+        _mode.state.cache.clear()
+    return _mode.state.depth

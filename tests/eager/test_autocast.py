@@ -113,6 +113,8 @@ def test_nesting_the_decorator_and_the_state_functions():
     assert product(x, w).dtype is eager.bfloat16 and (x @ w.t()).dtype is eager.float32
     with eager.cpu.amp.autocast():
         assert (x @ w.t()).dtype is eager.bfloat16
+        assert eager.is_autocast_cpu_enabled() and eager.get_autocast_cpu_dtype() is \
+            eager.bfloat16
     with pytest.raises(RuntimeError, match="unsupported autocast device_type 'tpu'"):
         eager.autocast("tpu")
     with warnings.catch_warnings(record=True) as caught:
