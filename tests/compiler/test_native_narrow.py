@@ -42,6 +42,10 @@ CHAINS = {  # name: (function of two tensors of one dtype, dtypes, ulps)
     "bitwise": (lambda x, y: (x & y) ^ (x + y), INTEGERS, 0),
     "rounding": (lambda x, y: (x * 0.3).floor() + (y / 3).round(), HALVES, 0),
     "divide": (lambda x, y: x / y + x, NARROW, 0),
+    "alpha": (lambda x, y: eager.sub(x, y, alpha=3) * 2, NARROW, 0),
+    "alpha_rounds": (lambda x, y: eager.add(x, y, alpha=0.3), HALVES, 0),  # 0.30078125
+    "number_compare": (lambda x, y: eager.where(x > 2, x, 3) + (y <= 1), NARROW, 0),
+    "float_number_compare": (lambda x, y: eager.where(x >= 0.1, y, 0.3), HALVES, 0),
     "exp_then_double": (lambda x, y: x.exp() * 2 - y, HALVES, 1),
     "sigmoid_chain": (lambda x, y: x.sigmoid() * y + x.tanh(), HALVES, 1),
 }
@@ -127,3 +131,24 @@ def test_odd_empty_strided_and_threaded_layouts(dtype, shape, layout):
     b = np.resize(special(dtype, extra=50, seed=2)[::-1], n).reshape(shape)
     x, y = _layout(a, layout), eager.tensor(b)
     check(lambda x, y: eager.where(x < y, x * y, x - y) + 1, x, y)
+
+
+ROW_KERNELS = {
+    "sum_last": lambda x: (x.float() * 2).sum(-1),
+    "amax_first": lambda x: x.float().amax(0),  # rows in the lanes (column mode)
+    "softmax": lambda x: eager.softmax(x.double(), -1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ROW_KERNELS))
+@pytest.mark.parametrize("dtype", NARROW)
+def test_row_kernels_read_narrow_operands(dtype, name):
+    """A reduction kernel over a wide float reads the narrow operand through the same
+    loads (the reduction itself in a narrow type runs interpreted: fused.node_problem)."""
+    a = np.resize(special(dtype, extra=60), 13 * 29).reshape(13, 29)
+    if dtype in HALVES:
+        a = np.nan_to_num(a.astype(np.float32), posinf=7, neginf=-7).astype(a.dtype)
+    with numpy_kernels():
+        want = ROW_KERNELS[name](eager.tensor(a))
+    got = _compiled_natively(ROW_KERNELS[name], eager.tensor(a))
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6, atol=1e-3)
