@@ -9,7 +9,9 @@ rounded to its type at once, so a register of a float16 or bfloat16 value always
 a number of that type, and values inside a fused kernel round where eager's ops do.
 bfloat16 is its float32's upper half: loaded by a shift, rounded to nearest even in
 integer operations (a NaN becomes the quiet NaN of its sign, as ml_dtypes makes it);
-float16 goes through LLVM's half (fpext, fptrunc: F16C's vcvtph2ps and vcvtps2ph).
+float16 goes through LLVM's half (fpext, fptrunc: F16C's vcvtph2ps and vcvtps2ph, with
+AVX2 and AVX-512 alike), which quiets a signalling float16 NaN read into float32 (numpy's
+conversion keeps it signalling: x.float() differs there, in that bit only).
 uint8, int8 and int16 compute in their own width, so arithmetic wraps as PyTorch's.
 """
 from __future__ import annotations
