@@ -23,9 +23,12 @@ def node_problem(n: Node) -> str | None:
     """Why the pointwise code generators cannot emit node `n` inside a kernel, or None."""
     if n.op not in K.native_ops() and n.op not in K.REDUCE_OPS and n.op not in GATHERING:
         return f"no native code for {n.op.qualified_name}"
+    elementwise = n.op in K.native_ops()
     for v in list(n.input_values()) + list(n.outputs):
-        if v.type.dtype.name not in K.SUPPORTED:
-            return f"{v.type.dtype.name} is not supported natively"
+        name = v.type.dtype.name
+        if name not in K.SUPPORTED and not (elementwise and name in K.NARROW):
+            return f"{name} is not supported natively" + (" here" if name in K.NARROW
+                                                          else "")
         if not v.type.is_static:
             return "symbolic sizes are not supported natively yet"
     # float math computes in the result's type (2 ** x is float); reductions in their

@@ -152,7 +152,17 @@ threads as on one below 64K and faster above. At 32K on one thread exp is 11/10 
 and 21/20 (float64). The native side includes ~0.7 us of asking whether there are threads
 (eager_pointwise.threaded). A layout's first call costs ~50 us more than numpy's (the
 plan; the kernel runs alone), its second ~15 us (the launcher is made)."""
-_NATIVE_DTYPES = frozenset({dtypes.float32, dtypes.float64})
+_NATIVE_DTYPES = frozenset({dtypes.float32, dtypes.float64, *dtypes.HALF})
+"""Result types offered to the generated kernels: the floats. Integer results keep
+numpy, which runs them in one ufunc at memory speed (int8 add: 3.0 / 3.0 us at 1K
+elements, 5.3 / 7.4 at 16K, 17.5 / 19.1 at 256K, numpy / native). The 16-bit floats
+compute in float32 there as here and round once, bit for bit with numpy's path where the
+op is exact (vmath's float math within a unit of the type); numpy's path converts every
+operand to float32 and the result back, so every op with an emitter goes native from
+NATIVE_ELEMENTS on, one-ufunc ops too, on one thread. Measured on one thread, best of
+20-30, numpy / native in us: bfloat16 add at 1K 17 / 5.4, at 256K 538 / 46; exp at 16K
+38 / 16; gelu at 1K 198 / 9.5, at 256K 22042 / 351; float16 add at 16K 103 / 5.4; exp at
+16K 954 / 12."""
 _native_pointwise = None  # that module once loaded, False where it cannot be
 
 
@@ -174,25 +184,29 @@ def _native(record: OpRecord, tensors, attrs: dict, shape, dt, threads_only: boo
     return _native_pointwise.run(record, tensors, attrs, shape, dt)
 
 
-def _native_elements(record: OpRecord):
-    """(from how many elements in an operand the op is offered to the generated kernels,
-    or None, and whether only where they run on threads)."""
+def _native_elements(record: OpRecord) -> dict:
+    """result dtype -> (from how many elements in an operand the op is offered to the
+    generated kernels, and whether only where they run on threads); a dtype not there
+    keeps numpy."""
     p = record.pointwise
     if p.emit is None or p.rule in ("compare", "logical"):
-        return None, False
+        return {}
+    # (an op computing in the 16-bit type itself, own_half, keeps numpy for it)
+    halves = {} if p.own_half else dict.fromkeys(dtypes.HALF, (NATIVE_ELEMENTS, False))
     if record.op in ONE_UFUNC_ELEMENTS:
-        return ONE_UFUNC_ELEMENTS[record.op]
-    if isinstance(p.numpy, np.ufunc):
-        return None, False
-    return NATIVE_ELEMENTS, False
+        wide = ONE_UFUNC_ELEMENTS[record.op]
+    elif isinstance(p.numpy, np.ufunc):
+        return halves
+    else:
+        wide = NATIVE_ELEMENTS, False
+    return {dtypes.float32: wide, dtypes.float64: wide, **halves}
 
 
 def _pointwise_kernel(record: OpRecord, split, shape_and_dtype):
     numpy, compare = record.pointwise.numpy, record.pointwise.rule == "compare"
     quiet, scaled = record.pointwise.quiet, record.pointwise.scaled
     count = _tensor_count(record)
-    least, threads_only = _native_elements(record)
-    native = least is not None
+    offered = _native_elements(record)
     half = frozenset() if record.pointwise.own_half else dtypes.HALF
     half_computes_in = compute_np(dtypes.float16)
 
@@ -206,22 +220,25 @@ def _pointwise_kernel(record: OpRecord, split, shape_and_dtype):
             ct = half_computes_in if dt in half else dt.np
         if count == 2:  # spelled out for the common cases: operand() inlined
             a, b = args[0]._np(), args[1]._np()
-            if native and (a.size >= least or b.size >= least) and dt in _NATIVE_DTYPES:
-                out = _native(record, args, attrs, shape, dt, threads_only)
+            at = offered.get(dt)
+            if at is not None and (a.size >= at[0] or b.size >= at[0]):
+                out = _native(record, args, attrs, shape, dt, at[1])
                 if out is not None:
                     return out
             arrays = (a if a.dtype is ct else operand(args[0], ct),
                       b if b.dtype is ct else operand(args[1], ct))
         elif count == 1:
             a = args[0]._np()
-            if native and a.size >= least and dt in _NATIVE_DTYPES:
-                out = _native(record, args, attrs, shape, dt, threads_only)
+            at = offered.get(dt)
+            if at is not None and a.size >= at[0]:
+                out = _native(record, args, attrs, shape, dt, at[1])
                 if out is not None:
                     return out
             arrays = a if a.dtype is ct else operand(args[0], ct),
         else:
-            if native and dt in _NATIVE_DTYPES and prod(shape) >= least:
-                out = _native(record, args, attrs, shape, dt, threads_only)
+            at = offered.get(dt)
+            if at is not None and prod(shape) >= at[0]:
+                out = _native(record, args, attrs, shape, dt, at[1])
                 if out is not None:
                     return out
             arrays = [operand(t, ct) for t in args]

@@ -187,7 +187,8 @@ def emit_node(node: Node, env: dict, L: V.Lanes, scalars: dict) -> None:
     args, in_dts = [], []
     for x in node.input_values():
         if x in scalars:  # a Python number: made in the type it is used in, at full
-            at = out_dt if node.op is Op.WHERE else cdt  # precision, as eager does
+            at = out_dt if node.op is Op.WHERE else V.register_dtype(cdt)  # precision,
+            # as eager does (float32 where a 16-bit float computes in it)
             args.append(L.const(scalars[x], at))
             in_dts.append(at)
         else:

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ir import dtypes
+from ir.dtypes import DType
 from ir.records import float_only, pointwise_ops
 from ir.graph import Node, Value
 from ir.ops import Op
@@ -17,6 +19,14 @@ STRIDED = None  # an operand's inner-stride class when it is neither 1 nor 0
 
 SUPPORTED = frozenset({"float32", "float64", "int32", "int64", "bool"})
 """The dtypes kernels read, compute and write (values.py gives each its LLVM type)."""
+NARROW = frozenset({"uint8", "int8", "int16", "float16", "bfloat16"})
+"""The dtypes elementwise kernels take besides SUPPORTED (values.py: the 16-bit floats
+compute in float32 registers and round once per op), not yet reductions' or gathers'."""
+
+
+def register_dtype(dt: DType) -> DType:
+    """The type a value of `dt` computes in: float32 for the 16-bit floats."""
+    return dtypes.float32 if dt in dtypes.HALF else dt
 COPIES = frozenset({Op.CLONE, Op.TO_COPY})
 """Copies run in kernels as casts to their result type."""
 

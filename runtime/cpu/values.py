@@ -2,22 +2,37 @@
 per op computing a node's result from its inputs' values. The same code emits scalar
 and vector (W lanes) values: only `Lanes.width` differs.
 
-Booleans are i1 in registers and one byte in memory, as numpy stores them.
+Booleans are i1 in registers and one byte in memory, as numpy stores them. The 16-bit
+floats are 16-bit words in memory and float32 in registers, as eager computes them
+(eager/kernels/_common.py compute_np): an op computes in float32 and its result is
+rounded to its type at once, so a register of a float16 or bfloat16 value always holds
+a number of that type, and values inside a fused kernel round where eager's ops do.
+bfloat16 is its float32's upper half: loaded by a shift, rounded to nearest even in
+integer operations (a NaN becomes the quiet NaN of its sign, as ml_dtypes makes it);
+float16 goes through LLVM's half (fpext, fptrunc: F16C's vcvtph2ps and vcvtps2ph, with
+AVX2 and AVX-512 alike), which quiets a signalling float16 NaN read into float32 (numpy's
+conversion keeps it signalling: x.float() differs there, in that bit only).
+uint8, int8 and int16 compute in their own width, so arithmetic wraps as PyTorch's.
 """
 from __future__ import annotations
 
 import llvmlite.ir as ir
+import numpy as np
 
-from runtime.cpu.kernel_spec import COPIES, SUPPORTED, native_ops  # noqa: F401
+from runtime.cpu.kernel_spec import COPIES, SUPPORTED, native_ops, register_dtype  # noqa: F401
 from ir.records import RECORDS, activations
 from ir import dtypes
 from ir.dtypes import DType
 from ir.ops import Op
 from runtime.llvm.toolkit import I1, I8, I32, I64, constant, intrinsic, vector
 
+I16 = ir.IntType(16)
 _ELEM = {"float32": ir.FloatType(), "float64": ir.DoubleType(), "int32": I32, "int64": I64,
-         "bool": I1}
-_MEMORY = {**_ELEM, "bool": I8}
+         "bool": I1, "uint8": I8, "int8": I8, "int16": I16, "float16": ir.FloatType(),
+         "bfloat16": ir.FloatType()}
+_MEMORY = {**_ELEM, "bool": I8, "float16": I16, "bfloat16": I16}
+_HALF = frozenset(dtypes.HALF)
+_UNSIGNED = frozenset({dtypes.bool_, dtypes.uint8})  # integers compared unsigned
 
 
 class Lanes:
@@ -35,23 +50,69 @@ class Lanes:
         return vector(_MEMORY[dt.name], self.width)
 
     def const(self, value, dt: DType):
-        if dt.is_floating_point:
+        """`value` in type dt, converted as dtypes.cast converts (a 16-bit float through
+        float32, an integer wrapping to its width)."""
+        if dt in _HALF:
+            value = float(np.float32(value).astype(dt.np))
+        elif dt.is_floating_point:
             value = float(value)
+        elif dt is dtypes.bool_:
+            value = int(bool(value))
         else:
-            value = int(bool(value)) if dt is dtypes.bool_ else int(value)
+            bits = dt.itemsize * 8
+            value = int(value) & ((1 << bits) - 1)
+            value -= (value >> (bits - 1)) << bits  # two's complement, as LLVM prints it
         return constant(self.type(dt), value)
+
+    def _words(self, bits: int):
+        return vector(ir.IntType(bits), self.width)
 
     # memory <-> registers -------------------------------------------------------------
     def from_memory(self, v, dt: DType):
-        if dt is not dtypes.bool_:
-            return v
-        return self.b.icmp_unsigned("!=", v, ir.Constant(self.memory_type(dt), None))
+        b = self.b
+        if dt is dtypes.bool_:
+            return b.icmp_unsigned("!=", v, ir.Constant(self.memory_type(dt), None))
+        if dt is dtypes.bfloat16:  # the float32 whose upper half it is
+            wide = b.shl(b.zext(v, self._words(32)), constant(self._words(32), 16))
+            return b.bitcast(wide, self.type(dt))
+        if dt is dtypes.float16:
+            return b.fpext(b.bitcast(v, vector(ir.HalfType(), self.width)), self.type(dt))
+        return v
 
     def to_memory(self, v, dt: DType):
-        return self.b.zext(v, self.memory_type(dt)) if dt is dtypes.bool_ else v
+        """A register's value as memory holds it (a 16-bit float's value is one of its
+        type already: no rounding here)."""
+        b = self.b
+        if dt is dtypes.bool_:
+            return b.zext(v, self.memory_type(dt))
+        if dt is dtypes.bfloat16:
+            bits = b.lshr(b.bitcast(v, self._words(32)), constant(self._words(32), 16))
+            return b.trunc(bits, self.memory_type(dt))
+        if dt is dtypes.float16:
+            return b.bitcast(b.fptrunc(v, vector(ir.HalfType(), self.width)),
+                             self.memory_type(dt))
+        return v
+
+    def round_half(self, v, dt: DType):
+        """float32 `v` rounded to the 16-bit float dt (to nearest, ties to even), still
+        in a float32 register."""
+        b = self.b
+        if dt is dtypes.float16:
+            return b.fpext(b.fptrunc(v, vector(ir.HalfType(), self.width)), v.type)
+        words = self._words(32)
+        bits = b.bitcast(v, words)
+        lowest_kept = b.and_(b.lshr(bits, constant(words, 16)), constant(words, 1))
+        rounded = b.and_(b.add(b.add(bits, constant(words, 0x7FFF)), lowest_kept),
+                         constant(words, 0xFFFF0000 - (1 << 32)))
+        quiet_nan = b.or_(b.and_(bits, constant(words, -(1 << 31))),
+                          constant(words, 0x7FC00000))
+        return b.bitcast(b.select(_isnan(self, v), quiet_nan, rounded), v.type)
 
     # casts ------------------------------------------------------------------------
     def cast(self, v, src: DType, dst: DType):
+        """`v` of type src converted to dst as dtypes.cast converts: into a 16-bit float
+        through float32, a float into a narrow integer through int32 (truncating; NaN,
+        inf and numbers beyond int32 give its minimum, so 0 in the narrow type)."""
         if src is dst:
             return v
         b, to = self.b, self.type(dst)
@@ -59,15 +120,36 @@ class Lanes:
             zero = self.const(0, src)
             return b.fcmp_unordered("!=", v, zero) if src.is_floating_point else \
                 b.icmp_unsigned("!=", v, zero)
+        if dst in _HALF:  # through float32, then rounded (exact from bool, uint8, int8)
+            f32 = dtypes.float32
+            single = v if src in _HALF else self.cast(v, src, f32)
+            return single if src in (dtypes.bool_, dtypes.uint8, dtypes.int8) else \
+                self.round_half(single, dst)
+        src = register_dtype(src)
+        if src is dst:
+            return v
         if src is dtypes.bool_:
             return b.uitofp(v, to) if dst.is_floating_point else b.zext(v, to)
         if src.is_floating_point and dst.is_floating_point:
             return b.fpext(v, to) if dst.itemsize > src.itemsize else b.fptrunc(v, to)
         if src.is_floating_point:
-            return b.fptosi(v, to)
+            if dst.itemsize >= 4:
+                return b.fptosi(v, to)
+            return b.trunc(self._to_int32(v, src), to)
         if dst.is_floating_point:
-            return b.sitofp(v, to)
-        return b.sext(v, to) if dst.itemsize > src.itemsize else b.trunc(v, to)
+            return b.uitofp(v, to) if src is dtypes.uint8 else b.sitofp(v, to)
+        if dst.itemsize > src.itemsize:
+            return b.zext(v, to) if src is dtypes.uint8 else b.sext(v, to)
+        return b.trunc(v, to) if dst.itemsize < src.itemsize else v
+
+    def _to_int32(self, v, src: DType):
+        """Float v truncated to int32, its minimum where v is NaN or beyond int32 (as x86's
+        cvtt instructions give it, numpy's conversion; LLVM's fptosi would be poison)."""
+        b = self.b
+        inside = b.fcmp_ordered("<", intrinsic(b, "fabs", [v], v.type, [v.type]),
+                                self.const(2.0 ** 31, src))
+        return b.select(inside, b.fptosi(v, self.type(dtypes.int32)),
+                        self.const(-(1 << 31), dtypes.int32))
 
 
 def _isnan(L: Lanes, x):
@@ -80,7 +162,7 @@ def _max_min(L: Lanes, a, b, dt: DType, is_max: bool):
     bld = L.b
     if not dt.is_floating_point:  # bools compare unsigned: True is 1, not -1
         op = ">" if is_max else "<"
-        compare = bld.icmp_unsigned if dt is dtypes.bool_ else bld.icmp_signed
+        compare = bld.icmp_unsigned if dt in _UNSIGNED else bld.icmp_signed
         return bld.select(compare(op, a, b), a, b)
     r = bld.select(bld.fcmp_ordered(">" if is_max else "<", b, a), b, a)
     r = bld.select(_isnan(L, a), a, r)
@@ -89,10 +171,13 @@ def _max_min(L: Lanes, a, b, dt: DType, is_max: bool):
 
 class Elements:
     """What an op record's emitter computes with (ir/records.py: `emit(E, *values)`):
-    arithmetic, comparisons and math on values of one compute dtype, scalars or lanes."""
+    arithmetic, comparisons and math on values of one compute dtype, scalars or lanes.
+    `contract`: a product and a sum may become one FMA (off where the result must be
+    numpy's, operation by operation: the 16-bit floats' float32 arithmetic)."""
 
-    def __init__(self, L: Lanes, dt: DType):
+    def __init__(self, L: Lanes, dt: DType, contract: bool = True):
         self.L, self.b, self.dt, self.fl = L, L.b, dt, dt.is_floating_point
+        self.flags = ("contract",) if contract else ()
 
     def const(self, value):
         return self.L.const(value, self.dt)
@@ -103,15 +188,15 @@ class Elements:
     def add(self, x, y):
         if self.dt is dtypes.bool_:  # True + True is True (an i1 add would wrap to 0)
             return self.b.or_(x, y)
-        return self.b.fadd(x, y, flags=("contract",)) if self.fl else self.b.add(x, y)
+        return self.b.fadd(x, y, flags=self.flags) if self.fl else self.b.add(x, y)
 
     def sub(self, x, y):
-        return self.b.fsub(x, y, flags=("contract",)) if self.fl else self.b.sub(x, y)
+        return self.b.fsub(x, y, flags=self.flags) if self.fl else self.b.sub(x, y)
 
     def mul(self, x, y):
         if self.dt is dtypes.bool_:
             return self.b.and_(x, y)
-        return self.b.fmul(x, y, flags=("contract",)) if self.fl else self.b.mul(x, y)
+        return self.b.fmul(x, y, flags=self.flags) if self.fl else self.b.mul(x, y)
 
     def div(self, x, y):
         return self.b.fdiv(x, y)
@@ -121,13 +206,15 @@ class Elements:
         its sign, as numpy and PyTorch give them), an integer's 0 - x where negative."""
         if self.fl:
             return intrinsic(self.b, "fabs", [x], x.type, [x.type])
+        if self.dt in _UNSIGNED:
+            return x
         return self.b.select(self.b.icmp_signed("<", x, self.const(0)), self.b.neg(x), x)
 
     def _compare(self, pred, x, y):
         if self.fl:  # NaN compares unequal to everything, itself included
             return self.b.fcmp_unordered(pred, x, y) if pred == "!=" else \
                 self.b.fcmp_ordered(pred, x, y)
-        if self.dt is dtypes.bool_:
+        if self.dt in _UNSIGNED:
             return self.b.icmp_unsigned(pred, x, y)
         return self.b.icmp_signed(pred, x, y)
 
@@ -204,8 +291,8 @@ class Elements:
 
     def signbit(self, x):
         """Whether x's sign bit is set (-0.0 and -nan too): a bool."""
-        if not self.fl:
-            return self._compare("<", x, self.const(0)) if self.dt is not dtypes.bool_ \
+        if not self.fl:  # (unsigned: never; x != x is false in every lane)
+            return self._compare("<", x, self.const(0)) if self.dt not in _UNSIGNED \
                 else self.b.icmp_unsigned("!=", x, x)
         bits = ir.IntType(self.dt.itemsize * 8)
         ty = vector(bits, self.L.width)
@@ -220,20 +307,25 @@ class Elements:
 def compute(L: Lanes, op: Op, args: list, in_dts: list, out_dt: DType, attrs: dict,
             compute_dt: DType):
     """The result of `op` over `args` (values of dtypes `in_dts`), as `out_dt`: the op's
-    record's emitter over the values cast to `compute_dt` (the promoted type)."""
+    record's emitter over the values cast to `compute_dt` (the promoted type; float32
+    for the 16-bit floats, the result rounded to out_dt once, as eager's numpy does)."""
     if op in COPIES:
         return L.cast(args[0], in_dts[0], out_dt)
     pointwise = RECORDS[op].pointwise if op in native_ops() else None
     if pointwise is None or pointwise.emit is None:
         raise NotImplementedError(f"no native code for {op.qualified_name}")
-    E = Elements(L, compute_dt)
-    xs = [L.cast(a, d, compute_dt) for a, d in zip(args, in_dts)]
+    register = register_dtype(compute_dt)
+    E = Elements(L, register, contract=register is compute_dt)
+    xs = [L.cast(a, d, register) for a, d in zip(args, in_dts)]
     if pointwise.scaled:
         attrs = dict(attrs)
         scale = attrs.pop(pointwise.scaled, 1)
-        if scale != 1:
+        if scale != 1:  # of the tensors' type, as eager's alpha (0.3 rounds in bfloat16)
+            if compute_dt in _HALF:
+                scale = float(np.asarray(scale, compute_dt.np))
             xs[-1] = E.mul(xs[-1], E.const(scale))
-    return pointwise.emit(E, *xs, **attrs)
+    out = pointwise.emit(E, *xs, **attrs)
+    return L.round_half(out, out_dt) if out_dt in _HALF else out
 
 
 """What a GEMM's store can apply to its tile, by name (relu, gelu, gelu_tanh, ...): the

@@ -146,8 +146,8 @@ def test_kernels_run_natively_and_say_why_when_not():
     assert run.native_reasons == {}
     np.testing.assert_allclose(run(inputs)[0].numpy(), interpreter.run(g, inputs)[0].numpy(),
                                rtol=1e-5)
-    g, inputs = _captured(lambda x: (x * 2).half() + 1,
-                          eager.randn(4))
+    g, inputs = _captured(lambda x: (x * 2).half().sum(-1) + 1,  # float16: elementwise only
+                          eager.randn(4, 3))
     run = native.prepare(optimize(g))
     assert any("float16" in r for r in run.native_reasons.values())
 

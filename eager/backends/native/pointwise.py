@@ -1,13 +1,16 @@
-"""Generated elementwise kernels as eager's CPU kernels for float32 and float64 pointwise
-ops (eager/kernels/elementwise.py asks `run`, and keeps numpy where it gets None; which
-ops it offers, and from which size, is its choice: NATIVE_ELEMENTS and
-ONE_UFUNC_ELEMENTS, with the measurements; most one-ufunc ops only where `threaded`).
+"""Generated elementwise kernels as eager's CPU kernels for float pointwise ops: float32,
+float64 and the 16-bit floats, which compute in float32 and round once, as numpy's path
+does (`run` takes uint8, int8 and int16 too). eager/kernels/elementwise.py asks `run`,
+and keeps numpy where it gets None; which ops it offers, and from which size, is its
+choice: NATIVE_ELEMENTS and ONE_UFUNC_ELEMENTS, with the measurements; most one-ufunc
+ops only where `threaded`.
 
 A kernel is one node, the op's record emitter (runtime/cpu/values.py, as in the
 compiled path's kernels and eager CUDA's), over its operands each cast to the compute
 type in the kernel, as numpy's path casts them first (where's bool condition, an int
-tensor in a float op); zero-dim tensors and Python numbers are made the result's dtype
-and read once per row. A scaled operand (add's and sub's alpha) is multiplied by one
+tensor in a float op); zero-dim tensors and Python numbers are made the type numpy's
+path computes in (the result's dtype; float32 for a 16-bit float) and read once per
+row. A scaled operand (add's and sub's alpha) is multiplied by one
 more such operand inside the kernel, so a changing number never makes a new kernel. A
 kernel is compiled once per op, dtypes, string attributes (gelu's approximate) and
 pattern of inner strides (1, 0 or other), through runtime/cpu/kernel_ir.py and the kernel
@@ -16,8 +19,8 @@ transposed and sliced operands are read in place through the row kernels' layout
 machinery (backends/native/pointwise.py `_layout`), and the result is contiguous. A
 layout (op, shapes, strides) is planned once and its Launch kept. While a background
 worker compiles the kernel, numpy runs, and the layout is planned again only every
-eager_rows.RETRY_SECONDS. Numbers the emitter would compile in (clamp's
-bounds) and float16 operands keep numpy.
+eager_rows.RETRY_SECONDS. Numbers the emitter would compile in (clamp's bounds) keep
+numpy.
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ from runtime.cpu import kernel_spec as K
 from eager.kernels._common import scalar_value
 from ir.records import OpRecord
 from eager.tensor import Tensor, contiguous_strides, empty_cpu, empty_spec, from_array
+from ir import dtypes
 from ir.graph import GraphBuilder, TensorType
 from ir.ops import Op
 
@@ -60,14 +64,14 @@ def run(record: OpRecord, tensors, attrs: dict, shape, dt) -> object:
                 scale = None
         if any(not isinstance(v, str) for v in attrs.values()):
             return None  # a number the emitter compiles in (clamp's bounds)
-    operands = []
+    operands, computes = [], K.register_dtype(dt)
     for t in tensors:
-        if not t._shape:  # a number (its memory float64 when wrapped), read in dt
-            value = t._np()
-            if value.dtype != dt.np or t.dtype is not dt:
-                t = from_array(value.astype(dt.np))
-        elif t.dtype is not dt and t.dtype.name not in K.SUPPORTED:
-            return None  # float16: numpy
+        if not t._shape:  # a number (its memory float64 when wrapped), read in the
+            value = t._np()  # type numpy computes in (float32 for the 16-bit floats)
+            if value.dtype != computes.np or t.dtype is not computes:
+                t = from_array(dtypes.cast(value, computes))
+        elif t.dtype is not dt and t.dtype.name not in K.SUPPORTED | K.NARROW:
+            return None
         operands.append(t)
     if scale is not None:
         operands.append(from_array(np.asarray(scalar_value(scale), dt.np)))

@@ -1,0 +1,154 @@
+"""Compiled elementwise graphs in bfloat16, float16, uint8, int8 and int16 run as generated
+kernels (every node fused, none interpreted) and give eager's numpy kernels' values bit
+for bit: a 16-bit float rounds after every op inside a fused kernel, where eager rounds
+(exp(x) * 2 rounds exp's result first), integers wrap, and casts convert as
+ir.dtypes.cast (200.7 -> int8 -56, NaN -> 0, int16 2049 -> float16 2048); over special
+values, odd, empty, transposed, sliced, broadcast sizes and a size run on threads."""
+import numpy as np
+import pytest
+
+import compiler
+import eager
+from ir.ops import Op
+from tests.eager.native.narrow_cases import (HALVES, INTEGERS, NARROW, assert_same,
+                                             numpy_kernels, special)
+
+
+def _compiled_natively(fn, *args):
+    """fn compiled on the native backend, its result, after checking that every node of
+    every graph ran as generated code."""
+    compiled = compiler.compile(fn, backend="native")
+    got = compiled(*args)
+    lowered = compiler.lower(compiled, *args)
+    interpreted = [str(n) for g in lowered.optimized for n in g.nodes
+                   if n.op not in (Op.FUSED, Op.SCALAR) and not n.op.schema.is_view]
+    assert not interpreted and not lowered.interpreted, (interpreted, lowered.interpreted)
+    assert lowered.kernels or got.numel() == 0  # (an empty result needs no kernel)
+    return got
+
+
+def check(fn, *args, ulps=0):
+    with numpy_kernels():
+        want = fn(*args)
+    assert_same(_compiled_natively(fn, *args), want, ulps)
+
+
+CHAINS = {  # name: (function of two tensors of one dtype, dtypes, ulps)
+    "arithmetic": (lambda x, y: (x + y) * x - y, NARROW, 0),
+    "numbers": (lambda x, y: (x * 3 + 1) - y * 2, NARROW, 0),
+    "max_abs_neg": (lambda x, y: eager.maximum(-x, y).abs() + eager.minimum(x, y), NARROW, 0),
+    "compare_where": (lambda x, y: eager.where(x > y, x - y, y * x), NARROW, 0),
+    "relu_sign": (lambda x, y: x.relu() * y.sign() + x, NARROW, 0),
+    "bitwise": (lambda x, y: (x & y) ^ (x + y), INTEGERS, 0),
+    "rounding": (lambda x, y: (x * 0.3).floor() + (y / 3).round(), HALVES, 0),
+    "divide": (lambda x, y: x / y + x, NARROW, 0),
+    "alpha": (lambda x, y: eager.sub(x, y, alpha=3) * 2, NARROW, 0),
+    "alpha_rounds": (lambda x, y: eager.add(x, y, alpha=0.3), HALVES, 0),  # 0.30078125
+    "number_compare": (lambda x, y: eager.where(x > 2, x, 3) + (y <= 1), NARROW, 0),
+    "float_number_compare": (lambda x, y: eager.where(x >= 0.1, y, 0.3), HALVES, 0),
+    "exp_then_double": (lambda x, y: x.exp() * 2 - y, HALVES, 1),
+    "sigmoid_chain": (lambda x, y: x.sigmoid() * y + x.tanh(), HALVES, 1),
+}
+
+
+@pytest.mark.parametrize("name, dtype", [(n, d) for n, c in CHAINS.items() for d in c[1]],
+                         ids=str)
+def test_fused_chains_round_where_eager_does(name, dtype):
+    fn, _, ulps = CHAINS[name]
+    a = special(dtype, extra=30)
+    b = special(dtype, extra=30, seed=1)[::-1].copy()
+    check(fn, eager.tensor(a), eager.tensor(b), ulps=ulps)
+    check(fn, eager.tensor(a[:, None]), eager.tensor(b[None, :]), ulps=ulps)  # broadcast
+
+
+def test_a_bfloat16_product_rounds_before_the_next_op():
+    """(x * y) + z with every value exact in bfloat16: the product 1 + 2**-7 + 2**-14 rounds
+    to 1 + 2**-7 before z = 2**-14 is added (one float32 FMA would keep the bit)."""
+    x = eager.tensor([1 + 2 ** -7], dtype=eager.bfloat16)
+    y = eager.tensor([1 + 2 ** -7], dtype=eager.bfloat16)
+    z = eager.tensor([-(2 ** -7)], dtype=eager.bfloat16)
+    fn = lambda x, y, z: x * y + z  # noqa: E731
+    check(fn, x, y, z)
+    assert _compiled_natively(fn, x, y, z).item() == 1 + 2 ** -7
+
+
+CAST_SOURCES = ("float32", "float64", "bfloat16", "float16", "int16", "int8", "uint8",
+                "int32", "int64", "bool")
+_CAST_VALUES = [0.0, -0.0, 0.5, -0.5, 1.9, -1.9, 127.9, 128.5, -128.7, 200.7, -200.7, 255.5,
+                256.0, 300.2, 2049.0, 2051.0, 32767.9, 32768.5, -40000.0, 65504.0, 70000.0,
+                1e10, -1e10, 3e9, np.nan, -np.nan, np.inf, -np.inf, 1 + 2.0 ** -8,
+                1 + 3 * 2.0 ** -8, 1 + 2.0 ** -11, 1 + 3 * 2.0 ** -11, 16777217.0]
+
+
+def _cast_source(dtype: str) -> eager.Tensor:
+    with np.errstate(invalid="ignore", over="ignore"):
+        if dtype in NARROW:
+            return eager.tensor(special(dtype, extra=20))
+        values = np.array(_CAST_VALUES, np.float64)
+        if dtype == "bool":
+            return eager.tensor(np.arange(20) % 3 == 0)
+        if dtype.startswith("int"):
+            return eager.tensor(np.nan_to_num(values).clip(-2e9, 2e9).astype(dtype))
+        return eager.tensor(values.astype(dtype))
+
+
+@pytest.mark.parametrize("target", NARROW + ("float32", "float64", "int32", "bool"))
+@pytest.mark.parametrize("source", CAST_SOURCES)
+def test_casts_convert_as_dtypes_cast(source, target):
+    if source == target or (source not in NARROW and target not in NARROW):
+        pytest.skip("not a narrow type's cast")
+    x = _cast_source(source)
+    dt = getattr(eager, target)
+    check(lambda x: x.to(dt), x)
+    if source != "bool" and target != "bool":
+        check(lambda x: (x * 1).to(dt) + 1, x)  # a cast between two ops of one kernel
+
+
+LAYOUTS = ("contiguous", "transposed", "sliced", "expanded")
+SHAPES = [(0,), (1,), (7,), (2, 0, 3), (13, 17), (4, 1, 33), (70001,)]
+
+
+def _layout(a: np.ndarray, layout: str) -> eager.Tensor:
+    if layout == "transposed" and a.ndim >= 2:
+        return eager.tensor(np.ascontiguousarray(a.swapaxes(-1, -2))).transpose(-1, -2)
+    if layout == "sliced" and a.ndim:
+        wide = np.zeros(a.shape[:-1] + (2 * a.shape[-1],), a.dtype)
+        wide[..., ::2] = a
+        return eager.tensor(wide)[..., ::2]
+    if layout == "expanded" and a.ndim and a.shape[-1]:
+        return eager.tensor(a[..., :1]).expand(a.shape)
+    return eager.tensor(a)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", NARROW)
+def test_odd_empty_strided_and_threaded_layouts(dtype, shape, layout):
+    """Masked tails never read or write past an operand (a 16-bit or 8-bit element's
+    masked load), and every layout's values are numpy's."""
+    n = int(np.prod(shape))
+    a = np.resize(special(dtype, extra=50), n).reshape(shape)
+    b = np.resize(special(dtype, extra=50, seed=2)[::-1], n).reshape(shape)
+    x, y = _layout(a, layout), eager.tensor(b)
+    check(lambda x, y: eager.where(x < y, x * y, x - y) + 1, x, y)
+
+
+ROW_KERNELS = {
+    "sum_last": lambda x: (x.float() * 2).sum(-1),
+    "amax_first": lambda x: x.float().amax(0),  # rows in the lanes (column mode)
+    "softmax": lambda x: eager.softmax(x.double(), -1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ROW_KERNELS))
+@pytest.mark.parametrize("dtype", NARROW)
+def test_row_kernels_read_narrow_operands(dtype, name):
+    """A reduction kernel over a wide float reads the narrow operand through the same
+    loads (the reduction itself in a narrow type runs interpreted: fused.node_problem)."""
+    a = np.resize(special(dtype, extra=60), 13 * 29).reshape(13, 29)
+    if dtype in HALVES:
+        a = np.nan_to_num(a.astype(np.float32), posinf=7, neginf=-7).astype(a.dtype)
+    with numpy_kernels(), np.errstate(invalid="ignore"):  # (inf - inf in a sum)
+        want = ROW_KERNELS[name](eager.tensor(a))
+    got = _compiled_natively(ROW_KERNELS[name], eager.tensor(a))
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6, atol=1e-3)
