@@ -441,6 +441,15 @@ INPLACE = [
     inplace("fmod_", Op.FMOD_, np.fmod, NUMBERS, samples=_divisor_inplace_samples),
     inplace("remainder_", Op.REMAINDER_, np.remainder, NUMBERS,
             samples=_divisor_inplace_samples),
+    inplace("floor_divide_", Op.FLOOR_DIVIDE_, np.floor_divide, NUMBERS,
+            samples=_divisor_inplace_samples),
+    inplace("div_floor_", Op.DIV_MODE_, lambda a, b, rounding_mode: np.floor_divide(a, b),
+            NUMBERS, samples=lambda make: (S(*s.args, rounding_mode="floor")
+                                           for s in _divisor_inplace_samples(make))),
+    inplace("clamp_tensors_", Op.CLAMP_TENSOR_,
+            lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi), NUMBERS,
+            samples=lambda make: (S(make(a), make(b), np.asarray(make(b) + 1))
+                                  for a, b in INPLACE_SHAPES)),
     inplace("zero_", Op.ZERO_, np.zeros_like, ALL,
             samples=lambda make: [S(make((3, 5))), S(make(())), S(make((0, 2)))]),
     inplace("fill_", Op.FILL_, np.full_like, ALL,
