@@ -99,9 +99,11 @@ def _compute(L: V.Lanes, spec: ElementwiseSpec, values: list, scale):
     in_dts = [dt for dt, _ in spec.inputs]
     if spec.op is Op.TO_COPY:
         return L.cast(values[0], in_dts[0], spec.out)
-    if scale is not None:
+    if scale is not None:  # (a 16-bit float's product in float32, not fused with the op)
         values = [L.cast(v, d, spec.compute) for v, d in zip(values, in_dts)]
-        values[-1] = V.Elements(L, spec.compute).mul(values[-1], scale)
+        register = V.register_dtype(spec.compute)
+        values[-1] = V.Elements(L, register, contract=register is spec.compute).mul(
+            values[-1], scale)
         in_dts = [spec.compute] * len(values)
     rule = RECORDS[spec.op].pointwise.rule
     result = V.compute(L, spec.op, values, in_dts, spec.out, dict(spec.attrs), spec.compute)
