@@ -208,8 +208,9 @@ class KernelBuilder:
         return llvm_ir.offsets(self.b, index, self.sizes[dims],
                                [strides[dims] for strides in self.strides])
 
-    def load(self, j: int, offset):
-        """Operand j's element at `offset` (an input passed by value: its number)."""
+    def load(self, j: int, offset, memory: bool = False):
+        """Operand j's element at `offset` (an input passed by value: its number); with
+        `memory`, as memory holds it (a copy's bits, a NaN's payload kept)."""
         dt = self.operands[j].type.dtype
         if j in self.spec.by_value:
             return self.ptr[j] if dt in dtypes.HALF else \
@@ -218,11 +219,13 @@ class KernelBuilder:
             raw = self.vector_step.loaded[j][self.vector_step.lane]
         else:
             raw = self.b.load(llvm_ir.at(self.b, self.ptr[j], offset))
-        return V.Lanes(self.b, None).from_memory(raw, dt)
+        return raw if memory else V.Lanes(self.b, None).from_memory(raw, dt)
 
-    def store(self, j: int, offset, value) -> None:
+    def store(self, j: int, offset, value, memory: bool = False) -> None:
+        """`value` stored as operand j's element at `offset` (with `memory`: a value as
+        memory holds it, load's with `memory`)."""
         dt = self.operands[j].type.dtype
-        raw = V.Lanes(self.b, None).to_memory(value, dt)
+        raw = value if memory else V.Lanes(self.b, None).to_memory(value, dt)
         if self.vector_step is not None:
             self.vector_step.stored.setdefault(j, []).append(raw)
             return
