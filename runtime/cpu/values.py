@@ -144,12 +144,14 @@ class Lanes:
 
     def _to_int32(self, v, src: DType):
         """Float v truncated to int32, its minimum where v is NaN or beyond int32 (as x86's
-        cvtt instructions give it, numpy's conversion; LLVM's fptosi would be poison)."""
+        cvtt instructions give it, numpy's conversion; LLVM's fptosi would be poison, so
+        it converts 0 there: the CUDA emulator refuses any poison conversion)."""
         b = self.b
         inside = b.fcmp_ordered("<", intrinsic(b, "fabs", [v], v.type, [v.type]),
                                 self.const(2.0 ** 31, src))
-        return b.select(inside, b.fptosi(v, self.type(dtypes.int32)),
-                        self.const(-(1 << 31), dtypes.int32))
+        converted = b.fptosi(b.select(inside, v, self.const(0, src)),
+                             self.type(dtypes.int32))
+        return b.select(inside, converted, self.const(-(1 << 31), dtypes.int32))
 
 
 def _isnan(L: Lanes, x):

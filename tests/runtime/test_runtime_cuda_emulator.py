@@ -588,3 +588,33 @@ def test_float64_fma_beyond_double_range_is_infinite():
     exact = Fraction(0.1) * Fraction(0.1) - Fraction(0.01)
     assert _fma_f64(0.1, 0.1, -0.01) == float(exact)  # one rounding, not two
     assert _fma_f64(0.1, 0.1, -0.01) != 0.1 * 0.1 - 0.01
+
+
+
+def test_half_words_convert_as_ptx_cvt_and_narrow_words_load_as_vectors():
+    """The 16-bit float kernels' instructions: float32 rounded to half to nearest even
+    (cvt.rn.f16.f32: ties to even, past 65504 to inf, into subnormals) and stored as an
+    i16 word; i16 words loaded four to a vector (ld.v4.b16), bitcast to half and widened
+    (cvt.f32.f16)."""
+    module = nvptx.new_module()
+    I16, HALF = ir.IntType(16), ir.HalfType()
+    fn, b = nvptx.kernel(module, "emu_half", [_global_pointer(I16), _global_pointer(F32),
+                                              _global_pointer(F32), _global_pointer(I16)],
+                         ["halved", "widened", "x", "words"])
+    halved, widened, x, words = fn.args
+    i = b.zext(_sreg(b, "tid"), L.I64)
+    b.store(b.bitcast(b.fptrunc(b.load(L.at(b, x, i)), HALF), I16), L.at(b, halved, i))
+    four = L.load_vector(b, L.at(b, words, b.mul(b.udiv(i, L.i64(4)), L.i64(4))), 4, 8)
+    word = b.extract_element(four, b.trunc(b.urem(i, L.i64(4)), L.I32))
+    b.store(b.fpext(b.bitcast(word, HALF), F32), L.at(b, widened, i))
+    b.ret_void()
+    _assembles(module, "emu_half")
+    x = np.array([1 + 2.0 ** -11, 1 + 3 * 2.0 ** -11, 65519.0, 65520.0, -2.0 ** -25,
+                  2.0 ** -24 * 1.5, np.nan, -0.0], np.float32)
+    with np.errstate(over="ignore"):
+        expected = x.astype(np.float16)
+    halved, widened = np.zeros(8, np.int16), np.zeros(8, np.float32)
+    cuda_emulator.launch(fn, 1, 8, [halved, widened, x, expected.view(np.int16)])
+    np.testing.assert_array_equal(halved.view(np.float16)[:6], expected[:6])
+    assert np.isnan(halved.view(np.float16)[6]) and halved[7] == np.int16(-0x8000)
+    np.testing.assert_array_equal(widened, expected.astype(np.float32))

@@ -30,7 +30,6 @@ from compiler.backends.cuda.plan import CudaLaunch, CudaPlan
 from compiler.backends import fused
 from compiler.backends.fused import FusedKernel
 from runtime.cpu import kernel_ir as K
-from runtime.cpu.kernel_spec import NARROW
 from runtime.cuda.codegen.gemm import gemm_kernel
 from runtime.cuda.codegen import VECTOR_BYTES
 from runtime.cuda.codegen.kernel_ir import (MAX_BLOCKS, CudaSpec, blocks_for,
@@ -46,15 +45,13 @@ _names = itertools.count(1)
 
 
 def emits(node: Node) -> bool:
-    """Whether a CUDA kernel can hold `node`: what the native kernels hold, but a batched
-    product, which the CUDA GEMM does not compute, ops whose record says their emitter
-    has no CUDA form (Pointwise.not_on_cuda: no op's at present) and the CPU kernels'
-    narrow types (kernel_spec.NARROW: not generated for CUDA yet); they run interpreted,
-    and the ops around them still fuse."""
+    """Whether a CUDA kernel can hold `node`: what the native kernels hold (the narrow
+    dtypes, kernel_spec.NARROW, in elementwise nodes only), but a batched product, which
+    the CUDA GEMM does not compute, and ops whose record says their emitter has no CUDA
+    form (Pointwise.not_on_cuda: no op's at present); they run interpreted, and the ops
+    around them still fuse."""
     record = RECORDS.get(node.op)
     if record is not None and record.pointwise is not None and record.pointwise.not_on_cuda:
-        return False
-    if any(v.type.dtype.name in NARROW for v in (*node.input_values(), *node.outputs)):
         return False
     return node.op is not Op.BMM and fused.emits(node)
 

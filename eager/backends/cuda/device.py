@@ -29,8 +29,9 @@ from runtime.cuda import current
 from runtime.cuda import driver as cuda
 
 _loaded = weakref.WeakKeyDictionary()  # driver -> {(ordinal, kernel name): function handle}
-_SCALARS = {"i64": ctypes.c_int64, "i32": ctypes.c_int32, "i8": ctypes.c_int8,
-            "i1": ctypes.c_bool, "float": ctypes.c_float, "double": ctypes.c_double}
+_SCALARS = {"i64": ctypes.c_int64, "i32": ctypes.c_int32, "i16": ctypes.c_int16,
+            "i8": ctypes.c_int8, "i1": ctypes.c_bool, "float": ctypes.c_float,
+            "double": ctypes.c_double}
 
 
 def driver() -> cuda.Driver:

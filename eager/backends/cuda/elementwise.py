@@ -86,8 +86,12 @@ def elementwise_kernel(spec: ElementwiseSpec) -> CudaKernel:
                           (), frozenset(), ())
     by_value = frozenset(j for j, (_, number) in enumerate(spec.inputs) if number)
     extras = (("scale", spec.compute),) if spec.scaled else ()
+    copy = spec.op is Op.TO_COPY and spec.inputs == ((spec.out, False),)
 
     def body(k: KernelBuilder, offsets: list) -> None:
+        if copy:  # the words themselves: a float's NaN payloads are kept, as by memcpy
+            k.store(1, offsets[1], k.load(0, offsets[0], memory=True), memory=True)
+            return
         values = [k.load(j, offsets[j]) for j in range(len(inputs))]
         result = _compute(V.Lanes(k.b, None), spec, values, k.extras.get("scale"))
         k.store(len(inputs), offsets[len(inputs)], result)
@@ -99,9 +103,11 @@ def _compute(L: V.Lanes, spec: ElementwiseSpec, values: list, scale):
     in_dts = [dt for dt, _ in spec.inputs]
     if spec.op is Op.TO_COPY:
         return L.cast(values[0], in_dts[0], spec.out)
-    if scale is not None:
+    if scale is not None:  # (a 16-bit float's product in float32, not fused with the op)
         values = [L.cast(v, d, spec.compute) for v, d in zip(values, in_dts)]
-        values[-1] = V.Elements(L, spec.compute).mul(values[-1], scale)
+        register = V.register_dtype(spec.compute)
+        values[-1] = V.Elements(L, register, contract=register is spec.compute).mul(
+            values[-1], scale)
         in_dts = [spec.compute] * len(values)
     rule = RECORDS[spec.op].pointwise.rule
     result = V.compute(L, spec.op, values, in_dts, spec.out, dict(spec.attrs), spec.compute)

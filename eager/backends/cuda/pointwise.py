@@ -1,7 +1,14 @@
 """CUDA kernels of eager's pointwise ops, copies, casts, fills and in-place ops, each a
 single-op elementwise kernel (elementwise.py). Shapes, result dtypes and every argument
-check come from the op's Meta kernel, so CUDA raises what the CPU raises."""
+check come from the op's Meta kernel, so CUDA raises what the CPU raises.
+
+They take every dtype: the 16-bit floats compute in float32 and round once per op, the
+narrow integers wrap in their width, as the CPU's kernels (runtime/cpu/values.py); the
+other CUDA kernels (reductions, joins, indexing, matmul) take SUPPORTED only and name
+the dtype and op they refuse (check_dtypes)."""
 from __future__ import annotations
+
+import numpy as np
 
 from eager.backends.cuda import device as D
 from runtime.cuda.codegen import VECTOR_BYTES
@@ -18,14 +25,28 @@ from ir.ops import Op
 
 SUPPORTED = frozenset(dt for dt in dtypes.ALL
                       if dt not in dtypes.HALF + (dtypes.int8, dtypes.int16))
+"""The dtypes of CUDA's kernels other than the elementwise ones, which take every dtype."""
 
 
 def check_dtypes(op_name: str, *dts: DType) -> None:
+    """Refuse a kernel other than an elementwise one over a dtype not in SUPPORTED."""
     for dt in dts:
         if dt not in SUPPORTED:
             raise NotImplementedError(f"Could not run 'aten::{op_name}' with arguments from "
                                       f"the 'CUDA' backend: kiln's CUDA kernels have no "
-                                      f"{dt.name} code")
+                                      f"{dt.name} code for {op_name} ({dt.name} runs in "
+                                      f"elementwise ops, copies and casts only)")
+
+
+def _check_own_half(record: OpRecord, dt: DType) -> None:
+    """Refuse an op that computes in the 16-bit float itself (Pointwise.own_half: each
+    step rounded, as the CPU's numpy does it), which CUDA's float32 emitters do not."""
+    if record.pointwise.own_half and dt in dtypes.HALF:
+        name = record.op.schema.name
+        raise NotImplementedError(f"Could not run 'aten::{name}' with arguments from the "
+                                  f"'CUDA' backend: kiln's CUDA kernels have no {dt.name} "
+                                  f"code for {name} (it rounds each step in {dt.name}; "
+                                  f"the kernels compute in float32 and round once)")
 
 
 def by_value(t: Tensor) -> bool:
@@ -88,6 +109,8 @@ def _vector(operands: list, tensors: list, sizes: tuple, strides: list) -> tuple
 
 
 def _number(t: Tensor, dt: DType):
+    """t's value in the kernel parameter's type: a 16-bit float's is float32 (the value
+    is not rounded to the type: numpy's path computes with the number in float32)."""
     value = t.item()
     return int(bool(value)) if dt is dtypes.bool_ else (float(value) if dt.is_floating_point
                                                        else int(value))
@@ -101,7 +124,6 @@ def _broadcast_strides(t: Tensor, shape) -> tuple:
 
 def copy_into(destination: Tensor, source: Tensor) -> Tensor:
     """destination[...] = source, cast to destination's dtype; both on one CUDA device."""
-    check_dtypes("copy_", destination.dtype, source.dtype)
     return run(Op.TO_COPY, destination, [source], {}, destination.dtype)
 
 
@@ -121,8 +143,10 @@ def pointwise_kernel(record: OpRecord):
         out_dt = shape_and_dtype.dtype
         compute = promote(*tensors) if pointwise.rule == "compare" else \
             dtypes.bool_ if pointwise.rule == "logical" else out_dt
-        check_dtypes(op.schema.name, out_dt, compute, *(t.dtype for t in tensors))
+        _check_own_half(record, compute)
         scale = attrs.pop(pointwise.scaled, 1) if pointwise.scaled else 1
+        if scale != 1 and compute in dtypes.HALF:  # of the tensors' type: 0.3 rounds
+            scale = float(np.asarray(scale, compute.np))
         out = D.empty(shape_and_dtype.shape, out_dt, dev)
         return run(op, out, list(tensors), attrs, compute, None if scale == 1 else scale)
     kernel.__name__ = f"{op.schema.name}_cuda"
@@ -165,7 +189,6 @@ def copy_(self, src):
 
 
 def clone(self, **kwargs):
-    check_dtypes("clone", self.dtype)
     return run(Op.TO_COPY, D.empty(self._shape, self.dtype, self.device), [self], {},
                self.dtype)
 
@@ -178,6 +201,5 @@ def to_copy(self, *, dtype=None, device=None):
         return from_array(dtypes.cast(D.to_host(self), dt))
     if target != self.device:
         return D.from_host(dtypes.cast(D.to_host(self), dt), target)
-    check_dtypes("_to_copy", self.dtype, dt)
     return run(Op.TO_COPY, D.empty(self._shape, dt, target), [self], {}, dt)
 

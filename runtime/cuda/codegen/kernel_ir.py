@@ -97,6 +97,13 @@ class CudaSpec:
         return self.rows * self.inner[0]
 
 
+def _by_value_type(S: V.Lanes, dt):
+    """The parameter type of an input of dtype `dt` passed as a number: its memory type,
+    but float32 for the 16-bit floats, a number numpy's path computes with in float32
+    and does not round to the type first (x_f16 * 0.1 multiplies by 0.1f)."""
+    return S.type(dt) if dt in dtypes.HALF else S.memory_type(dt)
+
+
 def vector_lanes(dts) -> int:
     """Lanes of a vector kernel whose pointer operands have dtypes `dts`: a 16-byte
     vector of the widest, at most MAX_LANES."""
@@ -122,7 +129,7 @@ class KernelBuilder:
         self.operands = list(k.inputs) + list(k.outputs)
         space = llvm_ir.Target(nvptx.TRIPLE).global_space
         S = V.Lanes(None, None)
-        types = [S.memory_type(v.type.dtype) if j in spec.by_value else
+        types = [_by_value_type(S, v.type.dtype) if j in spec.by_value else
                  ir.PointerType(S.memory_type(v.type.dtype), space)
                  for j, v in enumerate(self.operands)]
         names = [f"in{j}" for j in range(len(k.inputs))] + \
@@ -201,20 +208,24 @@ class KernelBuilder:
         return llvm_ir.offsets(self.b, index, self.sizes[dims],
                                [strides[dims] for strides in self.strides])
 
-    def load(self, j: int, offset):
-        """Operand j's element at `offset` (an input passed by value: its number)."""
+    def load(self, j: int, offset, memory: bool = False):
+        """Operand j's element at `offset` (an input passed by value: its number); with
+        `memory`, as memory holds it (a copy's bits, a NaN's payload kept)."""
         dt = self.operands[j].type.dtype
         if j in self.spec.by_value:
-            return V.Lanes(self.b, None).from_memory(self.ptr[j], dt)
+            return self.ptr[j] if dt in dtypes.HALF else \
+                V.Lanes(self.b, None).from_memory(self.ptr[j], dt)
         if self.vector_step is not None:
             raw = self.vector_step.loaded[j][self.vector_step.lane]
         else:
             raw = self.b.load(llvm_ir.at(self.b, self.ptr[j], offset))
-        return V.Lanes(self.b, None).from_memory(raw, dt)
+        return raw if memory else V.Lanes(self.b, None).from_memory(raw, dt)
 
-    def store(self, j: int, offset, value) -> None:
+    def store(self, j: int, offset, value, memory: bool = False) -> None:
+        """`value` stored as operand j's element at `offset` (with `memory`: a value as
+        memory holds it, load's with `memory`)."""
         dt = self.operands[j].type.dtype
-        raw = V.Lanes(self.b, None).to_memory(value, dt)
+        raw = value if memory else V.Lanes(self.b, None).to_memory(value, dt)
         if self.vector_step is not None:
             self.vector_step.stored.setdefault(j, []).append(raw)
             return
