@@ -2,7 +2,8 @@
 
     out = residual + scale * act(alpha * op(A) @ op(B) + beta * C + bias)
 
-with op = identity or transpose, float32 or float64, any strides (transposed and
+with op = identity or transpose, float32 or float64 (or bfloat16 and float16 operands, for a
+float32 product: see below), any strides (transposed and
 non-contiguous views are read in place), and batches (`bmm`, with numpy broadcasting of
 the batch dims). The epilogue (bias, activation, scale, residual) is fused into the
 store of each register tile. When beta == 0, C is not read (NaNs in it do not leak), as
@@ -13,6 +14,13 @@ register micro-kernel, one native call per block of rows or columns per thread (
 jobs.run); small products (config.DIRECT_MAX_MACS, DIRECT_SPREAD_MAX_MACS) skip
 packing. Results are bitwise
 identical across thread counts for one blocking (tune.py picks it).
+
+bfloat16 and float16 A and B (both of one type) give a float32 product (C, bias,
+residual and out are float32): they are widened to float32 (exactly) while they are
+packed, so the result is bitwise the float32 product of the widened operands with the
+same blocking, without a conversion pass over memory. A is then always packed, and
+small products take the packed kernel with all of K in one block (which is what the
+direct kernel computes) rather than the direct or specialised kernels.
 
 Error bound, asserted by tests/runtime/cpu/test_gemm.py for every result, eps the dtype's
 machine epsilon and |x| elementwise:
@@ -27,14 +35,14 @@ the steepest slope of any activation (gelu's).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
 
 from runtime.cpu.gemm import DTYPES, config, jobs, kernels, plans, small
 from runtime.cpu.gemm import tune
-from runtime.cpu.gemm.emit.kernel import EpilogueSpec
+from runtime.cpu.gemm.emit.kernel import HALF_OPERANDS, EpilogueSpec
 from ir.records import RECORDS, activations
 from runtime.addresses import address
 
@@ -91,6 +99,10 @@ def bmm(a, b, *, out=None, alpha=1.0, beta=0.0, c=None, trans_a=False, trans_b=F
 
 
 _DTYPES = tuple(np.dtype(name) for name in DTYPES)
+# the product's dtype by the operands' (16-bit operands are widened while packed)
+_PRODUCT_DTYPE = {**{dtype: dtype for dtype in _DTYPES},
+                  **{kernels.operand_dtype(name): np.dtype(product)
+                     for product, names in HALF_OPERANDS.items() for name in names}}
 
 
 def _array(name: str, x) -> np.ndarray:
@@ -109,10 +121,10 @@ def _product(request: GemmRequest, plan_key: tuple | None) -> np.ndarray:
     a, b = _array("a", a), _array("b", b)
     _check_ranks(api, a, b)
     epilogue = epilogue or _NO_EPILOGUE
-    dtype = a.dtype
-    if dtype not in _DTYPES or b.dtype != dtype:  # ('>f4' is float32 in the other byte order)
+    dtype = _PRODUCT_DTYPE.get(a.dtype)
+    if dtype is None or b.dtype != a.dtype:  # ('>f4' is float32 in the other byte order)
         raise TypeError(f"{api}: a is {a.dtype} and b is {b.dtype}; both must be "
-                        "float32 or both float64, in this machine's byte order")
+                        "float32, float64, bfloat16 or float16, in this machine's byte order")
     op_a = a.swapaxes(-1, -2) if trans_a else a
     op_b = b.swapaxes(-1, -2) if trans_b else b
     if op_a.shape[-1] != op_b.shape[-2]:
@@ -272,14 +284,17 @@ def _run(problem: _Problem, activation, threads, plan_key: tuple | None = None,
         return
     copied = _whole_element_strides(problem)
     bias = None if problem.bias is None else ("col" if problem.bias_axis == 1 else "row")
-    kernel = kernels.kernel(out.dtype, _spec(bias, activation, problem.residual is not None))
-    batch = _products(problem)
+    operands = problem.a.dtype
+    kernel = kernels.kernel(out.dtype, _spec(bias, activation, problem.residual is not None),
+                            operands=None if operands == out.dtype else operands.name)
+    specialise = specialise and not kernel.packs_a  # the others read A and B in place
+    batch = _products(problem, kernel.operand_itemsize)
     m, n, k = batch.call.m, batch.call.n, batch.call.k
     direct_domain = m * n * k <= config.DIRECT_MAX_MACS or (
         m * n * k <= config.DIRECT_SPREAD_MAX_MACS
         and not kernels.crowds_l1(batch.call.a_rs, kernel.dtype.itemsize))
     blocking = None
-    if not direct_domain or (n > 1 and batch.call.b_cs != 1):
+    if not direct_domain or (n > 1 and batch.call.b_cs != 1) or kernel.packs_a:
         blocking = tune.for_depth(tune.blocking(kernel, _tuning_measure), k)
         if direct_domain:  # all of K in one block, as in the direct and small.py's kernels:
             blocking = kernels.Blocking(blocking.mc, k, blocking.nc)  # the same result
@@ -299,7 +314,7 @@ def _run(problem: _Problem, activation, threads, plan_key: tuple | None = None,
         # kernel with all of K in one block, without compiling a packed variant (~0.4 s)
         # for a product that gets its specialised kernel when seen again.
         problem.b = np.ascontiguousarray(problem.b)
-        batch, blocking, copied = _products(problem), None, True
+        batch, blocking, copied = _products(problem, kernel.operand_itemsize), None, True
     if whole and specialised is not None:
         specialised.run_call(batch.call)  # piece 0's operands are the batch's first
         return
@@ -323,15 +338,16 @@ def _whole_element_strides(problem: _Problem) -> bool:
     return copied
 
 
-def _products(problem: _Problem) -> kernels.Batch:
-    """The problem as a kernels.Batch: its first product and where the others are."""
+def _products(problem: _Problem, operand_itemsize: int) -> kernels.Batch:
+    """The problem as a kernels.Batch: its first product and where the others are
+    (`operand_itemsize`: of A's and B's elements)."""
     p, itemsize = problem, problem.out.itemsize
     m, k, n = p.a.shape[-2], p.a.shape[-1], p.b.shape[-1]
-    operands = [_layout(p.a, 2, itemsize), _layout(p.b, 2, itemsize),
+    operands = [_layout(p.a, 2, operand_itemsize), _layout(p.b, 2, operand_itemsize),
                 _layout(p.c, 2, itemsize), _layout(p.out, 2, itemsize),
                 _layout(p.bias, 1, itemsize), _layout(p.residual, 2, itemsize)]
     (a, _, sa), (b, _, sb), (c, _, sc), (out, _, so), (bias, _, sbias), (res, _, sr) = operands
-    in_place = int(kernels.reads_a_in_place(*sa, itemsize))
+    in_place = int(operand_itemsize == itemsize and kernels.reads_a_in_place(*sa, itemsize))
     first = kernels.Call(m, n, k, a, *sa, b, *sb, c, *sc, out, so[0], p.alpha, p.beta,
                         p.scale, bias, sbias[0], res, *sr, in_place)
     batch = p.out.shape[:-2]
@@ -365,8 +381,8 @@ def _tuning_measure(kernel: kernels.CompiledGemm):
     out = np.empty((size, size), dtype)
     problem = _Problem(a, b, None, out, None, 1, None, dtype.type(1), dtype.type(0),
                        dtype.type(1))
-    plain = kernels.kernel(dtype, EpilogueSpec(), kernel.tile)
-    batch = _products(problem)
+    plain = kernels.kernel(dtype, EpilogueSpec(), replace(kernel.tile, operands=None))
+    batch = _products(problem, dtype.itemsize)
 
     def run(blocking: kernels.Blocking) -> tuple:
         jobs.run(plain, batch, blocking)
