@@ -18,9 +18,12 @@ identical across thread counts for one blocking (tune.py picks it).
 bfloat16 and float16 A and B (both of one type) give a float32 product (C, bias,
 residual and out are float32): they are widened to float32 (exactly) while they are
 packed, so the result is bitwise the float32 product of the widened operands with the
-same blocking, without a conversion pass over memory. A is then always packed, and
-small products take the packed kernel with all of K in one block (which is what the
-direct kernel computes) rather than the direct or specialised kernels.
+same blocking, without a conversion pass over memory; with out_dtype set to their type,
+the store rounds the result to it (after the epilogue, on the last K block: earlier
+blocks keep their partial sums in a float32 array), without a rounding pass either.
+A is always packed for such operands, and small products take the packed kernel with all
+of K in one block (which is what the direct kernel computes) rather than the direct or
+specialised kernels.
 
 Error bound, asserted by tests/runtime/cpu/test_gemm.py for every result, eps the dtype's
 machine epsilon and |x| elementwise:
@@ -73,27 +76,33 @@ GemmRequest = tuple
 
 def gemm(a, b, *, out=None, alpha=1.0, beta=0.0, c=None, trans_a=False, trans_b=False,
          epilogue: Epilogue | None = None, threads: int | None = None,
-         specialise: bool = True) -> np.ndarray:
+         specialise: bool = True, out_dtype=None) -> np.ndarray:
     """alpha * op(a) @ op(b) + beta * C, then the epilogue, for 2-D a and b. C is `c`
     (broadcastable to M x N) or, if c is None, `out` (updated in place). Returns `out`
     (allocated when None). `threads` defaults to runtime.threads.num_threads().
     `specialise`: a small product (small.fits) seen twice gets a kernel compiled
     for its sizes; False keeps to the shape-generic kernels, for callers whose sizes
     vary (compiled dynamic=True graphs), where kernels per size would be compiled for
-    nothing."""
+    nothing. `out_dtype`: for bfloat16 or float16 operands, their type gives the result
+    rounded to it, once, in the store after the epilogue (no float32 result, no
+    separate rounding pass; `out` must be None; not planned)."""
     request = ("gemm", a, b, out, alpha, beta, c, trans_a, trans_b, epilogue, threads,
                specialise)
+    if out_dtype is not None:
+        return _product(request, None, out_dtype)
     plan_key, result = plans.serve(request)
     return result if result is not None else _product(request, plan_key)
 
 
 def bmm(a, b, *, out=None, alpha=1.0, beta=0.0, c=None, trans_a=False, trans_b=False,
         epilogue: Epilogue | None = None, threads: int | None = None,
-        specialise: bool = True) -> np.ndarray:
+        specialise: bool = True, out_dtype=None) -> np.ndarray:
     """gemm over the leading (batch) dims of a (..., M, K) and b (..., K, N), which
     broadcast as in numpy; c, the bias and the residual broadcast likewise."""
     request = ("bmm", a, b, out, alpha, beta, c, trans_a, trans_b, epilogue, threads,
                specialise)
+    if out_dtype is not None:
+        return _product(request, None, out_dtype)
     plan_key, result = plans.serve(request)
     return result if result is not None else _product(request, plan_key)
 
@@ -114,9 +123,9 @@ def _array(name: str, x) -> np.ndarray:
     return x
 
 
-def _product(request: GemmRequest, plan_key: tuple | None) -> np.ndarray:
+def _product(request: GemmRequest, plan_key: tuple | None, out_dtype=None) -> np.ndarray:
     """Check and run a request that no plan served; a plan is made for `plan_key` (see
-    plans.py) when it is seen again."""
+    plans.py) when it is seen again. `out_dtype`: see gemm."""
     api, a, b, out, alpha, beta, c, trans_a, trans_b, epilogue, threads, specialise = request
     a, b = _array("a", a), _array("b", b)
     _check_ranks(api, a, b)
@@ -146,26 +155,39 @@ def _product(request: GemmRequest, plan_key: tuple | None) -> np.ndarray:
             raise ValueError(f"{api}: beta is {beta} but there is no C: pass c or out")
         c = out
     c = _operand(api, "c", c, dtype, shape) if beta != 0 else None
+    rounded = _rounded(api, out_dtype, a.dtype, out, shape)
     if out is None:
-        out = np.empty(shape, dtype)
+        out = np.empty(shape, dtype)  # with `rounded`: partial sums between K blocks
     else:
         out = _output(api, out, dtype, shape)
         op_a, op_b, bias, residual = (_unshared(x, out) for x in (op_a, op_b, bias, residual))
         if c is not None and np.may_share_memory(c, out) and not _same_view(c, out):
             c = c.copy()
     if out.size == 0:
-        return out
+        return out if rounded is None else rounded
     if k == 0:
         start = beta * c if c is not None else np.zeros(shape, dtype)
         out[...] = _numpy_epilogue(start.astype(dtype, copy=False), epilogue, bias, residual)
-        return out
+        return out if rounded is None else out.astype(rounded.dtype)
     problem = _Problem(op_a, op_b, c, out, bias, epilogue.bias_axis, residual,
-                       dtype.type(alpha), dtype.type(beta), dtype.type(epilogue.scale))
+                       dtype.type(alpha), dtype.type(beta), dtype.type(epilogue.scale), rounded)
     _run(problem, epilogue.activation, threads, plan_key, specialise)
-    return out
+    return out if rounded is None else rounded
 
 
 _NO_EPILOGUE = Epilogue()
+
+
+def _rounded(api, out_dtype, operands: np.dtype, out, shape) -> np.ndarray | None:
+    """The array for a result rounded to `out_dtype` (None: not asked for)."""
+    if out_dtype is None or np.dtype(out_dtype) == _PRODUCT_DTYPE[operands]:
+        return None
+    if np.dtype(out_dtype) != operands or _PRODUCT_DTYPE[operands] == operands:
+        raise TypeError(f"{api}: out_dtype {np.dtype(out_dtype)} is taken only for "
+                        f"bfloat16 or float16 operands of that type, not {operands}")
+    if out is not None:
+        raise ValueError(f"{api}: out_dtype is taken only without out")
+    return np.empty(shape, out_dtype)
 
 
 def _check_ranks(api, a, b) -> None:
@@ -258,13 +280,14 @@ class _Problem:
     alpha: float
     beta: float
     scale: float
+    rounded: np.ndarray | None = None  # out rounded to the 16-bit operands' type
 
     def transposed(self) -> "_Problem":
         """The same product as out^T = op(B)^T op(A)^T: bias axis and roles swap."""
         t = lambda x: None if x is None else np.swapaxes(x, -1, -2)  # noqa: E731
         return _Problem(t(self.b), t(self.a), t(self.c), t(self.out), self.bias,
                         1 - self.bias_axis, t(self.residual), self.alpha, self.beta,
-                        self.scale)
+                        self.scale, t(self.rounded))
 
 
 def _run(problem: _Problem, activation, threads, plan_key: tuple | None = None,
@@ -348,8 +371,9 @@ def _products(problem: _Problem, operand_itemsize: int) -> kernels.Batch:
                 _layout(p.bias, 1, itemsize), _layout(p.residual, 2, itemsize)]
     (a, _, sa), (b, _, sb), (c, _, sc), (out, _, so), (bias, _, sbias), (res, _, sr) = operands
     in_place = int(operand_itemsize == itemsize and kernels.reads_a_in_place(*sa, itemsize))
+    rounded = 0 if p.rounded is None else address(p.rounded)
     first = kernels.Call(m, n, k, a, *sa, b, *sb, c, *sc, out, so[0], p.alpha, p.beta,
-                        p.scale, bias, sbias[0], res, *sr, in_place)
+                        p.scale, bias, sbias[0], res, *sr, in_place, rounded)
     batch = p.out.shape[:-2]
     if not batch or int(np.prod(batch)) == 1:
         return kernels.Batch(first)

@@ -251,6 +251,8 @@ def _job(kernel: CompiledGemm, first: np.ndarray | None, pieces: Batch | list[Ca
         if pieces.offsets is not None:
             for column, name in enumerate(POINTERS):
                 records[name] += pieces.offsets[:, column]
+            if pieces.call.rounded:  # laid out as the float32 out, in 2-byte elements
+                records["rounded"] += pieces.offsets[:, POINTERS.index("out")] // 2
     words = records.view(np.int64).reshape(len(records), len(FIELDS))
     if specialised is not None:
         function = specialised

@@ -50,7 +50,9 @@ class Blocking:
 class Call(NamedTuple):
     """One product for the kernel, in KERNEL_ARGS order up to the packing arguments:
     sizes, then pointers (ints, bytes) and element strides of op(A), op(B), C, out, bias
-    and residual, and the scalars."""
+    and residual, and the scalars; `rounded`, for 16-bit operands, where the result goes
+    rounded to their type (laid out as out, in 2-byte elements: its offsets are half
+    of out's float32 ones), or 0."""
     m: int
     n: int
     k: int
@@ -74,6 +76,7 @@ class Call(NamedTuple):
     r_rs: int
     r_cs: int
     a_in_place: int
+    rounded: int = 0
 
     def rows(self, start: int, stop: int, itemsize: int, bias_per_row: bool,
              operand_itemsize: int | None = None) -> "Call":
@@ -82,6 +85,7 @@ class Call(NamedTuple):
         return self._replace(
             m=stop - start, a=self.a + start * self.a_rs * (operand_itemsize or itemsize),
             c=self.c + start * self.c_rs * itemsize, out=self.out + start * self.o_rs * itemsize,
+            rounded=self.rounded and self.rounded + start * self.o_rs * 2,
             res=self.res + start * self.r_rs * itemsize,
             bias=self.bias + (start * self.bias_stride * itemsize if bias_per_row else 0))
 
@@ -92,6 +96,7 @@ class Call(NamedTuple):
         return self._replace(
             n=stop - start, b=self.b + start * self.b_cs * (operand_itemsize or itemsize),
             c=self.c + start * self.c_cs * itemsize, out=self.out + start * itemsize,
+            rounded=self.rounded and self.rounded + start * 2,
             res=self.res + start * self.r_cs * itemsize,
             bias=self.bias + (start * self.bias_stride * itemsize if bias_per_col else 0))
 
@@ -112,7 +117,8 @@ class Batch(NamedTuple):
             return [self.call]
         c = self.call
         return [c._replace(a=c.a + a, b=c.b + b, c=c.c + cc, out=c.out + o, bias=c.bias + bias,
-                           res=c.res + r) for a, b, cc, o, bias, r in self.offsets.tolist()]
+                           res=c.res + r, rounded=c.rounded and c.rounded + o // 2)
+                for a, b, cc, o, bias, r in self.offsets.tolist()]
 
 
 class CompiledGemm:

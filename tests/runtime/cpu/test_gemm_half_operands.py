@@ -224,3 +224,95 @@ def test_a_repeated_half_request_is_planned_and_reads_each_calls_arrays():
                                True))
     assert key in gemm_plans.PLANS
     same_bits(gemm(a, b), gemm(*widened(a, b), specialise=False))
+
+
+# out_dtype: the store rounds the result to the operands' type ---------------------------
+def same_words(x, y):
+    """Bitwise equal 16-bit floats, any NaN matching any NaN."""
+    assert x.dtype == y.dtype and x.shape == y.shape and x.dtype.itemsize == 2
+    nan = np.isnan(x.astype(np.float32))
+    assert (nan == np.isnan(y.astype(np.float32))).all()
+    assert np.array_equal(x.view(np.uint16)[~nan], y.view(np.uint16)[~nan])
+
+
+@pytest.mark.parametrize("dtype", HALVES)
+@pytest.mark.parametrize("m,k,n", SIZES + [(333, 777, 555)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_rounded_result_is_the_float32_result_rounded_once(dtype, m, k, n, threads):
+    rng = np.random.default_rng(m + k * n)
+    a, b = halves(rng, (m, k), dtype), halves(rng, (k, n), dtype)
+    got = gemm(a, b, out_dtype=dtype, threads=threads)
+    same_words(got, gemm(a, b, threads=threads).astype(dtype))
+
+
+@pytest.mark.parametrize("dtype", HALVES)
+def test_the_epilogue_is_applied_before_rounding(dtype):
+    rng = np.random.default_rng(11)
+    for m, k, n in [(7, 17, 129), (200, 600, 250)]:  # one K block, and two
+        a, b = halves(rng, (k, m), dtype), halves(rng, (n, k), dtype)
+        c = rng.standard_normal((m, n)).astype(np.float32)
+        epilogue = Epilogue(bias=rng.standard_normal(m).astype(np.float32), bias_axis=0,
+                            activation="gelu", scale=0.75,
+                            residual=rng.standard_normal((m, n)).astype(np.float32))
+        options = dict(alpha=1.5, beta=-0.5, c=c, epilogue=epilogue, trans_a=True,
+                       trans_b=True)
+        same_words(gemm(a, b, out_dtype=dtype, **options),
+                   gemm(a, b, **options).astype(dtype))
+
+
+@pytest.mark.parametrize("dtype", HALVES)
+def test_rounding_ties_overflow_and_nans_as_numpy_and_ml_dtypes(dtype):
+    """The residual of a zero product is the value rounded: ties to even, beyond the
+    largest value to inf, NaNs kept NaN."""
+    info = ml_dtypes.finfo(dtype)
+    ulp_of_one = float(info.eps)
+    values = [1 + ulp_of_one / 2, 1 + 1.5 * ulp_of_one, -(1 + ulp_of_one / 2),
+              float(info.max) * (1 + ulp_of_one / 4), float(info.max) * (1 + ulp_of_one),
+              np.inf, -np.inf, np.nan, -np.nan, float(info.smallest_subnormal) / 2,
+              float(info.smallest_subnormal) * 1.5, 1e-30, -0.0, 3.0, 65519.0, 65520.0]
+    with np.errstate(over="ignore"):  # bfloat16's max * (1 + eps) is past float32's
+        residual = np.array(values, np.float32).reshape(2, 8)
+    a, b = np.zeros((2, 3), dtype), np.zeros((3, 8), dtype)
+    got = gemm(a, b, out_dtype=dtype, epilogue=Epilogue(residual=residual))
+    exact = residual + np.float32(0)  # (the product's zero turns -0 into 0)
+    with np.errstate(over="ignore"):
+        same_words(got, exact.astype(dtype))
+
+
+@pytest.mark.parametrize("dtype", HALVES)
+def test_rounded_batches_k_zero_and_empty_products(dtype):
+    rng = np.random.default_rng(12)
+    for shape_a, shape_b in [((3, 17, 40), (40, 9)), ((2, 1, 64, 33), (5, 33, 129)),
+                             ((4, 130, 150), (4, 150, 120))]:
+        a, b = halves(rng, shape_a, dtype), halves(rng, shape_b, dtype)
+        for threads in (1, 2):
+            same_words(bmm(a, b, out_dtype=dtype, threads=threads),
+                       bmm(a, b, threads=threads).astype(dtype))
+    c = rng.standard_normal((5, 7)).astype(np.float32)
+    a, b = np.ones((5, 0), dtype), np.ones((0, 7), dtype)
+    same_words(gemm(a, b, beta=0.3, c=c, out_dtype=dtype), (np.float32(0.3) * c).astype(dtype))
+    assert gemm(np.ones((0, 4), dtype), np.ones((4, 3), dtype), out_dtype=dtype).shape == (0, 3)
+
+
+@pytest.mark.parametrize("lanes_f32", [8, 4])
+def test_rounded_results_on_narrower_vector_tiles(lanes_f32, monkeypatch):
+    chosen = gemm_kernels.default_tile("float32", lanes_f32)
+    monkeypatch.setattr(gemm_kernels, "default_tile", lambda dtype, lanes: chosen)
+    monkeypatch.setattr(gemm_kernels, "_kernels", {})
+    rng = np.random.default_rng(13)
+    for dtype in HALVES:
+        for m, k, n in [(7, 5, 9), (127, 130, 61), (250, 600, 270)]:
+            a, b = halves(rng, (m, k), dtype), halves(rng, (k, n), dtype)
+            same_words(gemm(a, b, out_dtype=dtype, threads=2),
+                       gemm(a, b, threads=2).astype(dtype))
+
+
+def test_out_dtype_is_refused_where_it_cannot_be_honoured():
+    a32, half = np.ones((4, 4), np.float32), np.ones((4, 4), np.float16)
+    with pytest.raises(TypeError, match="out_dtype bfloat16 is taken only for"):
+        gemm(a32, a32, out_dtype=ml_dtypes.bfloat16)
+    with pytest.raises(TypeError, match="out_dtype bfloat16 is taken only for"):
+        gemm(half, half, out_dtype=ml_dtypes.bfloat16)
+    with pytest.raises(ValueError, match="out_dtype is taken only without out"):
+        gemm(half, half, out_dtype=np.float16, out=np.empty((4, 4), np.float32))
+    assert gemm(half, half, out_dtype=np.float32).dtype == np.float32  # the product's type

@@ -21,7 +21,8 @@ the N tail is handled with masked loads and stores. Rows past M are zero in pack
 The tile store computes, per element, `alpha * acc + beta * C` on the first K block
 (`C` is not read when beta == 0, as in BLAS) and `alpha * acc + out` on later ones; on
 the last K block it then applies the epilogue:
-`out = residual + scale * act(x + bias)`.
+`out = residual + scale * act(x + bias)`. A tile of 16-bit operands given `rounded`
+writes that last block's result there, rounded to the operands' type, instead of to out.
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from typing import Callable
 import llvmlite.ir as ir
 
 from ir.records import activations
-from runtime.cpu.gemm.emit.tools import PACK_ALIGN, Emitter
+from runtime.cpu.gemm.emit.tools import I16, PACK_ALIGN, Emitter
 from runtime.cpu.gemm.emit.pack import Packing
 from runtime.cpu.gemm.emit.store import TileStore
 from runtime.llvm.toolkit import (I1, I8P, I64, VOID, at, define, fold_range, for_range,
@@ -40,7 +41,9 @@ from runtime.llvm.toolkit import (I1, I8P, I64, VOID, at, define, fold_range, fo
 ROWS_FIRST_DEPTH = 128  # K blocks shallower than this store their tiles row by row
 
 # (name, kind): kind "i" is i64, "f" the element type, "p" an element pointer, "s" a
-# pointer to an element of A or B (of the tile's operand type).
+# pointer to an element of A or B (of the tile's operand type), "h" a pointer to 16-bit
+# words: `rounded`, where a tile of 16-bit operands writes its result rounded to their
+# type on the last K block (laid out as out, with out's row stride), or null.
 KERNEL_ARGS = (
     ("m", "i"), ("n", "i"), ("k", "i"),
     ("a", "s"), ("a_rs", "i"), ("a_cs", "i"),
@@ -50,7 +53,7 @@ KERNEL_ARGS = (
     ("alpha", "f"), ("beta", "f"), ("scale", "f"),
     ("bias", "p"), ("bias_stride", "i"),
     ("res", "p"), ("r_rs", "i"), ("r_cs", "i"),
-    ("a_in_place", "i"),
+    ("a_in_place", "i"), ("rounded", "h"),
     ("pack_a", "p"), ("pack_b", "p"), ("b_prepacked", "i"),
     ("mc", "i"), ("kc", "i"), ("nc", "i"),
 )
@@ -192,7 +195,7 @@ def export_item(module: ir.Module, name: str, tile: Tile, target: ir.Function,
         value = b.load(slot)
         if arg_name in per_worker:
             value = b.load(b.gep(b.inttoptr(value, I64.as_pointer()), [worker]))
-        pointer = {"p": types.P, "s": types.SP}.get(kind)
+        pointer = {"p": types.P, "s": types.SP, "h": I16.as_pointer()}.get(kind)
         values[arg_name] = value if pointer is None else b.inttoptr(value, pointer)
     b.call(target, [values[arg_name] for arg_name in (wanted or values)])
     b.ret_void()

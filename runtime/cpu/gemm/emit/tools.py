@@ -29,9 +29,9 @@ class Emitter:
 
     def define(self, name: str, args: tuple, linkage: str = "") -> ir.Function:
         """A new function void `name`(args), each arg (name, kind): kind "i" an i64,
-        "f" an element, "p" an element pointer, "s" an operand (A or B) element pointer;
-        the builder at its entry."""
-        kinds = {"i": I64, "f": self.T, "p": self.P, "s": self.SP}
+        "f" an element, "p" an element pointer, "s" an operand (A or B) element pointer,
+        "h" a pointer to 16-bit words; the builder at its entry."""
+        kinds = {"i": I64, "f": self.T, "p": self.P, "s": self.SP, "h": I16.as_pointer()}
         fn_type = ir.FunctionType(VOID, [kinds[kind] for _, kind in args])
         fn, self.b = define(self.module, name, fn_type, [arg_name for arg_name, _ in args],
                             linkage)
@@ -54,6 +54,27 @@ class Emitter:
         wide = b.zext(value, typed(ir.IntType(32)))
         sixteen = ir.Constant(typed(ir.IntType(32)), 16 if count is None else [16] * count)
         return b.bitcast(b.shl(wide, sixteen), typed(self.T))
+
+    def narrow(self, value: ir.Value) -> ir.Value:
+        """A float32 vector rounded (to nearest, ties to even) to the operand type, as i16
+        words: float16 through LLVM's fptrunc (F16C's vcvtps2ph); bfloat16 by adding
+        0x7fff plus the lowest kept bit and keeping the high half, a NaN kept quiet (as
+        ml_dtypes rounds)."""
+        b, count = self.b, value.type.count
+        words = ir.VectorType(I16, count)
+        if self.tile.operands == "float16":
+            return b.bitcast(b.fptrunc(value, ir.VectorType(ir.HalfType(), count)), words)
+        i32s = ir.VectorType(ir.IntType(32), count)
+
+        def constant(x):
+            return ir.Constant(i32s, [x] * count)
+
+        bits = b.bitcast(value, i32s)
+        kept = b.and_(b.lshr(bits, constant(16)), constant(1))
+        rounded = b.add(bits, b.add(kept, constant(0x7FFF)))
+        quiet = b.or_(bits, constant(0x400000))
+        nan = b.fcmp_unordered("uno", value, value)
+        return b.trunc(b.lshr(b.select(nan, quiet, rounded), constant(16)), words)
 
     def lane_masks(self, count, vectors: int) -> list:
         """Masks of the lanes j < count, for `vectors` consecutive tile-row vectors."""
