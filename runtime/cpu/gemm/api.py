@@ -85,13 +85,11 @@ def gemm(a, b, *, out=None, alpha=1.0, beta=0.0, c=None, trans_a=False, trans_b=
     vary (compiled dynamic=True graphs), where kernels per size would be compiled for
     nothing. `out_dtype`: for bfloat16 or float16 operands, their type gives the result
     rounded to it, once, in the store after the epilogue (no float32 result, no
-    separate rounding pass; `out` must be None; not planned)."""
+    separate rounding pass; `out` must be None)."""
     request = ("gemm", a, b, out, alpha, beta, c, trans_a, trans_b, epilogue, threads,
                specialise)
-    if out_dtype is not None:
-        return _product(request, None, out_dtype)
-    plan_key, result = plans.serve(request)
-    return result if result is not None else _product(request, plan_key)
+    plan_key, result = plans.serve(request, out_dtype)
+    return result if result is not None else _product(request, plan_key, out_dtype)
 
 
 def bmm(a, b, *, out=None, alpha=1.0, beta=0.0, c=None, trans_a=False, trans_b=False,
@@ -101,10 +99,8 @@ def bmm(a, b, *, out=None, alpha=1.0, beta=0.0, c=None, trans_a=False, trans_b=F
     broadcast as in numpy; c, the bias and the residual broadcast likewise."""
     request = ("bmm", a, b, out, alpha, beta, c, trans_a, trans_b, epilogue, threads,
                specialise)
-    if out_dtype is not None:
-        return _product(request, None, out_dtype)
-    plan_key, result = plans.serve(request)
-    return result if result is not None else _product(request, plan_key)
+    plan_key, result = plans.serve(request, out_dtype)
+    return result if result is not None else _product(request, plan_key, out_dtype)
 
 
 _DTYPES = tuple(np.dtype(name) for name in DTYPES)
@@ -328,7 +324,8 @@ def _run(problem: _Problem, activation, threads, plan_key: tuple | None = None,
         specialised = small.for_call(body if whole else batch.call, kernel.spec, out.dtype,
                                      cut if whole else small.Cut())
     if plan_key is not None and not copied:
-        plan = plans.make(plan_key, kernel, batch, blocking, specialised, threads, out, whole)
+        plan = plans.make(plan_key, kernel, batch, blocking, specialised, threads, out, whole,
+                          problem.rounded)
         if plan is not None and plan.run_call(batch.call):
             return
     if blocking is not None and direct_domain and specialise and specialised is None:

@@ -316,3 +316,21 @@ def test_out_dtype_is_refused_where_it_cannot_be_honoured():
     with pytest.raises(ValueError, match="out_dtype is taken only without out"):
         gemm(half, half, out_dtype=np.float16, out=np.empty((4, 4), np.float32))
     assert gemm(half, half, out_dtype=np.float32).dtype == np.float32  # the product's type
+
+
+@pytest.mark.parametrize("api, shape_a, shape_b", [
+    ("gemm", (40, 70), (70, 50)), ("gemm", (300, 600), (600, 200)),
+    ("bmm", (3, 40, 70), (70, 50))])
+def test_a_repeated_rounded_request_is_planned_and_reads_each_calls_arrays(api, shape_a,
+                                                                            shape_b):
+    run = gemm if api == "gemm" else bmm
+    rng = np.random.default_rng(14)
+    dtype = ml_dtypes.bfloat16
+    for _ in range(2):
+        run(halves(rng, shape_a, dtype), halves(rng, shape_b, dtype), out_dtype=dtype)
+    a, b = halves(rng, shape_a, dtype), halves(rng, shape_b, dtype)
+    key, _ = gemm_plans.serve((api, a, b, None, 1.0, 0.0, None, False, False, None, None,
+                               True), dtype)
+    assert key in gemm_plans.PLANS
+    got = run(a, b, out_dtype=dtype)
+    same_words(got, run(*widened(a, b), specialise=False).astype(dtype))
