@@ -1,7 +1,8 @@
 """kiln's GEMM on bfloat16 and float16 operands, widened to float32 while packed
 (runtime/cpu/gemm/emit/pack.py): every result is bitwise the float32 GEMM of the
 operands converted in numpy (ml_dtypes' and numpy's conversions are exact), with the same
-blocking. Run again with KILN_CPU=haswell for the AVX2 code."""
+blocking; with out_dtype, bitwise that result rounded by numpy/ml_dtypes. Run again with
+KILN_CPU=haswell for the AVX2 code."""
 from dataclasses import replace
 
 import ml_dtypes
