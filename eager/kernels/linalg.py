@@ -95,12 +95,12 @@ def _matmul_kernel(rule, product=np.matmul, batched=None):
     def kernel(self, other):
         _, dt = rule(self, other)
         half = dt in dtypes.HALF  # computed in float32, rounded once
-        a, b = (operand(self, _F32), operand(other, _F32)) if half else (self._np(), other._np())
         if batched is not None and self._shape[-2] >= GEMM_EDGE and \
                 other._shape[-1] >= GEMM_EDGE and (half or dt in _GEMM_DTYPES):  # (tiny: fast)
-            r = _product(a, b, batched)
+            r = _product(self._np(), other._np(), batched, rounded=half)
             if r is not None:
-                return result(r, dt) if half else from_array(r)
+                return from_array(r)
+        a, b = (operand(self, _F32), operand(other, _F32)) if half else (self._np(), other._np())
         r = product(a, b)  # the rule made both operands of type dt
         r = r if type(r) is np.ndarray else np.asarray(r)
         return result(r, dt) if half else from_array(r)
@@ -119,14 +119,16 @@ Measured on one thread (znver5), numpy's time / kiln's: 64x64x64 (262K) 0.74, 96
 columns) 0.93, 8x1024x8 0.31."""
 
 
-def _product(a: np.ndarray, b: np.ndarray, batched: bool):
+def _product(a: np.ndarray, b: np.ndarray, batched: bool, rounded: bool = False):
     """a @ b (float arrays of one dtype) on kiln's GEMM where it takes the product, else
-    None (numpy's BLAS runs it)."""
+    None (numpy's BLAS runs it). bfloat16 and float16 operands give a float32 product,
+    or with `rounded` one rounded to their type by the GEMM's store: the GEMM widens
+    them while packing them, with no conversion pass in numpy either way."""
     *batch, m, k = a.shape
     if m * k * b.shape[-1] * (batch[0] if batch else 1) < GEMM_MACS:
         return None
     gemm = _gemm or native_gemm()
-    return None if gemm is None else gemm.product(a, b, batched)
+    return None if gemm is None else gemm.product(a, b, batched, rounded)
 
 
 _GEMM_DTYPES = frozenset({dtypes.float32, dtypes.float64})
@@ -162,7 +164,7 @@ def addmm_cpu(self, mat1, mat2, *, beta=1, alpha=1):
     (tests/compiler/test_decompositions.py compares the two)."""
     _, dt = addmm_rule(self, mat1, mat2, beta=beta, alpha=alpha)
     ct = compute_np(dt)
-    prod = _product(operand(mat1, ct), operand(mat2, ct), batched=False) \
+    prod = _product(mat1._np(), mat2._np(), batched=False) \
         if (dt in _GEMM_DTYPES or dt in dtypes.HALF) and mat1._shape[0] >= GEMM_EDGE and \
         mat2._shape[1] >= GEMM_EDGE else None
     if prod is None:

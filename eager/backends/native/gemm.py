@@ -29,21 +29,26 @@ from ir.ops import Op
 from runtime.llvm.jit import KernelPending, deferring_call
 
 
-def product(a, b, batched: bool):
+def product(a, b, batched: bool, rounded: bool = False):
     """a @ b (numpy arrays of one float dtype; batched: bmm's 3-D operands) on kiln's
-    GEMM, or None while its kernel compiles in the background (numpy runs it then)."""
+    GEMM, or None while its kernel compiles in the background (numpy runs it then).
+    bfloat16 or float16 operands give a float32 product, or with `rounded` the product
+    rounded to their type by the GEMM's store."""
+    out_dtype = a.dtype if rounded else None
     try:
-        return deferring_call(_bmm if batched else _gemm, (a, b))
+        return deferring_call(_bmm if batched else _gemm, (a, b, out_dtype))
     except KernelPending:
         return None
 
 
 def _gemm(operands):
-    return gemm(*operands, specialise=False)
+    a, b, out_dtype = operands
+    return gemm(a, b, specialise=False, out_dtype=out_dtype)
 
 
 def _bmm(operands):
-    return bmm(*operands, specialise=False)
+    a, b, out_dtype = operands
+    return bmm(a, b, specialise=False, out_dtype=out_dtype)
 
 
 _numpy_kernels: dict = {}
@@ -55,7 +60,7 @@ def _kiln_kernel(op: Op, numpy_kernel):
             return numpy_kernel(self, mat2)
         (mm_rule if op is Op.MM else bmm_rule)(self, mat2)
         run = _gemm if op is Op.MM else _bmm
-        return from_array(run((self._np(), mat2._np())))
+        return from_array(run((self._np(), mat2._np(), None)))
     kernel.__name__ = f"{op.schema.name}_kiln_gemm"
     return kernel
 

@@ -13,4 +13,5 @@ native code built with llvmlite.
 """
 
 DTYPES = ("float32", "float64")
-"""The element types kiln's GEMM kernels run."""
+"""The element types kiln's GEMM kernels run. A float32 product also takes bfloat16 and
+float16 operands (emit/kernel.py's HALF_OPERANDS), widened to float32 while packed."""

@@ -2,7 +2,8 @@
 
     out = residual + scale * act(alpha * op(A) @ op(B) + beta * C + bias)
 
-with op = identity or transpose, float32 or float64, any strides (transposed and
+with op = identity or transpose, float32 or float64 (or bfloat16 and float16 operands, for a
+float32 product: see below), any strides (transposed and
 non-contiguous views are read in place), and batches (`bmm`, with numpy broadcasting of
 the batch dims). The epilogue (bias, activation, scale, residual) is fused into the
 store of each register tile. When beta == 0, C is not read (NaNs in it do not leak), as
@@ -13,6 +14,16 @@ register micro-kernel, one native call per block of rows or columns per thread (
 jobs.run); small products (config.DIRECT_MAX_MACS, DIRECT_SPREAD_MAX_MACS) skip
 packing. Results are bitwise
 identical across thread counts for one blocking (tune.py picks it).
+
+bfloat16 and float16 A and B (both of one type) give a float32 product (C, bias,
+residual and out are float32): they are widened to float32 (exactly) while they are
+packed, so the result is bitwise the float32 product of the widened operands with the
+same blocking, without a conversion pass over memory; with out_dtype set to their type,
+the store rounds the result to it (after the epilogue, on the last K block: earlier
+blocks keep their partial sums in a float32 array), without a rounding pass either.
+A is always packed for such operands, and small products take the packed kernel with all
+of K in one block (which is what the direct kernel computes) rather than the direct or
+specialised kernels.
 
 Error bound, asserted by tests/runtime/cpu/test_gemm.py for every result, eps the dtype's
 machine epsilon and |x| elementwise:
@@ -27,14 +38,14 @@ the steepest slope of any activation (gelu's).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
 
 from runtime.cpu.gemm import DTYPES, config, jobs, kernels, plans, small
 from runtime.cpu.gemm import tune
-from runtime.cpu.gemm.emit.kernel import EpilogueSpec
+from runtime.cpu.gemm.emit.kernel import HALF_OPERANDS, EpilogueSpec
 from ir.records import RECORDS, activations
 from runtime.addresses import address
 
@@ -65,32 +76,38 @@ GemmRequest = tuple
 
 def gemm(a, b, *, out=None, alpha=1.0, beta=0.0, c=None, trans_a=False, trans_b=False,
          epilogue: Epilogue | None = None, threads: int | None = None,
-         specialise: bool = True) -> np.ndarray:
+         specialise: bool = True, out_dtype=None) -> np.ndarray:
     """alpha * op(a) @ op(b) + beta * C, then the epilogue, for 2-D a and b. C is `c`
     (broadcastable to M x N) or, if c is None, `out` (updated in place). Returns `out`
     (allocated when None). `threads` defaults to runtime.threads.num_threads().
     `specialise`: a small product (small.fits) seen twice gets a kernel compiled
     for its sizes; False keeps to the shape-generic kernels, for callers whose sizes
     vary (compiled dynamic=True graphs), where kernels per size would be compiled for
-    nothing."""
+    nothing. `out_dtype`: for bfloat16 or float16 operands, their type gives the result
+    rounded to it, once, in the store after the epilogue (no float32 result, no
+    separate rounding pass; `out` must be None)."""
     request = ("gemm", a, b, out, alpha, beta, c, trans_a, trans_b, epilogue, threads,
                specialise)
-    plan_key, result = plans.serve(request)
-    return result if result is not None else _product(request, plan_key)
+    plan_key, result = plans.serve(request, out_dtype)
+    return result if result is not None else _product(request, plan_key, out_dtype)
 
 
 def bmm(a, b, *, out=None, alpha=1.0, beta=0.0, c=None, trans_a=False, trans_b=False,
         epilogue: Epilogue | None = None, threads: int | None = None,
-        specialise: bool = True) -> np.ndarray:
+        specialise: bool = True, out_dtype=None) -> np.ndarray:
     """gemm over the leading (batch) dims of a (..., M, K) and b (..., K, N), which
     broadcast as in numpy; c, the bias and the residual broadcast likewise."""
     request = ("bmm", a, b, out, alpha, beta, c, trans_a, trans_b, epilogue, threads,
                specialise)
-    plan_key, result = plans.serve(request)
-    return result if result is not None else _product(request, plan_key)
+    plan_key, result = plans.serve(request, out_dtype)
+    return result if result is not None else _product(request, plan_key, out_dtype)
 
 
 _DTYPES = tuple(np.dtype(name) for name in DTYPES)
+# the product's dtype by the operands' (16-bit operands are widened while packed)
+_PRODUCT_DTYPE = {**{dtype: dtype for dtype in _DTYPES},
+                  **{kernels.operand_dtype(name): np.dtype(product)
+                     for product, names in HALF_OPERANDS.items() for name in names}}
 
 
 def _array(name: str, x) -> np.ndarray:
@@ -102,17 +119,17 @@ def _array(name: str, x) -> np.ndarray:
     return x
 
 
-def _product(request: GemmRequest, plan_key: tuple | None) -> np.ndarray:
+def _product(request: GemmRequest, plan_key: tuple | None, out_dtype=None) -> np.ndarray:
     """Check and run a request that no plan served; a plan is made for `plan_key` (see
-    plans.py) when it is seen again."""
+    plans.py) when it is seen again. `out_dtype`: see gemm."""
     api, a, b, out, alpha, beta, c, trans_a, trans_b, epilogue, threads, specialise = request
     a, b = _array("a", a), _array("b", b)
     _check_ranks(api, a, b)
     epilogue = epilogue or _NO_EPILOGUE
-    dtype = a.dtype
-    if dtype not in _DTYPES or b.dtype != dtype:  # ('>f4' is float32 in the other byte order)
+    dtype = _PRODUCT_DTYPE.get(a.dtype)
+    if dtype is None or b.dtype != a.dtype:  # ('>f4' is float32 in the other byte order)
         raise TypeError(f"{api}: a is {a.dtype} and b is {b.dtype}; both must be "
-                        "float32 or both float64, in this machine's byte order")
+                        "float32, float64, bfloat16 or float16, in this machine's byte order")
     op_a = a.swapaxes(-1, -2) if trans_a else a
     op_b = b.swapaxes(-1, -2) if trans_b else b
     if op_a.shape[-1] != op_b.shape[-2]:
@@ -134,26 +151,39 @@ def _product(request: GemmRequest, plan_key: tuple | None) -> np.ndarray:
             raise ValueError(f"{api}: beta is {beta} but there is no C: pass c or out")
         c = out
     c = _operand(api, "c", c, dtype, shape) if beta != 0 else None
+    rounded = _rounded(api, out_dtype, a.dtype, out, shape)
     if out is None:
-        out = np.empty(shape, dtype)
+        out = np.empty(shape, dtype)  # with `rounded`: partial sums between K blocks
     else:
         out = _output(api, out, dtype, shape)
         op_a, op_b, bias, residual = (_unshared(x, out) for x in (op_a, op_b, bias, residual))
         if c is not None and np.may_share_memory(c, out) and not _same_view(c, out):
             c = c.copy()
     if out.size == 0:
-        return out
+        return out if rounded is None else rounded
     if k == 0:
         start = beta * c if c is not None else np.zeros(shape, dtype)
         out[...] = _numpy_epilogue(start.astype(dtype, copy=False), epilogue, bias, residual)
-        return out
+        return out if rounded is None else out.astype(rounded.dtype)
     problem = _Problem(op_a, op_b, c, out, bias, epilogue.bias_axis, residual,
-                       dtype.type(alpha), dtype.type(beta), dtype.type(epilogue.scale))
+                       dtype.type(alpha), dtype.type(beta), dtype.type(epilogue.scale), rounded)
     _run(problem, epilogue.activation, threads, plan_key, specialise)
-    return out
+    return out if rounded is None else rounded
 
 
 _NO_EPILOGUE = Epilogue()
+
+
+def _rounded(api, out_dtype, operands: np.dtype, out, shape) -> np.ndarray | None:
+    """The array for a result rounded to `out_dtype` (None: not asked for)."""
+    if out_dtype is None or np.dtype(out_dtype) == _PRODUCT_DTYPE[operands]:
+        return None
+    if np.dtype(out_dtype) != operands or _PRODUCT_DTYPE[operands] == operands:
+        raise TypeError(f"{api}: out_dtype {np.dtype(out_dtype)} is taken only for "
+                        f"bfloat16 or float16 operands of that type, not {operands}")
+    if out is not None:
+        raise ValueError(f"{api}: out_dtype is taken only without out")
+    return np.empty(shape, out_dtype)
 
 
 def _check_ranks(api, a, b) -> None:
@@ -246,13 +276,14 @@ class _Problem:
     alpha: float
     beta: float
     scale: float
+    rounded: np.ndarray | None = None  # out rounded to the 16-bit operands' type
 
     def transposed(self) -> "_Problem":
         """The same product as out^T = op(B)^T op(A)^T: bias axis and roles swap."""
         t = lambda x: None if x is None else np.swapaxes(x, -1, -2)  # noqa: E731
         return _Problem(t(self.b), t(self.a), t(self.c), t(self.out), self.bias,
                         1 - self.bias_axis, t(self.residual), self.alpha, self.beta,
-                        self.scale)
+                        self.scale, t(self.rounded))
 
 
 def _run(problem: _Problem, activation, threads, plan_key: tuple | None = None,
@@ -272,14 +303,17 @@ def _run(problem: _Problem, activation, threads, plan_key: tuple | None = None,
         return
     copied = _whole_element_strides(problem)
     bias = None if problem.bias is None else ("col" if problem.bias_axis == 1 else "row")
-    kernel = kernels.kernel(out.dtype, _spec(bias, activation, problem.residual is not None))
-    batch = _products(problem)
+    operands = problem.a.dtype
+    kernel = kernels.kernel(out.dtype, _spec(bias, activation, problem.residual is not None),
+                            operands=None if operands == out.dtype else operands.name)
+    specialise = specialise and not kernel.packs_a  # the others read A and B in place
+    batch = _products(problem, kernel.operand_itemsize)
     m, n, k = batch.call.m, batch.call.n, batch.call.k
     direct_domain = m * n * k <= config.DIRECT_MAX_MACS or (
         m * n * k <= config.DIRECT_SPREAD_MAX_MACS
         and not kernels.crowds_l1(batch.call.a_rs, kernel.dtype.itemsize))
     blocking = None
-    if not direct_domain or (n > 1 and batch.call.b_cs != 1):
+    if not direct_domain or (n > 1 and batch.call.b_cs != 1) or kernel.packs_a:
         blocking = tune.for_depth(tune.blocking(kernel, _tuning_measure), k)
         if direct_domain:  # all of K in one block, as in the direct and small.py's kernels:
             blocking = kernels.Blocking(blocking.mc, k, blocking.nc)  # the same result
@@ -290,7 +324,8 @@ def _run(problem: _Problem, activation, threads, plan_key: tuple | None = None,
         specialised = small.for_call(body if whole else batch.call, kernel.spec, out.dtype,
                                      cut if whole else small.Cut())
     if plan_key is not None and not copied:
-        plan = plans.make(plan_key, kernel, batch, blocking, specialised, threads, out, whole)
+        plan = plans.make(plan_key, kernel, batch, blocking, specialised, threads, out, whole,
+                          problem.rounded)
         if plan is not None and plan.run_call(batch.call):
             return
     if blocking is not None and direct_domain and specialise and specialised is None:
@@ -299,7 +334,7 @@ def _run(problem: _Problem, activation, threads, plan_key: tuple | None = None,
         # kernel with all of K in one block, without compiling a packed variant (~0.4 s)
         # for a product that gets its specialised kernel when seen again.
         problem.b = np.ascontiguousarray(problem.b)
-        batch, blocking, copied = _products(problem), None, True
+        batch, blocking, copied = _products(problem, kernel.operand_itemsize), None, True
     if whole and specialised is not None:
         specialised.run_call(batch.call)  # piece 0's operands are the batch's first
         return
@@ -323,17 +358,19 @@ def _whole_element_strides(problem: _Problem) -> bool:
     return copied
 
 
-def _products(problem: _Problem) -> kernels.Batch:
-    """The problem as a kernels.Batch: its first product and where the others are."""
+def _products(problem: _Problem, operand_itemsize: int) -> kernels.Batch:
+    """The problem as a kernels.Batch: its first product and where the others are
+    (`operand_itemsize`: of A's and B's elements)."""
     p, itemsize = problem, problem.out.itemsize
     m, k, n = p.a.shape[-2], p.a.shape[-1], p.b.shape[-1]
-    operands = [_layout(p.a, 2, itemsize), _layout(p.b, 2, itemsize),
+    operands = [_layout(p.a, 2, operand_itemsize), _layout(p.b, 2, operand_itemsize),
                 _layout(p.c, 2, itemsize), _layout(p.out, 2, itemsize),
                 _layout(p.bias, 1, itemsize), _layout(p.residual, 2, itemsize)]
     (a, _, sa), (b, _, sb), (c, _, sc), (out, _, so), (bias, _, sbias), (res, _, sr) = operands
-    in_place = int(kernels.reads_a_in_place(*sa, itemsize))
+    in_place = int(operand_itemsize == itemsize and kernels.reads_a_in_place(*sa, itemsize))
+    rounded = 0 if p.rounded is None else address(p.rounded)
     first = kernels.Call(m, n, k, a, *sa, b, *sb, c, *sc, out, so[0], p.alpha, p.beta,
-                        p.scale, bias, sbias[0], res, *sr, in_place)
+                        p.scale, bias, sbias[0], res, *sr, in_place, rounded)
     batch = p.out.shape[:-2]
     if not batch or int(np.prod(batch)) == 1:
         return kernels.Batch(first)
@@ -365,8 +402,8 @@ def _tuning_measure(kernel: kernels.CompiledGemm):
     out = np.empty((size, size), dtype)
     problem = _Problem(a, b, None, out, None, 1, None, dtype.type(1), dtype.type(0),
                        dtype.type(1))
-    plain = kernels.kernel(dtype, EpilogueSpec(), kernel.tile)
-    batch = _products(problem)
+    plain = kernels.kernel(dtype, EpilogueSpec(), replace(kernel.tile, operands=None))
+    batch = _products(problem, dtype.itemsize)
 
     def run(blocking: kernels.Blocking) -> tuple:
         jobs.run(plain, batch, blocking)

@@ -154,7 +154,8 @@ def _sharing_b(kernel: CompiledGemm, call: Call, blocking: Blocking, threads: in
     t, itemsize = kernel.tile, kernel.dtype.itemsize
     if _by_columns(call, t, threads):
         pieces = _column_pieces(call, kernel, 2 * threads)
-        if call.a_cs == 1 and max(p.n for p in pieces) <= config.NARROW_PIECE_COLUMNS:
+        if call.a_cs == 1 and max(p.n for p in pieces) <= config.NARROW_PIECE_COLUMNS \
+                and not kernel.packs_a:
             pieces = [piece._replace(a_in_place=1) for piece in pieces]
         return [_job(kernel, None, pieces, blocking, threads, scratch)]
     width = min(call.n, max(t.nr, config.SHARED_B_ELEMENTS // call.k // t.nr * t.nr))
@@ -163,7 +164,7 @@ def _sharing_b(kernel: CompiledGemm, call: Call, blocking: Blocking, threads: in
     jobs = []
     for start in range(0, call.n, width):
         chunk = call.cols(start, min(call.n, start + width), itemsize,
-                          kernel.spec.bias == "col")
+                          kernel.spec.bias == "col", kernel.operand_itemsize)
         columns = np.array([kernel.pack_b_record(chunk, *cols, packed_b)
                             for cols in _cuts(chunk.n, t.nr, 2 * threads)], np.int64)
         # about one A block per piece, as many pieces for each thread
@@ -204,7 +205,8 @@ def _row_pieces(call: Call, kernel: CompiledGemm, parts: int) -> list[Call]:
     """`call` as up to `parts` pieces of whole MR-row tiles, none much under
     config.PIECE_MIN_MACS multiply-adds."""
     parts = min(parts, max(1, call.m * call.n * call.k // config.PIECE_MIN_MACS))
-    return [call.rows(lo, hi, kernel.dtype.itemsize, kernel.spec.bias == "row")
+    return [call.rows(lo, hi, kernel.dtype.itemsize, kernel.spec.bias == "row",
+                      kernel.operand_itemsize)
             for lo, hi in _cuts(call.m, kernel.tile.mr, parts)]
 
 
@@ -212,7 +214,8 @@ def _column_pieces(call: Call, kernel: CompiledGemm, parts: int) -> list[Call]:
     """`call` as up to `parts` pieces of whole NR-column tiles, none much under
     config.PIECE_MIN_MACS multiply-adds."""
     parts = min(parts, max(1, call.m * call.n * call.k // config.PIECE_MIN_MACS))
-    return [call.cols(lo, hi, kernel.dtype.itemsize, kernel.spec.bias == "col")
+    return [call.cols(lo, hi, kernel.dtype.itemsize, kernel.spec.bias == "col",
+                      kernel.operand_itemsize)
             for lo, hi in _cuts(call.n, kernel.tile.nr, parts)]
 
 
@@ -248,6 +251,8 @@ def _job(kernel: CompiledGemm, first: np.ndarray | None, pieces: Batch | list[Ca
         if pieces.offsets is not None:
             for column, name in enumerate(POINTERS):
                 records[name] += pieces.offsets[:, column]
+            if pieces.call.rounded:  # laid out as the float32 out, in 2-byte elements
+                records["rounded"] += pieces.offsets[:, POINTERS.index("out")] // 2
     words = records.view(np.int64).reshape(len(records), len(FIELDS))
     if specialised is not None:
         function = specialised

@@ -9,7 +9,7 @@ operands are. gemm_jobs.py cuts a batch into pieces and runs them.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -50,7 +50,9 @@ class Blocking:
 class Call(NamedTuple):
     """One product for the kernel, in KERNEL_ARGS order up to the packing arguments:
     sizes, then pointers (ints, bytes) and element strides of op(A), op(B), C, out, bias
-    and residual, and the scalars."""
+    and residual, and the scalars; `rounded`, for 16-bit operands, where the result goes
+    rounded to their type (laid out as out, in 2-byte elements: its offsets are half
+    of out's float32 ones), or 0."""
     m: int
     n: int
     k: int
@@ -74,20 +76,27 @@ class Call(NamedTuple):
     r_rs: int
     r_cs: int
     a_in_place: int
+    rounded: int = 0
 
-    def rows(self, start: int, stop: int, itemsize: int, bias_per_row: bool) -> "Call":
-        """The sub-problem of rows start:stop of C."""
+    def rows(self, start: int, stop: int, itemsize: int, bias_per_row: bool,
+             operand_itemsize: int | None = None) -> "Call":
+        """The sub-problem of rows start:stop of C (`operand_itemsize`: of A's elements,
+        when not `itemsize`)."""
         return self._replace(
-            m=stop - start, a=self.a + start * self.a_rs * itemsize,
+            m=stop - start, a=self.a + start * self.a_rs * (operand_itemsize or itemsize),
             c=self.c + start * self.c_rs * itemsize, out=self.out + start * self.o_rs * itemsize,
+            rounded=self.rounded and self.rounded + start * self.o_rs * 2,
             res=self.res + start * self.r_rs * itemsize,
             bias=self.bias + (start * self.bias_stride * itemsize if bias_per_row else 0))
 
-    def cols(self, start: int, stop: int, itemsize: int, bias_per_col: bool) -> "Call":
-        """The sub-problem of columns start:stop of C."""
+    def cols(self, start: int, stop: int, itemsize: int, bias_per_col: bool,
+             operand_itemsize: int | None = None) -> "Call":
+        """The sub-problem of columns start:stop of C (`operand_itemsize`: of B's
+        elements, when not `itemsize`)."""
         return self._replace(
-            n=stop - start, b=self.b + start * self.b_cs * itemsize,
+            n=stop - start, b=self.b + start * self.b_cs * (operand_itemsize or itemsize),
             c=self.c + start * self.c_cs * itemsize, out=self.out + start * itemsize,
+            rounded=self.rounded and self.rounded + start * 2,
             res=self.res + start * self.r_cs * itemsize,
             bias=self.bias + (start * self.bias_stride * itemsize if bias_per_col else 0))
 
@@ -108,7 +117,8 @@ class Batch(NamedTuple):
             return [self.call]
         c = self.call
         return [c._replace(a=c.a + a, b=c.b + b, c=c.c + cc, out=c.out + o, bias=c.bias + bias,
-                           res=c.res + r) for a, b, cc, o, bias, r in self.offsets.tolist()]
+                           res=c.res + r, rounded=c.rounded and c.rounded + o // 2)
+                for a, b, cc, o, bias, r in self.offsets.tolist()]
 
 
 class CompiledGemm:
@@ -121,7 +131,11 @@ class CompiledGemm:
     def __init__(self, tile: Tile, spec: EpilogueSpec, jit):
         self.tile, self.spec = tile, spec
         self.dtype = np.dtype(tile.dtype)
-        self.name = f"kiln_gemm_{tile.dtype}_{tile.mr}x{tile.nr}u{tile.unroll}_{spec.tag}"
+        self.operand_itemsize = operand_dtype(tile.operands).itemsize
+        self.packs_a = tile.operands != tile.dtype  # always: A is widened while packed
+        operands = "" if tile.operands == tile.dtype else f"{tile.operands}_"
+        self.name = (f"kiln_gemm_{operands}{tile.dtype}_{tile.mr}x{tile.nr}u{tile.unroll}_"
+                     f"{spec.tag}")
         self.items = _Entries(self, jit)
 
     @property
@@ -132,9 +146,8 @@ class CompiledGemm:
         """The PACK_B_ARGS that put columns start:stop (start a multiple of NR) of the
         call's B into `packed_b`, which holds all of B as NR-column panels of all K
         rows."""
-        itemsize = self.dtype.itemsize
-        return (call.b + start * call.b_cs * itemsize, call.b_rs, call.b_cs, call.k,
-                stop - start, packed_b + start * call.k * itemsize)
+        return (call.b + start * call.b_cs * self.operand_itemsize, call.b_rs, call.b_cs,
+                call.k, stop - start, packed_b + start * call.k * self.dtype.itemsize)
 
 
 def default_tile(dtype: str, lanes_f32: int) -> Tile:
@@ -150,11 +163,13 @@ _kernels: dict = {}
 _kernels_lock = threading.Lock()
 
 
-def kernel(dtype: np.dtype, spec: EpilogueSpec, tile: Tile | None = None) -> CompiledGemm:
-    """The compiled kernel for (dtype, tile, epilogue), built on first use. Transposes
-    need no kernel of their own: packing reads any strides, with a vector path for the
-    unit-stride side."""
-    key = (np.dtype(dtype), spec, tile)
+def kernel(dtype: np.dtype, spec: EpilogueSpec, tile: Tile | None = None,
+           operands: str | None = None) -> CompiledGemm:
+    """The compiled kernel for (dtype, tile, epilogue), built on first use; `operands`
+    (bfloat16 or float16 for float32) sets the tile's operand type (Tile.operands).
+    Transposes need no kernel of their own: packing reads any strides, with a vector
+    path for the unit-stride side."""
+    key = (np.dtype(dtype), spec, tile, operands)
     found = _kernels.get(key)
     if found is not None:
         return found
@@ -162,8 +177,11 @@ def kernel(dtype: np.dtype, spec: EpilogueSpec, tile: Tile | None = None) -> Com
     with _kernels_lock:
         if key not in _kernels:
             chosen = tile or default_tile(key[0].name, vector_width())
-            made = _kernels.get((key[0], spec, chosen)) or CompiledGemm(chosen, spec, host_jit())
-            _kernels[key] = _kernels[(key[0], spec, chosen)] = made
+            if operands is not None:
+                chosen = replace(chosen, operands=operands)
+            same = (key[0], spec, chosen, None)
+            made = _kernels.get(same) or CompiledGemm(chosen, spec, host_jit())
+            _kernels[key] = _kernels[same] = made
         return _kernels[key]
 
 
@@ -210,6 +228,14 @@ def _compile(jit, kernel: CompiledGemm, entry: str) -> int:
                             config.SPEED_LEVEL)[f"{name}_{entry}"]
     debugging.show_kernel(jit, f"{name}_{entry}", build, config.SPEED_LEVEL)
     return address
+
+
+def operand_dtype(name: str) -> np.dtype:
+    """The numpy dtype of operand type `name` (bfloat16 through ml_dtypes)."""
+    if name == "bfloat16":
+        import ml_dtypes
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
 
 
 def reads_a_in_place(a_rs: int, a_cs: int, itemsize: int) -> bool:

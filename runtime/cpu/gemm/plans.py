@@ -32,8 +32,9 @@ PLANS: dict[tuple, "Plan | SmallPlan"] = {}  # by plan key
 _sightings = kernels.SecondSight()
 
 
-def serve(request: GemmRequest) -> tuple:
-    """(the plan key of `request`, its result if a plan computed it, else None). The key
+def serve(request: GemmRequest, out_dtype=None) -> tuple:
+    """(the plan key of `request` with gemm's `out_dtype`, its result if a plan computed
+    it, else None). The key
     is what the request's work depends on (see above); None for a request no plan
     serves (an operand not a numpy array, a C, a given output) and for one whose plan
     is busy (that call goes the general way, unplanned). (An operand's address need not
@@ -44,6 +45,8 @@ def serve(request: GemmRequest) -> tuple:
         return None, None
     key = (api, a.shape, a.strides, a.dtype, b.shape, b.strides, b.dtype, trans_a, trans_b,
            alpha == 1, threads, specialise)
+    if out_dtype is not None:
+        key = (*key, "out_dtype", np.dtype(out_dtype))
     if epilogue is not None:
         bias, residual = epilogue.bias, epilogue.residual
         if (bias is not None and type(bias) is not np.ndarray) or (
@@ -61,7 +64,8 @@ def serve(request: GemmRequest) -> tuple:
 
 
 def make(key: tuple, kernel, batch: kernels.Batch, blocking, specialised, threads,
-         out: np.ndarray, whole: bool = False) -> "Plan | SmallPlan | None":
+         out: np.ndarray, whole: bool = False,
+         rounded: np.ndarray | None = None) -> "Plan | SmallPlan | None":
     """The plan for a request seen before, else None (and it is remembered as seen):
     the small.py kernel `specialised` if one call of it computes the whole batch
     (`whole`), else the batch's jobs (on `specialised`'s item where there is one)."""
@@ -75,7 +79,8 @@ def make(key: tuple, kernel, batch: kernels.Batch, blocking, specialised, thread
         scratch = gemm_jobs.Scratch()
         jobs = gemm_jobs.prepare(kernel, batch, blocking, threads,
                               specialised and specialised.item, scratch)
-        plan = Plan(jobs, scratch, call, out.shape, out.dtype)
+        plan = Plan(jobs, scratch, call, out.shape, out.dtype,
+                    None if rounded is None else rounded.dtype)
     else:
         return None
     if len(PLANS) >= config.PLAN_LIMIT:
@@ -125,15 +130,17 @@ class Plan:
     records: each call adds them (and sets alpha and scale) into records of the plan's
     own and runs the jobs as prepared runtime.pool Items. The records and the packing
     buffers they point to serve one call at a time: a call that finds the plan busy
-    returns None."""
+    returns None. `rounded_dtype`: each call also allocates the result rounded to it
+    (kernels.Call.rounded), which it returns."""
 
     def __init__(self, jobs: list[gemm_jobs.Job], scratch: gemm_jobs.Scratch, call: kernels.Call,
-                 shape: tuple, dtype: np.dtype):
+                 shape: tuple, dtype: np.dtype, rounded_dtype: np.dtype | None = None):
         from runtime.pool import Items
         self.shape, self.dtype, self.scratch = shape, dtype, scratch  # the jobs' buffers
+        self.rounded_dtype = rounded_dtype
         self.lock = threading.Lock()
-        self.pointers = [(gemm_jobs.FIELDS.index(name), name) for name in gemm_jobs.POINTERS
-                         if getattr(call, name)]
+        self.pointers = [(gemm_jobs.FIELDS.index(name), name)
+                         for name in (*gemm_jobs.POINTERS, "rounded") if getattr(call, name)]
         self.alpha, self.scale = gemm_jobs.FIELDS.index("alpha"), gemm_jobs.FIELDS.index("scale")
         self.scalars = (call.alpha, call.scale)  # what the records hold until a call differs
         self.jobs = []
@@ -154,6 +161,8 @@ class Plan:
     def __call__(self, a, b, alpha, epilogue) -> np.ndarray | None:
         out = np.empty(self.shape, self.dtype)
         operands = _operands(a, b, out, epilogue)
+        if self.rounded_dtype is not None:
+            out = operands["rounded"] = np.empty(self.shape, self.rounded_dtype)
         addresses = {name: address(operands[name]) for _, name in self.pointers}
         done = self._run(addresses, alpha, 1.0 if epilogue is None else epilogue.scale)
         return out if done else None

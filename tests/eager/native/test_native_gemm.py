@@ -63,9 +63,9 @@ def products(monkeypatch):
     seen = []
     original = eager_gemm.product
 
-    def product(a, b, batched):
+    def product(a, b, batched, rounded=False):
         seen.append((a.shape, b.shape, batched))
-        return original(a, b, batched)
+        return original(a, b, batched, rounded)
     monkeypatch.setattr(eager_gemm, "product", product)
     return seen
 
@@ -125,7 +125,7 @@ def test_empty_products_keep_numpy_and_give_zeros(products):
 def test_a_kernel_compiling_in_the_background_leaves_the_product_to_numpy(monkeypatch):
     calls = []
 
-    def pending(a, b, batched):
+    def pending(a, b, batched, rounded=False):
         calls.append(batched)
         return None  # what product() gives while KernelPending
     monkeypatch.setattr(eager_gemm, "product", pending)
@@ -158,3 +158,34 @@ def test_small_products_do_not_load_the_compiler():
             "sys.exit(0 if 'compiler' not in sys.modules and 'llvmlite' not in sys.modules "
             "else 1)\n")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+@pytest.mark.parametrize("dtype", [eager.bfloat16, eager.float16])
+def test_half_products_hand_their_16_bit_operands_to_kiln_gemm(products, dtype, monkeypatch):
+    """mm, bmm and addmm (linear) of bfloat16 or float16 give kiln's GEMM the 16-bit
+    arrays (widened while packed: no conversion pass in numpy); mm and bmm have its
+    store round the product, addmm rounds the float32 product plus the bias: bitwise the
+    float32 products rounded."""
+    seen = []
+    original = eager_gemm.product
+    monkeypatch.setattr(eager_gemm, "product", lambda a, b, batched, rounded=False: (
+        seen.append((a.dtype.name, b.dtype.name, rounded)),
+        original(a, b, batched, rounded))[1])
+    rng = np.random.default_rng(4)
+    a = eager.tensor(rng.standard_normal((97, 131)), dtype=dtype)
+    b = eager.tensor(rng.standard_normal((131, 83)), dtype=dtype)
+    bias = eager.tensor(rng.standard_normal(83), dtype=dtype)
+    batch = eager.tensor(rng.standard_normal((3, 40, 131)), dtype=dtype)
+
+    def same(got, expected):
+        assert got.dtype is dtype
+        assert np.array_equal(got.numpy().view(np.uint16), expected.numpy().view(np.uint16))
+
+    same(eager.mm(a, b), eager.mm(a.float(), b.float()).to(dtype))
+    same(eager.mm(a, b.t().contiguous().t()), eager.mm(a.float(), b.float()).to(dtype))
+    same(eager.bmm(batch, b.expand(3, 131, 83)),
+         eager.bmm(batch.float(), b.float().expand(3, 131, 83)).to(dtype))
+    same(eager.addmm(bias, a, b), eager.addmm(bias.float(), a.float(), b.float()).to(dtype))
+    halves = [names for names in seen if names[0] != "float32"]  # not the references
+    name = dtype.np.name
+    assert halves == [(name, name, True)] * 3 + [(name, name, False)]

@@ -771,10 +771,11 @@ def test_second_sight_remembers_keys_until_its_limit():
     assert not sightings.again("a") and sightings.again("c")
 
 
-@pytest.mark.parametrize("dtype", [">f4", ">f8", "f2", "i8"])
+@pytest.mark.parametrize("dtype", [">f4", ">f8", ">f2", "i8"])
 def test_operands_of_another_type_or_byte_order_are_refused(dtype):
-    """Big-endian floats used to pass the check and come out as zeros."""
+    """Big-endian floats used to pass the check and come out as zeros. (float16 and
+    bfloat16 operands are taken: test_gemm_half_operands.py.)"""
     a = np.ones((4, 4), dtype)
-    with pytest.raises(TypeError, match="both must be float32 or both float64, in this "
-                                        "machine's byte order"):
+    with pytest.raises(TypeError, match="both must be float32, float64, bfloat16 or "
+                                        "float16, in this machine's byte order"):
         gemm(a, a)

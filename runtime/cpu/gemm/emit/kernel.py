@@ -21,7 +21,8 @@ the N tail is handled with masked loads and stores. Rows past M are zero in pack
 The tile store computes, per element, `alpha * acc + beta * C` on the first K block
 (`C` is not read when beta == 0, as in BLAS) and `alpha * acc + out` on later ones; on
 the last K block it then applies the epilogue:
-`out = residual + scale * act(x + bias)`.
+`out = residual + scale * act(x + bias)`. A tile of 16-bit operands given `rounded`
+writes that last block's result there, rounded to the operands' type, instead of to out.
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from typing import Callable
 import llvmlite.ir as ir
 
 from ir.records import activations
-from runtime.cpu.gemm.emit.tools import PACK_ALIGN, Emitter
+from runtime.cpu.gemm.emit.tools import I16, PACK_ALIGN, Emitter
 from runtime.cpu.gemm.emit.pack import Packing
 from runtime.cpu.gemm.emit.store import TileStore
 from runtime.llvm.toolkit import (I1, I8P, I64, VOID, at, define, fold_range, for_range,
@@ -39,17 +40,20 @@ from runtime.llvm.toolkit import (I1, I8P, I64, VOID, at, define, fold_range, fo
 
 ROWS_FIRST_DEPTH = 128  # K blocks shallower than this store their tiles row by row
 
-# (name, kind): kind "i" is i64, "f" the element type, "p" an element pointer.
+# (name, kind): kind "i" is i64, "f" the element type, "p" an element pointer, "s" a
+# pointer to an element of A or B (of the tile's operand type), "h" a pointer to 16-bit
+# words: `rounded`, where a tile of 16-bit operands writes its result rounded to their
+# type on the last K block (laid out as out, with out's row stride), or null.
 KERNEL_ARGS = (
     ("m", "i"), ("n", "i"), ("k", "i"),
-    ("a", "p"), ("a_rs", "i"), ("a_cs", "i"),
-    ("b", "p"), ("b_rs", "i"), ("b_cs", "i"),
+    ("a", "s"), ("a_rs", "i"), ("a_cs", "i"),
+    ("b", "s"), ("b_rs", "i"), ("b_cs", "i"),
     ("c", "p"), ("c_rs", "i"), ("c_cs", "i"),
     ("out", "p"), ("o_rs", "i"),
     ("alpha", "f"), ("beta", "f"), ("scale", "f"),
     ("bias", "p"), ("bias_stride", "i"),
     ("res", "p"), ("r_rs", "i"), ("r_cs", "i"),
-    ("a_in_place", "i"),
+    ("a_in_place", "i"), ("rounded", "h"),
     ("pack_a", "p"), ("pack_b", "p"), ("b_prepacked", "i"),
     ("mc", "i"), ("kc", "i"), ("nc", "i"),
 )
@@ -58,19 +62,31 @@ KERNEL_ARGS = (
 PACK_B_ARGS = Packing.ARGS
 
 
+HALF_OPERANDS = {"float32": ("bfloat16", "float16")}  # widened to the tile's type in packing
+
+
 @dataclass(frozen=True)
 class Tile:
     """The register tile: `mr` rows by `nr` columns of accumulators, `nr` a multiple of
-    `lanes` (elements per vector register); the k loop is unrolled `unroll` times."""
+    `lanes` (elements per vector register); the k loop is unrolled `unroll` times.
+    `operands`: the element type of A and B in memory (default `dtype`); a float32 tile
+    also takes bfloat16 or float16 operands, converted to float32 while packing (the
+    packed panels, the micro-kernel and the store are those of float32 operands; A is
+    always packed, and such a tile has no direct entry)."""
     dtype: str
     mr: int
     nr: int
     lanes: int
     unroll: int = 4
+    operands: str | None = None
 
     def __post_init__(self):
         if self.dtype not in ("float32", "float64"):
             raise ValueError(f"GEMM tiles are float32 or float64, not {self.dtype}")
+        if self.operands is None:
+            object.__setattr__(self, "operands", self.dtype)
+        if self.operands not in (self.dtype, *HALF_OPERANDS.get(self.dtype, ())):
+            raise ValueError(f"a {self.dtype} tile cannot take {self.operands} operands")
         if self.nr % self.lanes or self.unroll & (self.unroll - 1):
             raise ValueError(f"bad tile {self}: nr must be a multiple of lanes and "
                              "unroll a power of two")
@@ -143,6 +159,9 @@ def build_module(module: ir.Module, name: str, tile: Tile, spec: EpilogueSpec,
         export_item(module, f"{name}_{entry}", tile, packed.fn, KERNEL_ARGS,
                     ("pack_a", "pack_b"))
     if "direct" in entries:
+        if tile.operands != tile.dtype:
+            raise ValueError(f"a tile of {tile.operands} operands has no direct entry: "
+                             "its operands are read only by packing")
         direct = _Gemm(module, f"{name}_direct_body", tile, spec, activation)
         direct.direct()
         export_item(module, f"{name}_direct", tile, direct.fn, KERNEL_ARGS)
@@ -176,7 +195,8 @@ def export_item(module: ir.Module, name: str, tile: Tile, target: ir.Function,
         value = b.load(slot)
         if arg_name in per_worker:
             value = b.load(b.gep(b.inttoptr(value, I64.as_pointer()), [worker]))
-        values[arg_name] = b.inttoptr(value, types.P) if kind == "p" else value
+        pointer = {"p": types.P, "s": types.SP, "h": I16.as_pointer()}.get(kind)
+        values[arg_name] = value if pointer is None else b.inttoptr(value, pointer)
     b.call(target, [values[arg_name] for arg_name in (wanted or values)])
     b.ret_void()
 
@@ -203,6 +223,8 @@ class _Gemm(TileStore):
         streams (the caller decides: rows a multiple of 2 KiB apart crowd L1 sets).
         `in_place` and `shallow` not None: the kernel has only that way of reading A,
         that order of tiles (see _macro_kernel), for callers whose calls all need it."""
+        if self.tile.operands != self.tile.dtype:
+            in_place = False  # A is widened as it is packed
         b, arg = self.b, self.arg
         m, n, k, zero = arg["m"], arg["n"], arg["k"], i64(0)
         a_in_place = b.and_(b.icmp_signed("==", arg["a_cs"], i64(1)),

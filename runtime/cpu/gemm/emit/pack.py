@@ -15,8 +15,10 @@ class Packing(Emitter):
     pack_b(src, rs, cs, depth, cols, dst): NR-column panels, dst[(p*depth + k)*NR + j].
     Both pad the last panel to full width (zeros, or copies of its last line: either
     way the results they feed are never stored) and read the source through its
-    strides, with vector paths for the unit-stride layouts."""
-    ARGS = (("src", "p"), ("rs", "i"), ("cs", "i"), ("rows", "i"), ("cols", "i"),
+    strides, with vector paths for the unit-stride layouts. Operands of another type
+    than the tile's (bfloat16, float16) are widened as they are read (Emitter.widen):
+    the panels are always of the tile's type."""
+    ARGS = (("src", "s"), ("rs", "i"), ("cs", "i"), ("rows", "i"), ("cols", "i"),
             ("dst", "p"))
 
     def pack_a(self, name: str) -> ir.Function:
@@ -76,7 +78,8 @@ class Packing(Emitter):
         """One panel row: `width` elements, those past load_masks zero."""
         b, lanes = self.b, self.tile.lanes
         for v, (load_mask, store_mask) in enumerate(zip(load_masks, store_masks)):
-            value = masked_load(b, at(b, source, i64(v * lanes)), load_mask, self.itemsize)
+            value = self.widen(masked_load(b, at(b, source, i64(v * lanes)), load_mask,
+                                           self.source_itemsize))
             place = at(b, target, i64(v * lanes))
             if (v + 1) * lanes <= width:
                 store_vector(b, value, place, align=self.itemsize)
@@ -97,8 +100,8 @@ class Packing(Emitter):
                  for j in range(width)]
         main_end = b.mul(b.sdiv(depth, i64(lanes)), i64(lanes))
         with for_range(b, 0, main_end, lanes, "k") as k:
-            vectors = [load_vector(b, at(b, lines[j], k), lanes, self.itemsize)
-                       for j in range(width)]
+            vectors = [self.widen(load_vector(b, at(b, lines[j], k), lanes,
+                                              self.source_itemsize)) for j in range(width)]
             if width % lanes == 0:
                 for first in range(0, width, lanes):
                     block = self._transpose_block(vectors[first:first + lanes])
@@ -170,5 +173,5 @@ class Packing(Emitter):
             row = at(b, src, b.mul(k, step_depth))
             out = at(b, dst, b.mul(k, i64(width)))
             for j in range(width):
-                value = b.load(at(b, row, offsets[j]), align=self.itemsize)
+                value = self.widen(b.load(at(b, row, offsets[j]), align=self.source_itemsize))
                 b.store(value, at(b, out, i64(j)), align=self.itemsize)

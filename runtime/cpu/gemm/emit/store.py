@@ -55,7 +55,7 @@ class TileStore(Emitter):
     def _store_row(self, values, row, col0, cols, masks, update: Update, last) -> None:
         """One tile row: the K-block update, the epilogue on the last block, the store.
         `masks` None means a whole row with unit-stride operands."""
-        b, t, arg = self.b, self.tile, self.arg
+        b, arg = self.b, self.arg
         values = [b.fmul(update.alpha, x) for x in values]
 
         def add_previous(xs):
@@ -66,13 +66,29 @@ class TileStore(Emitter):
 
         values = when(b, update.read_previous, values, add_previous)
         values = when(b, last, values, lambda xs: self._epilogue(xs, row, col0, cols, masks))
-        out_row = at(b, arg["out"], b.mul(row, arg["o_rs"]), col0)
+        if self.tile.operands == self.tile.dtype:
+            self._write_row(values, arg["out"], row, col0, masks, self.itemsize)
+            return
+        # 16-bit operands: the last K block may go to `rounded`, rounded once
+        rounded = arg["rounded"]
+        rounds = b.and_(last, b.icmp_unsigned("!=", rounded, ir.Constant(rounded.type, None)))
+        with b.if_else(rounds) as (to_rounded, to_out):
+            with to_rounded:
+                self._write_row([self.narrow(x) for x in values], rounded, row, col0, masks, 2)
+            with to_out:
+                self._write_row(values, arg["out"], row, col0, masks, self.itemsize)
+
+    def _write_row(self, values, out, row, col0, masks, itemsize) -> None:
+        """Store a tile row's vectors at row `row`, column col0 of `out` (row stride
+        o_rs elements), the lanes of `masks` only (None: all)."""
+        b, t = self.b, self.tile
+        out_row = at(b, out, b.mul(row, self.arg["o_rs"]), col0)
         for v, value in enumerate(values):
             target = at(b, out_row, v * t.lanes)
             if masks is None:
-                store_vector(b, value, target, self.itemsize)
+                store_vector(b, value, target, itemsize)
             else:
-                masked_store(b, value, target, masks[v], self.itemsize)
+                masked_store(b, value, target, masks[v], itemsize)
 
     def _load_row(self, ptr, stride, cols, masks) -> list:
         """The `cols` elements ptr[j * stride] as tile-row vectors (zero past cols);
