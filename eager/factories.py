@@ -186,13 +186,10 @@ def _from_numbers(numbers, dt) -> np.ndarray:
         return dtypes.cast(np.array(numbers, dtype=np.float64), dt)
     if dt.is_floating_point or dt is dtypes.bool_ or dt is dtypes.int64:
         return np.array(numbers, dtype=dt.np)
-    info = np.iinfo(dt.np)
-    for v in _flat(numbers):  # an unsigned type takes negative integers, not floats
-        low = info.min if info.min or isinstance(v, (float, np.floating)) else -int(info.max)
-        if not (low <= v <= info.max):  # (NaN fails it too)
+    for v in _flat(numbers):
+        if not dtypes.fits_integer(v, dt):
             raise RuntimeError(f"value cannot be converted to type {dt.name} without overflow")
-    return np.array(numbers, dtype=np.float64 if np.array(numbers).dtype.kind == "f" else
-                    np.int64).astype(np.int64).astype(dt.np)
+    return np.array(numbers).astype(np.int64).astype(dt.np)
 
 
 def _flat(numbers):

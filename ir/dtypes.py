@@ -136,12 +136,22 @@ _C_NAMES = {"uint8": "uint8_t", "int8": "int8_t", "int16": "int16_t", "int32": "
             "float32": "float", "float64": "double", "bool": "bool"}
 
 
+def fits_integer(value, dt: DType) -> bool:
+    """Whether Python number `value` converts to integer type `dt` without overflow, as
+    c10 judges it: within the type's range, where an unsigned type also takes the negative
+    integers down to -max (wrapping, as C does: -1 is 255 in uint8) but no negative float;
+    NaN and inf fit nowhere."""
+    info = np.iinfo(dt.np)
+    low = int(info.min) if info.min or isinstance(value, (float, np.floating)) else \
+        -int(info.max)
+    return low <= value <= int(info.max)
+
+
 def checked_scalar(value, dt: DType) -> np.ndarray:
     """Python number `value` as a zero-dim array of `dt`, refused (RuntimeError) where
     PyTorch's Scalar conversion (c10::checked_convert) overflows, as fill_, full, clamp's
-    bounds and where's and masked_fill's values do: beyond an integer type's range (an
-    unsigned type also takes -max..-1, wrapping as C does: -1 is 255 in uint8), NaN or
-    inf into an integer, a finite number beyond a float type's largest. Within range, a
+    bounds and where's and masked_fill's values do: what does not fit an integer type
+    (fits_integer), a finite number beyond a float type's largest. Within range, a
     float into an integer truncates; into a 16-bit float it rounds through float32."""
     if dt is bool_:
         return np.asarray(bool(value))
@@ -150,11 +160,7 @@ def checked_scalar(value, dt: DType) -> np.ndarray:
         f = float(value)
         overflows = math.isfinite(f) and abs(f) > float(ml_dtypes.finfo(target).max)
     else:
-        info = np.iinfo(target)
-        overflows = isinstance(value, float) and not math.isfinite(value)
-        if not overflows:
-            low = -int(info.max) if info.min == 0 else int(info.min)
-            overflows = not low <= value <= int(info.max)
+        overflows = not fits_integer(value, dt)
         f = math.trunc(value) if not overflows else 0
     if overflows:
         raise RuntimeError(f"value cannot be converted to type {_C_NAMES[dt.name]} without "

@@ -104,7 +104,8 @@ def test_scalar_conversions_refuse_what_pytorchs_refuse(name):
 
     def t(m):
         return m.tensor([0, 1, 5], dtype=getattr(m, name))
-    for value in (300, -1, -129, -256, 70000, 1e39, float("inf"), float("nan"), 3.7, True):
+    for value in (300, -1, -129, -256, 70000, 1e39, float("inf"), float("nan"), 3.7, True,
+                  -1.5, -0.5):  # (an unsigned type takes -1, not -1.5 nor -0.5)
         for i, call in enumerate((lambda m: t(m).fill_(value),
                                   lambda m: m.full((2,), value, dtype=getattr(m, name)),
                                   lambda m: t(m).masked_fill(t(m) == 0, value),
