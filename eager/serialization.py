@@ -117,9 +117,7 @@ def _write(fh, manifest, arrays) -> None:
         z.writestr("manifest.json", json.dumps(manifest))
         for i, a in enumerate(arrays):
             buf = io.BytesIO()
-            if a.dtype == dtypes.bfloat16.np:
-                a = a.view(np.uint16)
-            np.save(buf, a, allow_pickle=False)
+            np.save(buf, a.view(_file_type(dtypes.from_numpy(a.dtype))), allow_pickle=False)
             z.writestr(f"{i}.npy", buf.getvalue())
 
 

@@ -216,8 +216,8 @@ def cast(a: np.ndarray, dt: DType) -> np.ndarray:
         if dt in HALF and src not in _EXACT_IN_HALF:
             a = a.astype(_F32)
         elif target.itemsize < 4 and not dt.is_floating_point and dt is not bool_ and \
-                src.kind in "fV":
-            a = a.astype(_F32).astype(_I32) if src.itemsize == 2 else a.astype(_I32)
+                src.kind == "f":  # (a 16-bit float is float32 by now)
+            a = a.astype(_I32)
         return a.astype(target)
 
 

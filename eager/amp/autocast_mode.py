@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import threading
 
-from eager.dispatcher import ATEN, DispatchKey, exclude_keys, tls
+from eager.dispatcher import ATEN, DispatchKey, exclude_keys, key_active, tls
 from eager.tensor import Tensor
 from ir import dtypes
 
@@ -78,7 +78,7 @@ state = _State()
 
 
 def is_enabled(device_type: str) -> bool:
-    return bool(tls.include & ~tls.exclude & (1 << AUTOCAST_KEY[device_type]))
+    return key_active(AUTOCAST_KEY[device_type])
 
 
 def set_enabled(device_type: str, enabled: bool) -> None:
@@ -145,9 +145,8 @@ def policy(name: str):
     def wrap(fn):
         @functools.wraps(fn)
         def cast(*args, **kwargs):
-            active = tls.include & ~tls.exclude
             for device, key in AUTOCAST_KEY.items():
-                if kinds[device] and active & (1 << key):
+                if kinds[device] and key_active(key):
                     return _run_cast(kinds[device], device, fn, args, kwargs)
             return fn(*args, **kwargs)
         return cast

@@ -164,11 +164,17 @@ def test_pack_b_widens_by_rows_and_transposed(lanes_f32, monkeypatch):
                 assert np.array_equal(panels[:, :n], source.astype(np.float32))
 
 
-@pytest.mark.parametrize("lanes_f32", [8, 4])
-def test_narrower_vector_tiles(lanes_f32, monkeypatch):
+def _use_tile_of(lanes_f32: int, monkeypatch) -> None:
+    """Every kernel made from here on uses the float32 tile of `lanes_f32` lanes (AVX2's
+    8, SSE's 4) whatever this CPU's vectors are."""
     chosen = gemm_kernels.default_tile("float32", lanes_f32)
     monkeypatch.setattr(gemm_kernels, "default_tile", lambda dtype, lanes: chosen)
     monkeypatch.setattr(gemm_kernels, "_kernels", {})
+
+
+@pytest.mark.parametrize("lanes_f32", [8, 4])
+def test_narrower_vector_tiles(lanes_f32, monkeypatch):
+    _use_tile_of(lanes_f32, monkeypatch)
     rng = np.random.default_rng(9)
     for dtype in HALVES:
         for m, k, n in [(7, 5, 9), (127, 130, 61), (250, 300, 270)]:
@@ -297,9 +303,7 @@ def test_rounded_batches_k_zero_and_empty_products(dtype):
 
 @pytest.mark.parametrize("lanes_f32", [8, 4])
 def test_rounded_results_on_narrower_vector_tiles(lanes_f32, monkeypatch):
-    chosen = gemm_kernels.default_tile("float32", lanes_f32)
-    monkeypatch.setattr(gemm_kernels, "default_tile", lambda dtype, lanes: chosen)
-    monkeypatch.setattr(gemm_kernels, "_kernels", {})
+    _use_tile_of(lanes_f32, monkeypatch)
     rng = np.random.default_rng(13)
     for dtype in HALVES:
         for m, k, n in [(7, 5, 9), (127, 130, 61), (250, 600, 270)]:
