@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -37,8 +38,22 @@ KILN_PER_TENSOR = "kiln eager, per-tensor step"
 KILN_WHOLE_STEP = "kiln compiled (whole step)"
 
 
-def mlp_cases(quick: bool) -> list[Case]:
-    """The sizes are the benchmark's own; `quick` only means fewer rounds."""
+@dataclass(frozen=True)
+class Training:
+    """One training problem: the model (a function of the library), the optimiser (of
+    the library and the parameters, with options), the loss (of the library, model and
+    a batch), the initial weights, the batches, and the float64 loss of the first batch
+    (train_reference)."""
+    name: str
+    model: Callable
+    optimizer: Callable
+    loss: Callable
+    initial: Callable[[], dict]
+    data: list
+    expected: Callable[[], float]
+
+
+def mlp_training() -> Training:
     rng = np.random.default_rng(0)
     data = [(rng.standard_normal((MLP_BATCH, MLP_INPUTS), dtype=np.float32),
              rng.integers(0, MLP_CLASSES, MLP_BATCH)) for _ in range(BATCHES)]
@@ -53,12 +68,11 @@ def mlp_cases(quick: bool) -> list[Case]:
     initial = _initial_state(model)
     name = (f"MLP {MLP_INPUTS}-{MLP_HIDDEN}-{MLP_HIDDEN}-{MLP_CLASSES}, "
             f"batch {MLP_BATCH}, Adam step")
-    return [_training_case(name, model, adam, _classify, initial, data,
-                           lambda: train_reference.mlp_loss(_float64(initial()), *data[0]))]
+    return Training(name, model, adam, _classify, initial, data,
+                    lambda: train_reference.mlp_loss(_float64(initial()), *data[0]))
 
 
-def transformer_cases(quick: bool) -> list[Case]:
-    """The sizes are the benchmark's own; `quick` only means fewer rounds."""
+def transformer_training() -> Training:
     from examples.char_transformer import load_text
     _, chars, text = load_text()
     rng = np.random.default_rng(0)
@@ -78,9 +92,19 @@ def transformer_cases(quick: bool) -> list[Case]:
     initial = _initial_state(model)
     name = (f"char transformer, {LAYERS} layers, {HEADS} heads, d_model {D_MODEL}, "
             f"context {CONTEXT}, batch {TEXT_BATCH}, AdamW step")
-    return [_training_case(name, model, adamw, next_characters, initial, data,
-                           lambda: train_reference.transformer_loss(
-                               _float64(initial()), *data[0], heads=HEADS))]
+    return Training(name, model, adamw, next_characters, initial, data,
+                    lambda: train_reference.transformer_loss(
+                        _float64(initial()), *data[0], heads=HEADS))
+
+
+def mlp_cases(quick: bool) -> list[Case]:
+    """The sizes are the benchmark's own; `quick` only means fewer rounds."""
+    return [_training_case(mlp_training())]
+
+
+def transformer_cases(quick: bool) -> list[Case]:
+    """The sizes are the benchmark's own; `quick` only means fewer rounds."""
+    return [_training_case(transformer_training())]
 
 
 def _classify(lib, model, x, y):
@@ -94,12 +118,11 @@ def _text_batch(text: np.ndarray, rng) -> tuple[np.ndarray, np.ndarray]:
             np.stack([text[s + 1:s + CONTEXT + 1] for s in starts]))
 
 
-def _training_case(name: str, model: Callable, optimizer: Callable, loss: Callable,
-                   initial: Callable[[], dict], data: list, expected: Callable) -> Case:
+def _training_case(t: Training) -> Case:
     def in_kiln(compile_model=None, compile_step=None, **options):
         import eager
-        return _trainer(eager, kiln_tensors, model, functools.partial(optimizer, **options),
-                        loss, initial(), data, compile_model, compile_step)
+        return _trainer(eager, kiln_tensors, t.model, functools.partial(t.optimizer, **options),
+                        t.loss, t.initial(), t.data, compile_model, compile_step)
 
     def in_kiln_compiled():  # the model compiled (forward and backward graphs); the
         import eager         # loss, backward's engine and the optimiser step run eagerly
@@ -111,13 +134,14 @@ def _training_case(name: str, model: Callable, optimizer: Callable, loss: Callab
 
     def in_torch():
         import torch
-        return _trainer(torch, torch_tensors, model, optimizer, loss, initial(), data)
+        return _trainer(torch, torch_tensors, t.model, t.optimizer, t.loss, t.initial(),
+                        t.data)
 
-    return Case(name, [Impl(KILN, in_kiln),
-                       Impl(KILN_PER_TENSOR, functools.partial(in_kiln, foreach=False)),
-                       Impl(KILN_COMPILED, in_kiln_compiled),
-                       Impl(KILN_COMPILED, in_kiln_whole_step, label=KILN_WHOLE_STEP),
-                       Impl(TORCH, in_torch)], expected=expected,
+    return Case(t.name, [Impl(KILN, in_kiln),
+                         Impl(KILN_PER_TENSOR, functools.partial(in_kiln, foreach=False)),
+                         Impl(KILN_COMPILED, in_kiln_compiled),
+                         Impl(KILN_COMPILED, in_kiln_whole_step, label=KILN_WHOLE_STEP),
+                         Impl(TORCH, in_torch)], expected=t.expected,
                 unit="steps/s", reference=(TORCH,))
 
 

@@ -17,3 +17,13 @@ def _private_kernel_cache(tmp_path_factory):
     yield
     mp.undo()
 
+
+
+@pytest.fixture
+def widened_bfloat16(monkeypatch):
+    """kiln's GEMM widens bfloat16 operands to float32 (bitwise the float32 product) on
+    every CPU, also on those where it would multiply them with vdpbf16ps
+    (runtime/cpu/gemm/config.BF16_DOT); plans made before are forgotten."""
+    from runtime.cpu.gemm import config, plans
+    monkeypatch.setattr(config, "BF16_DOT", False)
+    monkeypatch.setattr(plans, "PLANS", {})

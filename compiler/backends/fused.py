@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import functools
 
+from compiler.backends.gemm_plan import takes_product
 from compiler.backends.views import LeadingViews
 from compiler.passes.fusion import row_space
 from ir.graph import Graph, Node
 from ir.ops import VIEW, Op
 from runtime.cpu import kernel_spec as K
-from runtime.cpu.gemm import DTYPES as GEMM_DTYPES
 from runtime.layout import CannotLower
 
 GATHERING = frozenset({Op.INDEX, Op.INDEX_SELECT, Op.EMBEDDING, Op.GATHER})
@@ -45,7 +45,7 @@ def emits(node: Node) -> bool:
     asks, so a node no code generator takes stays out of kernels (and runs interpreted)
     while its neighbours still fuse."""
     if node.op in (Op.MM, Op.BMM):
-        return all(v.type.dtype.name in GEMM_DTYPES for v in node.input_values())
+        return takes_product(node)
     return node_problem(node) is None
 
 

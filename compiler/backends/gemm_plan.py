@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from runtime.layout import CannotLower
 from runtime.cpu.gemm import DTYPES
+from runtime.cpu.gemm.emit.kernel import HALF_OPERANDS
 from ir.records import activations
 from ir.graph import Graph, GraphBuilder, Node, Value
 from ir.ops import Op
@@ -32,6 +33,10 @@ STORE_ACTIVATIONS = {(op, tuple(sorted(attrs.items()))): name
                      for name, (op, attrs) in activations().items()}
 """(op, attributes) -> the name the GEMM's store applies it under, from the op records."""
 GEMM_DTYPES = DTYPES  # kiln's GEMM kernels
+HALF_PRODUCTS = frozenset(HALF_OPERANDS["float32"])
+"""16-bit operands the GEMM multiplies into float32 and rounds back in its store: a
+product of them fuses no epilogue into the store (eager rounds the product before the
+next op, and the store would round once after it); the epilogue runs in `rest`."""
 _STAGE = {"bias": 0, "scale": 2, "residual": 3}  # activations: 1
 
 
@@ -82,7 +87,7 @@ def plan_gemm_node(body: Graph) -> GemmNodePlan:
     if len(products) != 1:
         raise CannotLower("a gemm kernel with other than one matrix product")
     product = products[0]
-    if any(v.type.dtype.name not in GEMM_DTYPES for v in product.input_values()):
+    if not takes_product(product):
         raise CannotLower(f"{product.outputs[0].type.dtype.name} matrix products")
     index = body.nodes.index(product)
     before, after = body.nodes[:index], body.nodes[index + 1:]
@@ -93,7 +98,10 @@ def plan_gemm_node(body: Graph) -> GemmNodePlan:
     operands, transposes = _operands(body, product, users, producers)
     views = {v for v, flag in zip(product.input_values(), transposes) if flag}
     prologue = _prologue(body, before, product, after, views)
-    store, result = _store_epilogue(body, product, after, users, producers)
+    if product.outputs[0].type.dtype.name in HALF_PRODUCTS:
+        store, result = StoreEpilogue(), product.outputs[0]
+    else:
+        store, result = _store_epilogue(body, product, after, users, producers)
     rest_nodes = after[len(store.nodes):]
     rest, rest_inputs, rest_outputs = (_rest_graph(body, result, rest_nodes, producers)
                                        if rest_nodes else (None, (), ()))
@@ -105,6 +113,13 @@ def plan_gemm_node(body: Graph) -> GemmNodePlan:
     return GemmNodePlan(prologue, operands, transposes, product.op is Op.BMM,
                         all(v.type.is_static for v in product.input_values()), store,
                         result, rest, rest_inputs, rest_outputs, positions)
+
+
+def takes_product(node: Node, half: bool = True) -> bool:
+    """Whether kiln's GEMM computes the mm or bmm `node`: float32 or float64 operands,
+    or (with `half`) bfloat16 or float16 ones."""
+    names = GEMM_DTYPES + tuple(HALF_PRODUCTS) if half else GEMM_DTYPES
+    return all(v.type.dtype.name in names for v in node.input_values())
 
 
 def _operands(body: Graph, product: Node, users: dict, producers: dict) -> tuple:

@@ -4,7 +4,8 @@ kernels, vmath, the GEMM, runtime.pool, runtime.fastcall) and written for two ta
 the CPU (vector types, masked loads and stores, loops with a masked tail) and NVPTX
 (address spaces, thread and block indices, grid-stride loops).
 
-    types       I1 I8 I32 I64 I8P VOID, vector(t, width), constant(t, value), i64, i32
+    types       I1 I8 I32 I64 I8P VOID BFLOAT, vector(t, width), constant(t, value), i64,
+                i32
     functions   define(module, name, type) -> (function, builder at its entry)
     intrinsics  intrinsic(b, name, args, ret, overloads): llvm.<name>.<mangled types>,
                 declared on first use; mangle(t): f32, v16f32, p1, ...
@@ -34,6 +35,24 @@ import llvmlite.ir as ir
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 I8P = I8.as_pointer()
 VOID = ir.VoidType()
+
+
+class _BFloatType(ir.Type):
+    """LLVM's `bfloat`, which llvmlite's IR layer lacks: the element type of the x86
+    AVX512-BF16 intrinsics' operands. Values of it are only made by bitcasts (of i16
+    words); nothing here converts Python numbers to it."""
+
+    def _to_string(self) -> str:
+        return "bfloat"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _BFloatType)
+
+    def __hash__(self) -> int:
+        return hash("bfloat")
+
+
+BFLOAT = _BFloatType()
 
 
 # types and constants ------------------------------------------------------------------

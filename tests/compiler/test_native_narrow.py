@@ -152,3 +152,36 @@ def test_row_kernels_read_narrow_operands(dtype, name):
         want = ROW_KERNELS[name](eager.tensor(a))
     got = _compiled_natively(ROW_KERNELS[name], eager.tensor(a))
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6, atol=1e-3)
+
+
+PRODUCTS = {  # name: (function of x (m, k), w (n, k), bias (n,)), bmm?
+    "mm": (lambda x, w, bias: x @ w.t(), False),
+    "linear_relu_scale": (lambda x, w, bias: (x @ w.t() + bias).relu() * 2, False),
+    "prologue": (lambda x, w, bias: (x * 0.3) @ (w - 1).t(), False),
+    "bmm_gelu": (lambda x, w, bias: eager.nn.functional.gelu(
+        eager.bmm(x.reshape(2, -1, x.shape[1]), w.t().expand(2, *w.t().shape))), True),
+}
+
+
+@pytest.mark.parametrize("dtype", HALVES)
+@pytest.mark.parametrize("name", PRODUCTS)
+@pytest.mark.parametrize("m,k,n", [(128, 96, 64), (6, 5, 3)])
+def test_half_products_run_on_kiln_gemm_and_round_as_eager(dtype, name, m, k, n):
+    """A product of 16-bit operands is a gemm kernel (kiln's GEMM, widening or vdpbf16ps:
+    runtime/cpu/gemm), its result rounded by the GEMM's store, then each epilogue op
+    rounded as eager rounds it: bit for bit where eager's product runs on kiln's GEMM too
+    (eager's GEMM_MACS and over), within a 16-bit ulp where eager's runs on numpy's (a
+    float32 sum in another order, rounded)."""
+    fn, batched = PRODUCTS[name]
+    rng = np.random.default_rng(m + k + n)
+    x, w, bias = (eager.tensor(rng.standard_normal(shape).astype(np.float32)).to(
+        getattr(eager, dtype)) for shape in ((m, k), (n, k), (n,)))
+    with numpy_kernels():
+        want = fn(x, w, bias)
+    compiled = compiler.compile(fn, backend="native")
+    got = compiled(x, w, bias)
+    lowered = compiler.lower(compiled, x, w, bias)
+    kinds = [n.attr["kind"] for g in lowered.optimized for n in g.nodes if n.op is Op.FUSED]
+    assert "gemm" in kinds and not lowered.interpreted, (kinds, lowered.interpreted)
+    from eager.kernels.linalg import GEMM_MACS
+    assert_same(got, want, ulps=0 if m * k * n >= GEMM_MACS // 2 else 1)

@@ -29,6 +29,7 @@ from compiler.backends.cuda.gemm_node import address_of, gemm_call
 from compiler.backends.cuda.plan import CudaLaunch, CudaPlan
 from compiler.backends import fused
 from compiler.backends.fused import FusedKernel
+from compiler.backends.gemm_plan import takes_product
 from runtime.cpu import kernel_ir as K
 from runtime.cuda.codegen.gemm import gemm_kernel
 from runtime.cuda.codegen import VECTOR_BYTES
@@ -46,12 +47,14 @@ _names = itertools.count(1)
 
 def emits(node: Node) -> bool:
     """Whether a CUDA kernel can hold `node`: what the native kernels hold (the narrow
-    dtypes, kernel_spec.NARROW, in elementwise nodes only), but a batched product, which
-    the CUDA GEMM does not compute, and ops whose record says their emitter has no CUDA
-    form (Pointwise.not_on_cuda: no op's at present); they run interpreted, and the ops
-    around them still fuse."""
+    dtypes, kernel_spec.NARROW, in elementwise nodes only), but a batched product or one
+    of 16-bit operands, which the CUDA GEMM does not compute, and ops whose record says
+    their emitter has no CUDA form (Pointwise.not_on_cuda: no op's at present); they run
+    interpreted, and the ops around them still fuse."""
     record = RECORDS.get(node.op)
     if record is not None and record.pointwise is not None and record.pointwise.not_on_cuda:
+        return False
+    if node.op is Op.MM and not takes_product(node, half=False):
         return False
     return node.op is not Op.BMM and fused.emits(node)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 
 from compiler import interpreter
-from compiler.backends.gemm_plan import plan_gemm_node
+from compiler.backends.gemm_plan import HALF_PRODUCTS, plan_gemm_node
 from compiler.backends.native.pointwise import PointwiseNode
 from compiler.backends.views import LeadingViews
 from eager.tensor import from_array
@@ -43,6 +43,9 @@ class GemmNode:
         self._bias, self._residual = store.bias, store.residual
         self._activation, self._scale = store.activation, store.scale
         self._by_index = plan.input_positions
+        dtype = plan.result.type.dtype
+        # 16-bit operands: the store rounds the float32 product to their type
+        self._out_dtype = dtype.np if dtype.name in HALF_PRODUCTS else None
 
     @property
     def artifacts(self) -> list:
@@ -87,7 +90,8 @@ class GemmNode:
                                       residual=None if residual is None else residual._np())
         trans_a, trans_b = self._transposes
         return from_array(self._product(a._np(), b._np(), trans_a=trans_a, trans_b=trans_b,
-                                        epilogue=epilogue, specialise=self._specialise))
+                                        epilogue=epilogue, specialise=self._specialise,
+                                        out_dtype=self._out_dtype))
 
 
 def _prologue(graph: Graph):

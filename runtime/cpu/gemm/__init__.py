@@ -14,4 +14,5 @@ native code built with llvmlite.
 
 DTYPES = ("float32", "float64")
 """The element types kiln's GEMM kernels run. A float32 product also takes bfloat16 and
-float16 operands (emit/kernel.py's HALF_OPERANDS), widened to float32 while packed."""
+float16 operands (emit/kernel.py's HALF_OPERANDS), widened to float32 while packed, or
+(bfloat16, on CPUs with AVX512-BF16) packed in pairs for vdpbf16ps."""

@@ -23,7 +23,12 @@ the store rounds the result to it (after the epilogue, on the last K block: earl
 blocks keep their partial sums in a float32 array), without a rounding pass either.
 A is always packed for such operands, and small products take the packed kernel with all
 of K in one block (which is what the direct kernel computes) rather than the direct or
-specialised kernels.
+specialised kernels. On CPUs with AVX512-BF16 (kernels.dot_products), bfloat16 operands
+are not widened: they are packed as pairs of K steps and multiplied by vdpbf16ps
+(emit/kernel.py's Tile.dot), twice the multiply-adds per instruction; products of
+bfloat16 values are exact in float32, so the result has the float32 bound below, but
+not the float32 GEMM's bits (the pair's two products are added in another order, and
+the instruction reads subnormal operands as zero).
 
 Error bound, asserted by tests/runtime/cpu/test_gemm.py for every result, eps the dtype's
 machine epsilon and |x| elementwise:
@@ -398,12 +403,15 @@ def _tuning_measure(kernel: kernels.CompiledGemm):
     autotuner."""
     size, dtype = config.TUNE_SIZE, kernel.dtype
     rng = np.random.default_rng(0)
-    a, b = (rng.standard_normal((size, size)).astype(dtype) for _ in range(2))
+    # a tile widening 16-bit operands has the float32 tile's panels: timed as that one
+    operands = kernels.operand_dtype(kernel.tile.operands) if kernel.tile.dot else dtype
+    a, b = (rng.standard_normal((size, size)).astype(operands) for _ in range(2))
     out = np.empty((size, size), dtype)
     problem = _Problem(a, b, None, out, None, 1, None, dtype.type(1), dtype.type(0),
                        dtype.type(1))
-    plain = kernels.kernel(dtype, EpilogueSpec(), replace(kernel.tile, operands=None))
-    batch = _products(problem, dtype.itemsize)
+    plain = kernels.kernel(dtype, EpilogueSpec(), kernel.tile if kernel.tile.dot else
+                           replace(kernel.tile, operands=None))
+    batch = _products(problem, operands.itemsize)
 
     def run(blocking: kernels.Blocking) -> tuple:
         jobs.run(plain, batch, blocking)

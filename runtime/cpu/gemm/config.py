@@ -55,5 +55,11 @@ SIGHTINGS_LIMIT = 4096  # keys a SecondSight remembers; then it forgets them all
 # 165 for pack_b, 89 instead of 132 for direct.
 SPEED_LEVEL = 1
 
+# bfloat16 products (kernels.dot_products) ----------------------------------------------
+# On CPUs with AVX512-BF16, bfloat16 operands stay 16-bit in the packed panels and are
+# multiplied by vdpbf16ps (two products per float32 lane per instruction); False widens
+# them to float32 while packing, as on other CPUs (bitwise the float32 product).
+BF16_DOT = True
+
 # Autotuning (tune.py) -----------------------------------------------------------------
 TUNE_SIZE = 768  # the square problem the candidate blockings are timed on

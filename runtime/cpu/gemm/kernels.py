@@ -134,6 +134,7 @@ class CompiledGemm:
         self.operand_itemsize = operand_dtype(tile.operands).itemsize
         self.packs_a = tile.operands != tile.dtype  # always: A is widened while packed
         operands = "" if tile.operands == tile.dtype else f"{tile.operands}_"
+        operands += "dot_" if tile.dot else ""
         self.name = (f"kiln_gemm_{operands}{tile.dtype}_{tile.mr}x{tile.nr}u{tile.unroll}_"
                      f"{spec.tag}")
         self.items = _Entries(self, jit)
@@ -145,9 +146,10 @@ class CompiledGemm:
     def pack_b_record(self, call: Call, start: int, stop: int, packed_b: int) -> tuple:
         """The PACK_B_ARGS that put columns start:stop (start a multiple of NR) of the
         call's B into `packed_b`, which holds all of B as NR-column panels of all K
-        rows."""
+        rows (pairs of rows in a dot-product tile: Tile.step)."""
+        steps = -(-call.k // self.tile.step)
         return (call.b + start * call.b_cs * self.operand_itemsize, call.b_rs, call.b_cs,
-                call.k, stop - start, packed_b + start * call.k * self.dtype.itemsize)
+                call.k, stop - start, packed_b + start * steps * self.dtype.itemsize)
 
 
 def default_tile(dtype: str, lanes_f32: int) -> Tile:
@@ -163,13 +165,22 @@ _kernels: dict = {}
 _kernels_lock = threading.Lock()
 
 
+def dot_products() -> bool:
+    """Whether bfloat16 products take the dot-product tile (Tile.dot): where
+    config.BF16_DOT allows it and the target CPU (runtime/llvm/target.py) has
+    AVX512-BF16."""
+    from runtime.llvm.target import selected
+    return config.BF16_DOT and "avx512bf16" in selected().enabled
+
+
 def kernel(dtype: np.dtype, spec: EpilogueSpec, tile: Tile | None = None,
            operands: str | None = None) -> CompiledGemm:
     """The compiled kernel for (dtype, tile, epilogue), built on first use; `operands`
-    (bfloat16 or float16 for float32) sets the tile's operand type (Tile.operands).
+    (bfloat16 or float16 for float32) sets the tile's operand type (Tile.operands), and
+    bfloat16 ones the dot-product tile where `dot_products()`.
     Transposes need no kernel of their own: packing reads any strides, with a vector
     path for the unit-stride side."""
-    key = (np.dtype(dtype), spec, tile, operands)
+    key = (np.dtype(dtype), spec, tile, operands, operands == "bfloat16" and dot_products())
     found = _kernels.get(key)
     if found is not None:
         return found
@@ -178,8 +189,8 @@ def kernel(dtype: np.dtype, spec: EpilogueSpec, tile: Tile | None = None,
         if key not in _kernels:
             chosen = tile or default_tile(key[0].name, vector_width())
             if operands is not None:
-                chosen = replace(chosen, operands=operands)
-            same = (key[0], spec, chosen, None)
+                chosen = replace(chosen, operands=operands, dot=key[-1])
+            same = (key[0], spec, chosen, None, False)
             made = _kernels.get(same) or CompiledGemm(chosen, spec, host_jit())
             _kernels[key] = _kernels[same] = made
         return _kernels[key]

@@ -47,7 +47,8 @@ def default_blocking(kernel: CompiledGemm) -> Blocking:
     L2, NC a few thousand columns. Measured best among the candidates on a 48 KiB L1,
     2 MiB L2 AVX-512 core."""
     l1, l2 = cache_sizes()
-    t, itemsize = kernel.tile, kernel.dtype.itemsize
+    t = kernel.tile
+    itemsize = kernel.operand_itemsize if t.dot else kernel.dtype.itemsize  # in the panels
     kc = max(64, min(512, l1 // (t.nr * itemsize) // 16 * 16))
     mc = max(t.mr, min(960, l2 // 8 // (kc * itemsize) // t.mr * t.mr))
     nc = t.nr * max(1, 4096 // t.nr)
@@ -131,7 +132,8 @@ def timer(run: Callable[[Blocking], None]) -> Callable[[Blocking], float]:
 def _key(kernel: CompiledGemm) -> str:
     from runtime.llvm.target import selected
     t = kernel.tile
-    return f"{selected().name}/{t.dtype}/{t.mr}x{t.nr}u{t.unroll}"
+    operands = "/bfloat16-dot" if t.dot else ""
+    return f"{selected().name}/{t.dtype}{operands}/{t.mr}x{t.nr}u{t.unroll}"
 
 
 def _path() -> Path | None:

@@ -161,11 +161,13 @@ def test_small_products_do_not_load_the_compiler():
 
 
 @pytest.mark.parametrize("dtype", [eager.bfloat16, eager.float16])
-def test_half_products_hand_their_16_bit_operands_to_kiln_gemm(products, dtype, monkeypatch):
+def test_half_products_hand_their_16_bit_operands_to_kiln_gemm(products, dtype, monkeypatch,
+                                                              widened_bfloat16):
     """mm, bmm and addmm (linear) of bfloat16 or float16 give kiln's GEMM the 16-bit
     arrays (widened while packed: no conversion pass in numpy); mm and bmm have its
     store round the product, addmm rounds the float32 product plus the bias: bitwise the
-    float32 products rounded."""
+    float32 products rounded. (Where the GEMM multiplies bfloat16 with vdpbf16ps, the
+    sums differ in their last float32 bits: tests/runtime/cpu/test_gemm_bf16_dot.py.)"""
     seen = []
     original = eager_gemm.product
     monkeypatch.setattr(eager_gemm, "product", lambda a, b, batched, rounded=False: (

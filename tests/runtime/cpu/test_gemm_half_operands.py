@@ -2,7 +2,9 @@
 (runtime/cpu/gemm/emit/pack.py): every result is bitwise the float32 GEMM of the
 operands converted in numpy (ml_dtypes' and numpy's conversions are exact), with the same
 blocking; with out_dtype, bitwise that result rounded by numpy/ml_dtypes. Run again with
-KILN_CPU=haswell for the AVX2 code."""
+KILN_CPU=haswell for the AVX2 code. On CPUs with AVX512-BF16 bfloat16 products take the
+dot-product tile instead (tests/runtime/cpu/test_gemm_bf16_dot.py); here it is turned off
+(config.BF16_DOT), so the widening path is tested on every CPU."""
 from dataclasses import replace
 
 import ml_dtypes
@@ -16,6 +18,11 @@ from runtime.cpu.gemm.api import Epilogue, bmm, gemm
 from runtime.cpu.gemm.emit.kernel import EpilogueSpec, Tile
 
 HALVES = [ml_dtypes.bfloat16, np.float16]
+
+
+@pytest.fixture(autouse=True)
+def _widening(widened_bfloat16):
+    pass
 SIZES = [(1, 1, 1), (7, 17, 129), (129, 7, 17), (17, 129, 1), (1, 129, 7), (33, 64, 48),
          (300, 500, 260), (130, 1100, 70)]  # direct-sized (one K block) and packed ones
 

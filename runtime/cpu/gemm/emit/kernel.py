@@ -72,13 +72,18 @@ class Tile:
     `operands`: the element type of A and B in memory (default `dtype`); a float32 tile
     also takes bfloat16 or float16 operands, converted to float32 while packing (the
     packed panels, the micro-kernel and the store are those of float32 operands; A is
-    always packed, and such a tile has no direct entry)."""
+    always packed, and such a tile has no direct entry). `dot`: a bfloat16 tile that
+    keeps its operands in 16 bits and multiplies them with AVX512-BF16's vdpbf16ps
+    (each instruction sums the products of a pair of K steps into each float32 lane):
+    packing puts each pair of K steps side by side (pack.py), the micro-kernel takes a
+    pair per step (`step`), K blocks are even."""
     dtype: str
     mr: int
     nr: int
     lanes: int
     unroll: int = 4
     operands: str | None = None
+    dot: bool = False
 
     def __post_init__(self):
         if self.dtype not in ("float32", "float64"):
@@ -90,10 +95,19 @@ class Tile:
         if self.nr % self.lanes or self.unroll & (self.unroll - 1):
             raise ValueError(f"bad tile {self}: nr must be a multiple of lanes and "
                              "unroll a power of two")
+        if self.dot and (self.operands, self.lanes) != ("bfloat16", 16):
+            raise ValueError(f"a dot-product tile (vdpbf16ps) takes bfloat16 operands in "
+                             f"16 float32 lanes, not {self.operands} in {self.lanes}")
 
     @property
     def vectors(self) -> int:
         return self.nr // self.lanes
+
+    @property
+    def step(self) -> int:
+        """Elements of K per step of the micro-kernel: 2 for a dot-product tile (each
+        step sums a pair), else 1."""
+        return 2 if self.dot else 1
 
 
 @dataclass(frozen=True)
@@ -230,20 +244,23 @@ class _Gemm(TileStore):
         a_in_place = b.and_(b.icmp_signed("==", arg["a_cs"], i64(1)),
                             b.icmp_signed("!=", arg["a_in_place"], i64(0)))
         prepacked = b.icmp_signed("!=", arg["b_prepacked"], zero)
+        kc = arg["kc"]
+        if self.tile.dot:  # K blocks of whole pairs (kc rounded up to even)
+            kc = b.and_(b.add(kc, i64(1)), i64(-2))
         with for_range(b, zero, n, arg["nc"], "jc") as jc:
             n_block = smin(b, b.sub(n, jc), arg["nc"])
-            with for_range(b, zero, k, arg["kc"], "pc") as pc:
-                k_block = smin(b, b.sub(k, pc), arg["kc"])
+            with for_range(b, zero, k, kc, "pc") as pc:
+                k_block = smin(b, b.sub(k, pc), kc)
                 with b.if_then(b.not_(prepacked)):
                     b.call(pack_b, [at(b, arg["b"], b.mul(pc, arg["b_rs"]),
                                        b.mul(jc, arg["b_cs"])),
                                     arg["b_rs"], arg["b_cs"], k_block, n_block, arg["pack_b"]])
                 # Prepacked panels hold all of K: block pc starts pc rows in, and panels
-                # are k (not k_block) rows apart.
-                b_block = b.select(prepacked, at(b, arg["pack_b"], b.mul(jc, k),
-                                                 b.mul(pc, i64(self.tile.nr))),
+                # are k (not k_block) rows apart (rows of K steps: pairs, in a dot tile).
+                b_block = b.select(prepacked, at(b, arg["pack_b"], b.mul(jc, self.steps(k)),
+                                                 b.mul(self.steps(pc), i64(self.tile.nr))),
                                    arg["pack_b"])
-                panel_stride = b.select(prepacked, k, k_block)
+                panel_stride = b.select(prepacked, self.steps(k), self.steps(k_block))
                 first = b.icmp_signed("==", pc, zero)
                 last = b.icmp_signed("==", b.add(pc, k_block), k)
                 mc = self._balanced_mc(m, arg["mc"])
@@ -313,7 +330,7 @@ class _Gemm(TileStore):
                 panel_b = at(b, b_block, b.mul(jr, panel_stride))
                 rows = smin(b, b.sub(m_block, ir_), i64(t.mr))
                 if packed_a:
-                    panel_a = at(b, arg["pack_a"], b.mul(ir_, k_block))
+                    panel_a = at(b, arg["pack_a"], b.mul(ir_, self.steps(k_block)))
 
                     def load_a(kk, i):
                         return b.load(at(b, panel_a, b.mul(kk, i64(t.mr)), i64(i)),
@@ -333,7 +350,7 @@ class _Gemm(TileStore):
                                        t.lanes, PACK_ALIGN)
 
                 self._prefetch_c(b.add(ic, ir_), b.add(jc, jr), rows)
-                accs = self._micro_kernel(k_block, load_a, load_b)
+                accs = self._micro_kernel(self.steps(k_block), load_a, load_b)
                 self.store_tile(accs, b.add(ic, ir_), b.add(jc, jr), rows, cols, first, last)
 
     def _prefetch_c(self, i0, j0, rows) -> None:
@@ -380,9 +397,17 @@ class _Gemm(TileStore):
                 self.store_tile(accs, i0, j0, rows, cols, true, true)
         b.ret_void()
 
+    def steps(self, depth):
+        """The micro-kernel's steps over `depth` elements of K (Tile.step): pairs, the
+        last one padded, in a dot-product tile."""
+        if not self.tile.dot:
+            return depth
+        return self.b.ashr(self.b.add(depth, i64(1)), i64(1))
+
     def _micro_kernel(self, depth, load_a, load_b) -> list:
-        """`depth` rank-1 updates of MR x NR accumulators (MR * vectors registers), the
-        k loop unrolled `unroll` times plus a remainder loop."""
+        """`depth` steps (rank-1 updates, or rank-2 in a dot tile) of MR x NR
+        accumulators (MR * vectors registers), the k loop unrolled `unroll` times plus a
+        remainder loop."""
         zeros = [ir.Constant(self.V, None)] * (self.tile.mr * self.tile.vectors)
         unroll = self.tile.unroll
         main_end = self.b.and_(depth, i64(-unroll))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from runtime.llvm.toolkit import I64, VOID, define, intrinsic, lane_mask, splat
+from runtime.llvm.toolkit import BFLOAT, I64, VOID, define, intrinsic, lane_mask, splat
 
 PACK_ALIGN = 64  # bytes; packed buffers are ours and aligned to it, user buffers are not
 I16 = ir.IntType(16)
@@ -85,7 +85,10 @@ class Emitter:
                       load_b) -> list:
         """accs (rows x vectors accumulators, row-major) plus A[:, k] times B[k, :] for
         each k of `ks` in order, one FMA chain per accumulator: load_b(k, v) gives
-        vector v of B's row k, load_a(k, i) the element of A's row i broadcast."""
+        vector v of B's row k, load_a(k, i) the element of A's row i broadcast. In a
+        dot-product tile each k is a pair of K steps (a packed slot holds two bfloat16
+        words) and each update one vdpbf16ps: both products of the pair, summed into
+        the float32 lane."""
         b, accs = self.b, list(accs)
         for k in ks:
             b_vectors = [load_b(k, v) for v in range(vectors)]
@@ -93,6 +96,13 @@ class Emitter:
                 a_i = splat(b, load_a(k, i), self.tile.lanes)
                 for v in range(vectors):
                     index = i * vectors + v
-                    accs[index] = intrinsic(b, "fma", [a_i, b_vectors[v], accs[index]],
-                                            self.V, (self.V,))
+                    accs[index] = self._update(accs[index], a_i, b_vectors[v])
         return accs
+
+    def _update(self, acc, a, b_vector):
+        if not self.tile.dot:
+            return intrinsic(self.b, "fma", [a, b_vector, acc], self.V, (self.V,))
+        pairs = ir.VectorType(BFLOAT, 2 * self.tile.lanes)
+        return intrinsic(self.b, "x86.avx512bf16.dpbf16ps.512",
+                         [acc, self.b.bitcast(a, pairs), self.b.bitcast(b_vector, pairs)],
+                         self.V)
