@@ -23,8 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from runtime.layout import CannotLower
-from runtime.cpu.gemm import DTYPES
-from runtime.cpu.gemm.emit.kernel import HALF_OPERANDS
+from runtime.cpu.gemm import DTYPES, HALF_OPERANDS
 from ir.records import activations
 from ir.graph import Graph, GraphBuilder, Node, Value
 from ir.ops import Op

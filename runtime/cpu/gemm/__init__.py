@@ -13,6 +13,8 @@ native code built with llvmlite.
 """
 
 DTYPES = ("float32", "float64")
-"""The element types kiln's GEMM kernels run. A float32 product also takes bfloat16 and
-float16 operands (emit/kernel.py's HALF_OPERANDS), widened to float32 while packed, or
-(bfloat16, on CPUs with AVX512-BF16) packed in pairs for vdpbf16ps."""
+"""The element types kiln's GEMM kernels run."""
+HALF_OPERANDS = {"float32": ("bfloat16", "float16")}
+"""16-bit operands a product type also takes: widened to float32 while packed, or
+(bfloat16, on CPUs with AVX512-BF16) packed in pairs for vdpbf16ps. A constant here, not
+in emit/, so that planning a graph loads no code generator."""

@@ -48,9 +48,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from runtime.cpu.gemm import DTYPES, config, jobs, kernels, plans, small
+from runtime.cpu.gemm import DTYPES, HALF_OPERANDS, config, jobs, kernels, plans, small
 from runtime.cpu.gemm import tune
-from runtime.cpu.gemm.emit.kernel import HALF_OPERANDS, EpilogueSpec
+from runtime.cpu.gemm.emit.kernel import EpilogueSpec
 from ir.records import RECORDS, activations
 from runtime.addresses import address
 

@@ -32,6 +32,7 @@ from typing import Callable
 import llvmlite.ir as ir
 
 from ir.records import activations
+from runtime.cpu.gemm import HALF_OPERANDS
 from runtime.cpu.gemm.emit.tools import I16, PACK_ALIGN, Emitter
 from runtime.cpu.gemm.emit.pack import Packing
 from runtime.cpu.gemm.emit.store import TileStore
@@ -62,7 +63,6 @@ KERNEL_ARGS = (
 PACK_B_ARGS = Packing.ARGS
 
 
-HALF_OPERANDS = {"float32": ("bfloat16", "float16")}  # widened to the tile's type in packing
 
 
 @dataclass(frozen=True)
