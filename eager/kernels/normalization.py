@@ -211,11 +211,19 @@ def _(ctx, g):
         _, mean, rstd = NATIVE_LAYER_NORM.formula(EAGER, x, shape, None, None, ctx.eps)
         return formula(EAGER, g, x, shape, mean, rstd, ctx.weight, ctx.bias, mask)
     if dispatcher.key_active(DispatchKey.Tracer):  # a compiled backward: ops that give
-        # every output (the graph has no value for an undefined one), fused as before
-        return formula(EAGER, g, x, shape, ctx.result1, ctx.result2, ctx.weight, ctx.bias,
-                       mask)
+        # every output (the graph has no value for an undefined one), fused as before;
+        # 16-bit floats in float32, each gradient rounded once, as the kernel rounds them
+        wide = [None if t is None else _float32_if_half(t)
+                for t in (g, x, ctx.result1, ctx.result2, ctx.weight, ctx.bias)]
+        grads = formula(EAGER, wide[0], wide[1], shape, *wide[2:], mask)
+        return tuple(None if d is None else d.to(t.dtype)
+                     for d, t in zip(grads, (x, ctx.weight, ctx.bias)))
     return ops.native_layer_norm_backward(g, x, shape, ctx.result1, ctx.result2, ctx.weight,
                                           ctx.bias, mask)
+
+
+def _float32_if_half(t):
+    return t.float() if t.dtype in dtypes.HALF else t
 
 
 # differentiated where it must be through its formula in eager ops (above), so it has no
