@@ -1,7 +1,8 @@
 """The graphs of eager's row ops over rows of x, as the row-kernel generators take them:
 a reduction over the last merged dim, softmax, log_softmax, mean, var (the CPU's
 eager/backends/native/rows.py and CUDA's eager/backends/cuda/reductions.py),
-and the CPU's layer norm forward and backward and softmax/log_softmax backward.
+and the CPU's layer norm forward and backward and softmax/log_softmax backward. Over
+16-bit floats a graph reads and writes them and computes in float32.
 
 A composite op's graph is its record's formula (ir/formula.py) run over rows by
 _RowFormula, not written again here: its reductions become per-row nodes, its arithmetic
@@ -10,6 +11,7 @@ zero-dim inputs read once per row (the kernel's numbers), so the kernels keep th
 operands and the formula's order of nodes."""
 from __future__ import annotations
 
+from ir import dtypes
 from ir.dtypes import DType
 from ir.formula import Interpreter, Symbolic
 from ir.graph import Graph, GraphBuilder, TensorType
@@ -20,13 +22,17 @@ _FULL, _ROW = ("rows", "n"), ("rows", 1)
 
 
 class _Rows:
-    """A GraphBuilder over rows: full values (rows x n) and per-row ones (rows x 1)."""
+    """A GraphBuilder over rows: full values (rows x n) and per-row ones (rows x 1), held
+    in `storage`'s type and computed in `dt` (float32 for the 16-bit floats: their
+    results are rounded once, as eager's numpy kernels compute them)."""
 
-    def __init__(self, dt: DType):
-        self.g, self.dt, self.per_row = GraphBuilder(), dt, []
+    def __init__(self, storage: DType):
+        self.g, self.storage, self.per_row = GraphBuilder(), storage, []
+        self.dt = dtypes.float32 if storage in dtypes.HALF else storage
 
     def input(self, name: str, source: DType | None = None, per_row: bool = False):
-        v = self.g.input(TensorType(_ROW if per_row else _FULL, source or self.dt), name)
+        v = self.g.input(TensorType(_ROW if per_row else _FULL, source or self.storage),
+                         name)
         if per_row:
             self.per_row.append(v)
         return v
@@ -43,8 +49,18 @@ class _Rows:
             self.per_row.append(v)
         return v
 
+    def cast(self, v, dt: DType):
+        """v converted to `dt` (a row op's result, computed wider, rounded once)."""
+        (out,) = self.g.add(Op.TO_COPY, (v,), {"dtype": dt, "device": None},
+                            TensorType(v.type.shape, dt))
+        if v in self.per_row:
+            self.per_row.append(out)
+        return out
+
     def build(self, outputs) -> tuple[Graph, frozenset]:
-        return self.g.build(list(outputs)), frozenset(self.per_row)
+        outputs = [v if v.type.dtype is self.storage else self.cast(v, self.storage)
+                   for v in outputs]
+        return self.g.build(outputs), frozenset(self.per_row)
 
 
 class _RowFormula(Interpreter):
@@ -108,10 +124,10 @@ _ROW_ARGUMENTS = {Op.SOFTMAX: (1,), Op.LOG_SOFTMAX: (1,), Op.MEAN: ([1], True),
 def row_op_graph(op: Op, source: DType, out: DType,
                  divisors: tuple[str, str] = ("count", "divisor")) -> tuple[Graph, frozenset]:
     """(graph, the values with one element per row) of `op` over rows of x (of type
-    `source`; the ops compute in `out`): a reduction one node, softmax, log_softmax, mean
-    and var their records' formulas (mean a sum over the count; var the sum of squares
-    about the mean over its divisor). The count and the divisor are zero-dim inputs named
-    by `divisors`."""
+    `source`) giving `out` (computed in float32 where that is a 16-bit float): a
+    reduction one node, softmax, log_softmax, mean and var their records' formulas (mean
+    a sum over the count; var the sum of squares about the mean over its divisor). The
+    count and the divisor are zero-dim inputs named by `divisors`."""
     r = _Rows(out)
     x = r.input("x", source)
     if op not in _ROW_ARGUMENTS:

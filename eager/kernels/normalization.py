@@ -34,12 +34,12 @@ from eager.tensor import meta_empty, ops
 from ir import dtypes
 from ir.ops import Op
 
-_NATIVE_DTYPES = frozenset({dtypes.float32, dtypes.float64})
+_NATIVE_DTYPES = frozenset({dtypes.float32, dtypes.float64, *dtypes.HALF})
 
 
 def _rows(*tensors):
-    """eager_rows where the native kernels take these tensors (float32/float64, all of
-    one dtype, from NATIVE_ELEMENTS elements), else None."""
+    """eager_rows where the native kernels take these tensors (floats, all of one dtype,
+    from NATIVE_ELEMENTS elements), else None."""
     first = tensors[0]
     if first.numel() < reduction.NATIVE_ELEMENTS or first.dtype not in _NATIVE_DTYPES or \
             any(t is not None and t.dtype is not first.dtype for t in tensors):

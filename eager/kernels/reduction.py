@@ -29,7 +29,7 @@ eager_rows.py, loaded at the first such call; set KILN_EAGER_NATIVE=0 to keep nu
 Measured, one thread, a layout seen before: at 1024 elements sum(-1) 6.3 us against
 numpy's 7.0-8.3, softmax 4.9 against 11.9-14.3; at 256 even (a new layout costs a plan,
 so small tensors stay with numpy)."""
-_NATIVE_DTYPES = frozenset({dtypes.float32, dtypes.float64})
+_NATIVE_DTYPES = frozenset({dtypes.float32, dtypes.float64, *dtypes.HALF})
 _native_rows = None  # that module once loaded, False where it cannot be
 
 

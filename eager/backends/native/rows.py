@@ -38,7 +38,8 @@ from runtime.llvm import compile_service
 from runtime.llvm.jit import KernelPending, deferring, host_jit, vector_width
 
 OPS = frozenset({Op.SUM, Op.MEAN, Op.VAR, Op.AMAX, Op.AMIN, Op.SOFTMAX, Op.LOG_SOFTMAX})
-"""The ops eager runs as generated row kernels (float32 and float64)."""
+"""The ops eager runs as generated row kernels (float32 and float64; `run` also float16
+and bfloat16, computed in float32 and rounded once)."""
 FLOATS = frozenset({dtypes.float32, dtypes.float64})
 _MAX_LAYOUTS = 512  # planned layouts kept; past that the table starts again
 
@@ -142,12 +143,13 @@ def planned(key, plan):
 def _plan(name, graph, tensors: list, numbers: tuple, dims: tuple, outputs: tuple):
     x = tensors[0]
     full, item = tuple(x._shape), x.dtype.itemsize
-    operands = [_Strided(t._shape, t._stride, item) for t in tensors]
+    operands = [_Strided(t._shape, t._stride, t.dtype.itemsize) for t in tensors]
     shapes, squeezed = [tuple(t._shape) for t in tensors], [False] * len(tensors)
     extra = []
+    computed = K.register_dtype(x.dtype)  # (a 16-bit float's row computes in float32)
     for number in numbers:  # one element, read once per row
-        extra.append(from_array(np.array(number, x.dtype.np)))
-        operands.append(_Strided((), (), item))
+        extra.append(from_array(np.array(number, computed.np)))
+        operands.append(_Strided((), (), computed.itemsize))
         shapes.append(())
         squeezed.append(False)
     for shape, dropped in outputs:

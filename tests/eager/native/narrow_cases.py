@@ -7,7 +7,7 @@ import ml_dtypes
 import numpy as np
 
 import eager
-from eager.kernels import elementwise
+from eager.kernels import elementwise, reduction
 
 HALVES = ("bfloat16", "float16")
 INTEGERS = ("uint8", "int8", "int16")
@@ -36,14 +36,14 @@ def special(dtype: str, extra: int = 0, seed: int = 0) -> np.ndarray:
 
 @contextlib.contextmanager
 def numpy_kernels():
-    """Eager's pointwise ops through their numpy kernels only (the generated ones off,
-    as KILN_EAGER_NATIVE=0 sets)."""
-    saved = elementwise._native_pointwise
-    elementwise._native_pointwise = False
+    """Eager's pointwise ops, reductions and row ops through their numpy kernels only (the
+    generated ones off, as KILN_EAGER_NATIVE=0 sets)."""
+    saved = elementwise._native_pointwise, reduction._native_rows
+    elementwise._native_pointwise = reduction._native_rows = False
     try:
         yield
     finally:
-        elementwise._native_pointwise = saved
+        elementwise._native_pointwise, reduction._native_rows = saved
 
 
 def bits(a: np.ndarray) -> np.ndarray:

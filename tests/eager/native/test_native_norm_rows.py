@@ -259,3 +259,35 @@ def test_an_expanded_weight_and_a_strided_bias_are_read_in_place(ran):
     want = (a - a.mean(1, keepdims=True)) / np.sqrt(a.var(1, keepdims=True) + 1e-5) * 1.5
     _close(y, want + b.numpy(), np.float64)
     assert ran == ["layer_norm"]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_layer_norm_and_softmax_backward_run_natively_in_float32(dtype, ran):
+    """Over 16-bit floats the row kernels read and write them and compute in float32 (the
+    count and eps too), rounding each result once: eager's numpy kernels' values within a
+    16-bit ulp (or float32's error, where a sum cancels), forward, the three gradients and
+    softmax's backward, each run as a kernel."""
+    from tests.eager.native.narrow_cases import numpy_kernels
+    rng = np.random.default_rng(9)
+    dt = getattr(eager, dtype)
+    a, g = (rng.standard_normal((2, 37, 129)).astype(np.float32) * 3 for _ in range(2))
+    wa, ba = (rng.standard_normal(129).astype(np.float32) for _ in range(2))
+
+    def run():
+        x, w, b = (eager.tensor(v).to(dt).requires_grad_() for v in (a, wa, ba))
+        h = F.layer_norm(x, (129,), w, b)
+        out = F.softmax(h, 1) + h * 0.5  # (softmax's gradient alone sums to 0 over dim 1)
+        out.backward(eager.tensor(g).to(dt))
+        return [h.detach(), out.detach(), x.grad, w.grad, b.grad]
+
+    with numpy_kernels():
+        want = run()
+    del ran[:]
+    ulp = 2.0 ** (-7 if dtype == "bfloat16" else -10)
+    for got, expected in zip(run(), want):
+        assert got.dtype == dt
+        w = expected.float().numpy()
+        np.testing.assert_allclose(got.float().numpy(), w, rtol=ulp,
+                                   atol=1e-5 * np.abs(w).max())
+    assert {"layer_norm", "layer_norm_backward", "layer_norm_parameters",
+            "softmax_backward"} <= set(ran), ran

@@ -132,3 +132,27 @@ def test_a_layout_is_planned_again_only_after_a_pause_while_its_kernel_compiles(
     for _ in range(3):  # dims that do not merge: numpy's, planned once
         assert (y.sum((0, 2)).numpy() == 1500).all()
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_half_rows_run_natively_computing_in_float32(name, dtype, monkeypatch):
+    """Over bfloat16 and float16 the row kernels read 16-bit words, compute in float32
+    (counts and divisors float32 too) and round the result once: eager's numpy kernels'
+    values, the extrema bit for bit, the rest within a 16-bit ulp (float32 exp and sums
+    in another order, rounded once), over rows in the lanes or along them, an odd size,
+    a transpose."""
+    from tests.eager.native.narrow_cases import assert_same, numpy_kernels
+    ran = []
+    original = eager_rows.run
+    monkeypatch.setattr(reduction._native_rows or eager_rows, "run",
+                        lambda *a: ran.append(original(*a) is not None) or original(*a))
+    fn = OPS[name][0]
+    a = np.random.default_rng(5).standard_normal((37, 301)).astype(np.float32) * 3
+    for x in (eager.tensor(a).to(getattr(eager, dtype)),
+              eager.tensor(np.ascontiguousarray(a.T)).to(getattr(eager, dtype)).t()):
+        for d in (-1, 0):
+            with numpy_kernels():
+                want = fn(x, d)
+            assert_same(fn(x, d), want, ulps=0 if name.startswith("am") else 1)
+    assert ran and all(ran), ran
