@@ -1,8 +1,8 @@
 """Layer norm (native_layer_norm and its backward) and softmax's and log_softmax's
 backward (_softmax_backward_data, _log_softmax_backward_data), as PyTorch's ops of those
-names: numpy kernels, computed in float64 or float32 (float16 in float32, rounded once),
-and from reduction.NATIVE_ELEMENTS elements of float32 or float64 the compiler's
-generated row kernels (eager/backends/native/rows.py: layer norm forward one
+names: numpy kernels, computed in float64 or float32 (the 16-bit floats in float32,
+rounded once), and from reduction.NATIVE_ELEMENTS elements the compiler's generated row
+kernels (the same types, computed the same way) (eager/backends/native/rows.py: layer norm forward one
 kernel over rows giving out, mean and rstd; backward one over rows for grad_input and
 one over columns for grad_weight and grad_bias; softmax backward one over rows).
 

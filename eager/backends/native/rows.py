@@ -38,8 +38,8 @@ from runtime.llvm import compile_service
 from runtime.llvm.jit import KernelPending, deferring, host_jit, vector_width
 
 OPS = frozenset({Op.SUM, Op.MEAN, Op.VAR, Op.AMAX, Op.AMIN, Op.SOFTMAX, Op.LOG_SOFTMAX})
-"""The ops eager runs as generated row kernels (float32 and float64; `run` also float16
-and bfloat16, computed in float32 and rounded once)."""
+"""The ops eager runs as generated row kernels (float32, float64, and float16 and bfloat16
+computed in float32 and rounded once)."""
 FLOATS = frozenset({dtypes.float32, dtypes.float64})
 _MAX_LAYOUTS = 512  # planned layouts kept; past that the table starts again
 
