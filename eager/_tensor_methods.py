@@ -190,16 +190,28 @@ def _rdiv(self, other):
     return ops.div(other, self)
 
 
-def div(self, other, *, rounding_mode=None):
-    """div.Tensor, or div.Tensor_mode for a rounding mode ("trunc", "floor"): eager.div,
-    Tensor.div and their alias divide."""
-    if rounding_mode is None:
+class _NoMode:
+    """div's rounding_mode when none is given: div.Tensor runs. A mode given, None
+    included, runs div.Tensor_mode, as PyTorch's overloads choose (its gradient is
+    DivBackward2)."""
+
+    def __repr__(self):
+        return "None"
+
+
+NO_MODE = _NoMode()
+
+
+def div(self, other, *, rounding_mode=NO_MODE):
+    """div.Tensor, or div.Tensor_mode for a rounding mode (None, "trunc", "floor"):
+    eager.div, Tensor.div and their alias divide."""
+    if rounding_mode is NO_MODE:
         return ops.div(self, other)
     return ATEN[Op.DIV_MODE].entry(self, other, rounding_mode=rounding_mode)
 
 
-def div_(self, other, *, rounding_mode=None):
-    if rounding_mode is None:
+def div_(self, other, *, rounding_mode=NO_MODE):
+    if rounding_mode is NO_MODE:
         return ops.div_(self, other)
     return ATEN[Op.DIV_MODE_].entry(self, other, rounding_mode=rounding_mode)
 
@@ -220,6 +232,12 @@ def _unbounded(self, bound, upper: bool) -> Tensor:
 def _tensor_bounds(self, min, max) -> tuple:  # noqa: A002 (PyTorch's argument names)
     if min is None and max is None:
         raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+    if any(b is not None and not isinstance(b, Tensor) for b in (min, max)):
+        got = ", ".join(type(v).__name__ if not isinstance(v, Tensor) else "Tensor"
+                        for v in (self, min, max) if v is not None)
+        raise TypeError(f"clamp() received an invalid combination of arguments - got ({got}), "
+                        "but expected one of:\n * (Tensor input, Tensor min = None, Tensor "
+                        "max = None)\n * (Tensor input, Number min = None, Number max = None)")
     return (_unbounded(self, max, False) if min is None else min,
             _unbounded(self, min, True) if max is None else max)
 

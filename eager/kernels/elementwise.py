@@ -255,6 +255,8 @@ def _pointwise_kernel(record: OpRecord, split, shape_and_dtype):
                 if scale != 1:  # (a scaled op is never quiet: records.declare)
                     if dt in half:  # PyTorch's alpha is of the tensors' type: 0.3 rounds
                         scale = float(np.asarray(scale, dt.np))
+                    elif not dt.is_floating_point:  # uint8 takes -2 as 254; 300 refused
+                        scale = dtypes.checked_scalar(scale, dt)[()]
                     arrays = *arrays[:-1], arrays[-1] * scale
                 out = numpy(*arrays, **attrs)
             finally:

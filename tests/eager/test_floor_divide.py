@@ -130,11 +130,16 @@ def test_bad_rounding_modes_and_bools_raise_as_pytorch():
 def test_gradient_nodes_are_pytorchs():
     for lib in (eager, torch):
         x = lib.tensor([5.0, -3.0], requires_grad=True)
+        two = lib.tensor([2.0, 2.0])
         names = [type(y.grad_fn).__name__ for y in (
             lib.div(x, 2.0, rounding_mode="floor"), lib.div(x, 2.0, rounding_mode="trunc"),
-            x // 2, x % 2, lib.clamp(x, lib.tensor([0.0, 0.0]), lib.tensor([1.0, 1.0])))]
+            x // 2, x % 2, lib.clamp(x, lib.tensor([0.0, 0.0]), lib.tensor([1.0, 1.0])),
+            lib.div(x, two, rounding_mode=None), x.divide(two, rounding_mode=None),
+            lib.div(x, two))]
+        # (a rounding mode given, None included, is div.Tensor_mode's overload)
         assert names == ["DivBackward2", "DivBackward2", "NotImplemented",
-                         "RemainderBackward0", "ClampBackward0"], lib
+                         "RemainderBackward0", "ClampBackward0", "DivBackward2",
+                         "DivBackward2", "DivBackward0"], lib
 
 
 def test_rounded_division_has_zero_gradients_and_floor_divide_none():
@@ -179,6 +184,17 @@ def test_clamp_promotes_over_the_tensor_and_both_bounds():
     for x, lo, hi in cases:
         _same(*_both(CLAMPS["both"], x, lo, hi))
         _same(*_both(CLAMPS["min"], x, lo, hi))
+
+
+def test_clamp_refuses_a_tensor_bound_beside_a_number_as_pytorch():
+    for lib in (eager, torch):
+        x = lib.tensor([0.0, 1.0, 2.0])
+        with pytest.raises(TypeError, match=r"clamp\(\) received an invalid combination of "
+                                            r"arguments - got \(Tensor, Tensor, float\)"):
+            lib.clamp(x, lib.zeros(3), 0.5)
+        with pytest.raises(TypeError, match=r"invalid combination of arguments - got \(.*"
+                                            r"int, Tensor\)"):
+            x.clamp(0, lib.ones(3))
 
 
 def test_clamp_in_place_with_tensor_bounds():

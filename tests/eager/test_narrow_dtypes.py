@@ -97,9 +97,9 @@ def test_promote_types_is_pytorchs_for_every_pair(a):
 @pytest.mark.parametrize("name", ["uint8", "int8", "int16", "int32", "int64", "float16",
                                   "bfloat16", "float32", "bool"])
 def test_scalar_conversions_refuse_what_pytorchs_refuse(name):
-    """fill_, full, clamp and masked_fill take a Python number in the tensor's type, as
-    PyTorch's checked Scalar conversion: -1 bounds a uint8 tensor as 255, 300 is an error
-    for int8, 70000 for float16, inf and NaN for any integer."""
+    """fill_, full, clamp, masked_fill and add's and sub's alpha take a Python number in
+    the tensor's type, as PyTorch's checked Scalar conversion: -1 bounds a uint8 tensor as
+    255, 300 is an error for int8, 70000 for float16, inf and NaN for any integer."""
     torch = require_torch()
 
     def t(m):
@@ -112,6 +112,12 @@ def test_scalar_conversions_refuse_what_pytorchs_refuse(name):
                                   lambda m: m.where(t(m) == 0, t(m), value))):
             assert_same_outcome(outcome(eager, call), outcome(torch, call),
                                 f"{name} {value} call {i}")
+    if "int" in name:  # (PyTorch's 16-bit scalar tail rounds alpha's product: op_table)
+        for alpha in (-2, 300, -129, 7):
+            for op in ("add", "sub"):
+                call = lambda m: getattr(m, op)(t(m), t(m), alpha=alpha)  # noqa: E731
+                assert_same_outcome(outcome(eager, call), outcome(torch, call),
+                                    f"{name} {op} alpha={alpha}")
     if name in ("uint8", "int8"):
         for bounds in ((-1, 1), (-200, 300), (0, 255)):
             assert_same_outcome(outcome(eager, lambda m: t(m).clamp(*bounds)),
