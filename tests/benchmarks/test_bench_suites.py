@@ -180,3 +180,20 @@ def test_model_scale_cases_run_at_one_thread_and_every_core_and_only_in_the_full
     assert len(made) == len(models.WORKLOADS) * len(models.thread_counts())
     assert all(impl.full_only for case in made for impl in case.impls)
     assert {case.rounds for case in made} == {models.ROUNDS}
+
+
+def test_the_bfloat16_table_names_kiln_s_product_path(monkeypatch):
+    """On an AVX512-BF16 CPU kiln's bfloat16 line says vdpbf16ps; elsewhere (or with the
+    switch off) it says the operands are widened to a float32 FMA kernel."""
+    import numpy as np
+
+    from runtime.cpu.gemm import config
+    from runtime.cpu.gemm.kernels import dot_products
+
+    def kiln_labels():
+        case = bf16.square(np.random.default_rng(0), 8)
+        return [i.label for i in case.impls if i.label.startswith("kiln eager, bfloat16")]
+    want = "vdpbf16ps" if dot_products() else "widened, float32 FMA"
+    assert kiln_labels() == [f"kiln eager, bfloat16 ({want})"]
+    monkeypatch.setattr(config, "BF16_DOT", False)
+    assert kiln_labels() == ["kiln eager, bfloat16 (widened, float32 FMA)"]
