@@ -5,6 +5,7 @@ within a unit of the type), over each dtype's special values; its PTX assembles 
 `ptxas -arch=sm_90` without spilling (skipped where ptxas is missing). Reductions over
 these dtypes are refused, naming dtype and op, as eager's CUDA kernels refuse them. On a GPU
 where the driver finds one, else on the emulated device."""
+import numpy as np
 import pytest
 
 import compiler
@@ -89,11 +90,18 @@ def test_16_bit_float_arithmetic_reaches_the_ptx_as_half_instructions_or_cvt():
     assert "bf16" not in ptx and "mul.rn.f32" in ptx
 
 
-def test_a_reduction_over_float16_is_refused_as_eager_refuses_it():
-    """Its row kernel is not generated for the narrow dtypes, and eager's CUDA sum, which
-    the interpreter runs in its place, names the dtype and op."""
-    x = eager.tensor(special("float16", extra=20)[:40].reshape(5, 8))
-    with pytest.raises(NotImplementedError, match="'aten::sum' with arguments from the "
-                                                  "'CUDA' backend: kiln's CUDA kernels have "
-                                                  "no float16 code"):
-        eager.compile(lambda t: (t * 2).sum(1) + 1)(x.cuda())
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_reductions_and_softmax_over_16_bit_floats_run_as_cuda_row_kernels(dtype):
+    """The compiler widens them (passes/decompose.py): a CUDA row kernel reads the 16-bit
+    words, sums in float32 and rounds once, as eager's CPU kernels: within a 16-bit ulp
+    (float32 sums in another order)."""
+    x = eager.tensor(np.random.default_rng(2).standard_normal((5, 37)).astype(np.float32) * 3
+                     ).to(getattr(eager, dtype))
+    for fn in (lambda t: (t * 2).sum(1) + 1, lambda t: eager.softmax(t, -1),
+               lambda t: t.mean(0)):
+        with numpy_kernels():
+            want = fn(x)
+        f = eager.compile(fn)
+        assert_same(f(x.cuda()).cpu(), want, ulps=1)
+        kinds = [k.kind for k in _kernels(f)]
+        assert "reduction" in kinds and set(kinds) <= {"reduction", "elementwise"}, kinds

@@ -315,10 +315,17 @@ def test_decompose_softmax_into_the_core():
     verify_types(g)
 
 
-def test_decompose_leaves_float16_alone():
+def test_decompose_widens_a_float16_op_to_float32_and_rounds_once():
+    """softmax over float16 decomposes in float32 between two casts (eager computes it in
+    float32 and rounds once; a chain of float16 ops would round at each)."""
     text = "graph(%x: f16[4,5]):\n  %0: f16[4,5] = softmax.int(%x, dim=-1, dtype=None)\n" \
            "  return (%0)\n"
-    assert str(decompose(G(text))) == text
+    nodes = decompose(G(text)).nodes
+    first, *inner, last = nodes
+    assert (first.op, first.outputs[0].type.dtype) == (ir.Op.TO_COPY, eager.float32)
+    assert (last.op, last.outputs[0].type.dtype) == (ir.Op.TO_COPY, eager.float16)
+    assert [n.op for n in inner] == [ir.Op.AMAX, ir.Op.SUB, ir.Op.EXP, ir.Op.SUM, ir.Op.DIV]
+    assert all(v.type.dtype is eager.float32 for n in inner for v in n.outputs)
 
 
 GELU_CHAIN = """
