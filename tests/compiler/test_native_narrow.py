@@ -222,9 +222,11 @@ def test_half_products_run_on_kiln_gemm_and_round_as_eager(dtype, name, m, k, n)
 @pytest.mark.parametrize("dtype", HALVES)
 def test_a_compiled_half_training_step_gives_eagers_gradients(dtype):
     """A model in a 16-bit float (linear, layer norm, gelu, log_softmax) trained one step
-    compiled: forward and backward run as native kernels, and every gradient equals
-    eager's bit for bit (layer norm's backward computes in float32 and rounds each
-    gradient once, as its kernel does; rounding after each op lost a bit or two)."""
+    compiled: forward and backward run as native kernels, and the loss and every
+    gradient are eager's within a 16-bit ulp (bit for bit on Zen 4; on an AVX2 target
+    the float32 loss's exp differs from libm's in its last bit). Layer norm's backward
+    computes in float32 and rounds each gradient once, as its kernel does: rounding after
+    each op put gradients hundreds of units off."""
     nn, F = eager.nn, eager.nn.functional
     eager.manual_seed(0)
     model = nn.Sequential(nn.Linear(32, 64), nn.LayerNorm(64), nn.GELU(),
@@ -251,4 +253,4 @@ def test_a_compiled_half_training_step_gives_eagers_gradients(dtype):
                    if n.op not in (Op.FUSED, Op.SCALAR) and not n.op.schema.is_view]
     assert not interpreted, interpreted
     for g, w in zip(got, want):
-        assert_same(g, w)
+        assert_same(g, w, ulps=1)

@@ -63,7 +63,7 @@ def assert_same(got: eager.Tensor, want: eager.Tensor, ulps: int = 0) -> None:
     may swap a commutative op's). For float math (vmath against numpy's libm: a float32
     ulp or two apart before rounding), within `ulps` units of the result type."""
     assert got.dtype == want.dtype and got.shape == want.shape
-    g, w = got.numpy(), want.numpy()
+    g, w = np.atleast_1d(got.numpy()), np.atleast_1d(want.numpy())
     nan = np.zeros(w.shape, bool)
     if want.dtype.is_floating_point:
         nan = np.isnan(w.astype(np.float64))
