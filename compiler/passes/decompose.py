@@ -10,13 +10,13 @@ backward's formula in eager ops.)
 Each formula is written once, on its op's record, over an interpreter (ir/formula.py);
 this pass runs it in eager ops (INLINED: a composite call such as F.mean written out as
 its own formula), captures that into a graph (the same capture compile() uses) and
-inlines it. Only float32 and float64 ops decompose. A 16-bit float op with a formula, and a
-reduction over 16-bit floats, is widened first: its 16-bit operands cast to float32, the
-op run (and decomposed) in float32, its 16-bit results cast back, as eager computes it
-(in float32, rounded once; a chain of 16-bit ops would round at each) and as
+inlines it. Only float32 and float64 ops decompose. A 16-bit float op with a formula, and
+a reduction over 16-bit floats, is widened first: its 16-bit operands cast to float32,
+the op run (and decomposed) in float32, its 16-bit results cast back, as eager computes
+it (in float32, rounded once; a chain of 16-bit ops would round at each) and as
 torch._decomp's computation dtype does; the kernels then read and write 16-bit words
-and compute in float32 registers. Ops over empty tensors stay whole: their own rules say what an empty softmax or var is;
-so do ops over symbolic sizes (a mean's count is a size's value, and the kernels run
+and compute in float32 registers. Ops over empty tensors stay whole: their own rules
+say what an empty softmax or var is; so do ops over symbolic sizes (a mean's count is a size's value, and the kernels run
 symbolic graphs node by node anyway).
 """
 from __future__ import annotations
@@ -63,8 +63,7 @@ def _widens(node: Node) -> bool:
     record = RECORDS.get(node.op)
     if node.op not in _REDUCTIONS and (record is None or record.formula is None):
         return False
-    values = [v for i in node.inputs for v in (i if isinstance(i, tuple) else (i,))
-              if v is not None] + list(node.outputs)
+    values = node.input_values() + list(node.outputs)
     kinds = {v.type.dtype for v in values}
     return bool(kinds & set(dtypes.HALF)) and dtypes.float64 not in kinds and \
         all(v.type.is_static and 0 not in v.type.shape for v in values)
