@@ -195,10 +195,10 @@ def test_constructor_errors_are_pytorchs():
 
 def test_a_small_lstm_passes_gradcheck_in_float64():
     eager.manual_seed(0)
-    lstm = nn.LSTM(2, 3, num_layers=2, bidirectional=True).double()
-    x = eager.randn(3, 2, 2, dtype=eager.float64, requires_grad=True)
-    h = eager.randn(4, 2, 3, dtype=eager.float64, requires_grad=True)
-    c = eager.randn(4, 2, 3, dtype=eager.float64, requires_grad=True)
+    lstm = nn.LSTM(2, 2, num_layers=2, bidirectional=True).double()  # (~250 inputs to
+    x = eager.randn(3, 2, 2, dtype=eager.float64, requires_grad=True)  # perturb: small)
+    h = eager.randn(4, 2, 2, dtype=eager.float64, requires_grad=True)
+    c = eager.randn(4, 2, 2, dtype=eager.float64, requires_grad=True)
 
     def run(x, h, c, *params):  # params are the module's own: gradcheck perturbs them
         out, (h_n, c_n) = lstm(x, (h, c))

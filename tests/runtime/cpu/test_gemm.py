@@ -524,21 +524,21 @@ def test_a_transposed_b_packs_as_the_same_b_laid_out_by_rows(lanes_f32, monkeypa
             assert np.array_equal(packings[0], b) and np.array_equal(packings[1], b)
 
 
-def test_kernels_call_no_library_functions():
+@pytest.mark.parametrize("lanes", [16, 4])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_kernels_call_no_library_functions(dtype, lanes):
     """No memset/memcpy/libm calls: a call through the GOT in one module has shifted the
     constant-pool addresses of modules the host JIT loaded after it."""
     from runtime.llvm.jit import host_jit
     from runtime.cpu.values import emit_activation
     from runtime.cpu.gemm.emit.kernel import build_module
     jit = host_jit()
-    for dtype in ("float32", "float64"):
-        for lanes in (16, 4):
-            tile = gemm_native.default_tile(dtype, lanes)
-            module = jit.new_module("gemm_no_libcalls")
-            build_module(module, f"no_libcalls_{dtype}_{lanes}", tile,
-                         EpilogueSpec("col", "gelu", True), emit_activation)
-            assembly = jit.assembly(module)
-            assert "@GOT" not in assembly.replace("@GOTOFF", "") and "@PLT" not in assembly
+    tile = gemm_native.default_tile(dtype, lanes)
+    module = jit.new_module("gemm_no_libcalls")
+    build_module(module, f"no_libcalls_{dtype}_{lanes}", tile,
+                 EpilogueSpec("col", "gelu", True), emit_activation)
+    assembly = jit.assembly(module)
+    assert "@GOT" not in assembly.replace("@GOTOFF", "") and "@PLT" not in assembly
 
 
 def test_the_packed_kernel_prefetches_each_tile_of_c_for_writing():

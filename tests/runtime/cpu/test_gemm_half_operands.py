@@ -190,21 +190,20 @@ def test_narrower_vector_tiles(lanes_f32, monkeypatch):
                       gemm(*widened(a, b), trans_b=True, threads=2, specialise=False))
 
 
-def test_half_kernels_call_no_library_functions():
+@pytest.mark.parametrize("lanes", [16, 8])
+@pytest.mark.parametrize("operands", ["bfloat16", "float16"])
+def test_half_kernels_call_no_library_functions(operands, lanes):
     """float16's fpext is F16C code, not a call of __extendhfsf2."""
     from runtime.llvm.jit import host_jit
     from runtime.cpu.values import emit_activation
     from runtime.cpu.gemm.emit.kernel import build_module
     jit = host_jit()
-    for operands in ("bfloat16", "float16"):
-        for lanes in (16, 8):
-            tile = replace(gemm_kernels.default_tile("float32", lanes), operands=operands)
-            module = jit.new_module("gemm_half_no_libcalls")
-            build_module(module, f"half_no_libcalls_{operands}_{lanes}", tile,
-                         EpilogueSpec("col", "gelu", True), emit_activation,
-                         ("packed", "pack_b"))
-            assembly = jit.assembly(module)
-            assert "@GOT" not in assembly.replace("@GOTOFF", "") and "@PLT" not in assembly
+    tile = replace(gemm_kernels.default_tile("float32", lanes), operands=operands)
+    module = jit.new_module("gemm_half_no_libcalls")
+    build_module(module, f"half_no_libcalls_{operands}_{lanes}", tile,
+                 EpilogueSpec("col", "gelu", True), emit_activation, ("packed", "pack_b"))
+    assembly = jit.assembly(module)
+    assert "@GOT" not in assembly.replace("@GOTOFF", "") and "@PLT" not in assembly
 
 
 def test_a_half_tile_has_no_direct_entry_and_only_float32_takes_half_operands():
