@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import threading
 import time
 import warnings
@@ -435,6 +436,7 @@ def _why_not_replayable(trace: capture.Trace, out_leaves) -> str:
     if foreign:
         return f"{foreign} takes a tensor its graph did not make"
     returned = {id(v) for _, v in out_leaves if isinstance(v, Tensor)}
+    unreturned = []  # results neither returned nor read after their region
     for k, record in enumerate(trace.records):
         if record.needs_grad is None and any(t.requires_grad and not _used_up(t)
                                              for t in record.outputs):
@@ -442,12 +444,22 @@ def _why_not_replayable(trace: capture.Trace, out_leaves) -> str:
         kept = returned | {id(record.outputs[o]) for _, o in record.grads} | {
             id(record.outputs[o]) for s in trace.steps if s.after_regions == k + 1 and s.write
             for o in s.tensors}  # read by the writes after it
-        if any(id(t) not in kept for t in record.outputs):
-            return "it keeps tensors besides its outputs (autograd history or side effects)"
+        unreturned += [t for t in record.outputs if id(t) not in kept]
         why = _why_grads_not_replayable(trace, record)
         if why:
             return why
+    if unreturned and not _dropped(trace, unreturned):
+        return "it keeps tensors besides its outputs (autograd history or side effects)"
     return ""
+
+
+def _dropped(trace: capture.Trace, results: list) -> bool:
+    """Whether nothing holds `results` now the function has returned but the trace's
+    own records: temporaries it let go (the logits of `_, loss = model(x, y)`), which a
+    replay computes and lets go too. One walk of the heap finds their referrers; any
+    other (an attribute, a list, a closure, autograd's saved tensors) keeps them."""
+    ours = {id(record.outputs) for record in trace.records} | {id(results)}
+    return all(id(r) in ours for r in gc.get_referrers(*results))
 
 
 def _used_up(t: Tensor) -> bool:

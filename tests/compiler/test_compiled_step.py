@@ -350,3 +350,59 @@ def test_check_refuses_a_step_it_would_take_twice_after_taking_it_once():
     for p, q in zip(model.parameters(), reference.parameters()):
         np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-12)
     checked(*batches[0])  # checking is over: later calls run as compiled
+
+
+def _logits_and_loss_step(model, opt, x, y, keep=None):
+    """`logits, loss = model(x, y)` as nanoGPT's loop writes it: the logits a temporary
+    the step drops (or, with `keep`, a list it appends them to)."""
+    def step():
+        opt.zero_grad(set_to_none=True)
+        logits = model(x)
+        loss = F.cross_entropy(logits, y)
+        if keep is not None:
+            keep.append(logits)
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
+def test_a_step_that_drops_a_temporary_result_replays_and_equals_eager():
+    """The logits are a region result nothing holds once the step returns: the replay
+    computes and drops them (before, the step re-ran its Python under capture at every
+    call, 'it keeps tensors besides its outputs')."""
+    (x, y), = _mlp_batches(eager.float32, 1)
+    runs = []
+    for compiled in (True, False):
+        model = _mlp(eager.float32)
+        opt = eager.optim.AdamW(model.parameters(), lr=1e-2)
+        step = _logits_and_loss_step(model, opt, x, y)
+        run = compiler.compile(step, backend="eager") if compiled else step
+        runs.append(([run().item() for _ in range(5)], model, run))
+    (got, model, run), (want, model_e, _) = runs
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    for p, q in zip(model.parameters(), model_e.parameters()):
+        assert_close(p, q, rtol=1e-5, atol=1e-6)
+    (entry,) = run.entries.values()
+    assert entry.mode == "replay", entry.why_python
+
+
+def test_a_step_that_keeps_a_result_elsewhere_runs_its_python_each_call():
+    """A result the step stores (here in a list) must be each call's own tensor, as
+    eagerly: the step is not replayed, and the stored logits equal eager's."""
+    (x, y), = _mlp_batches(eager.float32, 1)
+    kept, entries = {True: [], False: []}, []
+    for compiled in (True, False):
+        model = _mlp(eager.float32)
+        opt = eager.optim.SGD(model.parameters(), lr=0.1)
+        step = _logits_and_loss_step(model, opt, x, y, kept[compiled])
+        run = compiler.compile(step, backend="eager") if compiled else step
+        for _ in range(3):
+            run()
+        if compiled:
+            entries = list(run.entries.values())
+    assert len(kept[True]) == 3 and len({id(t) for t in kept[True]}) == 3
+    for got, want in zip(kept[True], kept[False]):
+        assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert all(e.mode == "python" for e in entries)
+    assert any("keeps tensors besides its outputs" in e.why_python for e in entries)

@@ -62,8 +62,10 @@ if args.compile:  # one graph, forward and backward compiled, replayed without P
     explained = forward.explain()
     assert "graph breaks: none" in explained and "replays its graph without running Python" \
         in explained and f"backward ran {STEPS} time(s) compiled" in explained, explained
-if args.compile_step:  # DDP's hooks set .grad: the step re-runs its Python each call
-    assert "re-runs its Python under capture at each call" in step.explain(), step.explain()
+if args.compile_step:  # DDP's hooks (all-reduce, .grad set) run in backward()'s whole
+    # step: the step replays (the weights equal one process's below)
+    assert "replays its graph and whole steps without running Python" in step.explain(), \
+        step.explain()
 for name, p in ddp.module.state_dict().items():
     theirs = p.clone()
     dist.broadcast(theirs, src=0)
