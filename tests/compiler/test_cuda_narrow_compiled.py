@@ -2,9 +2,9 @@
 elementwise chain of tests/compiler/test_native_narrow.py runs as one CUDA kernel (none of
 its nodes interpreted) and gives eager's CPU numpy kernels' values bit for bit (float math
 within a unit of the type), over each dtype's special values; its PTX assembles with
-`ptxas -arch=sm_90` without spilling (skipped where ptxas is missing). Reductions over
-these dtypes are refused, naming dtype and op, as eager's CUDA kernels refuse them. On a GPU
-where the driver finds one, else on the emulated device."""
+`ptxas -arch=sm_90` without spilling (skipped where ptxas is missing). A reduction over
+these dtypes has no generated row kernel: the interpreter runs eager's CUDA kernel in its
+place. On a GPU where the driver finds one, else on the emulated device."""
 import pytest
 
 import compiler
@@ -89,11 +89,10 @@ def test_16_bit_float_arithmetic_reaches_the_ptx_as_half_instructions_or_cvt():
     assert "bf16" not in ptx and "mul.rn.f32" in ptx
 
 
-def test_a_reduction_over_float16_is_refused_as_eager_refuses_it():
-    """Its row kernel is not generated for the narrow dtypes, and eager's CUDA sum, which
-    the interpreter runs in its place, names the dtype and op."""
+def test_a_reduction_over_float16_runs_eager_cuda_sum_between_fused_kernels():
+    """Its row kernel is not generated for the narrow dtypes; eager's CUDA sum (widened to
+    float32, rounded once) runs in its place, between the two elementwise kernels."""
     x = eager.tensor(special("float16", extra=20)[:40].reshape(5, 8))
-    with pytest.raises(NotImplementedError, match="'aten::sum' with arguments from the "
-                                                  "'CUDA' backend: kiln's CUDA kernels have "
-                                                  "no float16 code"):
-        eager.compile(lambda t: (t * 2).sum(1) + 1)(x.cuda())
+    f = eager.compile(lambda t: (t * 2).sum(1) + 1)
+    assert_same(f(x.cuda()).cpu(), (x * 2).sum(1) + 1, 1)
+    assert [k.kind for k in _kernels(f)] == ["elementwise", "elementwise"]
