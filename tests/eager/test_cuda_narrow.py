@@ -6,9 +6,16 @@ infinities, -0.0, rounding ties, values past the range), unary, binary, compare 
 where, numbers, alpha, casts between every pair, odd sizes, 0 elements, transposed,
 sliced and broadcast inputs, in-place ops into views. A NaN only needs to be a quiet NaN
 where the CPU has one: a GPU's arithmetic gives its canonical NaN, whatever the inputs'.
-Reductions and other non-elementwise kernels refuse these dtypes, naming dtype and op.
-On a GPU where the driver finds one, else on the emulated device (whose load_module has
-ptxas assemble every kernel run here)."""
+
+The other kernels take these dtypes too (eager/backends/cuda/widened.py): reductions,
+softmax, layer norm and products compute in float32 or int32 and round once, so they
+equal the CPU's values, or are within an ulp where float32 sums in another order;
+index ops and joins move the words. Over 7x37 grids with the dtype's special values in
+row 0, 0-sized dims, transposed and step-sliced inputs; bfloat16 gradients through
+autograd. What PyTorch refuses CUDA refuses in PyTorch's words; what kiln's CUDA kernels
+lack (integer products, ops that round each step in 16 bits) raises NotImplementedError
+naming dtype and op. On a GPU where the driver finds one, else on the emulated device
+(whose load_module has ptxas assemble every kernel run here)."""
 import re
 
 import numpy as np
@@ -248,6 +255,14 @@ def test_reductions_equal_the_cpu(dtype):
         both_of(fn, x, ulps=_within(dtype, ulps))
     if dtype in INTEGERS:
         assert x.cuda().sum().dtype is eager.int64
+
+
+def test_uint8_extrema_start_from_its_own_bounds():
+    """Not int8's: amax of small values is not 128, amin of large ones not 127."""
+    small, large = eager.tensor([1, 2, 3], dtype=eager.uint8), eager.tensor([200, 250],
+                                                                           dtype=eager.uint8)
+    assert small.cuda().amax().item() == 3 and large.cuda().amin().item() == 200
+    assert eager.max(large.cuda(), 0)[0].item() == 250
 
 
 @pytest.mark.parametrize("dtype", INTEGERS)
