@@ -4,8 +4,9 @@ op, integers wrap at their width, casts convert as ir.dtypes.cast (NaN and inf i
 integer give 0, 200.7 into int8 -56). Over each dtype's special values (NaN of both signs,
 infinities, -0.0, rounding ties, values past the range), unary, binary, compare and
 where, numbers, alpha, casts between every pair, odd sizes, 0 elements, transposed,
-sliced and broadcast inputs, in-place ops into views. A NaN only needs to be a quiet NaN
-where the CPU has one: a GPU's arithmetic gives its canonical NaN, whatever the inputs'.
+sliced and broadcast inputs, in-place ops into views; integer division (sdiv and srem
+with the floor correction). A NaN only needs to be a quiet NaN where the CPU has one: a
+GPU's arithmetic gives its canonical NaN, whatever the inputs'.
 
 The other kernels take these dtypes too (eager/backends/cuda/widened.py): reductions,
 softmax, layer norm and products compute in float32 or int32 and round once, so they
@@ -378,6 +379,22 @@ def test_gradients_in_bfloat16_equal_the_cpu(name):
     for g, w in zip(got, want):
         assert g.is_cuda and g.dtype is eager.bfloat16
         assert_same(g.cpu(), w, 1)
+
+
+@pytest.mark.parametrize("dtype", INTEGERS + ("int32",))
+def test_integer_division_floors_and_wraps_as_the_cpu(dtype):
+    """Integers divide as integers (sdiv, srem; never frem), floor_divide one less where
+    the signs differ; the minimum over -1 wraps to itself."""
+    info = np.iinfo(dtype)
+    a = np.concatenate([[info.min, info.max, 0, 7, 7, -7, info.min],
+                        np.random.default_rng(6).integers(info.min, info.max, 30)])
+    b = np.concatenate([[-1, 2, 3, -2, 2, 2, 1],
+                        np.random.default_rng(7).integers(info.min, info.max, 30)])
+    b[b == 0] = 5  # (a zero divisor: the CPU raises, CUDA gives an unspecified value)
+    x, y = eager.tensor(a.astype(dtype)), eager.tensor(b.astype(dtype))
+    for fn in (eager.floor_divide, eager.remainder, eager.fmod,
+               lambda p, q: eager.div(p, q, rounding_mode="trunc")):
+        both(fn, x, y)
 
 
 REFUSED = {  # (function, the op in the error)
