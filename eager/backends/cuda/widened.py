@@ -21,6 +21,8 @@ as they are: they copy words and compute nothing.
 """
 from __future__ import annotations
 
+import functools
+
 from eager.dispatcher import ATEN, AUTOGRAD_KEYS, DispatchKey, exclude_keys
 from eager.tensor import Tensor, ops
 from eager.backends.cuda.pointwise import copy_into
@@ -40,6 +42,7 @@ def widened(op: Op, kernel, narrow: tuple = NARROW, when=None):
     asked to)."""
     meta = ATEN[op].kernels[DispatchKey.Meta][0]
 
+    @functools.wraps(kernel)  # (the dispatch-table dump names the kernel's definition)
     def wide_kernel(*args, **kwargs):
         shaped = meta(*args, **kwargs)
         if not any(_narrow(a, narrow) for a in (*args, *kwargs.values())) or \
@@ -53,7 +56,6 @@ def widened(op: Op, kernel, narrow: tuple = NARROW, when=None):
             if isinstance(out, tuple):
                 return tuple(_cast(o, m) for o, m in zip(out, shaped))
             return _cast(out, shaped)
-    wide_kernel.__name__ = kernel.__name__
     return wide_kernel
 
 
