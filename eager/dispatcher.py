@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import inspect
 import os
 import threading
 import types
@@ -134,8 +135,9 @@ def set_number_wrapper(fn) -> None:
 
 
 def _where(fn) -> str:
-    """`file:line` of a kernel's definition, for the dispatch-table dump."""
-    code = getattr(fn, "__code__", None)
+    """`file:line` of a kernel's definition (a wrapper's: of what it wraps, functools.wraps
+    naming it), for the dispatch-table dump."""
+    code = getattr(inspect.unwrap(fn), "__code__", None)
     if code is None:
         return repr(fn)
     return _site(code.co_filename, code.co_firstlineno)

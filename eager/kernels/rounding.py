@@ -186,6 +186,8 @@ def _floor_divide(a, b):
 
 
 def emit_floor_divide(E, a, b):
+    if not E.fl:
+        return _emit_integer_floor_divide(E, a, b)
     zero, one = E.const(0), E.const(1)
     mod = E.fmod(a, b)
     div = E.div(E.sub(a, mod), b)
@@ -196,6 +198,14 @@ def emit_floor_divide(E, a, b):
     quotient = E.div(a, b)
     rounded = E.select(E.ne(div, zero), floor, E.copysign(zero, quotient))
     return E.select(E.eq(b, zero), quotient, rounded)
+
+
+def _emit_integer_floor_divide(E, a, b):
+    """Python's a // b of integers, as PyTorch's floor_divide: C's quotient, one less where
+    the remainder is non-zero and its sign is not the divisor's."""
+    zero, quotient, mod = E.const(0), E.div(a, b), E.fmod(a, b)
+    differ = E.and_(E.ne(mod, zero), E.xor(E.lt(b, zero), E.lt(mod, zero)))
+    return E.select(differ, E.sub(quotient, E.const(1)), quotient)
 
 
 def _trunc_divide(a, b):

@@ -201,7 +201,13 @@ class Elements:
         return self.b.fmul(x, y, flags=self.flags) if self.fl else self.b.mul(x, y)
 
     def div(self, x, y):
-        return self.b.fdiv(x, y)
+        """x / y; of integers C's quotient, toward zero (see _divisor)."""
+        if self.fl:
+            return self.b.fdiv(x, y)
+        if self.dt in _UNSIGNED:
+            return self.b.udiv(x, self._divisor(y))
+        return self.select(self.eq(y, self.const(-1)), self.neg(x),
+                           self.b.sdiv(x, self._divisor(y)))
 
     def abs(self, x):
         """|x|: a float's sign bit cleared (abs(-0.0) is 0.0 and abs(-nan) a nan without
@@ -267,8 +273,25 @@ class Elements:
         return intrinsic(self.b, how, [x], x.type, [x.type]) if self.fl else x
 
     def fmod(self, x, y):
-        """C's fmod: x - trunc(x / y) * y, exactly (LLVM's frem)."""
-        return self.b.frem(x, y)
+        """C's fmod: x - trunc(x / y) * y, exactly (LLVM's frem); of integers C's % (see
+        _divisor)."""
+        if self.fl:
+            return self.b.frem(x, y)
+        if self.dt in _UNSIGNED:
+            return self.b.urem(x, self._divisor(y))
+        return self.select(self.eq(y, self.const(-1)), self.const(0),
+                           self.b.srem(x, self._divisor(y)))
+
+    def _divisor(self, y):
+        """An integer divisor that LLVM defines a division by: 1 in place of 0 (kiln's CPU
+        raises ZeroDivisionError; a generated kernel gives x, PyTorch's CUDA an unspecified
+        value) and, signed, in place of -1 (the minimum / -1 overflows: div and fmod give
+        -x, wrapping, and 0 there themselves)."""
+        one = self.const(1)
+        bad = self.eq(y, self.const(0))
+        if self.dt not in _UNSIGNED:
+            bad = self.or_(bad, self.eq(y, self.const(-1)))
+        return self.select(bad, one, y)
 
     def copysign(self, x, sign):
         return intrinsic(self.b, "copysign", [x, sign], x.type, [x.type])

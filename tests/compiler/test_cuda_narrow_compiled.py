@@ -2,9 +2,9 @@
 elementwise chain of tests/compiler/test_native_narrow.py runs as one CUDA kernel (none of
 its nodes interpreted) and gives eager's CPU numpy kernels' values bit for bit (float math
 within a unit of the type), over each dtype's special values; its PTX assembles with
-`ptxas -arch=sm_90` without spilling (skipped where ptxas is missing). Reductions over
-these dtypes are refused, naming dtype and op, as eager's CUDA kernels refuse them. On a GPU
-where the driver finds one, else on the emulated device."""
+`ptxas -arch=sm_90` without spilling (skipped where ptxas is missing). Reductions and
+softmax over the 16-bit floats are widened by the compiler and run as CUDA row kernels
+reading 16-bit words. On a GPU where the driver finds one, else on the emulated device."""
 import numpy as np
 import pytest
 

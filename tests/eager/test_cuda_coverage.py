@@ -4,11 +4,10 @@ float32 where the case takes it), run on CUDA tensors and compared with the CPU,
 added to the vocabulary is covered here too, and an op that gains a CUDA kernel must leave
 the list. On a GPU where the driver finds one, else on the emulated device.
 
-Dtypes: kiln's CUDA kernels compute in bool, uint8, int32, int64, float32 and float64;
-elementwise ops, copies and casts in float16, bfloat16, int8 and int16 too. Elsewhere
-float16 (PyTorch has CUDA half) raises NotImplementedError naming float16 and the CUDA
-backend wherever a kernel would compute in it; views and copies between devices move its
-bytes.
+Dtypes: kiln's CUDA kernels compute in bool, int32, int64, float32 and float64;
+elementwise ops, copies and casts in float16, bfloat16, uint8, int8 and int16 too, and
+the other kernels that compute widen those (eager/backends/cuda/widened.py). What stays
+refused in float16 raises NotImplementedError naming float16 and the CUDA backend.
 """
 import numpy as np
 import pytest
@@ -37,8 +36,6 @@ def _why_not_on_cuda(op: Op) -> str:
 NOT_ON_CUDA: dict = {op: _why_not_on_cuda(op) for op in RECORDS if _why_not_on_cuda(op)}
 """Ops with a CPU kernel and no CUDA kernel, with the reason, derived from the records
 (nonzero's CUDA kernel finds its indices on the host, see eager/backends/cuda/indexing.py)."""
-NOT_ON_CUDA_DTYPES = {"float16": "kiln's CUDA code generators have float16 in elementwise "
-                                 "kernels only (reductions, joins, indexing and matmul refuse it)"}
 
 CASES = op_table.CASES + op_table_shape.CASES
 

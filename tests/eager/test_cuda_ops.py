@@ -168,11 +168,13 @@ def test_cpu_indices_index_a_cuda_tensor_and_cuda_indices_no_cpu_tensor():
         eager.gather(c, 0, I([[0]]))
 
 
-def test_float16_and_atomic_adds_without_code_raise_naming_the_dtype():
-    h = eager.ones(2, 3, dtype=eager.float16, device="cuda")
-    with pytest.raises(NotImplementedError, match="'aten::cat' with arguments from the 'CUDA' "
-                                                  "backend: kiln's CUDA kernels have no float16"):
-        eager.cat([h, h])
+def test_integer_products_and_atomic_adds_without_code_raise_naming_the_dtype():
+    n = eager.ones(2, 3, dtype=eager.int8, device="cuda")
+    with pytest.raises(NotImplementedError, match="'aten::mm' with arguments from the 'CUDA' "
+                                                  "backend: kiln's CUDA GEMM is float32 or "
+                                                  r"float64 \(float16 and bfloat16 through "
+                                                  r"float32\), not int8"):
+        n @ n.t()
     flags = eager.zeros(3, dtype=eager.bool, device="cuda")
     with pytest.raises(NotImplementedError, match="bool CUDA tensors: kiln's CUDA kernels add "
                                                   "atomically only float32, float64, int32"):

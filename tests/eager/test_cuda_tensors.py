@@ -107,12 +107,12 @@ def test_the_dispatch_table_lists_the_cuda_kernels():
     assert ATEN[Op.ADD].kernels[DispatchKey.CUDA][0].__name__ == "add_cuda"
 
 
-def test_float16_on_cuda_adds_and_its_sum_raises_rather_than_computing_elsewhere():
+def test_float16_on_cuda_adds_and_sums_on_the_device():
+    """Summed in float32 by a CUDA kernel (eager/backends/cuda/widened.py), rounded once."""
     h = eager.ones(2, dtype=eager.float16, device="cuda")
     assert (h + h).cpu().tolist() == [2.0, 2.0]  # elementwise: tests/eager/test_cuda_narrow.py
-    with pytest.raises(NotImplementedError, match="'aten::sum' with arguments from the 'CUDA' "
-                                                  "backend: kiln's CUDA kernels have no float16"):
-        h.sum()
+    total = h.sum()
+    assert total.is_cuda and total.dtype is eager.float16 and total.item() == 2.0
 
 
 # op families against the CPU -------------------------------------------------------------

@@ -10,20 +10,33 @@ device.py. An op with no CUDA kernel raises the dispatcher's NotImplementedError
 ("Could not run 'aten::xxx' with arguments from the 'CUDA' backend"): nothing runs on
 the host in its place.
 
+Every kernel takes every dtype that PyTorch's CPU takes, bar integer products (the GEMM
+is a float one), adding bools into an index (no atomic add) and the few pointwise ops
+that round each step in a 16-bit float (Pointwise.own_half): those raise
+NotImplementedError naming the dtype and the op. The narrow
+dtypes (float16, bfloat16, uint8, int8, int16) compute in elementwise code in float32 or
+their own width; the kernels that reduce, multiply or add into an index widen them
+(widened.py); the ones that move elements move their words.
+
     pointwise.py    pointwise ops from their records, copies and casts, fill_/zero_/
                     copy_, in-place arithmetic
+    widened.py      the narrow dtypes through the kernels below: cast to float32 or
+                    int32 on the device, the kernel, each result cast to its Meta dtype
     reductions.py   sum, mean, amax, amin over dims; softmax, log_softmax; argmax,
                     argmin and var of floats: one launch of the row kernels where the
-                    reduced dims merge into one
-    matmul.py       mm, bmm, addmm, mv, dot through runtime/cuda/codegen/gemm.py
+                    reduced dims merge into one (the narrow dtypes widened)
+    matmul.py       mm, bmm, addmm, mv, dot through runtime/cuda/codegen/gemm.py (16-bit
+                    floats widened to float32, rounded once)
     composed.py     native_layer_norm, its backward and softmax's backward, im2col,
-                    col2im and isin in other CUDA ops
+                    col2im and isin in other CUDA ops (the narrow dtypes widened
+                    where they compute)
     argreduce.py    argmax, argmin, max.dim, min.dim; var (where reductions.py's
                     rows do not take them)
     joins.py        cat; select_backward, slice_backward
     indexing.py     index, index_put(_), index_select, index_add, embedding, gather,
                     scatter, scatter_add (indexed.py's kernel, indices checked on the
-                    device); nonzero (through the host)
+                    device; the ones that add widen the narrow dtypes); nonzero (through
+                    the host)
     views           the CPU's view kernels (eager/kernels/shape.py): they compute
                     strides over the same storage, whatever the device
 """

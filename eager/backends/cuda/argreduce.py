@@ -10,7 +10,8 @@ numpy's argmax and max agree on that). With dim=None the whole tensor is one row
 position is the flat index. It writes the indices and, for max.dim/min.dim, the values.
 
 var is the CPU kernel's formula in CUDA ops: the mean (sum, then divide), the centred
-squares summed, divided by max(n - correction, 0).
+squares summed, divided by max(n - correction, 0). The narrow dtypes arrive widened
+(widened.py), their winning values cast back exactly.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from runtime.cuda.codegen import CudaKernel
 from eager.backends.cuda import device as D
 from runtime.cuda.codegen.kernel_ir import THREADS, blocks_for
 from eager.backends.cuda.elementwise import layout
-from eager.backends.cuda.pointwise import check_dtypes
+from eager.backends.cuda.widened import widened
 from eager.dispatcher import ATEN, AUTOGRAD_KEYS, DispatchKey, exclude_keys
 from eager.kernels._common import scalar_value
 from eager.shapes import reduce_dims, wrap_dim
@@ -120,7 +121,6 @@ def _argmax(op: Op, largest: bool):
 
     def kernel(self, dim=None, keepdim=False):
         shaped = meta(self, dim, keepdim)
-        check_dtypes(op.schema.name, self.dtype)
         dims = tuple(range(self.dim())) if dim is None or not self.dim() else \
             (wrap_dim(dim, self.dim()),)
         out = D.empty(shaped.shape, dtypes.int64, self.device)
@@ -135,7 +135,6 @@ def _max_dim(op: Op, largest: bool):
 
     def kernel(self, dim, keepdim=False):
         values_meta, indices_meta = meta(self, dim, keepdim)
-        check_dtypes(op.schema.name, self.dtype)
         dims = (wrap_dim(dim, self.dim()),) if self.dim() else ()
         values = D.empty(values_meta.shape, self.dtype, self.device)
         indices = D.empty(indices_meta.shape, dtypes.int64, self.device)
@@ -148,7 +147,6 @@ def _max_dim(op: Op, largest: bool):
 def var(self, dim=None, *, correction=None, keepdim=False):
     ATEN[Op.VAR].kernels[DispatchKey.Meta][0](self, dim, correction=correction,
                                               keepdim=keepdim)
-    check_dtypes("var", self.dtype)
     dims = list(reduce_dims(dim, self.dim()))
     ddof = 1 if correction is None else scalar_value(correction)
     n = 1
@@ -160,6 +158,7 @@ def var(self, dim=None, *, correction=None, keepdim=False):
         return ops.div(squares, float(max(n - ddof, 0)))
 
 
-KERNELS = {Op.ARGMAX: _argmax(Op.ARGMAX, True), Op.ARGMIN: _argmax(Op.ARGMIN, False),
-           Op.MAX_DIM: _max_dim(Op.MAX_DIM, True), Op.MIN_DIM: _max_dim(Op.MIN_DIM, False),
-           Op.VAR: var}
+KERNELS = {op: widened(op, kernel) for op, kernel in (
+    (Op.ARGMAX, _argmax(Op.ARGMAX, True)), (Op.ARGMIN, _argmax(Op.ARGMIN, False)),
+    (Op.MAX_DIM, _max_dim(Op.MAX_DIM, True)), (Op.MIN_DIM, _max_dim(Op.MIN_DIM, False)),
+    (Op.VAR, var))}

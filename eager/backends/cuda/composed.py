@@ -3,8 +3,13 @@ native_layer_norm and its backward (means, rsqrt and elementwise ops),
 _softmax_backward_data and _log_softmax_backward_data (a row sum and elementwise ops),
 each its record's decomposition run in eager ops (ir/formula.py, EAGER); im2col and
 col2im (slices, stack, slice_backward: eager/kernels/windows.py); isin (eq against
-chunks of the test values, eager/kernels/membership.py). Shapes, dtypes and
-errors come from the op's Meta kernel."""
+chunks of the test values, eager/kernels/membership.py). Shapes, dtypes and errors
+come from the op's Meta kernel.
+
+The ones that compute (not im2col, which moves elements, nor isin, which compares them)
+take float16 and bfloat16 widened to float32 and round once at the end (widened.py), as
+the CPU's numpy runs them in float32: CUDA ops in the 16-bit type would round at each
+op."""
 from __future__ import annotations
 
 from functools import partial
@@ -15,6 +20,7 @@ from eager.kernels.membership import isin_ops
 from eager.kernels.windows import col2im_ops, im2col_ops
 from eager.tensor import Tensor
 from eager.backends.cuda.pointwise import device_of
+from eager.backends.cuda.widened import widened
 from ir.ops import Op
 from ir.records import RECORDS
 
@@ -35,7 +41,8 @@ def _composed(op: Op, formula):
 
 _DECOMPOSED = (Op.NATIVE_LAYER_NORM, Op.NATIVE_LAYER_NORM_BACKWARD, Op.SOFTMAX_BACKWARD_DATA,
                Op.LOG_SOFTMAX_BACKWARD_DATA)
-KERNELS = {**{op: _composed(op, partial(RECORDS[op].formula, EAGER)) for op in _DECOMPOSED},
+KERNELS = {**{op: widened(op, _composed(op, partial(RECORDS[op].formula, EAGER)))
+              for op in _DECOMPOSED},
            Op.IM2COL: _composed(Op.IM2COL, im2col_ops),
-           Op.COL2IM: _composed(Op.COL2IM, col2im_ops),
+           Op.COL2IM: widened(Op.COL2IM, _composed(Op.COL2IM, col2im_ops)),
            Op.ISIN: _composed(Op.ISIN, isin_ops)}

@@ -1,7 +1,9 @@
 """CUDA kernels of the ops that read an index tensor's values: index (t[i, j]),
 index_put and index_put_, index_select, index_add, embedding, gather, scatter,
 scatter_add (each one launch of indexed.py's kernel, after a clone for the scatters
-that return a new tensor), and nonzero.
+that return a new tensor), and nonzero. They move the narrow dtypes' words as they are;
+the ones that add (index_put with accumulate, index_add, scatter_add) add float16 and
+bfloat16 in float32 and the narrow integers in int32 (widened.py), rounding once.
 
 Every index is checked on the device; a bad one raises the CPU kernel's error type and
 text, naming the index the device found and the size (eager/kernels/indexing.py and
@@ -18,7 +20,8 @@ import numpy as np
 
 from eager.backends.cuda import device as D
 from eager.backends.cuda.indexed import Index, indexed_copy
-from eager.backends.cuda.pointwise import check_dtypes, clone, copy_into, device_of
+from eager.backends.cuda.pointwise import clone, copy_into, device_of
+from eager.backends.cuda.widened import widened
 from eager.dispatcher import ATEN, AUTOGRAD_KEYS, DispatchKey, exclude_keys
 from eager.shapes import broadcast_shapes, wrap_dim
 from eager.tensor import Tensor, ops
@@ -48,11 +51,6 @@ def _out_of_bounds(kind, fmt: str, dims: list, sizes: list):
     def error(k, index):
         return kind(fmt.format(index=index, dim=dims[k], size=sizes[k]))
     return error
-
-
-def _checked(op_name: str, *tensors) -> None:
-    device_of(op_name, tensors)
-    check_dtypes(op_name, *(t.dtype for t in tensors))
 
 
 # index / index_put: t[i, j] and t[i, j] = v ---------------------------------------------
@@ -105,7 +103,7 @@ def _values_on_device(self, values):
 def index(self, dim, indices):
     shaped = _meta(Op.INDEX)(self, dim, indices)
     indices = _on_device(self, indices)
-    _checked("index", self, *indices)
+    device_of("index", (self, *indices))
     if not indices:
         return clone(self)
     out = D.empty(shaped.shape, self.dtype, self.device)
@@ -118,7 +116,7 @@ def index(self, dim, indices):
 def _put(self, dim, indices, values, accumulate, inplace: bool) -> Tensor:
     values = _values_on_device(self, values)
     indices = _on_device(self, indices)
-    _checked("index_put", self, values, *indices)
+    device_of("index_put", (self, values, *indices))
     out = self if inplace else clone(self)
     if not indices:
         with exclude_keys(*AUTOGRAD_KEYS):
@@ -147,7 +145,7 @@ def _along_error(name: str, d: int, size: int):
 
 def gather(self, dim, index, *, sparse_grad=False):
     shaped = _meta(Op.GATHER)(self, dim, index)
-    _checked("gather", self, index)
+    device_of("gather", (self, index))
     out = D.empty(shaped.shape, self.dtype, self.device)
     source, idx, flat = _as_1d(self), _as_1d(index), _as_1d(out)
     d = wrap_dim(dim, source.dim())
@@ -160,7 +158,7 @@ def gather(self, dim, index, *, sparse_grad=False):
 
 def _scatter(op: Op, self, dim, index, src):
     _meta(op)(self, dim, index, src)
-    _checked(op.schema.name, self, index, src)
+    device_of(op.schema.name, (self, index, src))
     out = clone(self)
     dest, idx, values = _as_1d(out), _as_1d(index), _as_1d(src)
     d = wrap_dim(dim, dest.dim())
@@ -193,7 +191,7 @@ def _along_vector(index: Tensor, d: int, rank: int) -> tuple:
 
 def index_select(self, dim, index):
     shaped = _meta(Op.INDEX_SELECT)(self, dim, index)
-    _checked("index_select", self, index)
+    device_of("index_select", (self, index))
     out = D.empty(shaped.shape, self.dtype, self.device)
     source, flat = _as_1d(self), _as_1d(out)
     d = wrap_dim(dim, source.dim())
@@ -206,7 +204,7 @@ def index_select(self, dim, index):
 
 def index_add(self, dim, index, source, *, alpha=1):
     _meta(Op.INDEX_ADD)(self, dim, index, source, alpha=alpha)
-    _checked("index_add", self, index, source)
+    device_of("index_add", (self, index, source))
     if alpha != 1:
         with exclude_keys(*AUTOGRAD_KEYS):
             source = ops.mul(source, alpha)
@@ -222,7 +220,7 @@ def index_add(self, dim, index, source, *, alpha=1):
 
 def embedding(weight, indices, padding_idx=-1):
     shaped = _meta(Op.EMBEDDING)(weight, indices, padding_idx)
-    _checked("embedding", weight, indices)
+    device_of("embedding", (weight, indices))
     out = D.empty(shaped.shape, weight.dtype, weight.device)
     rows = weight._shape[0]
     indexed_copy(out._shape, out, out._stride, weight,
@@ -234,11 +232,16 @@ def embedding(weight, indices, padding_idx=-1):
 
 # nonzero --------------------------------------------------------------------------------
 def nonzero(self):
-    check_dtypes("nonzero", self.dtype)
     return D.from_host(np.argwhere(D.to_host(self)).astype(np.int64), self.device)
 
 
-KERNELS = {Op.INDEX: index, Op.INDEX_PUT: index_put, Op.INDEX_PUT_: index_put_,
-           Op.GATHER: gather, Op.SCATTER: scatter, Op.SCATTER_ADD: scatter_add,
-           Op.INDEX_SELECT: index_select, Op.INDEX_ADD: index_add, Op.EMBEDDING: embedding,
-           Op.NONZERO: nonzero}
+def _accumulates(self, dim, indices, values, accumulate=False) -> bool:
+    return accumulate
+
+
+KERNELS = {Op.INDEX: index, Op.INDEX_PUT: widened(Op.INDEX_PUT, index_put, when=_accumulates),
+           Op.INDEX_PUT_: widened(Op.INDEX_PUT_, index_put_, when=_accumulates),
+           Op.GATHER: gather, Op.SCATTER: scatter,
+           Op.SCATTER_ADD: widened(Op.SCATTER_ADD, scatter_add),
+           Op.INDEX_SELECT: index_select, Op.INDEX_ADD: widened(Op.INDEX_ADD, index_add),
+           Op.EMBEDDING: embedding, Op.NONZERO: nonzero}

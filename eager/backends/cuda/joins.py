@@ -1,12 +1,13 @@
 """CUDA kernels of the ops that write parts of a new tensor: cat (one copy kernel per
 input, into its slice of the result), and the backward ops of select and slice (zeros,
 then the gradient copied into the selected or sliced view). Each copy is elementwise.py's
-strided kernel, so inputs of any layout are read in place and cast to the result's
-dtype (cat promotes as the CPU does). Shapes, dtypes and errors from the Meta kernels."""
+strided kernel, so inputs of any layout and any dtype (the narrow ones too) are read in
+place and cast to the result's dtype (cat promotes as the CPU does). Shapes, dtypes and
+errors from the Meta kernels."""
 from __future__ import annotations
 
 from eager.backends.cuda import device as D
-from eager.backends.cuda.pointwise import check_dtypes, copy_into, device_of
+from eager.backends.cuda.pointwise import copy_into, device_of
 from eager.dispatcher import ATEN, AUTOGRAD_KEYS, DispatchKey, exclude_keys
 from eager.shapes import wrap_dim
 from eager.tensor import ops
@@ -26,7 +27,6 @@ def _zeros(shape, dtype, dev):
 def cat(tensors, dim=0):
     shaped = _meta(Op.CAT)(tensors, dim)
     dev = device_of("cat", tensors)
-    check_dtypes("cat", shaped.dtype, *(t.dtype for t in tensors))
     out = D.empty(shaped.shape, shaped.dtype, dev)
     d = wrap_dim(dim, out.dim())
     start = 0
@@ -42,7 +42,6 @@ def cat(tensors, dim=0):
 
 def select_backward(grad_output, input_sizes, dim, index):
     shaped = _meta(Op.SELECT_BACKWARD)(grad_output, input_sizes, dim, index)
-    check_dtypes("select_backward", shaped.dtype)
     out = _zeros(shaped.shape, shaped.dtype, grad_output.device)
     with exclude_keys(*AUTOGRAD_KEYS):
         copy_into(ops.select(out, dim, index), grad_output)
@@ -51,7 +50,6 @@ def select_backward(grad_output, input_sizes, dim, index):
 
 def slice_backward(grad_output, input_sizes, dim, start, end, step):
     shaped = _meta(Op.SLICE_BACKWARD)(grad_output, input_sizes, dim, start, end, step)
-    check_dtypes("slice_backward", shaped.dtype)
     out = _zeros(shaped.shape, shaped.dtype, grad_output.device)
     with exclude_keys(*AUTOGRAD_KEYS):
         copy_into(ops.slice(out, dim, start, end, step), grad_output)

@@ -4,8 +4,8 @@ check come from the op's Meta kernel, so CUDA raises what the CPU raises.
 
 They take every dtype: the 16-bit floats compute in float32 and round once per op, the
 narrow integers wrap in their width, as the CPU's kernels (runtime/cpu/values.py); the
-other CUDA kernels (reductions, joins, indexing, matmul) take SUPPORTED only and name
-the dtype and op they refuse (check_dtypes)."""
+other CUDA kernels that compute (reductions, matmul, ...) take the narrow dtypes through
+wider ones (widened.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -22,21 +22,6 @@ from eager.tensor import Tensor, from_array, wrap_scalar
 from ir import dtypes
 from ir.dtypes import DType
 from ir.ops import Op
-
-SUPPORTED = frozenset(dt for dt in dtypes.ALL
-                      if dt not in dtypes.HALF + (dtypes.int8, dtypes.int16))
-"""The dtypes of CUDA's kernels other than the elementwise ones, which take every dtype."""
-
-
-def check_dtypes(op_name: str, *dts: DType) -> None:
-    """Refuse a kernel other than an elementwise one over a dtype not in SUPPORTED."""
-    for dt in dts:
-        if dt not in SUPPORTED:
-            raise NotImplementedError(f"Could not run 'aten::{op_name}' with arguments from "
-                                      f"the 'CUDA' backend: kiln's CUDA kernels have no "
-                                      f"{dt.name} code for {op_name} ({dt.name} runs in "
-                                      f"elementwise ops, copies and casts only)")
-
 
 def _check_own_half(record: OpRecord, dt: DType) -> None:
     """Refuse an op that computes in the 16-bit float itself (Pointwise.own_half: each

@@ -17,7 +17,8 @@ which folds the elements it reduces in order (grid-stride over the outputs; kept
 reduced dims each merged, sizes and strides launch arguments), and a mean divides after
 it. argmax, argmin and var of floats over dims that merge take the rows; the others run
 argreduce.py's kernels (a thread per output; var in CUDA ops). Shapes, dtypes and errors
-come from each op's Meta kernel.
+come from each op's Meta kernel. The narrow dtypes arrive widened (widened.py): these
+kernels see bool, int32, int64, float32 and float64 only.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ from eager.backends.row_ops import row_op_graph
 from eager.backends.cuda import argreduce
 from eager.backends.cuda import device as D
 from eager.backends.cuda.elementwise import layout, operand
-from eager.backends.cuda.pointwise import check_dtypes
+from eager.backends.cuda.widened import widened
 from eager.dispatcher import ATEN, AUTOGRAD_KEYS, DispatchKey, exclude_keys
 from eager.kernels._common import scalar_value
 from eager.shapes import contiguous_strides, reduce_dims
@@ -162,7 +163,6 @@ def _identity(L: V.Lanes, spec: ReductionSpec):
 def reduce(kind: str, self, dims: tuple, out):
     """Fold `self` over `dims` into contiguous `out` (its elements: the kept ones, in
     order) with `kind`, in out's dtype, a thread per output."""
-    check_dtypes(kind, self.dtype, out.dtype)
     if out.numel() == 0:
         return out
     kept = [d for d in range(self.dim()) if d not in dims]
@@ -200,7 +200,6 @@ def _reduction(op: Op, kind: str):
         count = 1
         for d in dims:
             count *= self._shape[d]
-        check_dtypes(kind, self.dtype, out.dtype)
         numbers = (float(count),) if op is Op.MEAN else ()
         if _floats(self.dtype, out.dtype) and rows(op, self, dims, out, numbers):
             return out
@@ -252,12 +251,7 @@ def _softmax(op: Op):
 
     def kernel(self, dim, dtype=None):
         shaped = meta(self, dim, dtype)
-        check_dtypes(op.schema.name, self.dtype, shaped.dtype)
         x = self if self.dtype is shaped.dtype else ops._to_copy(self, dtype=shaped.dtype)
-        if not _floats(x.dtype):
-            raise NotImplementedError(f"Could not run 'aten::{op.schema.name}' with "
-                                      f"arguments from the 'CUDA' backend: kiln's CUDA "
-                                      f"kernels have no {x.dtype.name} code")
         out = D.empty(shaped.shape, shaped.dtype, self.device)
         rows(op, x, _dims(x, dim), out)
         return out
@@ -265,9 +259,11 @@ def _softmax(op: Op):
     return kernel
 
 
-KERNELS = {Op.SUM: _reduction(Op.SUM, "sum"), Op.MEAN: _reduction(Op.MEAN, "sum"),
-           Op.AMAX: _reduction(Op.AMAX, "amax"), Op.AMIN: _reduction(Op.AMIN, "amin"),
-           Op.SOFTMAX: _softmax(Op.SOFTMAX), Op.LOG_SOFTMAX: _softmax(Op.LOG_SOFTMAX)}
-ROW_KERNELS = {Op.ARGMAX: _rows_kernel(Op.ARGMAX, _dims), Op.ARGMIN: _rows_kernel(Op.ARGMIN, _dims),
-               Op.VAR: _rows_kernel(Op.VAR, _dims, _var_numbers)}
+KERNELS = {op: widened(op, kernel) for op, kernel in (
+    (Op.SUM, _reduction(Op.SUM, "sum")), (Op.MEAN, _reduction(Op.MEAN, "sum")),
+    (Op.AMAX, _reduction(Op.AMAX, "amax")), (Op.AMIN, _reduction(Op.AMIN, "amin")),
+    (Op.SOFTMAX, _softmax(Op.SOFTMAX)), (Op.LOG_SOFTMAX, _softmax(Op.LOG_SOFTMAX)))}
+ROW_KERNELS = {op: widened(op, kernel) for op, kernel in (
+    (Op.ARGMAX, _rows_kernel(Op.ARGMAX, _dims)), (Op.ARGMIN, _rows_kernel(Op.ARGMIN, _dims)),
+    (Op.VAR, _rows_kernel(Op.VAR, _dims, _var_numbers)))}
 """Kernels in place of argreduce.py's (registered after them in __init__)."""
