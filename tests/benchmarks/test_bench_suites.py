@@ -197,3 +197,11 @@ def test_the_bfloat16_table_names_kiln_s_product_path(monkeypatch):
     assert kiln_labels() == [f"kiln eager, bfloat16 ({want})"]
     monkeypatch.setattr(config, "BF16_DOT", False)
     assert kiln_labels() == ["kiln eager, bfloat16 (widened, float32 FMA)"]
+
+
+def test_the_quick_bf16_run_leaves_the_transformer_step_to_the_full_run():
+    quick = [case.name for case in bf16.cases(quick=True)]
+    full = [case.name for case in bf16.cases(quick=False)]
+    transformer = train.transformer_training().name
+    assert transformer in full and transformer not in quick
+    assert train.mlp_training().name in quick
