@@ -34,6 +34,10 @@ from ir.records import RECORDS
 _FLOATS = ("float32", "float64")
 _REDUCTIONS = frozenset({Op.SUM, Op.AMAX, Op.AMIN, Op.ARGMAX, Op.ARGMIN})
 """Reductions without a formula that widen too (the row kernels accumulate in float32)."""
+_PRODUCTS = frozenset({Op.ADDMM})
+"""Formulas over a product that do not widen: a 16-bit addmm stays whole, kiln's GEMM
+taking its 16-bit operands (vdpbf16ps where the CPU has it) and rounding once after the
+bias, as eager's; widened, its operands would be float32 copies."""
 
 
 def decompose(graph: Graph) -> Graph:
@@ -61,7 +65,8 @@ def _widens(node: Node) -> bool:
     """Whether `node` computes over 16-bit floats (and no float64) in an op that
     decomposes or reduces, over static, non-empty shapes."""
     record = RECORDS.get(node.op)
-    if node.op not in _REDUCTIONS and (record is None or record.formula is None):
+    if node.op in _PRODUCTS or node.op not in _REDUCTIONS and (
+            record is None or record.formula is None):
         return False
     values = node.input_values() + list(node.outputs)
     kinds = {v.type.dtype for v in values}

@@ -15,6 +15,7 @@ from eager.autograd.grad_mode import is_grad_enabled
 from eager.kernels.windows import offset_slices
 from eager.nn._normalization import pad
 from eager.tensor import Tensor, ops
+from ir import dtypes
 
 __all__ = ["conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "unfold", "fold",
            "max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d", "adaptive_avg_pool1d",
@@ -111,23 +112,35 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
                            f"{[s + 2 * p for s, p in zip(x.shape[2:], padding)]}")
     cols = ops.im2col(x, list(kernel), list(dilation), list(padding), list(stride))
     k = kernel[0] * kernel[1]                                  # cols: (N, C K, L)
+    # a 16-bit convolution adds its bias before the product is rounded, once, as
+    # PyTorch's does (a product rounded, then the bias added, rounds twice)
+    rounded_once = bias is not None and x.dtype in dtypes.HALF
     if groups == 1:  # (O, C K) @ the columns, the bias added in the product's shape: the
         # compiler's GEMM node takes it (and an activation after it) as its epilogue
         positions = out[0] * out[1]
-        fold = n > 1 and positions < FOLD_BELOW  # one (O, C K) @ (C K, N L), not N thin
+        # one (O, C K) @ (C K, N L), not N thin products (16-bit with a bias: addmm's)
+        fold = n > 1 and (positions < FOLD_BELOW or rounded_once)
         columns = ops.transpose(cols, 0, 1).reshape(c * k, n * positions) if fold else cols
-        product = ops.matmul(weight.reshape(o, c * k), columns)
-        if bias is not None:
-            product = product + bias.reshape(o, 1)
+        if rounded_once:
+            product = ops.addmm(bias.reshape(o, 1), weight.reshape(o, c * k),
+                                columns.reshape(c * k, -1))
+        else:
+            product = ops.matmul(weight.reshape(o, c * k), columns)
+            if bias is not None:
+                product = product + bias.reshape(o, 1)
         if fold:
             product = ops.transpose(product.reshape(o, n, positions), 0, 1)
         result = product.reshape(n, o, out[0], out[1])
     else:
         cols = cols.reshape(n, groups, (c // groups) * k, out[0] * out[1])
         weights = weight.reshape(groups, o // groups, (c // groups) * k)
-        result = ops.matmul(weights, cols).reshape(n, o, out[0], out[1])
-        if bias is not None:
-            result = result + bias.reshape(1, o, 1, 1)
+        if rounded_once:  # (computed in float32, as the 16-bit kernels compute)
+            wide = ops.matmul(weights.float(), cols.float()).reshape(n, o, out[0], out[1])
+            result = (wide + bias.float().reshape(1, o, 1, 1)).to(x.dtype)
+        else:
+            result = ops.matmul(weights, cols).reshape(n, o, out[0], out[1])
+            if bias is not None:
+                result = result + bias.reshape(1, o, 1, 1)
     return ops.squeeze(result, [0]) if unbatched else result
 
 

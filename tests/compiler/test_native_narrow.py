@@ -254,3 +254,24 @@ def test_a_compiled_half_training_step_gives_eagers_gradients(dtype):
     assert not interpreted, interpreted
     for g, w in zip(got, want):
         assert_same(g, w, ulps=1)
+
+
+@pytest.mark.parametrize("dtype", HALVES)
+def test_a_half_addmm_is_not_widened_and_rounds_once_as_eager(dtype):
+    """linear's addmm over 16-bit floats stays one node (kiln's GEMM takes the 16-bit
+    operands, vdpbf16ps where the CPU has it, and rounds once after the bias), not
+    float32 copies of its operands multiplied in float32."""
+    rng = np.random.default_rng(3)
+    x, w, b = (eager.tensor(rng.standard_normal(s).astype(np.float32)).to(getattr(eager, dtype))
+               for s in ((128, 96), (64, 96), (64,)))
+    fn = lambda x, w, b: eager.nn.functional.linear(x, w, b).relu()  # noqa: E731
+    with numpy_kernels():
+        want = fn(x, w, b)
+    compiled = compiler.compile(fn, backend="native")
+    assert_same(compiled(x, w, b), want, ulps=1)
+    lowered = compiler.lower(compiled, x, w, b)
+    nodes = [n for g in lowered.optimized for n in g.nodes]
+    bodies = [m for n in nodes if n.op is Op.FUSED for m in n.attr["body"].nodes]
+    (addmm,) = [n for n in nodes if n.op is Op.ADDMM]
+    assert all(v.type.dtype.name == dtype for v in addmm.input_values())
+    assert not any(n.op is Op.TO_COPY for n in nodes + bodies)

@@ -264,3 +264,43 @@ def test_a_compiled_convnet_step_equals_eager():
     assert results[1][0] == pytest.approx(results[0][0], rel=1e-12)
     for got, want in zip(results[1][1:], results[0][1:]):
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+HALF_CONVS = {  # name: (n, c, h, w, o, k, groups, stride)
+    "folded batch": (2, 3, 8, 8, 4, 3, 1, 1),
+    "one image": (1, 3, 20, 20, 4, 3, 1, 1),
+    "wide images": (3, 4, 20, 20, 6, 3, 1, 1),  # 400 positions: folded in 16 bits only
+    "depthwise strided": (2, 4, 9, 9, 4, 3, 4, 2),
+    "grouped 1x1": (2, 4, 7, 7, 8, 1, 2, 1),
+}
+
+
+@pytest.mark.parametrize("name", HALF_CONVS)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_a_16_bit_convolution_adds_its_bias_before_rounding_once_as_pytorch(dtype, name):
+    """The product and the bias summed in float32 and rounded once (a product rounded,
+    then the bias added, rounded twice: 158 of 512 bfloat16 outputs differed from
+    PyTorch's). PyTorch's values within a unit, and all but one in 500 bit for bit (a
+    float32 sum in another order can round the other way); the gradients within 16-bit
+    rounding."""
+    torch = _torch()
+    from tests.eager.native.narrow_cases import assert_same
+    n, c, h, w, o, k, groups, stride = HALF_CONVS[name]
+    rng = np.random.default_rng(1)
+    arrays = [rng.standard_normal(s).astype(np.float32)
+              for s in ((n, c, h, w), (o, c // groups, k, k), (o,))]
+    ours = [eager.tensor(a).to(getattr(eager, dtype)).requires_grad_() for a in arrays]
+    theirs = [torch.tensor(a).to(getattr(torch, dtype)).requires_grad_() for a in arrays]
+    y = F.conv2d(*ours, stride=stride, padding=1, groups=groups)
+    want = torch.nn.functional.conv2d(*theirs, stride=stride, padding=1, groups=groups)
+    expected = eager.tensor(want.detach().float().numpy()).to(y.dtype)
+    assert_same(y.detach(), expected, ulps=1)
+    differ = int((y.detach().float().numpy() != expected.float().numpy()).sum())
+    assert differ <= max(1, y.numel() // 500), f"{differ} of {y.numel()} differ"
+    g = rng.standard_normal(tuple(want.shape)).astype(np.float32)
+    y.backward(eager.tensor(g).to(y.dtype))
+    want.backward(torch.tensor(g).to(want.dtype))
+    for mine, theirs_ in zip(ours, theirs):
+        expected = theirs_.grad.float().numpy()
+        np.testing.assert_allclose(mine.grad.float().numpy(), expected, rtol=0,
+                                   atol=2 ** -6 * np.abs(expected).max())
