@@ -10,7 +10,8 @@ run on every device those ops run on, and graph capture sees the same ops.
     `in`                some element equals the value (eq, then any)
     all, any            counts of zeros and non-zeros
     logical_not/or/xor  comparisons with zero and logical_and
-    lerp                start + weight (end - start)
+    lerp                start + weight (end - start), or end - (1 - weight) (end - start)
+                        from |weight| 0.5 on (PyTorch's), 16-bit floats in float32
     sort, argsort,      the order found on the host (numpy's stable argsort), moved to
     topk, kthvalue      the input's device; values are gather(input, dim, indices), so
                         they carry gradients. Reading the values breaks a captured graph.
@@ -195,7 +196,19 @@ def logical_xor(input: Tensor, other) -> Tensor:
 
 
 def lerp(input: Tensor, end: Tensor, weight) -> Tensor:
-    return input + weight * (end - input)
+    """PyTorch's formula: input + weight (end - input) where |weight| < 0.5, else
+    end - (end - input) (1 - weight), exact at both ends; 16-bit floats computed in
+    float32 and rounded once, as PyTorch's kernel computes them."""
+    dt = input.dtype
+    if dt in dtypes.HALF:
+        input, end = input.float(), end.float()
+        weight = weight.float() if isinstance(weight, Tensor) else weight
+    diff = end - input
+    if isinstance(weight, Tensor):
+        out = ops.where(weight.abs() < 0.5, input + weight * diff, end - diff * (1 - weight))
+    else:
+        out = input + weight * diff if abs(weight) < 0.5 else end - diff * (1 - weight)
+    return out.to(dt) if dt in dtypes.HALF else out
 
 
 def _order(x: Tensor, dim: int, descending: bool) -> tuple[int, np.ndarray]:

@@ -94,7 +94,35 @@ def test_all_any_and_the_logical_ops_follow_numpy():
 def test_lerp_is_start_plus_weight_times_the_difference():
     a, b = _t(X[0], True), _t(X[1], True)
     np.testing.assert_allclose(eager.lerp(a, b, 0.25).detach().numpy(), X[0] + 0.25 * (X[1] - X[0]))
+    np.testing.assert_array_equal(eager.lerp(a, b, 1.0).detach().numpy(), X[1])  # exact ends
     assert gradcheck(lambda s, e: s.lerp(e, _t(X[2])), [a, b])
+    w = _t(np.linspace(-0.3, 1.3, 20).reshape(4, 5), True)  # both of PyTorch's branches
+    assert gradcheck(lambda s, e, w: eager.lerp(s, e, w), [a, b, w])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_lerp_gives_pytorchs_values(dtype):
+    """PyTorch's two branches (from |weight| 0.5: end - (1 - weight) diff), 16-bit floats
+    computed in float32 and rounded once (three roundings made a third of bfloat16's
+    results differ): within a unit of PyTorch's, which contracts to an FMA, and 16-bit
+    results all but one in 200 bit for bit. (An ulp of the terms, not of a result near 0:
+    where start and end nearly cancel, an FMA's answer is many of the result's units
+    away.)"""
+    torch = _torch()
+    eps = {"float32": 2.0 ** -23, "bfloat16": 2.0 ** -7, "float16": 2.0 ** -10}[dtype]
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal((2, 4096)).astype(np.float32)
+    w = (rng.random(4096) * 1.6 - 0.3).astype(np.float32)
+    for weight in (0.3, 0.7, 1.0, w):
+        def run(lib):
+            make = lambda v: lib.tensor(v).to(getattr(lib, dtype))  # noqa: E731
+            return lib.lerp(make(a), make(b), make(weight) if weight is w else weight)
+        want, got = run(torch).double().numpy(), run(eager).double().numpy()
+        assert run(eager).dtype is getattr(eager, dtype)
+        terms = np.abs(a) + np.abs(b) + np.abs(weight * (b - a))
+        assert (np.abs(got - want) <= eps * terms).all()
+        if dtype != "float32":
+            assert int((got != want).sum()) <= 4096 // 200
 
 
 @pytest.mark.parametrize("descending", [False, True])
