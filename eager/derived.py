@@ -29,6 +29,7 @@ import numpy as np
 
 from eager import factories
 from eager.arguments import bool_arg, int_arg, int_list
+from eager.kernels._common import computed
 from eager.shapes import wrap_dim
 from eager.tensor import Tensor, ops
 from ir import dtypes
@@ -200,9 +201,8 @@ def lerp(input: Tensor, end: Tensor, weight) -> Tensor:
     end - (end - input) (1 - weight), exact at both ends; 16-bit floats computed in
     float32 and rounded once, as PyTorch's kernel computes them."""
     dt = input.dtype
-    if dt in dtypes.HALF:
-        input, end = input.float(), end.float()
-        weight = weight.float() if isinstance(weight, Tensor) else weight
+    input, end = computed(input), computed(end)
+    weight = computed(weight) if isinstance(weight, Tensor) else weight
     diff = end - input
     if isinstance(weight, Tensor):
         out = ops.where(weight.abs() < 0.5, input + weight * diff, end - diff * (1 - weight))

@@ -16,8 +16,8 @@ the op run (and decomposed) in float32, its 16-bit results cast back, as eager c
 it (in float32, rounded once; a chain of 16-bit ops would round at each) and as
 torch._decomp's computation dtype does; the kernels then read and write 16-bit words
 and compute in float32 registers. Ops over empty tensors stay whole: their own rules
-say what an empty softmax or var is; so do ops over symbolic sizes (a mean's count is a size's value, and the kernels run
-symbolic graphs node by node anyway).
+say what an empty softmax or var is; so do ops over symbolic sizes (a mean's count is a
+size's value, and the kernels run symbolic graphs node by node anyway).
 """
 from __future__ import annotations
 

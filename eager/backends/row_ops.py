@@ -11,12 +11,12 @@ zero-dim inputs read once per row (the kernel's numbers), so the kernels keep th
 operands and the formula's order of nodes."""
 from __future__ import annotations
 
-from ir import dtypes
 from ir.dtypes import DType
 from ir.formula import Interpreter, Symbolic
 from ir.graph import Graph, GraphBuilder, TensorType
 from ir.ops import Op
 from ir.records import RECORDS
+from runtime.cpu.kernel_spec import register_dtype
 
 _FULL, _ROW = ("rows", "n"), ("rows", 1)
 
@@ -28,7 +28,7 @@ class _Rows:
 
     def __init__(self, storage: DType):
         self.g, self.storage, self.per_row = GraphBuilder(), storage, []
-        self.dt = dtypes.float32 if storage in dtypes.HALF else storage
+        self.dt = register_dtype(storage)
 
     def input(self, name: str, source: DType | None = None, per_row: bool = False):
         v = self.g.input(TensorType(_ROW if per_row else _FULL, source or self.storage),

@@ -113,6 +113,12 @@ def compute_np(dt: DType) -> np.dtype:
     return _FLOAT32 if dt in dtypes.HALF else dt.np
 
 
+def computed(t: Tensor) -> Tensor:
+    """t in the type its op computes in (compute_np's, for composites written in eager
+    ops): a 16-bit float as float32, whose result the caller rounds back once."""
+    return t.float() if t.dtype in dtypes.HALF else t
+
+
 def operand(t: Tensor, np_dtype) -> np.ndarray:
     a = t._np()
     # `is` first: numpy's dtypes of one type are one object, and `==` costs more

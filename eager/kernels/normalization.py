@@ -1,8 +1,8 @@
 """Layer norm (native_layer_norm and its backward) and softmax's and log_softmax's
 backward (_softmax_backward_data, _log_softmax_backward_data), as PyTorch's ops of those
 names: numpy kernels, computed in float64 or float32 (the 16-bit floats in float32,
-rounded once), and from reduction.NATIVE_ELEMENTS elements the compiler's generated row
-kernels (the same types, computed the same way) (eager/backends/native/rows.py: layer norm forward one
+rounded once), and from reduction.NATIVE_ELEMENTS elements, computed the same way, the
+compiler's generated row kernels (eager/backends/native/rows.py: layer norm forward one
 kernel over rows giving out, mean and rstd; backward one over rows for grad_input and
 one over columns for grad_weight and grad_bias; softmax backward one over rows).
 
@@ -24,8 +24,8 @@ import numpy as np
 
 from eager import dispatcher
 from eager.dispatcher import DispatchKey
-from eager.kernels._common import (compute_np, meta_from_rule, operand, register, result,
-                                   type_word)
+from eager.kernels._common import (compute_np, computed, meta_from_rule, operand, register,
+                                   result, type_word)
 from eager.kernels import reduction
 from eager.kernels.decomposed import EAGER, NUMPY
 from ir.records import RECORDS, declare
@@ -213,17 +213,13 @@ def _(ctx, g):
     if dispatcher.key_active(DispatchKey.Tracer):  # a compiled backward: ops that give
         # every output (the graph has no value for an undefined one), fused as before;
         # 16-bit floats in float32, each gradient rounded once, as the kernel rounds them
-        wide = [None if t is None else _float32_if_half(t)
+        wide = [None if t is None else computed(t)
                 for t in (g, x, ctx.result1, ctx.result2, ctx.weight, ctx.bias)]
         grads = formula(EAGER, wide[0], wide[1], shape, *wide[2:], mask)
         return tuple(None if d is None else d.to(t.dtype)
                      for d, t in zip(grads, (x, ctx.weight, ctx.bias)))
     return ops.native_layer_norm_backward(g, x, shape, ctx.result1, ctx.result2, ctx.weight,
                                           ctx.bias, mask)
-
-
-def _float32_if_half(t):
-    return t.float() if t.dtype in dtypes.HALF else t
 
 
 # differentiated where it must be through its formula in eager ops (above), so it has no

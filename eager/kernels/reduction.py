@@ -24,8 +24,8 @@ from ir.ops import Op
 
 NATIVE_ELEMENTS = 1024
 """From this many elements, float sum, mean, var, amax, amin, softmax and log_softmax (the
-16-bit floats computed in float32) run as the compiler's generated row kernels (compiler/backends/native/
-eager_rows.py, loaded at the first such call; set KILN_EAGER_NATIVE=0 to keep numpy).
+16-bit floats computed in float32) run as generated row kernels (eager/backends/native/
+rows.py, loaded at the first such call; set KILN_EAGER_NATIVE=0 to keep numpy).
 Measured, one thread, a layout seen before: at 1024 elements sum(-1) 6.3 us against
 numpy's 7.0-8.3, softmax 4.9 against 11.9-14.3; at 256 even (a new layout costs a plan,
 so small tensors stay with numpy)."""

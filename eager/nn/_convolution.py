@@ -12,6 +12,7 @@ import math
 from eager import factories
 from eager.amp import autocast_mode as _autocast
 from eager.autograd.grad_mode import is_grad_enabled
+from eager.kernels._common import computed
 from eager.kernels.windows import offset_slices
 from eager.nn._normalization import pad
 from eager.tensor import Tensor, ops
@@ -135,8 +136,8 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
         cols = cols.reshape(n, groups, (c // groups) * k, out[0] * out[1])
         weights = weight.reshape(groups, o // groups, (c // groups) * k)
         if rounded_once:  # (computed in float32, as the 16-bit kernels compute)
-            wide = ops.matmul(weights.float(), cols.float()).reshape(n, o, out[0], out[1])
-            result = (wide + bias.float().reshape(1, o, 1, 1)).to(x.dtype)
+            wide = ops.matmul(computed(weights), computed(cols)).reshape(n, o, out[0], out[1])
+            result = (wide + computed(bias).reshape(1, o, 1, 1)).to(x.dtype)
         else:
             result = ops.matmul(weights, cols).reshape(n, o, out[0], out[1])
             if bias is not None:

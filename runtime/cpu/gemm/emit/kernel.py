@@ -63,8 +63,6 @@ KERNEL_ARGS = (
 PACK_B_ARGS = Packing.ARGS
 
 
-
-
 @dataclass(frozen=True)
 class Tile:
     """The register tile: `mr` rows by `nr` columns of accumulators, `nr` a multiple of
