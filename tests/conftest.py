@@ -23,7 +23,9 @@ def _private_kernel_cache(tmp_path_factory):
 def widened_bfloat16(monkeypatch):
     """kiln's GEMM widens bfloat16 operands to float32 (bitwise the float32 product) on
     every CPU, also on those where it would multiply them with vdpbf16ps
-    (runtime/cpu/gemm/config.BF16_DOT); plans made before are forgotten."""
-    from runtime.cpu.gemm import config, plans
+    (runtime/cpu/gemm/config.BF16_DOT); plans made before, and the requests seen before
+    (whose next sighting makes a plan), are forgotten."""
+    from runtime.cpu.gemm import config, kernels, plans
     monkeypatch.setattr(config, "BF16_DOT", False)
     monkeypatch.setattr(plans, "PLANS", {})
+    monkeypatch.setattr(plans, "_sightings", kernels.SecondSight())
