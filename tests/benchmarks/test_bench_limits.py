@@ -128,8 +128,13 @@ def test_the_limits_are_at_least_what_simple_kernels_reach():
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((256, 256)).astype(np.float32) for _ in range(2))
     out = np.empty((256, 256), np.float32)
-    seconds = _best_seconds(lambda: gemm(a, b, out=out, threads=1), repeats=7, calls=10)
-    gemm_gflops = 2 * 256 ** 3 / seconds / 1e9
+    for attempt in range(3):  # as the rates below: a peak measured while the suite's
+        # other worker ran beside it (55.8 GFLOP/s against a GEMM at 70.8) is measured again
+        seconds = _best_seconds(lambda: gemm(a, b, out=out, threads=1), repeats=7, calls=10)
+        gemm_gflops = 2 * 256 ** 3 / seconds / 1e9
+        if gemm_gflops <= 1.15 * measured.peak_gflops_1t:
+            break
+        measured = limits.measure(threads=1, quick=True)
     assert gemm_gflops <= 1.15 * measured.peak_gflops_1t, (gemm_gflops, measured)
     for floats in (1 << 13, 1 << 15, 1 << 16, 1 << 18, 1 << 22):  # 32 KiB .. 48 MiB a call
         x, y = np.ones(floats, np.float32), np.ones(floats, np.float32)
