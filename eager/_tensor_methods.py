@@ -14,6 +14,7 @@ from eager.autograd.grad_mode import is_grad_enabled
 from eager.autograd.function import (register_post_accumulate_grad_hook, register_tensor_hook,
                                      retain_grad)
 from eager.backends import backend_for
+from eager.derived_math import reciprocal
 from eager.device import CPU, as_device
 from eager.dispatcher import ATEN
 from eager.factories import TYPED, ones, tensor, zeros
@@ -187,7 +188,9 @@ def _rsub(self, other):
 
 
 def _rdiv(self, other):
-    return ops.div(other, self)
+    """number / tensor: reciprocal, then the product, as PyTorch's __rtruediv__ (its
+    values round as that product's, its gradient is MulBackward0 of ReciprocalBackward0)."""
+    return ops.mul(reciprocal(self), other)
 
 
 class _NoMode:

@@ -65,7 +65,7 @@ def log10(input: Tensor) -> Tensor:
 
 
 def reciprocal(input: Tensor) -> Tensor:
-    return 1.0 / input
+    return ops.div(1.0, input)
 
 
 def isnan(input: Tensor) -> Tensor:

@@ -242,6 +242,22 @@ def _combine_categories(higher: DType | None, lower: DType | None) -> DType | No
     return higher
 
 
+def rounded_first(operand: DType, common: DType) -> bool:
+    """Whether a pointwise op's operand of type `operand` is rounded to the op's common
+    type `common` before the op computes. PyTorch's CPU ops cast each input to the common
+    type, then compute a 16-bit float in float32: bfloat16 x + 1.7 adds 1.703125, x > 1.7
+    compares with 1.703125, and an int16 tensor's 257 beside bfloat16 is 256. kiln's
+    kernels compute a 16-bit float op in float32 from operands of any type, so they round
+    such operands first (eager's elementwise kernels, the compiler's decompose pass).
+    Other common types compute in their own type already; bool, uint8 and int8 are
+    exact in either 16-bit float. (mul and div read a zero-dim second operand as it is,
+    records.Pointwise.wide_scalar.)"""
+    return common in HALF and operand is not common and operand not in _EXACT_TYPES
+
+
+_EXACT_TYPES = frozenset({bool_, uint8, int8})
+
+
 def result_type(dim_dtypes=(), zero_dim_dtypes=(), wrapped_dtypes=()) -> DType:
     """PyTorch's result type of an op over tensors with dims, zero-dim tensors and
     wrapped Python numbers (given as the dtypes scalar_dtype assigns them)."""

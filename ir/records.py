@@ -78,14 +78,19 @@ class Pointwise(NamedTuple):
     multiplies the last tensor before `numpy` and `emit` see the values: they take the
     tensors only, and numpy can be a ufunc; the product can overflow, so a scaled op is
     not quiet. `not_on_cuda`: why the emitter has no CUDA form (the CUDA backend registers
-    no kernel for the op). `number_forms`: (position, number, op) where the tensor at `position`
-    being that Python number makes the op `op` of the other tensor, for float32 and
-    float64 results: pow(x, 0.5) is sqrt(x), as PyTorch's pow.Tensor_Scalar runs it
-    (sqrt(-inf) is NaN where C's pow gives inf); eager's kernel and the compiler's
-    simplification both use them. `own_half`: float16 and bfloat16 compute in their own
+    no kernel for the op). `number_forms`: (position, number, form, dtypes) where the
+    tensor at `position` being that Python number makes the op `form` of the other
+    tensor for results of `dtypes` (names): an Op of it, or `form(apply, x)`, which
+    computes with `apply(op, *operands)` (an operand is a value or a Python number).
+    pow(x, 0.5) is sqrt(x), as PyTorch's pow.Tensor_Scalar runs it (sqrt(-inf) is NaN
+    where C's pow gives inf); pow(x, 3) is x * x * x, each product rounded. Eager's kernel
+    and the compiler's simplification both use them. `own_half`: float16 and bfloat16 compute in their own
     type, each step rounded, as PyTorch's kernel does (div's trunc and floor modes: the
     quotient rounded before it is truncated), where others compute in float32 and round
-    once."""
+    once. `wide_scalar`: a zero-dim second operand (a Python number) beside 16-bit
+    floats is read as it is, in float32 (mul and div: PyTorch's original_scalar_value),
+    where every other op first rounds each operand to the common type, as PyTorch's
+    TensorIterator casts its inputs (bfloat16 x + 1.7 adds 1.703125)."""
     rule: str
     numpy: Callable
     emit: Callable | None = None
@@ -98,8 +103,9 @@ class Pointwise(NamedTuple):
     quiet: bool = False  # numpy never warns on it: run without silencing them (~0.2 us)
     scaled: str = ""
     not_on_cuda: str = ""
-    number_forms: tuple[tuple[int, float, Op], ...] = ()
+    number_forms: tuple[tuple[int, float, Op | Callable, frozenset], ...] = ()
     own_half: bool = False
+    wide_scalar: bool = False
 
 
 class OpRecord:

@@ -11,8 +11,10 @@ import functools
 from compiler.backends.gemm_plan import takes_product
 from compiler.backends.views import LeadingViews
 from compiler.passes.fusion import row_space
+from ir import dtypes
 from ir.graph import Graph, Node
 from ir.ops import VIEW, Op
+from ir.records import RECORDS
 from runtime.cpu import kernel_spec as K
 from runtime.layout import CannotLower
 
@@ -24,6 +26,12 @@ def node_problem(n: Node) -> str | None:
     if n.op not in K.native_ops() and n.op not in K.REDUCE_OPS and n.op not in GATHERING:
         return f"no native code for {n.op.qualified_name}"
     elementwise = n.op in K.native_ops()
+    record = RECORDS.get(n.op)
+    if record is not None and record.pointwise is not None and record.pointwise.own_half:
+        half = {v.type.dtype for v in n.outputs} & set(dtypes.HALF)
+        if half:  # (the kernels compute in float32 and round once)
+            return (f"{n.op.qualified_name} rounds each step in {half.pop().name}, as "
+                    f"eager's kernel and PyTorch's do")
     for v in list(n.input_values()) + list(n.outputs):
         name = v.type.dtype.name
         if name not in K.SUPPORTED and not (elementwise and name in K.NARROW):

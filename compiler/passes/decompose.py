@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from functools import partial
 
+import numpy as np
+
 from compiler.capture import trace_to_graph
 from compiler.passes.rewrite import Rewriter
 from eager.kernels.decomposed import INLINED
@@ -41,7 +43,60 @@ bias, as eager's; widened, its operands would be float32 copies."""
 
 
 def decompose(graph: Graph) -> Graph:
-    return _decompose(_widen(graph))
+    return _decompose(_widen(_rounded_operands(graph)))
+
+
+def _rounded_operands(graph: Graph) -> Graph:
+    """`graph` with each operand of a CPU pointwise op over 16-bit floats that PyTorch
+    rounds to the op's common type first (dtypes.rounded_first, as eager's kernels do:
+    elementwise.in_common_type) rounded: a number's scalar node takes the rounded value
+    (bfloat16 x + 1.7 adds 1.703125), a tensor of another type is cast."""
+    if not any(_common_type(n) for n in graph.nodes):
+        return graph
+    rw = Rewriter(graph)
+    for node in graph.nodes:
+        common = _common_type(node, rw.scalars, rw.env)
+        if common is None:
+            rw.copy(node)
+            continue
+        wide = RECORDS[node.op].pointwise.wide_scalar
+        inputs = []
+        for k, i in enumerate(rw.map(i) for i in node.inputs):
+            if i is not None and dtypes.rounded_first(i.type.dtype, common) and \
+                    not (wide and k == 1 and not i.type.shape):
+                if i in rw.scalars:
+                    value = dtypes.cast(np.asarray(rw.scalars[i]), common)
+                    (i,) = rw.emit(Op.SCALAR, [], {"value": float(value)})
+                else:
+                    i = _cast(rw, i, common)
+            inputs.append(i)
+        rw.env.update(zip(node.outputs, rw.emit(node.op, inputs, node.attrs,
+                                                 [v.type for v in node.outputs])))
+    return rw.finish()
+
+
+def _common_type(node: Node, scalars=None, env=None):
+    """The 16-bit float type a CPU pointwise node computes in float32 from its rounded
+    operands (the result's; the promoted operands' for a comparison), or None."""
+    record = RECORDS.get(node.op)
+    p = None if record is None else record.pointwise
+    out = node.outputs[0].type if node.outputs else None
+    if p is None or p.own_half or out is None or out.device != "cpu" or \
+            any(isinstance(i, tuple) for i in node.inputs):
+        return None
+    if p.rule != "compare":
+        return out.dtype if out.dtype in dtypes.HALF else None
+    values = [i for i in node.inputs if i is not None]
+    if not any(v.type.dtype in dtypes.HALF for v in values):
+        return None
+    if scalars is None:  # (the first look, over the old graph: it may be one)
+        return True
+    numbers = {v for v in (env.get(i) for i in values) if v in scalars}
+    kinds = ([], [], [])  # with dims, zero-dim, numbers
+    for i in values:
+        kinds[2 if env[i] in numbers else 0 if i.type.shape else 1].append(i.type.dtype)
+    common = dtypes.result_type(*kinds)
+    return common if common in dtypes.HALF else None
 
 
 def _widen(graph: Graph) -> Graph:

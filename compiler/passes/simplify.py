@@ -82,12 +82,17 @@ def _div(rw, node, ins):
 
 def _number_form(rw, node, ins):
     out = node.outputs[0].type
-    if out.dtype.name not in ("float32", "float64"):
-        return None
-    for position, number, op in pointwise_ops()[node.op].number_forms:
-        if _is_number(rw, ins[position], number):
-            rest = [v for k, v in enumerate(ins) if k != position]
-            return rw.emit(op, rest, {}, [out])[0]
+    for position, number, form, kinds in pointwise_ops()[node.op].number_forms:
+        if out.dtype.name in kinds and _is_number(rw, ins[position], number):
+            (x,) = [v for k, v in enumerate(ins) if k != position]
+            if isinstance(form, Op):
+                return rw.emit(form, [x], {}, [out])[0]
+
+            def apply(op, *operands):
+                values = [rw.emit(Op.SCALAR, [], {"value": v})[0]
+                          if isinstance(v, (int, float)) else v for v in operands]
+                return rw.emit(op, values, {}, [out])[0]
+            return form(apply, x)
     return None
 
 

@@ -16,7 +16,7 @@ from eager.kernels._common import (check_castable, compute_np, float_of, load_na
                                    register, result, scalar_value, type_word)
 from ir.records import OpRecord
 from eager.shapes import broadcast_shapes
-from eager.tensor import Tensor, from_array
+from eager.tensor import Tensor, from_array, wrap_scalar
 from ir import dtypes
 from ir.ops import Op
 
@@ -202,9 +202,24 @@ def _native_elements(record: OpRecord) -> dict:
     return {dtypes.float32: wide, dtypes.float64: wide, **halves}
 
 
+def in_common_type(tensors, common: dtypes.DType, wide_scalar: bool = False):
+    """`tensors`, each that dtypes.rounded_first says is rounded to `common` first (a
+    16-bit float type) rounded: a Python number, a zero-dim tensor of another type, an
+    int16 tensor. With `wide_scalar` (mul, div) a zero-dim second operand stays as it is."""
+    out = None
+    for i, t in enumerate(tensors):
+        if dtypes.rounded_first(t.dtype, common) and not (wide_scalar and i == 1 and
+                                                          not t._shape):
+            if out is None:
+                out = list(tensors)
+            out[i] = from_array(dtypes.cast(t._np(), common))
+    return tensors if out is None else tuple(out)
+
+
 def _pointwise_kernel(record: OpRecord, split, shape_and_dtype):
     numpy, compare = record.pointwise.numpy, record.pointwise.rule == "compare"
     quiet, scaled = record.pointwise.quiet, record.pointwise.scaled
+    wide_scalar = record.pointwise.wide_scalar
     count = _tensor_count(record)
     offered = _native_elements(record)
     half = frozenset() if record.pointwise.own_half else dtypes.HALF
@@ -215,9 +230,15 @@ def _pointwise_kernel(record: OpRecord, split, shape_and_dtype):
             args, attrs = split(args, attrs)
         shape, dt = shape_and_dtype(args, attrs)
         if compare:
-            ct = compute_np(_promoted(args))
-        else:  # compute_np(dt), inlined
-            ct = half_computes_in if dt in half else dt.np
+            common = _promoted(args)
+            ct = compute_np(common)
+            if common in dtypes.HALF:
+                args = in_common_type(args, common)
+        elif dt in half:  # compute_np(dt), inlined
+            ct = half_computes_in
+            args = in_common_type(args, dt, wide_scalar)
+        else:
+            ct = dt.np
         if count == 2:  # spelled out for the common cases: operand() inlined
             a, b = args[0]._np(), args[1]._np()
             at = offered.get(dt)
@@ -271,20 +292,28 @@ def _pointwise_kernel(record: OpRecord, split, shape_and_dtype):
 
 
 def _with_number_forms(record: OpRecord, kernel, shape_and_dtype):
-    """`kernel`, handing the call to another op's kernel where a tensor is a Python number
+    """`kernel`, handing the call to other ops' kernels where a tensor is a Python number
     the record names (records.Pointwise.number_forms: pow(x, 0.5) is sqrt(x))."""
     forms = record.pointwise.number_forms
 
     def dispatch(*args, **attrs):
-        for position, number, op in forms:
+        for position, number, form, kinds in forms:
             t = args[position] if len(args) > position else None
             if t is not None and t._wrapped and t._np() == number and \
-                    shape_and_dtype(args, attrs)[1] in _NATIVE_DTYPES:
-                rest = [a for i, a in enumerate(args) if i != position]
-                return ATEN[op].kernels[DispatchKey.CPU][0](*rest)
+                    shape_and_dtype(args, attrs)[1].name in kinds:
+                (x,) = [a for i, a in enumerate(args) if i != position]
+                if isinstance(form, Op):
+                    return _cpu(form, x)
+                return form(_cpu, x)
         return kernel(*args, **attrs)
     dispatch.__name__ = kernel.__name__
     return dispatch
+
+
+def _cpu(op: Op, *operands):
+    """op's CPU kernel over `operands` (Python numbers wrapped)."""
+    return ATEN[op].kernels[DispatchKey.CPU][0](*(
+        v if isinstance(v, Tensor) else wrap_scalar(v) for v in operands))
 
 
 def register_pointwise(record: OpRecord) -> None:

@@ -188,12 +188,13 @@ def _emit_xlogy(E, x, y):
 
 # two tensors ----------------------------------------------------------------------------
 def _binary(op: Op, numpy, rule="divide", emit=None, float_kernel: str = "",
-            alias: str = "", inplace: Op | None = None, inplace_function: bool = False):
+            alias: str = "", inplace: Op | None = None, inplace_function: bool = False,
+            own_half: bool = False):
     emit = _math(emit) if isinstance(emit, str) else emit
     check = floating_only_check(float_kernel) if float_kernel else None
     return declare(op, function=True, method=True, aliases=(alias,) if alias else (),
                    pointwise=Pointwise(rule, numpy, emit=emit, float_math=emit is not None,
-                                       check=check),
+                                       check=check, own_half=own_half),
                    inplace=inplace, inplace_function=inplace_function)
 
 
@@ -260,8 +261,10 @@ def _xlogy(x, y):
         np.result_type(x, y), copy=False)
 
 
+# 16-bit floats compute in their own type, log(y) rounded before the product, as
+# PyTorch's kernel does (x * std::log(y) of c10::BFloat16s)
 XLOGY = _binary(Op.XLOGY, _xlogy, emit=_emit_xlogy, inplace=Op.XLOGY_,
-                inplace_function=True)
+                inplace_function=True, own_half=True)
 
 
 @XLOGY.derivative("XlogyBackward0", "self other", save="self other",
