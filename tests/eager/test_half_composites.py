@@ -22,6 +22,11 @@ CASES = {  # name: function of (lib, F, x, y), x and y of 4096 elements
     "mish": lambda lib, F, x, y: F.mish(x),
     "logsigmoid": lambda lib, F, x, y: F.logsigmoid(x),
     "glu": lambda lib, F, x, y: F.glu(x.reshape(64, 64)),
+    "std": lambda lib, F, x, y: lib.std(x.reshape(64, 64), dim=1),
+    "std_all": lambda lib, F, x, y: lib.std(x),
+    "norm": lambda lib, F, x, y: lib.norm(x.reshape(64, 64), dim=1),
+    "norm_3": lambda lib, F, x, y: lib.norm(x.reshape(64, 64), p=3, dim=0),
+    "normalize": lambda lib, F, x, y: F.normalize(x.reshape(64, 64)),
 }
 DIFFERS = {  # (name, dtype): (elements that may differ, why)
     ("elu_alpha", "float16"): (1, "at x = -0.78125 eager's float32 expm1(x) 0.7 (numpy's "
