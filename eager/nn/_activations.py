@@ -8,6 +8,7 @@ from __future__ import annotations
 from eager import factories
 from eager.derived_math import norm
 from eager.kernels._common import rounded_once
+from eager.shapes import broadcast_shapes
 from eager.tensor import Tensor, ops
 
 __all__ = ["softplus_of", "leaky_relu", "elu", "celu", "selu", "softsign",
@@ -149,10 +150,14 @@ def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -
 
 
 def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
-    """x1 . x2 / (max(||x1||, eps) max(||x2||, eps)) along dim (broadcast)."""
-    n1 = ops.clamp(norm(x1, 2, dim, False), eps, None)
-    n2 = ops.clamp(norm(x2, 2, dim, False), eps, None)
-    return ops.sum(x1 * x2, [dim], False) / (n1 * n2)
+    """(x1 / max(||x1||, eps)) . (x2 / max(||x2||, eps)) along dim (broadcast), in
+    PyTorch's order: each input divided by its norm first, so 16-bit inputs round where
+    PyTorch's do (the norms, the quotients, their product; the sum once)."""
+    shape = broadcast_shapes(x1.shape, x2.shape)
+    x1, x2 = x1.expand(shape), x2.expand(shape)
+    n1 = ops.clamp(norm(x1, 2, dim, True), eps, None)
+    n2 = ops.clamp(norm(x2, 2, dim, True), eps, None)
+    return ops.sum((x1 / n1) * (x2 / n2), [dim], False)
 
 
 def pairwise_distance(x1: Tensor, x2: Tensor, p: float = 2.0, eps: float = 1e-6,

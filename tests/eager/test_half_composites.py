@@ -27,6 +27,10 @@ CASES = {  # name: function of (lib, F, x, y), x and y of 4096 elements
     "norm": lambda lib, F, x, y: lib.norm(x.reshape(64, 64), dim=1),
     "norm_3": lambda lib, F, x, y: lib.norm(x.reshape(64, 64), p=3, dim=0),
     "normalize": lambda lib, F, x, y: F.normalize(x.reshape(64, 64)),
+    "cosine_similarity": lambda lib, F, x, y: F.cosine_similarity(
+        x.reshape(64, 64), y.reshape(64, 64)),
+    "cosine_similarity_broadcast": lambda lib, F, x, y: F.cosine_similarity(
+        x.reshape(64, 64), y[:64], dim=-1),
 }
 DIFFERS = {  # (name, dtype): (elements that may differ, why)
     ("elu_alpha", "float16"): (1, "at x = -0.78125 eager's float32 expm1(x) 0.7 (numpy's "
