@@ -31,11 +31,31 @@ CASES = {  # name: function of (lib, F, x, y), x and y of 4096 elements
         x.reshape(64, 64), y.reshape(64, 64)),
     "cosine_similarity_broadcast": lambda lib, F, x, y: F.cosine_similarity(
         x.reshape(64, 64), y[:64], dim=-1),
+    "group_norm": lambda lib, F, x, y: F.group_norm(x.reshape(4, 16, 64), 4),
+    "group_norm_affine": lambda lib, F, x, y: F.group_norm(x.reshape(4, 16, 64), 4, y[:16],
+                                                           y[16:32]),
+    "rms_norm": lambda lib, F, x, y: F.rms_norm(x.reshape(64, 64), (64,)),
+    "rms_norm_weight": lambda lib, F, x, y: F.rms_norm(x.reshape(64, 64), (64,), y[:64]),
+    "attention": lambda lib, F, x, y: F.scaled_dot_product_attention(
+        x.reshape(4, 32, 32), y.reshape(4, 32, 32), (x * y).reshape(4, 32, 32)),
+    "attention_causal": lambda lib, F, x, y: F.scaled_dot_product_attention(
+        x.reshape(4, 32, 32), y.reshape(4, 32, 32), (x + y).reshape(4, 32, 32),
+        is_causal=True),
 }
+_SUMS = "a float32 mean and variance summed in another order (eager's, the compiled " \
+        "row kernel's, PyTorch's)"
+_PRODUCTS = "float32 dot products of 32 terms of both signs summed in another order " \
+            "(PyTorch's attention kernel's, kiln's GEMM's), an ulp apart where they cancel"
 DIFFERS = {  # (name, dtype): (elements that may differ, why)
     ("elu_alpha", "float16"): (1, "at x = -0.78125 eager's float32 expm1(x) 0.7 (numpy's "
                                   "expm1) is a float16 tie, PyTorch's (e^x - 1) 0.7 an ulp "
                                   "beyond it (as the compiled kernel's, kiln's vmath expm1)"),
+    ("group_norm", "bfloat16"): (1, _SUMS),
+    ("group_norm_affine", "float16"): (1, _SUMS),
+    ("attention", "bfloat16"): (3, _PRODUCTS),
+    ("attention", "float16"): (16, _PRODUCTS),
+    ("attention_causal", "bfloat16"): (1, _PRODUCTS),
+    ("attention_causal", "float16"): (12, _PRODUCTS),
 }
 """Where float32 arithmetic before the rounding differs from PyTorch's by an ulp, the
 number of the 4096 elements that may differ, and why; the rest are equal."""
