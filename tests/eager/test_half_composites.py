@@ -41,11 +41,24 @@ CASES = {  # name: function of (lib, F, x, y), x and y of 4096 elements
     "attention_causal": lambda lib, F, x, y: F.scaled_dot_product_attention(
         x.reshape(4, 32, 32), y.reshape(4, 32, 32), (x + y).reshape(4, 32, 32),
         is_causal=True),
+    "smooth_l1": lambda lib, F, x, y: F.smooth_l1_loss(x, y, reduction="none"),
+    "smooth_l1_beta": lambda lib, F, x, y: F.smooth_l1_loss(x, y, reduction="none", beta=0.5),
+    "huber": lambda lib, F, x, y: F.huber_loss(x, y, reduction="none", delta=0.7),
+    "bce": lambda lib, F, x, y: F.binary_cross_entropy(x.sigmoid(), (y > 0).to(x.dtype),
+                                                       reduction="none"),
+    "bce_weighted": lambda lib, F, x, y: F.binary_cross_entropy(
+        x.sigmoid(), (y > 0).to(x.dtype), weight=y, reduction="none"),
+    "bce_logits": lambda lib, F, x, y: F.binary_cross_entropy_with_logits(
+        x, (y > 0).to(x.dtype), reduction="none"),
+    "bce_logits_pos_weight": lambda lib, F, x, y: F.binary_cross_entropy_with_logits(
+        x, (y > 0).to(x.dtype), reduction="none", pos_weight=y.abs()),
 }
 _SUMS = "a float32 mean and variance summed in another order (eager's, the compiled " \
         "row kernel's, PyTorch's)"
 _PRODUCTS = "float32 dot products of 32 terms of both signs summed in another order " \
             "(PyTorch's attention kernel's, kiln's GEMM's), an ulp apart where they cancel"
+_LOG = "a float32 log(1 - p) an ulp from PyTorch's (numpy's, or kiln's vmath once eager's " \
+       "native kernel is ready), on a float16 rounding boundary"
 DIFFERS = {  # (name, dtype): (elements that may differ, why)
     ("elu_alpha", "float16"): (1, "at x = -0.78125 eager's float32 expm1(x) 0.7 (numpy's "
                                   "expm1) is a float16 tie, PyTorch's (e^x - 1) 0.7 an ulp "
@@ -56,10 +69,15 @@ DIFFERS = {  # (name, dtype): (elements that may differ, why)
     ("attention", "float16"): (16, _PRODUCTS),
     ("attention_causal", "bfloat16"): (1, _PRODUCTS),
     ("attention_causal", "float16"): (12, _PRODUCTS),
+    ("bce", "float16"): (1, _LOG),
+    ("bce_weighted", "float16"): (1, _LOG),
 }
 """Where float32 arithmetic before the rounding differs from PyTorch's by an ulp, the
 number of the 4096 elements that may differ, and why; the rest are equal."""
-DTYPES = ("bfloat16", "float16")
+NOT_COMPARED = {("huber", "bfloat16"): "PyTorch rounds bfloat16 op by op here, as kiln does, "
+                 "but a Python number such as delta to bfloat16 first (changed elsewhere)"}
+PAIRS = [(name, dtype) for name in CASES for dtype in ("bfloat16", "float16")
+         if (name, dtype) not in NOT_COMPARED]
 
 
 def _run(lib, name, dtype, x=X, y=Y):
@@ -73,8 +91,7 @@ def _differing(got, want) -> int:
     return int((~((got == want) | (np.isnan(got) & np.isnan(want)))).sum())
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("name, dtype", PAIRS)
 def test_a_composite_gives_pytorchs_16_bit_values(name, dtype):
     got, want = _run(eager, name, dtype), _run(torch, name, dtype)
     assert got.dtype is getattr(eager, dtype)
@@ -83,8 +100,7 @@ def test_a_composite_gives_pytorchs_16_bit_values(name, dtype):
     assert _differing(got, want) <= allowed
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("name, dtype", PAIRS)
 def test_a_compiled_composite_gives_pytorchs_16_bit_values_too(name, dtype):
     """Compiled (its kernels ready from the second call on), PyTorch's values as eager's."""
     dt = getattr(eager, dtype)
