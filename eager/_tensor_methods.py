@@ -18,7 +18,7 @@ from eager.derived_math import reciprocal
 from eager.device import CPU, as_device
 from eager.dispatcher import ATEN
 from eager.factories import TYPED, ones, tensor, zeros
-from eager.kernels._common import check_castable, promote
+from eager.kernels._common import check_castable, promote, rounded_once
 from eager.kernels._common import type_word as _type_word
 from ir.records import named
 from eager.tensor import Storage, Tensor, ops, whole_step, wrap_scalar
@@ -136,6 +136,7 @@ def _var(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
     return ops.var(self, dim, correction=correction, keepdim=keepdim)
 
 
+@rounded_once  # sqrt of the variance before it is rounded, as PyTorch's std
 def _std(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
     return ops.sqrt(_var(self, dim, unbiased, keepdim, correction=correction))
 

@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from eager import factories
-from eager.kernels._common import type_word
+from eager.kernels._common import computed, type_word
 from eager.shapes import wrap_dim
 from eager.tensor import Tensor, ops
 from ir import dtypes
@@ -37,10 +37,17 @@ def logsumexp(input: Tensor, dim, keepdim: bool = False) -> Tensor:
 
 
 def norm(input: Tensor, p="fro", dim=None, keepdim: bool = False, dtype=None) -> Tensor:
-    """The vector p-norm over dim (all elements without one); 'fro' is 2."""
+    """The vector p-norm over dim (all elements without one); 'fro' is 2. A 16-bit float's
+    is computed in float32 and rounded once, as PyTorch's kernel computes it."""
     x = input if dtype is None else input.to(dtype)
     dims = list(range(x.dim())) if dim is None else ([dim] if isinstance(dim, int)
                                                      else list(dim))
+    if x.dtype in dtypes.HALF:
+        return _vector_norm(computed(x), p, dims, keepdim).to(x.dtype)
+    return _vector_norm(x, p, dims, keepdim)
+
+
+def _vector_norm(x: Tensor, p, dims: list, keepdim: bool) -> Tensor:
     if p in ("fro", 2, 2.0):
         return ops.sqrt(ops.sum(x * x, dims, keepdim))
     if p in (math.inf, "inf"):

@@ -104,10 +104,11 @@ class FusedKernel:
         candidates = {v for v in self.operands
                       if _is_kept(v.type.shape, full, reduced) and tuple(v.type.shape) != full}
         rows: set = set()
-        for n in self.nodes:
+        for n in self.nodes:  # (a row's value times a row-long operand is a full value)
             ins = [v for v in n.input_values() if v not in scalars]
-            if n.op in K.REDUCE_OPS or (ins and all(v in rows or v in candidates
-                                                   for v in ins)):
+            if n.op in K.REDUCE_OPS or (
+                    ins and all(v in rows or v in candidates for v in ins) and
+                    _is_kept(n.outputs[0].type.shape, full, reduced)):
                 rows.add(n.outputs[0])
         users = self.body.users()
         for v in candidates:  # (views are applied before the kernel: they are not readers)

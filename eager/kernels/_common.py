@@ -119,6 +119,24 @@ def computed(t: Tensor) -> Tensor:
     return t.float() if t.dtype in dtypes.HALF else t
 
 
+def rounded_once(composite):
+    """`composite`, written in eager ops, computed as PyTorch's one kernel for it computes:
+    where its floating tensor arguments are all of one 16-bit type, in float32 (computed)
+    with the result rounded back to that type once, not after each op (so its gradient
+    too is computed in float32 and rounded once). Mixed types it leaves as they are."""
+    @functools.wraps(composite)
+    def run(*args, **kwargs):
+        floats = {v.dtype for v in (*args, *kwargs.values())
+                  if isinstance(v, Tensor) and v.dtype.is_floating_point}
+        if len(floats) != 1 or next(iter(floats)) not in dtypes.HALF:
+            return composite(*args, **kwargs)
+        dt = floats.pop()
+        wide = lambda v: computed(v) if isinstance(v, Tensor) else v  # noqa: E731
+        out = composite(*map(wide, args), **{k: wide(v) for k, v in kwargs.items()})
+        return out.to(dt)
+    return run
+
+
 def operand(t: Tensor, np_dtype) -> np.ndarray:
     a = t._np()
     # `is` first: numpy's dtypes of one type are one object, and `==` costs more

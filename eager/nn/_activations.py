@@ -1,10 +1,14 @@
 """nn.functional's activations, similarity and distance functions beyond the ops'
 own (relu, gelu, silu, sigmoid, tanh, hardswish, softplus, ...), written in eager ops so autograd
-and capture see those ops. `inplace=True` is accepted and computes out of place."""
+and capture see those ops. `inplace=True` is accepted and computes out of place. Those
+PyTorch computes in one kernel (elu, celu, selu, logsigmoid, mish, glu) take 16-bit floats
+in float32 and round once (rounded_once), as that kernel does."""
 from __future__ import annotations
 
 from eager import factories
 from eager.derived_math import norm
+from eager.kernels._common import rounded_once
+from eager.shapes import broadcast_shapes
 from eager.tensor import Tensor, ops
 
 __all__ = ["softplus_of", "leaky_relu", "elu", "celu", "selu", "softsign",
@@ -20,18 +24,21 @@ def leaky_relu(input: Tensor, negative_slope: float = 0.01, inplace: bool = Fals
     return ops.where(input > 0, input, input * negative_slope)
 
 
+@rounded_once
 def elu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     """x for x > 0, alpha expm1(x) below (of min(x, 0): no overflow above), as PyTorch
     computes it (elu(-0.0) is -0.0, of a subnormal the subnormal)."""
     return ops.where(input > 0, input, ops.expm1(ops.clamp(input, None, 0.0)) * alpha)
 
 
+@rounded_once
 def celu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     if alpha == 0:
         raise ValueError("ZeroDivisionError: alpha cannot be 0 for CELU")
     return ops.where(input > 0, input, ops.expm1(ops.clamp(input, None, 0.0) / alpha) * alpha)
 
 
+@rounded_once
 def selu(input: Tensor, inplace: bool = False) -> Tensor:
     return elu(input, _SELU_ALPHA) * _SELU_SCALE
 
@@ -63,6 +70,7 @@ def relu6(input: Tensor, inplace: bool = False) -> Tensor:
     return hardtanh(input, 0.0, 6.0)
 
 
+@rounded_once
 def logsigmoid(input: Tensor) -> Tensor:
     """-softplus(-x) without overflow or softplus's threshold (which cut the tail of
     logsigmoid(-25) in float64); 0 - it, so that logsigmoid(inf) is +0.0 as PyTorch's
@@ -70,6 +78,7 @@ def logsigmoid(input: Tensor) -> Tensor:
     return 0.0 - softplus_of(-input)
 
 
+@rounded_once
 def mish(input: Tensor, inplace: bool = False) -> Tensor:
     return input * ops.tanh(ops.softplus(input))
 
@@ -93,6 +102,7 @@ def threshold(input: Tensor, threshold: float, value: float, inplace: bool = Fal
     return ops.where(input <= threshold, float(value), input)  # NaN stays
 
 
+@rounded_once
 def glu(input: Tensor, dim: int = -1) -> Tensor:
     if input.dim() == 0:
         raise RuntimeError("glu does not support scalars because halving size must be even")
@@ -140,10 +150,14 @@ def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -
 
 
 def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
-    """x1 . x2 / (max(||x1||, eps) max(||x2||, eps)) along dim (broadcast)."""
-    n1 = ops.clamp(norm(x1, 2, dim, False), eps, None)
-    n2 = ops.clamp(norm(x2, 2, dim, False), eps, None)
-    return ops.sum(x1 * x2, [dim], False) / (n1 * n2)
+    """(x1 / max(||x1||, eps)) . (x2 / max(||x2||, eps)) along dim (broadcast), in
+    PyTorch's order: each input divided by its norm first, so 16-bit inputs round where
+    PyTorch's do (the norms, the quotients, their product; the sum once)."""
+    shape = broadcast_shapes(x1.shape, x2.shape)
+    x1, x2 = x1.expand(shape), x2.expand(shape)
+    n1 = ops.clamp(norm(x1, 2, dim, True), eps, None)
+    n2 = ops.clamp(norm(x2, 2, dim, True), eps, None)
+    return ops.sum((x1 / n1) * (x2 / n2), [dim], False)
 
 
 def pairwise_distance(x1: Tensor, x2: Tensor, p: float = 2.0, eps: float = 1e-6,

@@ -7,8 +7,10 @@ import math
 from eager import dispatcher, factories
 from eager.amp import autocast_mode as _autocast
 from eager.dispatcher import DispatchKey
-from eager.nn._activations import pairwise_distance, softplus_of
+from eager.kernels._common import rounded_once
+from eager.nn._activations import logsigmoid, pairwise_distance, softplus_of
 from eager.tensor import Tensor, ops
+from ir import dtypes
 
 __all__ = ["binary_cross_entropy", "binary_cross_entropy_with_logits", "smooth_l1_loss",
            "huber_loss", "kl_div", "margin_ranking_loss", "cosine_embedding_loss",
@@ -42,45 +44,61 @@ def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = 
         values = input.detach()._host_np()
         if values.size and not ((values >= 0) & (values <= 1)).all():
             raise RuntimeError("all elements of input should be between 0 and 1")
+    loss = _binary_cross_entropy(input, target)  # PyTorch's kernel, then its mul_(weight)
+    return _reduce(loss if weight is None else loss * weight, reduction)
+
+
+@rounded_once
+def _binary_cross_entropy(input: Tensor, target: Tensor) -> Tensor:
     log_x = ops.clamp(ops.log(input), -100.0, None)
     log_not_x = ops.clamp(ops.log(1 - input), -100.0, None)
-    loss = -(target * log_x + (1 - target) * log_not_x)
-    return _reduce(loss if weight is None else loss * weight, reduction)
+    return -(target * log_x + (1 - target) * log_not_x)
 
 
 @_autocast.policy("binary_cross_entropy_with_logits")
 def binary_cross_entropy_with_logits(input: Tensor, target: Tensor,
                                      weight: Tensor | None = None, reduction: str = "mean",
                                      pos_weight: Tensor | None = None) -> Tensor:
-    """binary_cross_entropy(sigmoid(x), t) computed stably from the logits x; pos_weight
+    """binary_cross_entropy(sigmoid(x), t) computed stably from the logits x, as PyTorch's
+    composite: (1 - t) x - logsigmoid(x), 16-bit floats rounded after each op; pos_weight
     weighs the positive term per class."""
     _same_size("binary_cross_entropy_with_logits", input, target)
     if pos_weight is None:
-        loss = (1 - target) * input + softplus_of(-input)
+        loss = (1 - target) * input - logsigmoid(input)
     else:
         log_weight = (pos_weight - 1) * target + 1
-        loss = (1 - target) * input + log_weight * softplus_of(-input)
+        loss = (1 - target) * input - log_weight * logsigmoid(input)
     return _reduce(loss if weight is None else loss * weight, reduction)
 
 
 @_autocast.policy("smooth_l1_loss")
 def smooth_l1_loss(input: Tensor, target: Tensor, reduction: str = "mean",
                    beta: float = 1.0) -> Tensor:
+    """PyTorch's kernel computes bfloat16 in float32 and rounds once, float16 op by op."""
     if beta < 0:
         raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
+    by_type = rounded_once(_smooth_l1) if input.dtype is dtypes.bfloat16 else _smooth_l1
+    return _reduce(by_type(input, target, beta), reduction)
+
+
+def _smooth_l1(input: Tensor, target: Tensor, beta: float) -> Tensor:
     d = ops.abs(input - target)
-    if beta == 0:
-        return _reduce(d, reduction)
-    return _reduce(ops.where(d < beta, d * d * (0.5 / beta), d - 0.5 * beta), reduction)
+    return d if beta == 0 else ops.where(d < beta, 0.5 * d * d / beta, d - 0.5 * beta)
 
 
 @_autocast.policy("huber_loss")
 def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean",
                delta: float = 1.0) -> Tensor:
+    """PyTorch's kernel computes float16 in float32 and rounds once, bfloat16 op by op."""
     if delta <= 0:
         raise RuntimeError("huber_loss does not support non-positive values for delta.")
+    by_type = rounded_once(_huber) if input.dtype is dtypes.float16 else _huber
+    return _reduce(by_type(input, target, delta), reduction)
+
+
+def _huber(input: Tensor, target: Tensor, delta: float) -> Tensor:
     d = ops.abs(input - target)
-    return _reduce(ops.where(d < delta, d * d * 0.5, (d - 0.5 * delta) * delta), reduction)
+    return ops.where(d < delta, 0.5 * d * d, (d - 0.5 * delta) * delta)
 
 
 @_autocast.policy("kl_div")

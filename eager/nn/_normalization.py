@@ -1,5 +1,6 @@
 """nn.functional's normalisations (batch_norm, group_norm, instance_norm, rms_norm),
-channel dropout (dropout1d/2d/3d) and pad, in eager ops."""
+channel dropout (dropout1d/2d/3d) and pad, in eager ops. group_norm and rms_norm take
+16-bit floats in float32 and round once (rounded_once), as PyTorch's do."""
 from __future__ import annotations
 
 import warnings
@@ -8,6 +9,7 @@ import numpy as np
 
 from eager import factories
 from eager.autograd.grad_mode import no_grad
+from eager.kernels._common import compute_np, rounded_once
 from eager.tensor import Tensor, ops
 
 __all__ = ["batch_norm", "group_norm", "instance_norm", "rms_norm", "dropout1d", "dropout2d",
@@ -75,6 +77,7 @@ def instance_norm(input: Tensor, running_mean=None, running_var=None, weight=Non
     return _affine((input - mean) * ops.rsqrt(var + eps), weight, bias, input)
 
 
+@rounded_once
 def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None,
                bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
     """Normalise each sample's channels in num_groups groups."""
@@ -93,17 +96,19 @@ def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None,
     return _affine(out, weight, bias, input)
 
 
+@rounded_once
 def rms_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
              eps: float | None = None) -> Tensor:
     """input / sqrt(mean(input^2) + eps) over the last dims, times weight; eps defaults to
-    the dtype's machine epsilon, as PyTorch's."""
+    the machine epsilon of the type it computes in (float32's for the 16-bit floats, which
+    compute in float32 and round once), as PyTorch's."""
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if tuple(input.shape[input.dim() - len(shape):]) != shape:
         raise RuntimeError(f"Given normalized_shape={list(shape)}, expected input with shape "
                            f"[*, {', '.join(str(s) for s in shape)}], but got input of size "
                            f"{list(input.shape)}")
     if eps is None:
-        eps = float(np.finfo(input.dtype.np).eps)
+        eps = float(np.finfo(compute_np(input.dtype)).eps)
     dims = list(range(input.dim() - len(shape), input.dim()))
     out = input * ops.rsqrt(ops.mean(input * input, dims, True) + eps)
     return out if weight is None else out * weight

@@ -9,6 +9,7 @@ from eager import factories
 from eager import dispatcher
 from eager.amp import autocast_mode as _autocast
 from eager.dispatcher import ATEN, DispatchKey
+from eager.kernels._common import rounded_once
 from ir.records import named
 from eager.tensor import Tensor, ops, reading_values
 from ir import dtypes
@@ -179,6 +180,7 @@ def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
 
 
 @_autocast.policy("scaled_dot_product_attention")
+@rounded_once
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
                                  attn_mask: Tensor | None = None, dropout_p: float = 0.0,
                                  is_causal: bool = False, scale: float | None = None,

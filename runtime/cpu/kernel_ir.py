@@ -391,8 +391,11 @@ def _row_group(k: _Builder, plan: RowPasses, rows: list) -> None:
                 for j, v in reloads:
                     env[v] = k.load(n_in + j, base[n_in + j], i, count)
                 for node in spec.nodes:
-                    if node in scaled:
-                        env[node.outputs[0]] = b.fmul(env[node.inputs[0]], scaled[node])
+                    if node in scaled:  # a 16-bit quotient rounded as compute() rounds
+                        quotient = b.fmul(env[node.inputs[0]], scaled[node])
+                        dt = node.outputs[0].type.dtype
+                        env[node.outputs[0]] = L.round_half(quotient, dt) \
+                            if dt in dtypes.HALF else quotient
                     elif node.outputs[0] in needed:
                         k.compute(node, env, L)
                 positions = b.add(llvm_ir.splat(b, i, k.w),

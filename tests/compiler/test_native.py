@@ -307,6 +307,18 @@ def test_row_kernels_tell_row_operands_from_broadcast_rows():
                                atol=1e-5)
 
 
+def test_an_operand_as_long_as_a_row_broadcasts_against_a_rows_value_along_the_row():
+    """y of shape (n,) beside a row's value of shape (n, 1) in a square (n, n) kernel:
+    y * x.sum(-1, keepdim=True) is y along each row (numpy's broadcast), not one value of
+    y per row as y's shape alone would say (it gave values of 1e24, read past y)."""
+    x, y = eager.randn(64, 64), eager.randn(64)
+    for fn in (lambda x, y: y * x.sum(-1, keepdim=True),
+               lambda x, y: x + y / x.abs().sum(-1, keepdim=True)):
+        np.testing.assert_allclose(compiler.compile(fn, backend="native")(x, y).numpy(),
+                                   fn(x, y).numpy(), rtol=1e-5, atol=1e-5)
+        assert compiler.lower(fn, x, y).kernels
+
+
 @pytest.mark.parametrize("fn", [lambda x: x.argmax(-1), lambda x: x.argmin(0),
                                 lambda x: x.argmax(), lambda x: x.argmax(1, keepdim=True) + 1,
                                 lambda x: eager.softmax(x, -1).argmin(-1)])

@@ -186,6 +186,22 @@ def test_half_reductions_and_row_ops_compute_in_float32_registers(dtype, name):
     assert_same(_compiled_natively(fn, x, w, b), want, ulps)
 
 
+def test_a_bfloat16_quotient_by_a_rows_value_rounds_to_nearest():
+    """x / (a value per row) in a row kernel is x times the row's reciprocal, and a
+    bfloat16 quotient is rounded to nearest there as everywhere (it was stored unrounded,
+    and bfloat16's store drops the low bits: half of the quotients were a unit below
+    eager's; float16's store rounds): F.normalize's x / norm. Eager divides; the
+    reciprocal's own rounding may move a quotient across a rounding boundary, which these
+    values never meet."""
+    rng = np.random.default_rng(3)
+    x = eager.tensor(rng.standard_normal((64, 64)).astype(np.float32) * 3).bfloat16()
+    for fn in (lambda x: x / x.sum(-1, keepdim=True),
+               lambda x: eager.nn.functional.normalize(x, dim=-1)):
+        with numpy_kernels():
+            want = fn(x)
+        assert_same(_compiled_natively(fn, x), want, 0)
+
+
 PRODUCTS = {  # name: (function of x (m, k), w (n, k), bias (n,)), bmm?
     "mm": (lambda x, w, bias: x @ w.t(), False),
     "linear_relu_scale": (lambda x, w, bias: (x @ w.t() + bias).relu() * 2, False),
