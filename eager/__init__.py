@@ -86,7 +86,7 @@ def compile(fn=None, **options):  # noqa: A001 - PyTorch's name
 
 _SUBMODULES = ("nn", "optim", "utils", "cpu", "cuda", "distributed", "testing", "serialization", "hub",
                "jit", "onnx", "fx", "compiler", "ao", "_custom_ops", "library",
-               "distributions")
+               "distributions", "special")
 _FROM_MODULE = {"load": "eager.serialization", "save": "eager.serialization",
                 "pixel_shuffle": "eager.nn.functional", "pixel_unshuffle": "eager.nn.functional"}
 # PyTorch's names kiln lacks: NotSupportedYet (eager/_missing.py)

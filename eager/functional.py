@@ -15,7 +15,7 @@ from ir.ops import Op
 _DIRECT = named("function")  # eager.exp, eager.mm, ...: every op whose record names one
 
 __all__ = list(_DIRECT) + [
-    "max", "min", "var", "std", "clamp_min", "clamp_max", "concat", "square", "chunk",
+    "max", "min", "var", "std", "var_mean", "std_mean", "clamp_min", "clamp_max", "concat", "square", "chunk",
     "divide", "true_divide",
     "result_type", "promote_types", "can_cast", "broadcast_shapes", "gather", "scatter", "scatter_add",
     "nonzero", "index_put"]
@@ -50,6 +50,29 @@ def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     return Tensor.std(input, dim, unbiased, keepdim, correction=correction)
 
 
+def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    """(var, mean) over dim; `torch.var_mean(x, False)` gives `unbiased` in dim's place."""
+    dim, correction = _spread_arguments(dim, unbiased, correction)
+    return ops.var_mean(input, dim, correction=correction, keepdim=keepdim)
+
+
+def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    dim, correction = _spread_arguments(dim, unbiased, correction)
+    return ops.std_mean(input, dim, correction=correction, keepdim=keepdim)
+
+
+def _spread_arguments(dim, unbiased, correction):
+    """(dim, correction) from PyTorch's overloads: (dim, unbiased, keepdim), (unbiased),
+    and (dim, *, correction, keepdim)."""
+    if isinstance(dim, bool):
+        dim, unbiased = None, dim
+    if unbiased is not None:
+        if not isinstance(unbiased, bool):
+            raise TypeError("unbiased must be a bool")
+        if correction is not None:
+            raise RuntimeError("Cannot specify both unbiased and correction")
+        correction = int(unbiased)
+    return dim, correction
 
 
 @takes_out

@@ -9,7 +9,7 @@ these calls of `F`:
     F.sum(x, dims, keepdim)   F.amax(x, dims, keepdim)   F.mean(x, dims, keepdim)
     F.count(x, dims, correction=0)    the elements a reduction over dims combines, less
                                       the correction, not below 0
-    F.exp(x)  F.log(x)  F.rsqrt(x)  F.tanh(x)  F.erf(x)  F.mm(a, b)
+    F.exp(x)  F.log(x)  F.rsqrt(x)  F.sqrt(x)  F.tanh(x)  F.erf(x)  F.mm(a, b)
     F.ndim(x)  F.cast(x, dtype)       (dtype None: x as it is)
 
 The interpreters, and who runs each:

@@ -70,6 +70,7 @@ class Op(enum.Enum):
     CLAMP_TENSOR = "clamp.Tensor(Tensor self, Tensor min, Tensor max) -> Tensor"
     NAN_TO_NUM = ("nan_to_num(Tensor self, float? nan=None, float? posinf=None, "
                   "float? neginf=None) -> Tensor")
+    LOGIT = "logit(Tensor self, float? eps=None) -> Tensor"
     # elementwise, binary (Python numbers become wrapped zero-dim tensors)
     ADD = "add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor"
     SUB = "sub(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor"
@@ -101,6 +102,11 @@ class Op(enum.Enum):
     NEXTAFTER = "nextafter" + _BINARY
     HEAVISIDE = "heaviside(Tensor self, Tensor values) -> Tensor"
     WHERE = "where(Tensor condition, Tensor self, Tensor other) -> Tensor"
+    # elementwise, three tensors: self + value * tensor1 * tensor2 (or / tensor2)
+    ADDCMUL = ("addcmul(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1)"
+               " -> Tensor")
+    ADDCDIV = ("addcdiv(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1)"
+               " -> Tensor")
     # reductions
     SUM = ("sum(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None)"
            " -> Tensor")
@@ -116,6 +122,13 @@ class Op(enum.Enum):
     ARGMIN = "argmin(Tensor self, int? dim=None, bool keepdim=False) -> Tensor"
     VAR = ("var.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None,"
            " bool keepdim=False) -> Tensor")
+    VAR_MEAN = ("var_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None,"
+                " bool keepdim=False) -> (Tensor, Tensor)")
+    STD_MEAN = ("std_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None,"
+                " bool keepdim=False) -> (Tensor, Tensor)")
+    # (PyTorch's prod and prod.dim_int: dim None is the product of every element)
+    PROD = ("prod(Tensor self, int? dim=None, bool keepdim=False, *, ScalarType? dtype=None)"
+            " -> Tensor")
     SOFTMAX = "softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor"
     LOG_SOFTMAX = "log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor"
     SOFTMAX_BACKWARD_DATA = ("_softmax_backward_data(Tensor grad_output, Tensor output, int dim,"
@@ -244,6 +257,11 @@ class Op(enum.Enum):
     COPYSIGN_ = "copysign_.Tensor" + _INPLACE_BINARY
     NEXTAFTER_ = "nextafter_" + _INPLACE_BINARY
     HEAVISIDE_ = "heaviside_(Tensor(a!) self, Tensor values) -> Tensor(a!)"
+    LOGIT_ = "logit_(Tensor(a!) self, float? eps=None) -> Tensor(a!)"
+    ADDCMUL_ = ("addcmul_(Tensor(a!) self, Tensor tensor1, Tensor tensor2, *, Scalar value=1)"
+                " -> Tensor(a!)")
+    ADDCDIV_ = ("addcdiv_(Tensor(a!) self, Tensor tensor1, Tensor tensor2, *, Scalar value=1)"
+                " -> Tensor(a!)")
     ZERO_ = "zero_(Tensor(a!) self) -> Tensor(a!)"
     FILL_ = "fill_.Scalar(Tensor(a!) self, Scalar value) -> Tensor(a!)"
     COPY_ = "copy_(Tensor(a!) self, Tensor src) -> Tensor(a!)"
@@ -271,7 +289,7 @@ class Op(enum.Enum):
 
 
 REDUCTION = frozenset({Op.SUM, Op.MEAN, Op.AMAX, Op.AMIN, Op.MAX_DIM, Op.MIN_DIM, Op.ARGMAX,
-                       Op.ARGMIN, Op.VAR})
+                       Op.ARGMIN, Op.VAR, Op.VAR_MEAN, Op.STD_MEAN, Op.PROD})
 NORMALIZATION = frozenset({Op.SOFTMAX, Op.LOG_SOFTMAX, Op.NATIVE_LAYER_NORM})
 MATMUL_FAMILY = frozenset({Op.DOT, Op.MV, Op.MM, Op.BMM, Op.ADDMM})
 VIEW = frozenset(op for op in Op if op.schema.is_view)
@@ -279,7 +297,8 @@ INPLACE = frozenset(op for op in Op if op.schema.is_mutable)
 TENSORS_ONLY = frozenset({Op.MAXIMUM, Op.MINIMUM, Op.LOGICAL_AND, Op.ATAN2, Op.HYPOT,
                           Op.LOGADDEXP, Op.LOGADDEXP2, Op.NEXTAFTER, Op.HEAVISIDE, Op.DOT,
                           Op.MV, Op.MM, Op.BMM, Op.MATMUL, Op.ATAN2_, Op.HYPOT_,
-                          Op.NEXTAFTER_, Op.HEAVISIDE_})
+                          Op.NEXTAFTER_, Op.HEAVISIDE_, Op.ADDCMUL, Op.ADDCDIV,
+                          Op.ADDCMUL_, Op.ADDCDIV_})
 """Ops that take no Python number for a Tensor argument: PyTorch has no Scalar form of
 them (atan2(x, 2.0) is a TypeError), where other ops wrap the number."""
 COMPILER_ONLY = frozenset({Op.SCALAR, Op.FUSED})

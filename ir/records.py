@@ -49,13 +49,16 @@ class Derivative(NamedTuple):
     run of ordinary ops: it can be differentiated again (create_graph=True) and traced by
     the compiler. Where one kiln op stands for several PyTorch overloads (`x.sum()` and
     `x.sum(1)`), `overloads` maps the node name PyTorch gives an overload to a test of the
-    bound arguments."""
+    bound arguments. `every_output`: each floating output of the op is an output of the
+    node (var_mean's two), and the formula's `g` is {output position: gradient}, holding
+    those that received one; otherwise only the first output is differentiable."""
     op: Op
     name: str
     inputs: tuple[str, ...]
     save: tuple[str, ...]
     formula: Callable
     overloads: tuple[tuple[str, Callable[[dict], bool]], ...] = ()
+    every_output: bool = False
 
 
 POINTWISE_RULES = ("same", "float", "promote", "divide", "compare", "logical", "power")
@@ -123,13 +126,14 @@ class OpRecord:
         self.formula = formula  # the decomposition, `formula(F, *args, **kwargs)`
 
     def derivative(self, name: str, inputs: str, save: str = "",
-                   overloads: dict[str, Callable[[dict], bool]] | None = None):
+                   overloads: dict[str, Callable[[dict], bool]] | None = None,
+                   every_output: bool = False):
         """Decorator: the formula below is this op's backward rule, its node `name`."""
         def register(formula):
             if self.rule is not None:
                 raise ValueError(f"{self.op!r} has a derivative already")
             self.rule = Derivative(self.op, name, tuple(inputs.split()), tuple(save.split()),
-                                   formula, tuple((overloads or {}).items()))
+                                   formula, tuple((overloads or {}).items()), every_output)
             return formula
         return register
 

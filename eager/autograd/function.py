@@ -224,15 +224,16 @@ class FormulaNode(Node):
 _node_classes: dict[tuple, type] = {}
 
 
-def node_class(name: str, formula, saves: tuple = ()) -> type:
+def node_class(name: str, formula, saves: tuple = (), every_output: bool = False) -> type:
     """The FormulaNode subclass called `name` (MmBackward0, ...), one per name, formula
     and saved names, so `add` and `add_` make nodes of the same class. Each saved name
     is a property (`ctx.self`, `ctx.mat2` inside the formula), not a `__getattr__`: with
     one, every attribute the engine reads from a node would take CPython's slow generic
     path, and each saved value read would first raise an AttributeError."""
-    key = (name, formula, saves)
+    key = (name, formula, saves, every_output)
     if key not in _node_classes:
-        body = {"__slots__": (), "formula": staticmethod(formula)}
+        body = {"__slots__": (), "formula": staticmethod(formula),
+                "takes_all_grads": every_output}
         body.update((n, _saved_value(n)) for n in saves)
         _node_classes[key] = type(name, (FormulaNode,), body)
     return _node_classes[key]

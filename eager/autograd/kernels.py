@@ -123,6 +123,11 @@ def record(plan: _Plan, cls, vals: list, out, saved_vals: list | None = None):
     # _set_requires_grad(True), inlined: the dtype is a float's, checked above
     primary._requires_grad = True
     primary._keys = _GRAD_KEYS[primary.device.type]
+    if plan.d.every_output:  # (var_mean's mean too)
+        for nr, t in enumerate(out[1:], 1):
+            if t.dtype.is_floating_point:
+                t.grad_fn, t.output_nr = node, nr
+                t._requires_grad, t._keys = True, _GRAD_KEYS[t.device.type]
     return out
 
 
@@ -135,16 +140,16 @@ def _node_chooser(plan: _Plan):
     first matching PyTorch overload, else the rule's own. node_class makes each class at
     its first use (type() costs ~7 us: ~1 ms of `import eager` for every rule at once)."""
     d = plan.d
-    saves = tuple(d.save)
+    saves, every = tuple(d.save), d.every_output
     if not d.overloads:
-        return lambda vals: node_class(d.name, d.formula, saves)
+        return lambda vals: node_class(d.name, d.formula, saves, every)
 
     def choose(vals: list):
         bound = plan.bound(vals)
         for name, matches in d.overloads:
             if matches(bound):
-                return node_class(name, d.formula, saves)
-        return node_class(d.name, d.formula, saves)
+                return node_class(name, d.formula, saves, every)
+        return node_class(d.name, d.formula, saves, every)
     return choose
 
 

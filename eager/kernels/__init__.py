@@ -8,8 +8,8 @@ Pointwise ops get their kernels made from their records here. Importing this pac
 registers them all.
 """
 from eager.kernels import (binary, copies, elementwise, indexing, linalg,  # noqa: F401
-                           membership, normalization, reduction, rounding, shape, trig,
-                           unary, windows)
+                           membership, moments, normalization, products, reduction,
+                           rounding, shape, ternary, trig, unary, windows)
 from ir.records import RECORDS
 
 for _record in RECORDS.values():

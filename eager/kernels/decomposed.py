@@ -46,6 +46,9 @@ class _Eager(Interpreter):
     def rsqrt(self, x):
         return ops.rsqrt(x)
 
+    def sqrt(self, x):
+        return ops.sqrt(x)
+
     def tanh(self, x):
         return ops.tanh(x)
 
@@ -87,6 +90,7 @@ class _Numpy(Interpreter):
         return _count(x.shape, _axes(dims), correction)
 
     exp, log, tanh = staticmethod(np.exp), staticmethod(np.log), staticmethod(np.tanh)
+    sqrt = staticmethod(np.sqrt)
     erf = staticmethod(erf)
 
     @staticmethod

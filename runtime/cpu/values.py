@@ -200,6 +200,13 @@ class Elements:
             return self.b.and_(x, y)
         return self.b.fmul(x, y, flags=self.flags) if self.fl else self.b.mul(x, y)
 
+    def fma(self, x, y, z):
+        """x * y + z, of floats rounded once (llvm.fma, whatever `contract` says); of
+        integers the product and the sum, wrapping."""
+        if self.fl:
+            return intrinsic(self.b, "fma", [x, y, z], x.type, [x.type])
+        return self.add(self.mul(x, y), z)
+
     def div(self, x, y):
         """x / y; of integers C's quotient, toward zero (see _divisor)."""
         if self.fl:

@@ -113,6 +113,13 @@ CASES = {
             lambda x, d: x.var(tuple(d), ddof=1), "rows"),
     "var-biased": (Op.VAR, lambda rng, s: ((_normal(rng, *s), [1, 2]), {"correction": 0}),
                    lambda x, d, correction: x.var(tuple(d), ddof=correction), "rows"),
+    "var_mean": (Op.VAR_MEAN, lambda rng, s: ((_normal(rng, *s), [-1]), {}),
+                 lambda x, d: (x.var(tuple(d), ddof=1), x.mean(tuple(d))), None),
+    "std_mean": (Op.STD_MEAN, lambda rng, s: ((_normal(rng, *s), [1, 2]),
+                                              {"correction": 0, "keepdim": True}),
+                 lambda x, d, correction, keepdim: (
+                     x.std(tuple(d), ddof=correction, keepdims=keepdim),
+                     x.mean(tuple(d), keepdims=keepdim)), None),
     "native_layer_norm": (
         Op.NATIVE_LAYER_NORM, lambda rng, s: ((_normal(rng, *s), list(s[1:]), _normal(
             rng, *s[1:]), _normal(rng, *s[1:]), 1e-5), {}), _layer_norm, "rows"),

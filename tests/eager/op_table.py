@@ -159,6 +159,42 @@ def gelu_backward_samples(make):
         yield S(make(shape), make(shape), approximate="tanh")
 
 
+def _logit(x, eps=None):
+    if eps is not None and eps >= 0:
+        x = np.clip(x, eps, 1 - eps)
+    return np.log(x / (1 - x))
+
+
+def _probabilities(make, shape):
+    """Floats in (0, 1) (a sigmoid of the sample); integers and bools as they are."""
+    a = make(shape)
+    if a.dtype.kind not in "fV":
+        return a
+    return np.asarray(1 / (1 + np.exp(-2 * a.astype(np.float64)))).astype(a.dtype)
+
+
+def logit_samples(make):
+    for shape in UNARY_SHAPES:
+        yield S(_probabilities(make, shape))
+    yield S(_probabilities(make, (4, 6)), 0.25)
+    yield S(_probabilities(make, (3, 5)), eps=0.0)
+    yield S(make((3, 5)), eps=-1.0)  # no clamp: NaN outside [0, 1]
+    if make.dtype.kind == "f":
+        yield S(np.array(SPECIAL_VALUES + [0.5, 1.0], make.dtype))
+        yield S(np.array(SPECIAL_VALUES + [0.5, 1.0], make.dtype), 0.1)
+
+
+def addc_samples(make, divisor=False):
+    def third(shape):
+        return make(shape, positive=True) if divisor else make(shape)
+    for a, b, c in [((3, 5), (3, 5), (3, 5)), ((3, 1), (1, 5), (5,)), ((), (2, 3), (3,)),
+                    ((0, 3), (1, 3), (3,)), ((4, 1, 3), (2, 1), (1,)), ((7,), (7,), ())]:
+        yield S(make(a), make(b), third(c))
+    yield S(make((2, 3)), make((2, 3)), third((2, 3)), value=2)
+    if make.dtype.kind in "fV":
+        yield S(make((2, 3)), make((2, 3)), third((3,)), value=-0.375)
+
+
 ELEMENTWISE = [
     unary("neg", Op.NEG, np.negative, NUMBERS),
     unary("abs", Op.ABS, np.abs, NUMBERS),
@@ -292,6 +328,15 @@ ELEMENTWISE = [
            lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi), clamp_tensor_samples, NUMBERS),
     OpCase("where", (Op.WHERE,), lambda lib, c, a, b: lib.where(c, a, b), np.where,
            where_samples, ALL),
+    # 16-bit floats: each step rounded in the type, as PyTorch's logit (an error of a few
+    # units of the type in x / (1 - x), absolute after the log)
+    OpCase("logit", (Op.LOGIT,), lambda lib, x, *a, **k: lib.logit(x, *a, **k), _logit,
+           logit_samples, ALL, tolerance={"float16": (1e-3, 2e-3), "bfloat16": (8e-3, 1.6e-2)}),
+    OpCase("addcmul", (Op.ADDCMUL,), lambda lib, s, a, b, **k: lib.addcmul(s, a, b, **k),
+           lambda s, a, b, value=1: s + value * a * b, addc_samples, NUMBERS),
+    OpCase("addcdiv", (Op.ADDCDIV,), lambda lib, s, a, b, **k: s.addcdiv(a, b, **k),
+           lambda s, a, b, value=1: s + value * a / b,
+           lambda make: addc_samples(make, divisor=True)),
 ]
 
 
@@ -309,6 +354,28 @@ def sum_samples(make):
     yield S(make((13,)), 0)
     yield S(make(()), 0, keepdim=True)
     yield S(make((2, 3)), 1, dtype="float64")
+
+
+def prod_samples(make):
+    yield S(make((3, 5)))
+    yield S(make(()))
+    yield S(make((3, 5)), 1)
+    yield S(make((3, 5)), -1, keepdim=True)
+    yield S(make((2, 3, 4)), 0)
+    yield S(make((0, 3)), 0)  # an empty product is 1
+    yield S(make((0, 3)), 1)
+    yield S(make((1, 7, 1)), 1)
+    yield S(make((13,)), 0)
+    yield S(make(()), 0, keepdim=True)
+    yield S(make((2, 3)), 1, dtype="float64")
+    with_zeros = make((4, 5))
+    with_zeros[1, 2] = with_zeros[3, 0] = with_zeros[3, 4] = 0
+    yield S(with_zeros, 1)
+
+
+def _prod(x, dim=None, keepdim=False, dtype=None):
+    out = np.prod(x, axis=_axis(x, dim), keepdims=keepdim)
+    return out if x.dtype.kind == "f" or dtype is not None else out.astype(np.int64)
 
 
 def extremum_samples(make):
@@ -396,6 +463,17 @@ REDUCTIONS = [
     OpCase("std", (Op.VAR, Op.SQRT), lambda lib, x, **k: x.std(**k),
            lambda x, dim=None, correction=1, keepdim=False:
            np.std(x, axis=_axis(x, dim), ddof=correction, keepdims=keepdim), var_samples),
+    OpCase("var_mean", (Op.VAR_MEAN,), lambda lib, x, **k: lib.var_mean(x, **k),
+           lambda x, dim=None, correction=1, keepdim=False: (
+               np.var(x, axis=_axis(x, dim), ddof=correction, keepdims=keepdim),
+               np.mean(x, axis=_axis(x, dim), keepdims=keepdim)), var_samples),
+    OpCase("std_mean", (Op.STD_MEAN,), lambda lib, x, **k: lib.std_mean(x, **k),
+           lambda x, dim=None, correction=1, keepdim=False: (
+               np.std(x, axis=_axis(x, dim), ddof=correction, keepdims=keepdim),
+               np.mean(x, axis=_axis(x, dim), keepdims=keepdim)), var_samples),
+    # each product rounded in the 16-bit type (PyTorch's order along a short dim)
+    OpCase("prod", (Op.PROD,), lambda lib, x, *a, **k: x.prod(*a, **k), _prod, prod_samples,
+           ALL, tolerance={"float16": (1e-2, 1e-3), "bfloat16": (8e-3, 1e-3)}),
     OpCase("softmax", (Op.SOFTMAX,), lambda lib, x, dim, **k: lib.softmax(x, dim, **k),
            _softmax, softmax_samples),
     OpCase("log_softmax", (Op.LOG_SOFTMAX,),

@@ -1,6 +1,7 @@
 """The op table, continued: views, copies, indexing and in-place ops."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -449,6 +450,15 @@ INPLACE = [
     inplace("clamp_tensors_", Op.CLAMP_TENSOR_,
             lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi), NUMBERS,
             samples=lambda make: (S(make(a), make(b), np.asarray(make(b) + 1))
+                                  for a, b in INPLACE_SHAPES)),
+    dataclasses.replace(inplace("logit_", Op.LOGIT_, lambda x: np.log(x / (1 - x)), FLOATS,
+                                samples=_unary_inplace_samples),
+                        tolerance={"float16": (1e-3, 2e-3), "bfloat16": (8e-3, 1.6e-2)}),
+    inplace("addcmul_", Op.ADDCMUL_, lambda x, a, b, value=1: x + value * a * b, NUMBERS,
+            samples=lambda make: (S(make(a), make(b), make(b), value=2)
+                                  for a, b in INPLACE_SHAPES)),
+    inplace("addcdiv_", Op.ADDCDIV_, lambda x, a, b, value=1: x + value * a / b, FLOATS,
+            samples=lambda make: (S(make(a), make(b), make(b, positive=True), value=-0.5)
                                   for a, b in INPLACE_SHAPES)),
     inplace("zero_", Op.ZERO_, np.zeros_like, ALL,
             samples=lambda make: [S(make((3, 5))), S(make(())), S(make((0, 2)))]),

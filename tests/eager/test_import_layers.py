@@ -21,8 +21,8 @@ LAYERS = [
     ("kernels: op records, CPU and Meta kernels per op family, composite kernels", [
         "eager.kernels._common", "eager.kernels.decomposed", "eager.kernels.gradients",
         "eager.kernels.elementwise", "eager.kernels.unary", "eager.kernels.trig",
-        "eager.kernels.rounding", "eager.kernels.binary",
-        "eager.kernels.indexing", "eager.kernels.membership", "eager.kernels.reduction", "eager.kernels.normalization",
+        "eager.kernels.rounding", "eager.kernels.binary", "eager.kernels.ternary",
+        "eager.kernels.indexing", "eager.kernels.membership", "eager.kernels.reduction", "eager.kernels.products", "eager.kernels.moments", "eager.kernels.normalization",
         "eager.kernels.shape", "eager.kernels.windows",
         "eager.kernels.copies", "eager.kernels.linalg", "eager.kernels", "eager.composite"]),
     ("backends: eager's generated CPU kernels (runtime/cpu's generators) and its CUDA "
@@ -46,7 +46,7 @@ LAYERS = [
         "eager.type_info", "eager.indexing", "eager._tensor_methods", "eager.out_argument",
         "eager.functional",
         "eager.derived",
-        "eager.derived_shapes", "eager.memory_formats", "eager.derived_math",
+        "eager.derived_shapes", "eager.memory_formats", "eager.derived_math", "eager.special",
         "eager.written_back", "eager.storage",
         "eager.amp.autocast_mode", "eager.amp.grad_scaler", "eager.amp",
         "eager.cpu", "eager.cuda",

@@ -1,9 +1,11 @@
 """CUDA kernels written in other CUDA ops, for ops that are not elementwise:
 native_layer_norm and its backward (means, rsqrt and elementwise ops),
 _softmax_backward_data and _log_softmax_backward_data (a row sum and elementwise ops),
-each its record's decomposition run in eager ops (ir/formula.py, EAGER); im2col and
-col2im (slices, stack, slice_backward: eager/kernels/windows.py); isin (eq against
-chunks of the test values, eager/kernels/membership.py). Shapes, dtypes and errors
+var_mean and std_mean, each its record's decomposition run in eager ops (ir/formula.py,
+EAGER); im2col and col2im (slices, stack, slice_backward: eager/kernels/windows.py);
+isin (eq against chunks of the test values, eager/kernels/membership.py); prod (halves
+multiplied, eager/kernels/products.py; not the 16-bit floats, whose products the CPU
+rounds one at a time in their own type, in order). Shapes, dtypes and errors
 come from the op's Meta kernel.
 
 The ones that compute (not im2col, which moves elements, nor isin, which compares them)
@@ -17,10 +19,12 @@ from functools import partial
 from eager.dispatcher import ATEN, AUTOGRAD_KEYS, DispatchKey, exclude_keys
 from eager.kernels.decomposed import EAGER
 from eager.kernels.membership import isin_ops
+from eager.kernels.products import prod_ops
 from eager.kernels.windows import col2im_ops, im2col_ops
 from eager.tensor import Tensor
 from eager.backends.cuda.pointwise import device_of
 from eager.backends.cuda.widened import widened
+from ir import dtypes
 from ir.ops import Op
 from ir.records import RECORDS
 
@@ -39,10 +43,25 @@ def _composed(op: Op, formula):
     return kernel
 
 
+def _no_half(op: Op, kernel):
+    """`kernel`, refusing the 16-bit floats (see the module docstring)."""
+    def refusing(self, *args, **kwargs):
+        dt = kwargs.get("dtype") or self.dtype
+        if dt in dtypes.HALF:
+            raise NotImplementedError(
+                f"Could not run 'aten::{op.schema.name}' with arguments from the 'CUDA' "
+                f"backend: kiln's CUDA kernels have no {dt.name} code for {op.schema.name} "
+                f"(it rounds each step in {dt.name}, in order, as the CPU's)")
+        return kernel(self, *args, **kwargs)
+    refusing.__name__ = kernel.__name__
+    return refusing
+
+
 _DECOMPOSED = (Op.NATIVE_LAYER_NORM, Op.NATIVE_LAYER_NORM_BACKWARD, Op.SOFTMAX_BACKWARD_DATA,
-               Op.LOG_SOFTMAX_BACKWARD_DATA)
+               Op.LOG_SOFTMAX_BACKWARD_DATA, Op.VAR_MEAN, Op.STD_MEAN)
 KERNELS = {**{op: widened(op, _composed(op, partial(RECORDS[op].formula, EAGER)))
               for op in _DECOMPOSED},
            Op.IM2COL: _composed(Op.IM2COL, im2col_ops),
            Op.COL2IM: widened(Op.COL2IM, _composed(Op.COL2IM, col2im_ops)),
-           Op.ISIN: _composed(Op.ISIN, isin_ops)}
+           Op.ISIN: _composed(Op.ISIN, isin_ops),
+           Op.PROD: _no_half(Op.PROD, _composed(Op.PROD, prod_ops))}
