@@ -87,6 +87,7 @@ def tanhshrink(input: Tensor) -> Tensor:
     return input - ops.tanh(input)
 
 
+@rounded_once  # (PyTorch's kernel reads lambd at float32 and rounds once)
 def softshrink(input: Tensor, lambd: float = 0.5) -> Tensor:
     if lambd < 0:
         raise RuntimeError(f"lambda must be greater or equal to 0, but found to be {lambd}.")
@@ -98,6 +99,7 @@ def hardshrink(input: Tensor, lambd: float = 0.5) -> Tensor:
     return ops.where(ops.logical_and(input >= -lambd, input <= lambd), 0.0, input)  # NaN stays
 
 
+@rounded_once  # (PyTorch's kernel reads both numbers at float32)
 def threshold(input: Tensor, threshold: float, value: float, inplace: bool = False) -> Tensor:
     return ops.where(input <= threshold, float(value), input)  # NaN stays
 

@@ -120,6 +120,9 @@ CASES = {
     "rfloordiv": lambda m, x: N // x, "floordiv": lambda m, x: x // N,
     "exp_add": lambda m, x: m.exp(x) + N, "where": lambda m, x: m.where(x > 1, x, N),
     "clamp": lambda m, x: m.clamp(x, 0.7, N),
+    "softshrink": lambda m, x: m.nn.functional.softshrink(x - 1.5, 0.37),
+    "hardshrink": lambda m, x: m.nn.functional.hardshrink(x - 1.5, 0.37),
+    "threshold": lambda m, x: m.nn.functional.threshold(x, 1.37, N),
 }
 
 
