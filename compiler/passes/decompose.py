@@ -27,6 +27,7 @@ import numpy as np
 
 from compiler.capture import trace_to_graph
 from compiler.passes.rewrite import Rewriter
+from eager.kernels._common import stored_in
 from eager.kernels.decomposed import INLINED
 from ir import dtypes
 from ir.graph import Graph, Node, TensorType
@@ -111,7 +112,13 @@ def _widen(graph: Graph) -> Graph:
             continue
         inputs = [_wide(rw, i) for i in (rw.map(i) for i in node.inputs)]
         attrs = tuple((k, dtypes.float32 if v in dtypes.HALF else v) for k, v in node.attrs)
-        for old, new in zip(node.outputs, rw.emit(node.op, inputs, attrs)):
+        stored = _stored(node)
+        if stored is None:
+            results = rw.emit(node.op, inputs, attrs)
+        else:  # its formula now, rounding where PyTorch's kernel keeps 16-bit row values
+            results = _inline(rw, node.op, inputs, attrs,
+                              partial(RECORDS[node.op].formula, INLINED, stored=stored))
+        for old, new in zip(node.outputs, results):
             rw.alias(old, new if new.type == old.type else _cast(rw, new, old.type.dtype))
     return rw.finish()
 
@@ -127,6 +134,16 @@ def _widens(node: Node) -> bool:
     kinds = {v.type.dtype for v in values}
     return bool(kinds & set(dtypes.HALF)) and dtypes.float64 not in kinds and \
         all(v.type.is_static and 0 not in v.type.shape for v in values)
+
+
+def _stored(node: Node):
+    """The 16-bit type a widened node's formula keeps row values in (eager's
+    _common.stored_in: log_softmax over the last dim on the CPU), or None."""
+    if node.op is not Op.LOG_SOFTMAX:
+        return None
+    out = node.outputs[0].type
+    return stored_in(node.op, node.attr["dim"], len(node.inputs[0].type.shape), out.dtype,
+                     out.device)
 
 
 def _wide(rw: Rewriter, i):
@@ -154,18 +171,23 @@ def _decompose(graph: Graph) -> Graph:
             rw.copy(node)
             continue
         inputs = [rw.map(i) for i in node.inputs]
-        # (decomposed in turn: a formula may call ops that decompose)
-        sub = _decompose(trace_to_graph(partial(formula, INLINED), node.op.schema, inputs,
-                                       node.attrs, rw.scalars))
-        given = [v for i in inputs for v in (i if isinstance(i, tuple) else (i,))]
-        env = dict(zip(sub.inputs, [v for v in given if v is not None]))  # (no None weight)
-        for n in sub.nodes:
-            outs = rw.emit(n.op, [_sub_map(env, i) for i in n.inputs], n.attrs,
-                           [v.type for v in n.outputs])
-            env.update(zip(n.outputs, outs))
-        for old, new in zip(node.outputs, sub.outputs):
-            rw.alias(old, env[new])
+        results = _inline(rw, node.op, inputs, node.attrs, partial(formula, INLINED))
+        for old, new in zip(node.outputs, results):
+            rw.alias(old, new)
     return rw.finish()
+
+
+def _inline(rw: Rewriter, op: Op, inputs: list, attrs, formula) -> list:
+    """`formula` (op's, over eager ops) captured over new values `inputs` and emitted
+    into rw, decomposed in turn (a formula may call ops that decompose); its results."""
+    sub = _decompose(trace_to_graph(formula, op.schema, inputs, attrs, rw.scalars))
+    given = [v for i in inputs for v in (i if isinstance(i, tuple) else (i,))]
+    env = dict(zip(sub.inputs, [v for v in given if v is not None]))  # (no None weight)
+    for n in sub.nodes:
+        outs = rw.emit(n.op, [_sub_map(env, i) for i in n.inputs], n.attrs,
+                       [v.type for v in n.outputs])
+        env.update(zip(n.outputs, outs))
+    return [env[v] for v in sub.outputs]
 
 
 def _sub_map(env, i):

@@ -115,6 +115,12 @@ class _RowFormula(Interpreter):
     def cast(self, x, dtype):
         return x  # every node computes in the builder's dtype; loads convert
 
+    def stored(self, x, dtype):
+        if dtype is None:
+            return x
+        narrow = self.rows.cast(x.value, dtype)
+        return self.value(self.rows.cast(narrow, self.rows.dt))
+
 
 _ROW_ARGUMENTS = {Op.SOFTMAX: (1,), Op.LOG_SOFTMAX: (1,), Op.MEAN: ([1], True),
                   Op.VAR: ([1],)}
@@ -122,18 +128,21 @@ _ROW_ARGUMENTS = {Op.SOFTMAX: (1,), Op.LOG_SOFTMAX: (1,), Op.MEAN: ([1], True),
 
 
 def row_op_graph(op: Op, source: DType, out: DType,
-                 divisors: tuple[str, str] = ("count", "divisor")) -> tuple[Graph, frozenset]:
+                 divisors: tuple[str, str] = ("count", "divisor"),
+                 stored: DType | None = None) -> tuple[Graph, frozenset]:
     """(graph, the values with one element per row) of `op` over rows of x (of type
     `source`) giving `out` (computed in float32 where that is a 16-bit float): a
     reduction one node, softmax, log_softmax, mean and var their records' formulas (mean
     a sum over the count; var the sum of squares about the mean over its divisor). The
-    count and the divisor are zero-dim inputs named by `divisors`."""
+    count and the divisor are zero-dim inputs named by `divisors`; `stored`: log_softmax's
+    (_common.stored_in)."""
     r = _Rows(out)
     x = r.input("x", source)
     if op not in _ROW_ARGUMENTS:
         return r.build([r.node(op, x, row=True)])
     F = _RowFormula(r, divisors)
-    return r.build([RECORDS[op].formula(F, F.value(x), *_ROW_ARGUMENTS[op]).value])
+    kept = {} if stored is None else {"stored": stored}
+    return r.build([RECORDS[op].formula(F, F.value(x), *_ROW_ARGUMENTS[op], **kept).value])
 
 
 def layer_norm_graph(dt: DType, weight: bool, bias: bool) -> tuple[Graph, frozenset]:

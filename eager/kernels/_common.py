@@ -137,6 +137,15 @@ def rounded_once(composite):
     return run
 
 
+def stored_in(op: Op, dim: int, ndim: int, dt, device: str = "cpu"):
+    """The 16-bit type `op` (log_softmax of a result of type dt over `dim` of `ndim`)
+    keeps its row values in on the CPU, its formula's `stored`, or None."""
+    if op is Op.LOG_SOFTMAX and dt in dtypes.HALF and device == "cpu" and \
+            dim % max(ndim, 1) == max(ndim, 1) - 1:
+        return dt
+    return None
+
+
 def operand(t: Tensor, np_dtype) -> np.ndarray:
     a = t._np()
     # `is` first: numpy's dtypes of one type are one object, and `==` costs more

@@ -10,6 +10,7 @@ import numpy as np
 
 from eager.shapes import reduce_dims
 from eager.tensor import ops
+from ir import dtypes
 from ir.formula import Interpreter
 from runtime.cpu.erf import erf
 
@@ -64,6 +65,11 @@ class _Eager(Interpreter):
     def cast(self, x, dtype):
         return x if dtype is None or x.dtype is dtype else ops._to_copy(x, dtype=dtype)
 
+    def stored(self, x, dtype):
+        if dtype is None or x.dtype is dtype:
+            return x
+        return ops._to_copy(ops._to_copy(x, dtype=dtype), dtype=x.dtype)
+
 
 class _Inlined(_Eager):
     mean = Interpreter.mean
@@ -108,6 +114,10 @@ class _Numpy(Interpreter):
     @staticmethod
     def cast(x, dtype):
         return x
+
+    @staticmethod
+    def stored(x, dtype):
+        return x if dtype is None else dtypes.cast(x, dtype).astype(x.dtype)
 
 
 EAGER, INLINED, NUMPY = _Eager(), _Inlined(), _Numpy()

@@ -33,6 +33,7 @@ from runtime.cpu import kernel_spec as K
 from eager.backends import row_ops
 from eager.tensor import Tensor, contiguous_strides, empty_cpu, empty_spec, from_array
 from ir import dtypes
+from eager.kernels._common import stored_in
 from ir.ops import Op
 from runtime.llvm import compile_service
 from runtime.llvm.jit import KernelPending, deferring, host_jit, vector_width
@@ -73,8 +74,11 @@ def run(op: Op, x: Tensor, dims: tuple, keepdim: bool, numbers: tuple = ()) -> T
     key = (op, x.dtype, x._shape, x._stride, dims, keepdim, numbers)
     found = layouts.get(key)  # (a plain key: a repeated call costs the launch alone)
     if found is None:
-        found = planned(key, lambda: _plan(op, _OpGraph(op, x.dtype), [x], numbers, dims,
-                                           (_op_output(op, x, dims, keepdim),)))
+        stored = stored_in(op, dims[0], len(x._shape), x.dtype) if op is Op.LOG_SOFTMAX \
+            else None
+        name = op if stored is None else "log_softmax_lastdim"
+        found = planned(key, lambda: _plan(name, _OpGraph(op, x.dtype, stored), [x], numbers,
+                                           dims, (_op_output(op, x, dims, keepdim),)))
     if found is None or found is NUMPY:
         return None
     launch, extra = found
@@ -94,13 +98,13 @@ def _op_output(op: Op, x: Tensor, dims: tuple, keepdim: bool) -> tuple:
 class _OpGraph:
     """row_op_graph of one op and dtype, as run_graph's `graph` (a plain callable
     class: its key is (op, dtype), with no closure made per call)."""
-    __slots__ = ("op", "dtype")
+    __slots__ = ("op", "dtype", "stored")
 
-    def __init__(self, op: Op, dtype):
-        self.op, self.dtype = op, dtype
+    def __init__(self, op: Op, dtype, stored=None):
+        self.op, self.dtype, self.stored = op, dtype, stored
 
     def __call__(self):
-        return row_ops.row_op_graph(self.op, self.dtype, self.dtype)
+        return row_ops.row_op_graph(self.op, self.dtype, self.dtype, stored=self.stored)
 
 
 def run_graph(name, graph, tensors: list, numbers: tuple, dims: tuple, outputs: tuple
