@@ -14,7 +14,6 @@ from eager.autograd.grad_mode import is_grad_enabled
 from eager.autograd.function import (register_post_accumulate_grad_hook, register_tensor_hook,
                                      retain_grad)
 from eager.backends import backend_for
-from eager.derived_math import reciprocal
 from eager.device import CPU, as_device
 from eager.dispatcher import ATEN
 from eager.factories import TYPED, ones, tensor, zeros
@@ -191,7 +190,7 @@ def _rsub(self, other):
 def _rdiv(self, other):
     """number / tensor: reciprocal, then the product, as PyTorch's __rtruediv__ (its
     values round as that product's, its gradient is MulBackward0 of ReciprocalBackward0)."""
-    return ops.mul(reciprocal(self), other)
+    return ops.mul(ops.div(1.0, self), other)  # (derived_math.reciprocal's form)
 
 
 class _NoMode:

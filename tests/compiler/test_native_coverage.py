@@ -36,6 +36,8 @@ NOT_NATIVE = {
     Op.ISIN: "each element against a whole test set (a scan, a table or a sorted search): "
              "its eager kernel (generated native code for small sets) runs it",
     Op.COL2IM: "adds overlapping windows into images: no kernel writes where others wrote",
+    Op.PROD: "a product over a dim: the row kernels reduce by sum, max and min; its eager "
+             "kernel (numpy's, 16-bit each product rounded as PyTorch's) runs it",
     **{op: "its pointwise record has no emitter (kiln's vectorised math library lacks the "
            "function): numpy's, the eager kernel, runs" for op, pointwise in
        pointwise_ops().items() if pointwise.emit is None},

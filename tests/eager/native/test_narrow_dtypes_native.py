@@ -9,7 +9,9 @@ import pytest
 
 import eager
 from eager.backends.native import pointwise as eager_pointwise
+from eager.kernels.elementwise import in_common_type
 from eager.tensor import wrap_scalar
+from ir import dtypes
 from ir.ops import Op
 from ir.records import RECORDS
 from tests.eager.native.narrow_cases import (HALVES, INTEGERS, NARROW, assert_same,
@@ -36,6 +38,8 @@ def natively(op: Op, fn, *args, **attrs):
     with numpy_kernels():
         want = fn(*args, **attrs)
     tensors = [a if isinstance(a, eager.Tensor) else wrap_scalar(a) for a in args]
+    if want.dtype in dtypes.HALF:  # operands rounded to it first, as the kernel does
+        tensors = in_common_type(tensors, want.dtype, RECORDS[op].pointwise.wide_scalar)
     calls = eager_pointwise.calls
     got = eager_pointwise.run(RECORDS[op], tensors, attrs, want._shape, want.dtype)
     assert got is not None and eager_pointwise.calls == calls + 1, "numpy ran it"
@@ -88,8 +92,9 @@ def test_binary_ops_over_every_pair_of_special_values(op, dtype):
 
 @pytest.mark.parametrize("dtype", NARROW)
 def test_python_numbers_are_made_as_numpys_kernels_make_them(dtype):
-    """x * 0.1 multiplies by float32's 0.1 (not bfloat16's) and rounds once; an integer
-    number wraps into the type (int8 + 300 adds 44)."""
+    """x * 0.1 multiplies by float32's 0.1 (not bfloat16's) and rounds once, x + 0.1 adds
+    bfloat16's 0.1 (PyTorch's rule, elementwise.in_common_type); an integer number wraps
+    into the type (int8 + 300 adds 44)."""
     x = eager.tensor(special(dtype, extra=20))
     numbers = (0.1, 3.0, -2.5) if dtype in HALVES else (300, -7, 2)
     for number in numbers:
