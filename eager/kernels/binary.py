@@ -81,7 +81,8 @@ DIV = declare(Op.DIV, function=True, method=True, pointwise=Pointwise(
 def _(ctx, g):
     a, b = ctx.self, ctx.other
     return (sum_to(g / b, a._shape) if ctx.needs_input_grad(0) else None,
-            sum_to(ops.neg(g) * a / (b * b), b._shape) if ctx.needs_input_grad(1) else None)
+            # PyTorch's order (div_tensor_other_backward), which 16-bit floats round by
+            sum_to(ops.neg(g) * ((a / b) / b), b._shape) if ctx.needs_input_grad(1) else None)
 
 
 # div(rounding_mode=...), PyTorch's div.Tensor_mode: "trunc" and "floor" keep integers
@@ -175,7 +176,9 @@ def _(ctx, g):
         # a Python number's exponent less one in Python (exactly, as PyTorch's Scalar
         # arithmetic): its wrapped tensor's dtype is the default one, float32
         less_one = e._np().item() - 1 if e._wrapped else e - 1
-        grad_a = ops.where(ops.eq(e, 0), 0.0, g * e * ops.pow(a, less_one))
+        # PyTorch's order (pow_backward), which 16-bit floats round by; the exponent
+        # second, where a number stays wide as in PyTorch's Scalar * Tensor
+        grad_a = ops.where(ops.eq(e, 0), 0.0, g * (ops.pow(a, less_one) * e))
         grad_a = sum_to(grad_a, a._shape)
     if ctx.needs_input_grad(1):
         safe = ops.where(ops.logical_and(ops.eq(a, 0), ops.ge(e, 0)), 1.0, a)

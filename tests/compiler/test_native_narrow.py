@@ -239,8 +239,10 @@ def test_half_products_run_on_kiln_gemm_and_round_as_eager(dtype, name, m, k, n)
 def test_a_compiled_half_training_step_gives_eagers_gradients(dtype):
     """A model in a 16-bit float (linear, layer norm, gelu, log_softmax) trained one step
     compiled: forward and backward run as native kernels, and the loss and every
-    gradient are eager's within a 16-bit ulp (bit for bit on Zen 4; on an AVX2 target
-    the float32 loss's exp differs from libm's in its last bit). Layer norm's backward
+    gradient are eager's within two 16-bit units (gelu's backward computes erf and exp
+    in float32 as vmath's or numpy's, a float32 unit apart at times: at a 16-bit tie one
+    float16 unit, which layer norm's backward and the first product spread to two; on an
+    AVX2 target the float32 loss's exp differs from libm's in its last bit). Layer norm's backward
     computes in float32 and rounds each gradient once, as its kernel does: rounding after
     each op put gradients hundreds of units off."""
     nn, F = eager.nn, eager.nn.functional
@@ -269,7 +271,7 @@ def test_a_compiled_half_training_step_gives_eagers_gradients(dtype):
                    if n.op not in (Op.FUSED, Op.SCALAR) and not n.op.schema.is_view]
     assert not interpreted, interpreted
     for g, w in zip(got, want):
-        assert_same(g, w, ulps=1)
+        assert_same(g, w, ulps=2)
 
 
 @pytest.mark.parametrize("dtype", HALVES)
