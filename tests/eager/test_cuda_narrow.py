@@ -252,7 +252,11 @@ FLOAT_REDUCTIONS = {
     "mean": (lambda x: x[::2].mean(1), 1),
     "var": (lambda x: x[:, ::2].var(1), 1),
     "softmax": (lambda x: x.softmax(1), 1),
-    "log_softmax-transposed": (lambda x: x.t().log_softmax(1), 1),
+    # (CUDA keeps a row's sum and its log in float32, as PyTorch's CUDA kernel; the CPU
+    # rounds them to the 16-bit type, as PyTorch's CPU kernel: CUDA is the CPU's float32
+    # log_softmax rounded once)
+    "log_softmax-transposed": (lambda x: x.t().log_softmax(1) if x.is_cuda else
+                               x.t().float().log_softmax(1).to(x.dtype), 1),
     "softmax-0-sized": (lambda x: x[:0].softmax(1), 0),
     "softmax-of-float32-into-bfloat16": (lambda x: x.float().softmax(0, eager.bfloat16), 1),
 }
