@@ -13,6 +13,12 @@ import sys
 
 import eager
 import eager.distributed as dist
+from eager.nn.parallel import DistributedDataParallel
+from examples.mlp_classifier import make_model
+
+# Everything slow comes before the first collective: with a 2 s timeout, a rank still
+# importing under load would otherwise time the others out before the failure under test.
+module = make_model(8, 2, 3)
 
 mode = sys.argv[1]
 dist.init_process_group("mpi", timeout=datetime.timedelta(seconds=2))
@@ -30,17 +36,13 @@ elif mode in ("exits", "crashes"):
         sys.exit(0) if mode == "exits" else os._exit(3)
     dist.all_reduce(eager.ones(4, 3))
 elif mode == "ddp":
-    from eager.nn.parallel import DistributedDataParallel
-    from examples.mlp_classifier import make_model
-    model = DistributedDataParallel(make_model(8, 2, 3))
+    model = DistributedDataParallel(module)
     loss = model(eager.ones(5, 3)).sum()
     if last:
         sys.exit(0)
     loss.backward()
 elif mode == "raises":
-    from eager.nn.parallel import DistributedDataParallel
-    from examples.mlp_classifier import make_model
-    model = DistributedDataParallel(make_model(8, 2, 3), bucket_cap_mb=1e-5)
+    model = DistributedDataParallel(module, bucket_cap_mb=1e-5)
     hidden = model.module[0](eager.ones(5, 3))
     hidden.register_hook(lambda grad: 1 / 0)  # after the later layers' buckets started
     try:
