@@ -17,7 +17,7 @@ from eager.backends import backend_for
 from eager.device import CPU, as_device
 from eager.dispatcher import ATEN
 from eager.factories import TYPED, ones, tensor, zeros
-from eager.kernels._common import check_castable, promote, rounded_once
+from eager.kernels._common import check_castable, promote
 from eager.kernels._common import type_word as _type_word
 from ir.records import named
 from eager.tensor import Storage, Tensor, ops, whole_step, wrap_scalar
@@ -126,18 +126,23 @@ def _min(self, dim=None, keepdim=False):
     return min_result(*ops.min(self, dim, keepdim))
 
 
-def _var(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
+def _correction(name: str, unbiased, correction):
     if unbiased is not None:
         if isinstance(unbiased, bool):
-            correction = int(unbiased)
-        else:  # t.var(dim, keepdim) with keepdim passed positionally as PyTorch allows
-            raise TypeError("var(): unbiased must be a bool")
-    return ops.var(self, dim, correction=correction, keepdim=keepdim)
+            return int(unbiased)
+        # t.var(dim, keepdim) with keepdim passed positionally as PyTorch allows
+        raise TypeError(f"{name}(): unbiased must be a bool")
+    return correction
 
 
-@rounded_once  # sqrt of the variance before it is rounded, as PyTorch's std
+def _var(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    return ops.var(self, dim, correction=_correction("var", unbiased, correction),
+                   keepdim=keepdim)
+
+
 def _std(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    return ops.sqrt(_var(self, dim, unbiased, keepdim, correction=correction))
+    return ops.std(self, dim, correction=_correction("std", unbiased, correction),
+                   keepdim=keepdim)
 
 
 

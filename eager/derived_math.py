@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from eager import factories
-from eager.kernels._common import computed, type_word
+from eager.kernels._common import type_word
 from eager.shapes import wrap_dim
 from eager.tensor import Tensor, ops
 from ir import dtypes
@@ -37,30 +37,14 @@ def logsumexp(input: Tensor, dim, keepdim: bool = False) -> Tensor:
 
 
 def norm(input: Tensor, p="fro", dim=None, keepdim: bool = False, dtype=None) -> Tensor:
-    """The vector p-norm over dim (all elements without one); 'fro' is 2. A 16-bit float's
-    is computed in float32 and rounded once, as PyTorch's kernel computes it."""
-    x = input if dtype is None else input.to(dtype)
-    dims = list(range(x.dim())) if dim is None else ([dim] if isinstance(dim, int)
-                                                     else list(dim))
-    if x.dtype in dtypes.HALF:
-        return _vector_norm(computed(x), p, dims, keepdim).to(x.dtype)
-    return _vector_norm(x, p, dims, keepdim)
-
-
-def _vector_norm(x: Tensor, p, dims: list, keepdim: bool) -> Tensor:
-    if p in ("fro", 2, 2.0):
-        return ops.sqrt(ops.sum(x * x, dims, keepdim))
-    if p in (math.inf, "inf"):
-        return ops.amax(ops.abs(x), dims, keepdim)
-    if p == -math.inf:
-        return ops.amin(ops.abs(x), dims, keepdim)
-    if p == 0:
-        return ops.sum((x != 0).to(x.dtype), dims, keepdim)
-    if p == 1:
-        return ops.sum(ops.abs(x), dims, keepdim)
+    """The vector p-norm over dim (all elements without one); 'fro' (and None) is 2: one
+    op, linalg_vector_norm (eager/kernels/norms.py)."""
+    if p is None or p == "fro":
+        p = 2
     if isinstance(p, str):
         raise RuntimeError(f"norm: p={p!r} is not supported by kiln (vector norms only)")
-    return ops.sum(ops.abs(x) ** p, dims, keepdim) ** (1.0 / p)
+    dims = None if dim is None else [dim] if isinstance(dim, int) else list(dim)
+    return ops.linalg_vector_norm(input, p, dims, keepdim, dtype=dtype)
 
 
 def log2(input: Tensor) -> Tensor:

@@ -10,6 +10,9 @@ these calls of `F`:
     F.count(x, dims, correction=0)    the elements a reduction over dims combines, less
                                       the correction, not below 0
     F.exp(x)  F.log(x)  F.rsqrt(x)  F.sqrt(x)  F.tanh(x)  F.erf(x)  F.mm(a, b)
+    F.sigmoid(x)  F.slice(x, dim, start, end)  F.abs(x)  F.pow(x, number)
+    F.amin(x, dims, keepdim)  F.nonzero(x) (1 where x is not 0, in x's type)
+                                      (these in the eager and numpy interpreters only)
     F.ndim(x)  F.cast(x, dtype)       (dtype None: x as it is)
     F.stored(x, dtype)                x rounded to dtype and read back in its own type:
                                       a value a kernel keeps in a narrower type (dtype

@@ -63,6 +63,10 @@ class Op(enum.Enum):
     GELU_BACKWARD = ('gelu_backward(Tensor grad_output, Tensor self, *, str approximate="none")'
                      " -> Tensor")
     SOFTPLUS = "softplus(Tensor self, Scalar beta=1, Scalar threshold=20) -> Tensor"
+    GLU = "glu(Tensor self, int dim=-1) -> Tensor"
+    LOG_SIGMOID = "log_sigmoid(Tensor self) -> Tensor"
+    LOG_SIGMOID_BACKWARD = ("log_sigmoid_backward(Tensor grad_output, Tensor self, "
+                            "Tensor buffer) -> Tensor")
     SOFTPLUS_BACKWARD = ("softplus_backward(Tensor grad_output, Tensor self, Scalar beta,"
                          " Scalar threshold) -> Tensor")
     CLAMP = "clamp(Tensor self, Scalar? min=None, Scalar? max=None) -> Tensor"
@@ -122,6 +126,10 @@ class Op(enum.Enum):
     ARGMIN = "argmin(Tensor self, int? dim=None, bool keepdim=False) -> Tensor"
     VAR = ("var.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None,"
            " bool keepdim=False) -> Tensor")
+    STD = ("std.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None,"
+           " bool keepdim=False) -> Tensor")
+    LINALG_VECTOR_NORM = ("linalg_vector_norm(Tensor self, Scalar ord=2, int[1]? dim=None, "
+                          "bool keepdim=False, *, ScalarType? dtype=None) -> Tensor")
     VAR_MEAN = ("var_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None,"
                 " bool keepdim=False) -> (Tensor, Tensor)")
     STD_MEAN = ("std_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None,"
@@ -289,7 +297,7 @@ class Op(enum.Enum):
 
 
 REDUCTION = frozenset({Op.SUM, Op.MEAN, Op.AMAX, Op.AMIN, Op.MAX_DIM, Op.MIN_DIM, Op.ARGMAX,
-                       Op.ARGMIN, Op.VAR, Op.VAR_MEAN, Op.STD_MEAN, Op.PROD})
+                       Op.ARGMIN, Op.VAR, Op.STD, Op.LINALG_VECTOR_NORM, Op.VAR_MEAN, Op.STD_MEAN, Op.PROD})
 NORMALIZATION = frozenset({Op.SOFTMAX, Op.LOG_SOFTMAX, Op.NATIVE_LAYER_NORM})
 MATMUL_FAMILY = frozenset({Op.DOT, Op.MV, Op.MM, Op.BMM, Op.ADDMM})
 VIEW = frozenset(op for op in Op if op.schema.is_view)

@@ -8,7 +8,7 @@ Pointwise ops get their kernels made from their records here. Importing this pac
 registers them all.
 """
 from eager.kernels import (binary, copies, elementwise, indexing, linalg,  # noqa: F401
-                           membership, moments, normalization, products, reduction,
+                           gated, membership, moments, normalization, norms, products, reduction,
                            rounding, shape, ternary, trig, unary, windows)
 from ir.records import RECORDS
 

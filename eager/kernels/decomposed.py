@@ -56,6 +56,24 @@ class _Eager(Interpreter):
     def erf(self, x):
         return ops.erf(x)
 
+    def sigmoid(self, x):
+        return ops.sigmoid(x)
+
+    def abs(self, x):
+        return ops.abs(x)
+
+    def pow(self, x, exponent):
+        return ops.pow(x, exponent)
+
+    def amin(self, x, dims, keepdim=False):
+        return ops.amin(x, dims, keepdim)
+
+    def nonzero(self, x):
+        return ops._to_copy(x != 0, dtype=x.dtype)
+
+    def slice(self, x, dim, start, end):
+        return ops.slice(x, dim, start, end)
+
     def mm(self, a, b):
         return ops.mm(a, b)
 
@@ -102,6 +120,25 @@ class _Numpy(Interpreter):
     @staticmethod
     def rsqrt(x):
         return 1.0 / np.sqrt(x)
+
+    @staticmethod
+    def sigmoid(x):
+        # e^x of x <= 0 only, so no overflow warning for large |x|
+        e = np.exp(-np.abs(x))
+        return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+    abs, pow = staticmethod(np.abs), staticmethod(np.power)
+
+    def amin(self, x, dims, keepdim=False):
+        return np.minimum.reduce(x, axis=_axes(dims), keepdims=keepdim)
+
+    @staticmethod
+    def nonzero(x):
+        return (x != 0).astype(x.dtype)
+
+    @staticmethod
+    def slice(x, dim, start, end):
+        return x[(slice(None),) * dim + (slice(start, end),)]
 
     @staticmethod
     def mm(a, b):

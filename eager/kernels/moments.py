@@ -1,14 +1,14 @@
-"""var_mean and std_mean: the variance (or standard deviation) and the mean over dims in
-one op, as PyTorch's, returning both, each differentiable (VarMeanBackward0,
-StdMeanBackward0: one node for both outputs).
+"""std, var_mean and std_mean: the standard deviation, and the variance (or standard
+deviation) and the mean over dims in one op, as PyTorch's, returning both, each
+differentiable (StdBackward0; VarMeanBackward0, StdMeanBackward0: one node for both
+outputs). Their gradients are PyTorch's formulas in its order (var_gradient), so the
+16-bit floats round where PyTorch's ops do.
 
 The formula is written once, on the records: var's (two passes, the squares about the
 mean over max(n - correction, 0)) and the mean, the square root of the variance for
-std_mean. numpy runs it, as the decompose pass and CUDA's composed kernels do. The
+std and std_mean. numpy runs it, as the decompose pass and CUDA's composed kernels do. The
 16-bit floats compute in float32 and round once (each result), as PyTorch's do."""
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
@@ -16,6 +16,7 @@ from eager.kernels._common import compute_np, meta_from_rule, operand, register,
     scalar_value
 from eager.kernels.decomposed import NUMPY
 from eager.kernels.gradients import expand_reduced, numel_over
+from eager.kernels.reduction import var_gradient, var_rule
 from eager.shapes import reduce_dims, reduced_shape
 from eager.tensor import ops
 from ir.ops import Op
@@ -46,8 +47,29 @@ _moments(Op.VAR_MEAN, "var_mean")
 _moments(Op.STD_MEAN, "std_mean")
 
 
+def std_cpu(self, dim=None, *, correction=None, keepdim=False):
+    """sqrt of the variance before it is rounded: a 16-bit float's in float32."""
+    shape, dt = var_rule(self, dim, correction=correction, keepdim=keepdim)
+    dims = reduce_dims(dim, self.dim())
+    ddof = 1 if correction is None else scalar_value(correction)
+    a = operand(self, compute_np(dt))
+    with np.errstate(all="ignore"):
+        return result(np.sqrt(_var(NUMPY, a, dims, ddof, keepdim)), dt)
+
+
+register(Op.STD, std_cpu, meta_from_rule(var_rule))
+
+
 def _var(F, self, dim, correction, keepdim):
     return RECORDS[Op.VAR].formula(F, self, dim, correction=correction, keepdim=keepdim)
+
+
+STD = declare(Op.STD)  # (Tensor.std and eager.std: _tensor_methods.py, for `unbiased`)
+
+
+@STD.decomposition
+def _(F, self, dim=None, *, correction=None, keepdim=False):
+    return F.sqrt(_var(F, self, dim, correction, keepdim))
 
 
 VAR_MEAN = declare(Op.VAR_MEAN)  # (eager.var_mean: functional.py, for `unbiased`)
@@ -70,13 +92,11 @@ def _mean_gradient(g, x, dim, keepdim):
     return expand_reduced(g / numel_over(x._shape, dim), x._shape, dim, keepdim)
 
 
-def _var_gradient(g, x, dim, correction, keepdim):
-    """var's: g 2 (x - mean) / (n - correction) (inf where that is not above 0, as the
-    forward divides by max(n - correction, 0))."""
-    dof = numel_over(x._shape, dim) - (1 if correction is None else correction)
-    centred = x - ops.mean(x, list(reduce_dims(dim, x.dim())), True)
-    return expand_reduced(g, x._shape, dim, keepdim) * centred * (2.0 / dof if dof > 0 else
-                                                                  math.inf)
+def std_gradient(g, x, result, dim, correction, keepdim):
+    """PyTorch's std_backward: var's gradient of g / (result * 2), 0 where the result
+    is (x constant over the dims)."""
+    return var_gradient(ops.where(result == 0, 0.0, g / (result * 2)), x, dim, correction,
+                        keepdim)
 
 
 def _sum(*grads):
@@ -90,15 +110,19 @@ def _sum(*grads):
 def _(ctx, g):
     x, dim, keepdim = ctx.self, ctx.dim, ctx.keepdim
     return _sum(None if g.get(0) is None else
-                _var_gradient(g[0], x, dim, ctx.correction, keepdim),
+                var_gradient(g[0], x, dim, ctx.correction, keepdim),
                 None if g.get(1) is None else _mean_gradient(g[1], x, dim, keepdim))
+
+
+@STD.derivative("StdBackward0", "self", save="self dim correction keepdim result")
+def _(ctx, g):
+    return std_gradient(g, ctx.self, ctx.result, ctx.dim, ctx.correction, ctx.keepdim)
 
 
 @STD_MEAN.derivative("StdMeanBackward0", "self", save="self dim correction keepdim result",
                      every_output=True)
 def _(ctx, g):
-    """std's gradient is var's times 1 / (2 std): var's of g / (2 std)."""
     x, dim, keepdim = ctx.self, ctx.dim, ctx.keepdim
     return _sum(None if g.get(0) is None else
-                _var_gradient(g[0] / (2 * ctx.result), x, dim, ctx.correction, keepdim),
+                std_gradient(g[0], x, ctx.result, dim, ctx.correction, keepdim),
                 None if g.get(1) is None else _mean_gradient(g[1], x, dim, keepdim))

@@ -350,11 +350,20 @@ def _(F, self, dim=None, *, correction=None, keepdim=False):
 
 @VAR.derivative("VarBackward0", "self", save="self dim correction keepdim")
 def _(ctx, g):
-    x = ctx.self
-    dof = numel_over(x._shape, ctx.dim) - (1 if ctx.correction is None else ctx.correction)
-    scale = 2.0 / dof if dof > 0 else math.inf  # forward divides by max(dof, 0) too
-    centred = x - ops.mean(x, list(reduce_dims(ctx.dim, x.dim())), True)
-    return expand_reduced(g, x._shape, ctx.dim, ctx.keepdim) * centred * scale
+    return var_gradient(g, ctx.self, ctx.dim, ctx.correction, ctx.keepdim)
+
+
+def var_gradient(g, x, dim, correction, keepdim):
+    """PyTorch's var_backward, in its order (so 16-bit floats round where its ops do):
+    (g times 2 / (n - correction)) times (x - mean); inf for the scale where n -
+    correction is not above 0, as the forward divides by max(n - correction, 0)."""
+    dims = list(reduce_dims(dim, x.dim()))
+    dof = numel_over(x._shape, dim) - (1 if correction is None else correction)
+    if not keepdim:
+        for d in dims:
+            g = ops.unsqueeze(g, d)
+    centred = x - ops.mean(x, dims, True)
+    return g * (2.0 / dof if dof > 0 else math.inf) * centred
 
 
 SOFTMAX = declare(Op.SOFTMAX, function=True, method=True)

@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from eager.kernels._common import integral_only, promote, rounded_once, scalar_value
-from eager.kernels.decomposed import numpy_function
+from eager.kernels.decomposed import NUMPY, numpy_function
 from runtime.cpu.erf import emit_erfinv, erf, erfinv
 from eager.kernels.gradients import sum_to
 from ir.formula import emitter
@@ -23,10 +23,7 @@ _SQRT1_2 = math.sqrt(0.5)  # (correctly rounded; 1 / sqrt(2.0) rounds twice)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
-def _sigmoid(x):
-    # exp of a non-positive number only, so no overflow warning for large |x|
-    e = np.exp(-np.abs(x))
-    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+_sigmoid = NUMPY.sigmoid
 
 
 def _sign(x):
@@ -391,6 +388,59 @@ def _(ctx, gg):
     below = (x * beta) <= ctx.threshold
     return (ops.softplus_backward(gg, x, beta, ctx.threshold),
             sum_to(gg * ctx.grad_output * below * (s * (1 - s) * beta), x._shape))
+
+
+def _log_sigmoid(x):
+    """min(x, 0) - log1p(e^-|x|), as PyTorch's kernel: no overflow, logsigmoid(inf) 0."""
+    return np.minimum(x, 0) - np.log1p(np.exp(-np.abs(x)))
+
+
+def _emit_log_sigmoid(E, x):
+    return E.sub(E.min(x, E.const(0.0)), E.math("log1p", E.math("exp", E.neg(E.abs(x)))))
+
+
+LOG_SIGMOID = declare(Op.LOG_SIGMOID, pointwise=Pointwise(
+    "same", _log_sigmoid, emit=_emit_log_sigmoid, float_only="log_sigmoid_forward_cpu",
+    float_math=True))
+
+
+@LOG_SIGMOID.derivative("LogSigmoidBackward0", "self", save="self")
+def _(ctx, g):
+    """PyTorch's backward reads the forward's buffer, e^-|x| in x's type (a 16-bit float
+    rounded to it: its gradient differs where that rounds): made again here."""
+    x = ctx.self
+    return ops.log_sigmoid_backward(g, x, ops.exp(ops.neg(ops.abs(x))))
+
+
+def _log_sigmoid_backward(g, x, buffer):
+    """(1 - b / (1 + b)) g below 0, (b / (1 + b)) g from 0 (b = e^-|x|)."""
+    below = x < 0
+    return (np.where(below, 1.0, 0.0).astype(x.dtype) -
+            np.where(below, 1.0, -1.0).astype(x.dtype) * (buffer / (1 + buffer))) * g
+
+
+def _emit_log_sigmoid_backward(E, g, x, buffer):
+    below = E.lt(x, E.const(0.0))
+    one = E.const(1.0)
+    share = E.div(buffer, E.add(one, buffer))
+    return E.mul(E.sub(E.select(below, one, E.const(0.0)),
+                       E.mul(E.select(below, one, E.const(-1.0)), share)), g)
+
+
+LOG_SIGMOID_BACKWARD = declare(Op.LOG_SIGMOID_BACKWARD, pointwise=Pointwise(
+    "promote", _log_sigmoid_backward, emit=_emit_log_sigmoid_backward,
+    float_only="log_sigmoid_backward_cpu", float_math=True))
+
+
+@LOG_SIGMOID_BACKWARD.derivative("LogSigmoidBackwardBackward0", "grad_output self",
+                                 save="grad_output self")
+def _(ctx, gg):
+    """d/dg is the op itself (of the same buffer); d/dx is g s (s - 1), s the sigmoid:
+    PyTorch's log_sigmoid_double_backward."""
+    x = ctx.self
+    s = ops.sigmoid(x)
+    return (ops.log_sigmoid_backward(gg, x, ops.exp(ops.neg(ops.abs(x)))),
+            sum_to(gg * ctx.grad_output * (s - 1) * s, x._shape))
 
 
 # clamp ---------------------------------------------------------------------------------

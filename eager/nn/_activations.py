@@ -70,12 +70,9 @@ def relu6(input: Tensor, inplace: bool = False) -> Tensor:
     return hardtanh(input, 0.0, 6.0)
 
 
-@rounded_once
 def logsigmoid(input: Tensor) -> Tensor:
-    """-softplus(-x) without overflow or softplus's threshold (which cut the tail of
-    logsigmoid(-25) in float64); 0 - it, so that logsigmoid(inf) is +0.0 as PyTorch's
-    min(0, x) - log1p(e^-|x|) gives."""
-    return 0.0 - softplus_of(-input)
+    """min(x, 0) - log1p(e^-|x|): one op (LogSigmoidBackward0), as PyTorch's."""
+    return ops.log_sigmoid(input)
 
 
 @rounded_once
@@ -104,15 +101,8 @@ def threshold(input: Tensor, threshold: float, value: float, inplace: bool = Fal
     return ops.where(input <= threshold, float(value), input)  # NaN stays
 
 
-@rounded_once
 def glu(input: Tensor, dim: int = -1) -> Tensor:
-    if input.dim() == 0:
-        raise RuntimeError("glu does not support scalars because halving size must be even")
-    if input.shape[dim] % 2:
-        raise RuntimeError(f"Halving dimension must be even, but dimension {dim} is size "
-                           f"{input.shape[dim]}")
-    a, b = ops.split(input, input.shape[dim] // 2, dim)
-    return a * ops.sigmoid(b)
+    return ops.glu(input, dim)
 
 
 def softmin(input: Tensor, dim: int | None = None, dtype=None) -> Tensor:

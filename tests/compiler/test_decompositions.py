@@ -120,6 +120,16 @@ CASES = {
                  lambda x, d, correction, keepdim: (
                      x.std(tuple(d), ddof=correction, keepdims=keepdim),
                      x.mean(tuple(d), keepdims=keepdim)), None),
+    "std": (Op.STD, lambda rng, s: ((_normal(rng, *s), [1, 2]), {"keepdim": True}),
+            lambda x, d, keepdim: x.std(tuple(d), ddof=1, keepdims=keepdim), None),
+    "glu": (Op.GLU, lambda rng, s: ((_normal(rng, s[0], s[1], 2 * s[2]), -1), {}),
+            lambda x, d: np.split(x, 2, d)[0] / (1 + np.exp(-np.split(x, 2, d)[1])), None),
+    **{f"vector_norm-{p}": (Op.LINALG_VECTOR_NORM, (lambda p: lambda rng, s: (
+        (_normal(rng, *s), p, [-1]), {}))(p), lambda x, p, d: np.linalg.norm(
+            x, p, axis=d[0]), None) for p in (2, 1, 3, 0.5, math.inf, -math.inf, 0)},
+    "vector_norm-all": (Op.LINALG_VECTOR_NORM, lambda rng, s: ((_normal(rng, *s),),
+                                                                {"keepdim": True}),
+                        lambda x, keepdim: np.sqrt((x * x).sum(keepdims=True)), None),
     "native_layer_norm": (
         Op.NATIVE_LAYER_NORM, lambda rng, s: ((_normal(rng, *s), list(s[1:]), _normal(
             rng, *s[1:]), _normal(rng, *s[1:]), 1e-5), {}), _layer_norm, "rows"),

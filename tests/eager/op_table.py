@@ -153,6 +153,49 @@ def softplus_backward_samples(make):
         yield S(make(shape), make(shape, scale=10.0), 1.5, 4.0)
 
 
+def _log_sigmoid_backward(grad, x, buffer):
+    return grad / (1 + np.exp(x))  # (the buffer is e^-|x|: the kernel's own path to this)
+
+
+def log_sigmoid_backward_samples(make):
+    for shape in UNARY_SHAPES:
+        x = make(shape, scale=10.0)
+        yield S(make(shape), x, np.asarray(np.exp(-np.abs(x)), x.dtype))
+
+
+def glu_samples(make):
+    yield S(make((4, 6)))
+    yield S(make((6, 3)), 0)
+    yield S(make((2, 6, 4)), 1)
+    yield S(make((2, 0, 4)), -1)
+
+
+def _glu(x, dim=-1):
+    a, b = np.split(x, 2, dim)
+    return a / (1 + np.exp(-b))
+
+
+def vector_norm_samples(make):
+    x = make((4, 7), scale=3.0)
+    for p in (2, 1, 3, 0.5, math.inf, -math.inf, 0):
+        yield S(x, p, [1])
+    yield S(x)
+    yield S(make((2, 3, 4)), 2, [0, 2], True)
+    yield S(make((0, 3)), 2, [0])
+
+
+def _vector_norm(x, ord=2, dim=None, keepdim=False):
+    axes = tuple(range(x.ndim)) if dim is None else tuple(dim)
+    a = np.abs(x)
+    if ord == math.inf or ord == -math.inf:
+        out = (np.max if ord > 0 else np.min)(a, axis=axes, keepdims=keepdim)
+    elif ord == 0:
+        out = np.sum(a != 0, axis=axes, keepdims=keepdim).astype(x.dtype)
+    else:
+        out = np.sum(a ** ord, axis=axes, keepdims=keepdim) ** (1 / ord)
+    return out
+
+
 def gelu_backward_samples(make):
     for shape in UNARY_SHAPES:  # the gradient has the input's shape
         yield S(make(shape), make(shape))
@@ -263,6 +306,16 @@ ELEMENTWISE = [
           call=lambda lib, x: lib.nn.functional.softplus(x)),
     unary("softplus_beta", Op.SOFTPLUS, lambda x: _softplus(x, 2.0, 5.0), FLOATS,
           call=lambda lib, x: lib.nn.functional.softplus(x, 2.0, 5.0)),
+    unary("logsigmoid", Op.LOG_SIGMOID, lambda x: -np.logaddexp(0, -x), FLOATS,
+          call=lambda lib, x: lib.nn.functional.logsigmoid(x)),
+    OpCase("log_sigmoid_backward", (Op.LOG_SIGMOID_BACKWARD,),
+           lambda lib, g, x, b: aten(lib).log_sigmoid_backward(g, x, b),
+           _log_sigmoid_backward, log_sigmoid_backward_samples, FLOATS),
+    OpCase("glu", (Op.GLU,), lambda lib, x, *a: lib.nn.functional.glu(x, *a), _glu,
+           glu_samples, FLOATS),
+    OpCase("vector_norm", (Op.LINALG_VECTOR_NORM,),
+           lambda lib, x, *a: aten(lib).linalg_vector_norm(x, *a), _vector_norm,
+           vector_norm_samples, FLOATS),
     OpCase("softplus_backward", (Op.SOFTPLUS_BACKWARD,),
            lambda lib, g, x, beta, threshold: aten(lib).softplus_backward(g, x, beta, threshold),
            _softplus_backward, softplus_backward_samples, FLOATS),
@@ -460,7 +513,7 @@ REDUCTIONS = [
     OpCase("var", (Op.VAR,), lambda lib, x, **k: x.var(**k),
            lambda x, dim=None, correction=1, keepdim=False:
            np.var(x, axis=_axis(x, dim), ddof=correction, keepdims=keepdim), var_samples),
-    OpCase("std", (Op.VAR, Op.SQRT), lambda lib, x, **k: x.std(**k),
+    OpCase("std", (Op.STD,), lambda lib, x, **k: x.std(**k),
            lambda x, dim=None, correction=1, keepdim=False:
            np.std(x, axis=_axis(x, dim), ddof=correction, keepdims=keepdim), var_samples),
     OpCase("var_mean", (Op.VAR_MEAN,), lambda lib, x, **k: lib.var_mean(x, **k),
