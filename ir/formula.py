@@ -11,6 +11,8 @@ these calls of `F`:
                                       the correction, not below 0
     F.exp(x)  F.log(x)  F.rsqrt(x)  F.sqrt(x)  F.tanh(x)  F.erf(x)  F.mm(a, b)
     F.ndim(x)  F.cast(x, dtype)       (dtype None: x as it is)
+    F.reshape(x, shape)  F.shape(x)   x's elements in another shape (group norm's
+                                      groups), and x's shape
     F.stored(x, dtype)                x rounded to dtype and read back in its own type:
                                       a value a kernel keeps in a narrower type (dtype
                                       None: x as it is)
