@@ -14,6 +14,8 @@ these calls of `F`:
     F.amin(x, dims, keepdim)  F.nonzero(x) (1 where x is not 0, in x's type)
                                       (these in the eager and numpy interpreters only)
     F.ndim(x)  F.cast(x, dtype)       (dtype None: x as it is)
+    F.reshape(x, shape)  F.shape(x)   x's elements in another shape (group norm's
+                                      groups), and x's shape
     F.stored(x, dtype)                x rounded to dtype and read back in its own type:
                                       a value a kernel keeps in a narrower type (dtype
                                       None: x as it is)

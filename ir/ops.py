@@ -149,6 +149,13 @@ class Op(enum.Enum):
         "native_layer_norm_backward(Tensor grad_out, Tensor input, SymInt[] normalized_shape,"
         " Tensor mean, Tensor rstd, Tensor? weight, Tensor? bias, bool[3] output_mask)"
         " -> (Tensor, Tensor, Tensor)")
+    NATIVE_GROUP_NORM = ("native_group_norm(Tensor input, Tensor? weight, Tensor? bias, SymInt N,"
+                         " SymInt C, SymInt HxW, int group, float eps)"
+                         " -> (Tensor, Tensor, Tensor)")
+    NATIVE_GROUP_NORM_BACKWARD = (
+        "native_group_norm_backward(Tensor grad_out, Tensor input, Tensor mean, Tensor rstd,"
+        " Tensor? weight, SymInt N, SymInt C, SymInt HxW, int group, bool[3] output_mask)"
+        " -> (Tensor, Tensor, Tensor)")
     # linear algebra
     DOT = "dot(Tensor self, Tensor tensor) -> Tensor"
     MV = "mv(Tensor self, Tensor vec) -> Tensor"
@@ -297,8 +304,10 @@ class Op(enum.Enum):
 
 
 REDUCTION = frozenset({Op.SUM, Op.MEAN, Op.AMAX, Op.AMIN, Op.MAX_DIM, Op.MIN_DIM, Op.ARGMAX,
-                       Op.ARGMIN, Op.VAR, Op.STD, Op.LINALG_VECTOR_NORM, Op.VAR_MEAN, Op.STD_MEAN, Op.PROD})
-NORMALIZATION = frozenset({Op.SOFTMAX, Op.LOG_SOFTMAX, Op.NATIVE_LAYER_NORM})
+                       Op.ARGMIN, Op.VAR, Op.STD, Op.LINALG_VECTOR_NORM, Op.VAR_MEAN,
+                       Op.STD_MEAN, Op.PROD})
+NORMALIZATION = frozenset({Op.SOFTMAX, Op.LOG_SOFTMAX, Op.NATIVE_LAYER_NORM,
+                           Op.NATIVE_GROUP_NORM})
 MATMUL_FAMILY = frozenset({Op.DOT, Op.MV, Op.MM, Op.BMM, Op.ADDMM})
 VIEW = frozenset(op for op in Op if op.schema.is_view)
 INPLACE = frozenset(op for op in Op if op.schema.is_mutable)

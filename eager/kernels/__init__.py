@@ -7,9 +7,10 @@ pointwise op its numpy function, dtype rule and code emitter), its shape/dtype r
 Pointwise ops get their kernels made from their records here. Importing this package
 registers them all.
 """
-from eager.kernels import (binary, copies, elementwise, indexing, linalg,  # noqa: F401
-                           gated, membership, moments, normalization, norms, products, reduction,
-                           rounding, shape, ternary, trig, unary, windows)
+from eager.kernels import (binary, copies, elementwise, gated, group_norm,  # noqa: F401
+                           indexing, linalg, membership, moments, normalization, norms,
+                           products, reduction, rounding, shape, ternary, trig, unary,
+                           windows)
 from ir.records import RECORDS
 
 for _record in RECORDS.values():

@@ -80,6 +80,12 @@ class _Eager(Interpreter):
     def ndim(self, x) -> int:
         return x.dim()
 
+    def reshape(self, x, shape):
+        return ops.reshape(x, list(shape))
+
+    def shape(self, x) -> tuple:
+        return tuple(x.shape)
+
     def cast(self, x, dtype):
         return x if dtype is None or x.dtype is dtype else ops._to_copy(x, dtype=dtype)
 
@@ -167,6 +173,14 @@ class _Numpy(Interpreter):
     @staticmethod
     def ndim(x) -> int:
         return x.ndim
+
+    @staticmethod
+    def reshape(x, shape):
+        return x.reshape(shape)
+
+    @staticmethod
+    def shape(x) -> tuple:
+        return x.shape
 
     @staticmethod
     def cast(x, dtype):

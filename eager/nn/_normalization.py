@@ -1,6 +1,7 @@
 """nn.functional's normalisations (batch_norm, group_norm, instance_norm, rms_norm),
-channel dropout (dropout1d/2d/3d) and pad, in eager ops. group_norm and rms_norm take
-16-bit floats in float32 and round once (rounded_once), as PyTorch's do."""
+channel dropout (dropout1d/2d/3d) and pad, in eager ops (group_norm in its own op,
+eager/kernels/group_norm.py). rms_norm takes 16-bit floats in float32 and rounds once
+(rounded_once), as PyTorch's does."""
 from __future__ import annotations
 
 import warnings
@@ -149,18 +150,29 @@ def instance_norm(input: Tensor, running_mean=None, running_var=None, weight=Non
     return _affine((input - mean) * ops.rsqrt(var + eps), weight, bias, input)
 
 
-@rounded_once
 def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None,
                bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
-    """Normalise each sample's channels in num_groups groups."""
+    """Normalise each sample's channels in num_groups groups: native_group_norm (its
+    gradient NativeGroupNormBackward0, 16-bit ones as PyTorch's kernel computes them).
+    Parameters of another type than the input's are left to the composite in eager ops
+    (rounded once: _mixed_group_norm)."""
     if input.dim() < 2:
         raise RuntimeError(f"Expected at least 2 dimensions for input tensor but received "
                            f"{input.dim()}")
     n, c = input.shape[:2]
-    if c % num_groups:
+    if num_groups > 0 and c % num_groups:
         raise RuntimeError(f"Expected number of channels in input to be divisible by "
                            f"num_groups, but got input of shape {list(input.shape)} and "
                            f"num_groups={num_groups}")
+    if any(t is not None and t.dtype is not input.dtype for t in (weight, bias)):
+        return _mixed_group_norm(input, num_groups, weight, bias, eps)
+    hw = input.numel() // max(n * c, 1)
+    return ops.native_group_norm(input, weight, bias, n, c, hw, num_groups, eps)[0]
+
+
+@rounded_once
+def _mixed_group_norm(input: Tensor, num_groups: int, weight, bias, eps: float) -> Tensor:
+    n = input.shape[0]
     grouped = input.reshape(n, num_groups, -1)
     mean = ops.mean(grouped, [2], True)
     var = ops.var(grouped, [2], correction=0, keepdim=True)

@@ -63,6 +63,39 @@ def _layer_norm_backward(g, x, shape, mean, rstd, w, b, mask):
     return grad_input, (g * xhat).sum(batch), g.sum(batch)
 
 
+def _group_norm(x, w, b, n, c, hw, group, eps):
+    grouped = x.reshape(n, group, -1)
+    mean, var = grouped.mean(2, keepdims=True), grouped.var(2, keepdims=True)
+    out = ((grouped - mean) / np.sqrt(var + eps)).reshape(x.shape)
+    out = out * w.reshape(1, c, 1) + b.reshape(1, c, 1)
+    return out, mean.reshape(n, group), (1 / np.sqrt(var + eps)).reshape(n, group)
+
+
+def _group_norm_backward(g, x, mean, rstd, w, n, c, hw, group, mask):
+    """The gradients of the group's xhat = (x - mean) rstd, as layer norm's over a group."""
+    shape = (n, group, c // group, hw)
+    g4, x4, w4 = g.reshape(shape), x.reshape(shape), w.reshape(1, group, -1, 1)
+    m, r = mean.reshape(n, group, 1, 1), rstd.reshape(n, group, 1, 1)
+    xhat, gw = (x4 - m) * r, g4 * w4
+    dims = (2, 3)
+    grad_input = r * (gw - gw.mean(dims, keepdims=True) -
+                      xhat * (gw * xhat).mean(dims, keepdims=True))
+    return grad_input.reshape(x.shape), (g4 * xhat).sum((0, 3)).reshape(c), g.sum((0, 2))
+
+
+def _group_norm_args(rng, shape):
+    """Two groups of the shape's channels where they divide into two, else one."""
+    n, c, hw = shape
+    return (_normal(rng, *shape), _normal(rng, c), _normal(rng, c), n, c, hw,
+            2 if c % 2 == 0 else 1, 1e-5), {}
+
+
+def _group_norm_backward_args(rng, shape):
+    (x, w, b, n, c, hw, group, eps), _ = _group_norm_args(rng, shape)
+    _, mean, rstd = _group_norm(x, w, b, n, c, hw, group, eps)
+    return (_normal(rng, *shape), x, mean, rstd, w, n, c, hw, group, [True, True, True]), {}
+
+
 def _gelu_backward(g, x, approximate="none"):
     if approximate == "tanh":
         k = math.sqrt(2 / math.pi)
@@ -135,6 +168,9 @@ CASES = {
             rng, *s[1:]), _normal(rng, *s[1:]), 1e-5), {}), _layer_norm, "rows"),
     "native_layer_norm_backward": (Op.NATIVE_LAYER_NORM_BACKWARD, _layer_norm_backward_args,
                                    _layer_norm_backward, "rows"),
+    "native_group_norm": (Op.NATIVE_GROUP_NORM, _group_norm_args, _group_norm, None),
+    "native_group_norm_backward": (Op.NATIVE_GROUP_NORM_BACKWARD, _group_norm_backward_args,
+                                   _group_norm_backward, None),
     "_softmax_backward_data": (
         Op.SOFTMAX_BACKWARD_DATA, _backward_of(_softmax),
         lambda g, y, d, _: y * (g - (g * y).sum(d, keepdims=True)), "rows"),

@@ -589,7 +589,7 @@ LINALG = [
            tolerance={"float16": (1e-3, 1e-2)}),
 ]
 
-# layer norm and softmax backward -------------------------------------------------------
+# layer norm, group norm and softmax backward ----------------------------------------
 LAYER_NORM_SHAPES = [((3, 5), [5]), ((2, 3, 4), [3, 4]), ((4, 1), [1]), ((0, 3), [3]),
                      ((3,), [3]), ((3, 1025), [1025])]  # the last one through the native kernels
 
@@ -646,6 +646,54 @@ def _defined(out):
     return tuple(t for t in out if t is not None)  # (the masked-out gradients are None)
 
 
+def _group_norm(x, weight, bias, n, c, hw, group, eps):
+    grouped = x.reshape(n, group, -1)
+    mean, var = grouped.mean(2), grouped.var(2)
+    rstd = 1 / np.sqrt(var + eps)
+    out = ((grouped - mean[..., None]) * rstd[..., None]).reshape(x.shape)
+    channel = (1, c) + (1,) * (x.ndim - 2)
+    out = out if weight is None else out * weight.reshape(channel)
+    return (out if bias is None else out + bias.reshape(channel)), mean, rstd
+
+
+def group_norm_samples(make):
+    for shape, group, weight, bias in [((2, 6, 5), 3, True, True), ((3, 4, 2, 3), 2, True, False),
+                                       ((2, 6), 6, False, False), ((4, 3, 7), 1, False, True),
+                                       ((2, 8, 40), 4, True, True)]:
+        n, c = shape[:2]
+        yield S(make(shape), make((c,)) if weight else None, make((c,)) if bias else None,
+                n, c, int(np.prod(shape[2:])), group, 1e-5)
+
+
+def _group_norm_backward(g, x, mean, rstd, weight, n, c, hw, group, output_mask):
+    """As layer norm's over each group, from the mean and rstd given."""
+    shape = (n, group, c // group, hw)
+    g4, x4 = g.reshape(shape), x.reshape(shape)
+    m, r = mean.reshape(n, group, 1, 1), rstd.reshape(n, group, 1, 1)
+    xhat = (x4 - m) * r
+    gw = g4 if weight is None else g4 * weight.reshape(1, group, -1, 1)
+    out = []
+    if output_mask[0]:
+        out.append((r * (gw - gw.mean((2, 3), keepdims=True) -
+                         xhat * (gw * xhat).mean((2, 3), keepdims=True))).reshape(x.shape))
+    if output_mask[1] and weight is not None:
+        out.append((g4 * xhat).sum((0, 3)).reshape(c))
+    if output_mask[2]:
+        out.append(g4.sum((0, 3)).reshape(c))
+    return tuple(out)
+
+
+def group_norm_backward_samples(make):
+    for shape, group, weight, mask in [((2, 6, 5), 3, True, [True, True, True]),
+                                       ((3, 4, 2, 3), 2, False, [True, False, False]),
+                                       ((2, 8, 40), 4, True, [False, True, False]),
+                                       ((4, 3, 7), 1, True, [True, False, True])]:
+        # (no weight, no grad_bias: PyTorch's kernel makes it like the weight)
+        n, c = shape[:2]
+        yield S(make(shape), make(shape), make((n, group)), make((n, group), positive=True),
+                make((c,)) if weight else None, n, c, int(np.prod(shape[2:])), group, mask)
+
+
 def softmax_backward_samples(make):
     for shape, dim in [((3, 5), 1), ((3, 5), 0), ((2, 3, 4), -1), ((0, 3), 1), ((3, 1025), 1),
                        ((1025, 3), 0)]:
@@ -667,6 +715,14 @@ NORMALIZATION = [
            lambda *a: _layer_norm_backward(*a), layer_norm_backward_samples,
            # PyTorch's 16-bit kernels round terms before their sums; kiln sums in float32
            # (nearer the float64 reference than PyTorch in every bfloat16 sample)
+           tolerance={"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2),
+                      "bfloat16": (2e-2, 4e-2)}),
+    OpCase("native_group_norm", (Op.NATIVE_GROUP_NORM,),
+           lambda lib, *a: aten(lib).native_group_norm(*a), _group_norm, group_norm_samples,
+           tolerance={"float32": (1e-4, 1e-5)}),
+    OpCase("native_group_norm_backward", (Op.NATIVE_GROUP_NORM_BACKWARD,),
+           lambda lib, *a: _defined(aten(lib).native_group_norm_backward(*a)),
+           _group_norm_backward, group_norm_backward_samples,
            tolerance={"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2),
                       "bfloat16": (2e-2, 4e-2)}),
     OpCase("softmax_backward_data", (Op.SOFTMAX_BACKWARD_DATA,),

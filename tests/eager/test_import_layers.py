@@ -22,7 +22,7 @@ LAYERS = [
         "eager.kernels._common", "eager.kernels.decomposed", "eager.kernels.gradients",
         "eager.kernels.elementwise", "eager.kernels.unary", "eager.kernels.trig",
         "eager.kernels.rounding", "eager.kernels.binary", "eager.kernels.ternary",
-        "eager.kernels.indexing", "eager.kernels.membership", "eager.kernels.reduction", "eager.kernels.products", "eager.kernels.moments", "eager.kernels.gated", "eager.kernels.norms", "eager.kernels.normalization",
+        "eager.kernels.indexing", "eager.kernels.membership", "eager.kernels.reduction", "eager.kernels.products", "eager.kernels.moments", "eager.kernels.gated", "eager.kernels.norms", "eager.kernels.normalization", "eager.kernels.group_norm",
         "eager.kernels.shape", "eager.kernels.windows",
         "eager.kernels.copies", "eager.kernels.linalg", "eager.kernels", "eager.composite"]),
     ("backends: eager's generated CPU kernels (runtime/cpu's generators) and its CUDA "

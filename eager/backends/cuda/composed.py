@@ -1,8 +1,9 @@
 """CUDA kernels written in other CUDA ops, for ops that are not elementwise:
-native_layer_norm and its backward (means, rsqrt and elementwise ops),
-_softmax_backward_data and _log_softmax_backward_data (a row sum and elementwise ops),
-std, var_mean, std_mean, glu and linalg_vector_norm, each its record's decomposition run
-in eager ops (ir/formula.py, EAGER); im2col and col2im (slices, stack, slice_backward: eager/kernels/windows.py);
+native_layer_norm and native_group_norm and their backward (means, rsqrt and elementwise
+ops), _softmax_backward_data and _log_softmax_backward_data (a row sum and elementwise
+ops), std, var_mean, std_mean, glu and linalg_vector_norm, each its record's
+decomposition run in eager ops (ir/formula.py, EAGER); im2col and col2im (slices, stack,
+slice_backward: eager/kernels/windows.py);
 isin (eq against chunks of the test values, eager/kernels/membership.py); prod (halves
 multiplied, eager/kernels/products.py; not the 16-bit floats, whose products the CPU
 rounds one at a time in their own type, in order). Shapes, dtypes and errors
@@ -57,7 +58,8 @@ def _no_half(op: Op, kernel):
     return refusing
 
 
-_DECOMPOSED = (Op.NATIVE_LAYER_NORM, Op.NATIVE_LAYER_NORM_BACKWARD, Op.SOFTMAX_BACKWARD_DATA,
+_DECOMPOSED = (Op.NATIVE_LAYER_NORM, Op.NATIVE_LAYER_NORM_BACKWARD, Op.NATIVE_GROUP_NORM,
+               Op.NATIVE_GROUP_NORM_BACKWARD, Op.SOFTMAX_BACKWARD_DATA,
                Op.LOG_SOFTMAX_BACKWARD_DATA, Op.STD, Op.VAR_MEAN, Op.STD_MEAN, Op.GLU,
                Op.LINALG_VECTOR_NORM)
 KERNELS = {**{op: widened(op, _composed(op, partial(RECORDS[op].formula, EAGER)))
