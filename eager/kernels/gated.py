@@ -45,7 +45,7 @@ GLU = declare(Op.GLU)  # (nn.functional.glu: eager/nn/_activations.py)
 @GLU.decomposition
 def _(F, self, dim=-1):
     dim = dim % F.ndim(self)
-    half = self.shape[dim] // 2
+    half = F.shape(self)[dim] // 2
     return F.slice(self, dim, 0, half) * F.sigmoid(F.slice(self, dim, half, 2 * half))
 
 
