@@ -154,8 +154,8 @@ def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None,
                bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
     """Normalise each sample's channels in num_groups groups: native_group_norm (its
     gradient NativeGroupNormBackward0, 16-bit ones as PyTorch's kernel computes them).
-    Parameters of another type than the input's are left to the composite in eager ops
-    (rounded once: _mixed_group_norm)."""
+    Parameters of another type than the input's are float32 beside a 16-bit input
+    (PyTorch's mixed kernel: the result keeps the input's type) or PyTorch's error."""
     if input.dim() < 2:
         raise RuntimeError(f"Expected at least 2 dimensions for input tensor but received "
                            f"{input.dim()}")
@@ -164,20 +164,14 @@ def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None,
         raise RuntimeError(f"Expected number of channels in input to be divisible by "
                            f"num_groups, but got input of shape {list(input.shape)} and "
                            f"num_groups={num_groups}")
-    if any(t is not None and t.dtype is not input.dtype for t in (weight, bias)):
-        return _mixed_group_norm(input, num_groups, weight, bias, eps)
+    params = [t for t in (weight, bias) if t is not None]
+    if any(t.dtype is not input.dtype for t in params) and not (
+            input.dtype in dtypes.HALF and all(t.dtype is dtypes.float32 for t in params)):
+        raise RuntimeError("mixed dtype (CPU): all inputs must share same datatype."
+                           if input.dtype is dtypes.float64 else
+                           "mixed dtype (CPU): expect parameter to have scalar type of Float")
     hw = input.numel() // max(n * c, 1)
     return ops.native_group_norm(input, weight, bias, n, c, hw, num_groups, eps)[0]
-
-
-@rounded_once
-def _mixed_group_norm(input: Tensor, num_groups: int, weight, bias, eps: float) -> Tensor:
-    n = input.shape[0]
-    grouped = input.reshape(n, num_groups, -1)
-    mean = ops.mean(grouped, [2], True)
-    var = ops.var(grouped, [2], correction=0, keepdim=True)
-    out = ((grouped - mean) * ops.rsqrt(var + eps)).reshape(input.shape)
-    return _affine(out, weight, bias, input)
 
 
 @rounded_once

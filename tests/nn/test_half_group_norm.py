@@ -197,3 +197,50 @@ def test_a_compiled_group_norm_training_step_is_eagers(dt):
             np.testing.assert_array_equal(k.float().numpy(), e.float().numpy())
         else:  # float32 sums in the compiled kernels' order
             np.testing.assert_allclose(k.numpy(), e.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dt", ["bfloat16", "float16"])
+def test_float32_parameters_beside_a_16_bit_input_keep_the_inputs_type(dt):
+    """PyTorch's mixed kernel: the statistics in float32, the result in x's type (kiln
+    promoted it to float32 before)."""
+    rng = np.random.default_rng(0)
+    x = eager.tensor(rng.standard_normal((4, 6, 5)).astype(np.float32)).to(getattr(eager, dt))
+    w = eager.tensor(np.linspace(0.5, 2, 6, dtype=np.float32))
+    b = eager.tensor(np.linspace(-1, 1, 6, dtype=np.float32))
+    y = eager.nn.functional.group_norm(x, 2, w, b)
+    assert y.dtype is x.dtype
+    xs = x.float().numpy().astype(np.float64).reshape(4, 2, -1)
+    want = ((xs - xs.mean(-1, keepdims=True)) / np.sqrt(xs.var(-1, keepdims=True) + 1e-5))
+    want = want.reshape(4, 6, 5) * w.numpy()[:, None] + b.numpy()[:, None]
+    np.testing.assert_allclose(y.float().numpy(), want, rtol=1e-2, atol=1e-2)
+
+
+def test_float32_parameters_beside_a_16_bit_input_give_pytorchs_values():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 6, 5)).astype(np.float32)
+    g = rng.standard_normal((4, 6, 5)).astype(np.float32)
+    results = []
+    for m in (torch, eager):
+        xs = m.tensor(x).bfloat16().requires_grad_()
+        w = m.tensor(np.linspace(0.5, 2, 6, dtype=np.float32)).requires_grad_()
+        y = m.nn.functional.group_norm(xs, 2, w)
+        y.backward(m.tensor(g).bfloat16())
+        results.append((y.detach().float().numpy(), xs.grad.float().numpy(),
+                        w.grad.numpy()))
+    (ty, tx, tw), (ky, kx, kw) = results
+    np.testing.assert_array_equal(ky, ty)
+    np.testing.assert_array_equal(kx, tx)
+    np.testing.assert_allclose(kw, tw, rtol=1e-6)  # float32 sums in another order
+
+
+@pytest.mark.parametrize("x_dt, p_dt, message", [
+    ("float32", "float64", "expect parameter to have scalar type of Float"),
+    ("float32", "bfloat16", "expect parameter to have scalar type of Float"),
+    ("bfloat16", "float16", "expect parameter to have scalar type of Float"),
+    ("float64", "float32", "all inputs must share same datatype"),
+])
+def test_other_mixed_types_are_pytorchs_error(x_dt, p_dt, message):
+    x = eager.ones(2, 4, 3, dtype=getattr(eager, x_dt))
+    with pytest.raises(RuntimeError, match=message):
+        eager.nn.functional.group_norm(x, 2, eager.ones(4, dtype=getattr(eager, p_dt)))
