@@ -193,8 +193,11 @@ def promote_types(a: DType, b: DType) -> DType:
 
 
 _F32, _I32 = np.dtype(np.float32), np.dtype(np.int32)
-_EXACT_IN_HALF = frozenset({np.dtype(np.bool_), np.dtype(np.uint8), np.dtype(np.int8),
-                            np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), _F32})
+_EXACT_TYPES = frozenset({bool_, uint8, int8})
+"""The types whose every value either 16-bit float holds exactly."""
+_EXACT_IN_HALF = frozenset(t.np for t in (*_EXACT_TYPES, *HALF, float32))
+"""The numpy types a 16-bit float is made from in one rounding (the others through
+float32 first, as c10 makes them)."""
 
 
 def cast(a: np.ndarray, dt: DType) -> np.ndarray:
@@ -253,9 +256,6 @@ def rounded_first(operand: DType, common: DType) -> bool:
     exact in either 16-bit float. (mul and div read a zero-dim second operand as it is,
     records.Pointwise.wide_scalar.)"""
     return common in HALF and operand is not common and operand not in _EXACT_TYPES
-
-
-_EXACT_TYPES = frozenset({bool_, uint8, int8})
 
 
 def result_type(dim_dtypes=(), zero_dim_dtypes=(), wrapped_dtypes=()) -> DType:
