@@ -21,6 +21,7 @@ for _name, _op in named("functional").items():  # F.tanh, F.sigmoid: as the ops 
 
 from eager.nn._activations import *  # noqa: E402,F401,F403 - F's activations, distances
 from eager.nn._activations import softmax_dim  # noqa: E402
+from eager.nn import _flash_attention  # noqa: E402
 from eager.nn._losses import *  # noqa: E402,F401,F403 - F's other losses
 from eager.nn._normalization import *  # noqa: E402,F401,F403 - norms, channel dropout, pad
 from eager.nn._normalization import dropped  # noqa: E402
@@ -180,17 +181,32 @@ def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
 
 
 @_autocast.policy("scaled_dot_product_attention")
-@rounded_once
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
                                  attn_mask: Tensor | None = None, dropout_p: float = 0.0,
                                  is_causal: bool = False, scale: float | None = None,
                                  enable_gqa: bool = False) -> Tensor:
     """softmax(q k^T * scale + mask) v; `is_causal` masks keys after each query.
     `enable_gqa`: grouped-query attention, the heads (dim -3) of key and value each serving
-    a group of query heads (Llama's): they are repeated to the query's."""
+    a group of query heads (Llama's): they are repeated to the query's.
+    16-bit floats on the CPU take PyTorch's flash kernel's values where PyTorch runs it
+    (nn/_flash_attention.py; their gradient is still the math path's), elsewhere, and in
+    compiled functions, the math path: float32, rounded once."""
     if attn_mask is not None and is_causal:
         raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set "
                            "when is_causal=True")
+    if not dispatcher.key_active(DispatchKey.Tracer) and _flash_attention.applies(
+            query, key, value, attn_mask, dropout_p, enable_gqa):
+        return _flash_attention.ScaledDotProductFlashAttentionForCpu.apply(
+            query, key, value, attn_mask, is_causal, scale, enable_gqa, _math_attention)
+    return _math_attention(query, key, value, attn_mask, dropout_p, is_causal, scale,
+                           enable_gqa)
+
+
+@rounded_once
+def _math_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None,
+                    dropout_p: float, is_causal: bool, scale: float | None,
+                    enable_gqa: bool) -> Tensor:
+    """PyTorch's math path: 16-bit floats in float32, rounded once."""
     if enable_gqa and query.dim() >= 3:
         key, value = _grouped_heads(query, key, value)
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
