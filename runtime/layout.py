@@ -54,21 +54,24 @@ def stride_class(s: int):
 
 
 def broadcast_strides(a: np.ndarray, shape, full, reduced, squeezed: bool) -> list[int]:
-    """Element strides of `a` (of `shape`) over the iteration space `full`; a per-row
-    value without its reduced dims (`squeezed`) gets them back with stride 0."""
-    if squeezed:
-        strides, it = [], iter(zip(shape, a.strides))
-        for d in range(len(full)):
-            if d in reduced:
-                strides.append(0)
-            else:
-                size, stride = next(it)
-                strides.append(0 if size == 1 else stride // a.itemsize)
-        return strides
-    lead = len(full) - len(shape)
+    """Element strides of `a` (of `shape`) over the iteration space `full`, its dims
+    lined up from the right as broadcasting lines them up: with the dims of `full`, or,
+    for a per-row value without its reduced dims (`squeezed`), with the dims of `full`
+    that are not reduced (the reduced ones get stride 0). A dim of more than one element
+    must have the size of the dim it lines up with: a kernel given other strides would
+    read or write outside `a`, so any other shape raises CannotLower."""
+    dims = [d for d in range(len(full)) if not squeezed or d not in reduced]
+    if len(shape) > len(dims):
+        raise CannotLower(f"an operand of shape {tuple(shape)} in an iteration over "
+                          f"{tuple(full)}")
     out = [0] * len(full)
-    for d, (size, stride) in enumerate(zip(shape, a.strides)):
-        out[lead + d] = 0 if size == 1 else stride // a.itemsize
+    for d, size, stride in zip(dims[len(dims) - len(shape):], shape, a.strides):
+        if size != 1:
+            if size != full[d]:
+                raise CannotLower(f"an operand of shape {tuple(shape)} does not broadcast "
+                                  f"to {tuple(full)}" + (" without its reduced dims"
+                                                         if squeezed else ""))
+            out[d] = stride // a.itemsize
     return out
 
 

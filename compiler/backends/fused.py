@@ -86,30 +86,60 @@ class FusedKernel:
         self.gathers = tuple(self._gathered(n, computed) for n in self.nodes
                              if n.op in GATHERING)
         self.space = self._space()
-        self.row_values = self._row_values()
-        full, reduced = self.space
-        self.squeezed = tuple(v in self.row_values and len(v.type.shape) < len(full)
-                              for v in self.operands + tuple(self.body.outputs))
+        full = self.space[0]
+        dropped = self._read_without_reduced_dims()
+        self.row_values = self._row_values(dropped)
+        self.squeezed = tuple(v in dropped for v in self.operands) + tuple(
+            v in self.row_values and len(v.type.shape) < len(full) for v in self.body.outputs)
         # where the operands are among the inputs (None: some are views of them)
         self._positions = None if self.views else [body.inputs.index(v) for v in self.operands]
 
-    def _row_values(self) -> frozenset:
+    def _read_without_reduced_dims(self) -> frozenset:
+        """The operands that ops with the reduced dims dropped read (`x.sum(-1) * w`):
+        broadcasting lines them up with the dims that are not reduced (the result's),
+        not with all the dims of the rows, so they are laid out over the rows as such
+        (layout.broadcast_strides' `squeezed`). One that ops with all the dims read too
+        would be two layouts of one operand: that takes a shape of ones."""
+        if self.kind != "reduction":
+            return frozenset()
+        rank = len(self.space[0])
+        users = self.body.users()
+        found = set()
+        for v in self.operands:
+            readers = [n for n in users[v] if n.op not in VIEW]
+            short = [n.op not in K.REDUCE_OPS and len(n.outputs[0].type.shape) < rank
+                     for n in readers]
+            if any(short):
+                if not all(short) and any(s != 1 for s in v.type.shape):
+                    raise CannotLower("an operand read with the reduced dims and without them")
+                found.add(v)
+        return frozenset(found)
+
+    def _row_values(self, dropped: frozenset) -> frozenset:
         """Values with one element per row: reductions' results, the ops over only such
-        values, and the operands that only those ops read (when all reduced dims have
-        size 1 a row is one element, and a full-shaped value counts as full)."""
+        values, and the operands that only those ops read (`dropped`: those read without
+        the reduced dims; when all reduced dims have size 1 a row is one element, and a
+        full-shaped value counts as full). An op of a shape that is neither the rows'
+        nor a row's raises CannotLower: no layout over the rows holds its result."""
         if self.kind != "reduction":
             return frozenset()
         full, reduced = self.space
         scalars = {v for v, _ in self.scalars}
-        candidates = {v for v in self.operands
-                      if _is_kept(v.type.shape, full, reduced) and tuple(v.type.shape) != full}
+        candidates = {v for v in self.operands if v in dropped or (
+            _is_kept(v.type.shape, full, reduced) and tuple(v.type.shape) != full)}
         rows: set = set()
         for n in self.nodes:  # (a row's value times a row-long operand is a full value)
+            shape = tuple(n.outputs[0].type.shape)
+            if n.op not in K.REDUCE_OPS and shape != full and \
+                    not _is_kept(shape, full, reduced):
+                raise CannotLower(f"a value of shape {shape} in rows of {full}")
             ins = [v for v in n.input_values() if v not in scalars]
             if n.op in K.REDUCE_OPS or (
                     ins and all(v in rows or v in candidates for v in ins) and
-                    _is_kept(n.outputs[0].type.shape, full, reduced)):
+                    _is_kept(shape, full, reduced)):
                 rows.add(n.outputs[0])
+            elif len(shape) < len(full):
+                raise CannotLower(f"a value of shape {shape} that is not one per row")
         users = self.body.users()
         for v in candidates:  # (views are applied before the kernel: they are not readers)
             per_row = [n.outputs[0] in rows for n in users[v] if n.op not in VIEW]
