@@ -5,6 +5,7 @@ rule goes unchecked, and `test_every_op_is_accounted_for` that no op lacks a rul
 """
 from __future__ import annotations
 
+import math
 import zlib
 from dataclasses import dataclass
 from typing import Callable
@@ -173,6 +174,12 @@ CASES = [
          lambda m: (m.distinct(3, 4, low=-4.0, high=4.0, avoid=(2.5,)),)),
     Case(Op.SOFTPLUS_BACKWARD, "beta", lambda g, x: ops.softplus_backward(g, x, 1.5, 20.0),
          lambda m: (m.x(3, 4), m.x(3, 4, low=-3, high=3, layout="t"))),
+    *_unary(Op.LOG_SIGMOID, ops.log_sigmoid, low=-3.0, high=3.0),
+    Case(Op.LOG_SIGMOID_BACKWARD, "buffer", lambda g, x: ops.log_sigmoid_backward(
+        g, x, ops.exp(ops.neg(ops.abs(x))).detach()),
+         lambda m: (m.x(3, 4), m.distinct(3, 4, low=-3.0, high=3.0, avoid=(0.0,)))),
+    Case(Op.GLU, "last-dim", lambda x: ops.glu(x, -1), lambda m: (m.x(3, 4, layout="t"),)),
+    Case(Op.GLU, "first-dim", lambda x: ops.glu(x, 0), lambda m: (m.x(4, 3, layout="step"),)),
     Case(Op.GELU_BACKWARD, "none", lambda g, x: ops.gelu_backward(g, x),
          lambda m: (m.x(3, 4), m.x(3, 4, low=-3, high=3, layout="t"))),
     Case(Op.GELU_BACKWARD, "tanh", lambda g, x: ops.gelu_backward(g, x, approximate="tanh"),
@@ -215,6 +222,14 @@ CASES = [
          lambda m: (m.x(2, 3, 4, layout="t"),)),
     Case(Op.STD_MEAN, "keepdim", lambda x: ops.std_mean(x, [1], keepdim=True),
          lambda m: (m.x(3, 4, layout="step"),)),
+    Case(Op.STD, "dims", lambda x: ops.std(x, [0, 2]), lambda m: (m.x(2, 3, 4, layout="t"),)),
+    Case(Op.STD, "all-biased", lambda x: ops.std(x, correction=0),
+         lambda m: (m.x(3, 4, layout="step"),)),
+    *(Case(Op.LINALG_VECTOR_NORM, f"ord-{p}", lambda x, p=p: ops.linalg_vector_norm(x, p, [1]),
+           lambda m: (m.distinct(3, 4, low=0.2, high=2.0, avoid=()),))
+      for p in (2, 1, 3, 1.5, 0.5, math.inf, -math.inf)),
+    Case(Op.LINALG_VECTOR_NORM, "all-keepdim",
+         lambda x: ops.linalg_vector_norm(x, 2, None, True), lambda m: (m.x(3, 4, layout="t"),)),
     Case(Op.SUM, "all", ops.sum, lambda m: (m.x(3, 4, layout="t"),)),
     Case(Op.SUM, "dims-keepdim", lambda x: ops.sum(x, [0, 2], True),
          lambda m: (m.x(2, 3, 4, layout="step"),)),
@@ -259,6 +274,13 @@ CASES = [
     Case(Op.NATIVE_LAYER_NORM, "plain-stepped",
          lambda x: ops.native_layer_norm(x, [3], None, None, 1e-5)[0],
          lambda m: (m.x(2, 3, layout="step"),)),
+    # group norm
+    Case(Op.NATIVE_GROUP_NORM, "affine",
+         lambda x, w, b: ops.native_group_norm(x, w, b, 2, 4, 3, 2, 1e-5)[0],
+         lambda m: (m.x(2, 4, 3), m.x(4), m.x(4))),
+    Case(Op.NATIVE_GROUP_NORM, "plain-stepped",
+         lambda x: ops.native_group_norm(x, None, None, 2, 6, 1, 3, 1e-5)[0],
+         lambda m: (m.x(2, 6, layout="step"),)),
     # linear algebra
     Case(Op.DOT, "strided", ops.dot, lambda m: (m.x(5), m.x(1, 5, layout="step")[0])),
     Case(Op.MV, "transposed", ops.mv, lambda m: (m.x(3, 4, layout="t"), m.x(4))),
@@ -436,7 +458,8 @@ GRADGRAD_OPS = {Op.NEG, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.TANH, Op.SIGMOID, 
                 Op.GELU, Op.ABS, Op.RELU, Op.CLAMP, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.POW,
                 Op.MAXIMUM, Op.MINIMUM, Op.WHERE, Op.MM, Op.SUM, Op.MEAN, Op.AMAX, Op.AMIN,
                 Op.MAX_DIM, Op.MIN_DIM, Op.VAR, Op.SOFTMAX, Op.LOG_SOFTMAX, Op.PROD,
-                Op.VAR_MEAN, Op.LOGIT, Op.ADDCMUL, Op.ADDCDIV,
+                Op.VAR_MEAN, Op.LOGIT, Op.ADDCMUL, Op.ADDCDIV, Op.STD, Op.GLU,
+                Op.LOG_SIGMOID, Op.LINALG_VECTOR_NORM, Op.NATIVE_GROUP_NORM,
                 Op.SOFTMAX_BACKWARD_DATA, Op.LOG_SOFTMAX_BACKWARD_DATA, Op.NATIVE_LAYER_NORM}
 GRADGRAD_CASES = [c for c in CASES if c.op in GRADGRAD_OPS] + INPLACE_CASES
 
