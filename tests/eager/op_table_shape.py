@@ -327,7 +327,7 @@ INDEXING = [
            lambda make: [S(make((5, 3)), (make.index((7,), 5),), make((7, 3))),
                          S(make((5, 3)), (np.array([1, 1, -4]), np.array([2, 2, 2])),
                            make(()))], NUMBERS,
-           # PyTorch rounds each 16-bit add of a repeated index; kiln adds in float32
+           # each 16-bit add of a repeated index rounded, as PyTorch's (test_half_accumulate)
            tolerance={"float16": (5e-3, 1e-3), "bfloat16": (2e-2, 8e-3)}),
     OpCase("gather", (Op.GATHER,), lambda lib, x, d, i, src: lib.gather(x, d, i),
            _gather_ref, along_samples, ALL),
