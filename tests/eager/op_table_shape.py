@@ -247,7 +247,7 @@ WINDOWS = [
            lambda make: [S(make((2, 3 * a[0][0] * a[0][1], int(np.prod(
                              _window_geometry((5, 6), *a))))), [5, 6], *a) for a in WINDOW_ARGS] +
            [S(make((12, 9)), [4, 4], [2, 2], [1, 1], [0, 0], [1, 1])],
-           # kiln adds 16-bit windows up in float32 and rounds once; PyTorch adds in 16 bits
+           # each add of a 16-bit window rounded, as PyTorch's loop (test_half_accumulate)
            tolerance={"float16": (1e-2, 1e-3), "bfloat16": (2e-2, 1e-2)}),
 ]
 
