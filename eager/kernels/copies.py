@@ -141,18 +141,60 @@ def index_add_rule(self, dim, index, source, *, alpha=1):
 
 def index_add_cpu(self, dim, index, source, *, alpha=1):
     shape, dt = index_add_rule(self, dim, index, source, alpha=alpha)
+    idx = index._np().reshape(-1)
+    d = wrap_dim(dim, self.dim()) if self.dim() else 0
+    _check_bounds("index_add", idx, self._shape[d] if self.dim() else 1)
+    if dt in dtypes.HALF:
+        return result(_index_add_half(self, d, idx, source, scalar_value(alpha), index.dtype), dt)
     out = operand(self, dt.np).copy()
     src = operand(source, dt.np) * scalar_value(alpha)
-    idx = index._np().reshape(-1)
     if out.ndim == 0:
-        _check_bounds("index_add", idx, 1)
-        out = out + src.sum()
-        return result(out, dt)
-    d = wrap_dim(dim, self.dim())
-    _check_bounds("index_add", idx, out.shape[d])
+        return result(out + src.sum(), dt)
     grid = np.indices(src.shape, sparse=True)
     add_at(out, tuple(idx.reshape(g.shape) if k == d else g for k, g in enumerate(grid)), src)
     return result(out, dt)
+
+
+def _index_add_half(self, d, idx, source, alpha, index_dtype) -> np.ndarray:
+    """index_add of a 16-bit float as PyTorch's CPU kernel adds (measured bit for bit):
+    along the first or last dim of a tensor of two dims or more, with alpha 1 and int64
+    indices, it is scatter_add, whose sums start from self and run in float32, rounded once;
+    otherwise slice after slice in the index's order, each sum rounded: self + alpha *
+    source in float32 (alpha of the 16-bit type, as add's), and for a tensor of one dim or
+    none the product rounded first too. (PyTorch rounds the product first in the scalar
+    tail of a slice too, the last slice.numel() % vector-width elements: a property of the
+    machine, not copied.)"""
+    out, src = self._np(), source._np()
+    if out.ndim > 1 and d in (0, out.ndim - 1) and alpha == 1 and index_dtype is dtypes.int64:
+        wide = out.astype(np.float32)
+        grid = np.indices(src.shape, sparse=True)
+        add_at(wide, tuple(idx.reshape(g.shape) if k == d else g for k, g in enumerate(grid)),
+               src.astype(np.float32))
+        return wide
+    dt = self.dtype
+    addends = src.astype(np.float32) * dtypes.cast(np.float32(alpha), dt).astype(np.float32)
+    out = out.copy()
+    if out.ndim <= 1:
+        addends = dtypes.cast(addends, dt).astype(np.float32)
+        if out.ndim == 0:  # one element along its only "dim"
+            out, addends = out.reshape(1), np.broadcast_to(addends.reshape(-1), idx.shape)
+    _add_in_turn(out, d, idx, addends)
+    return out
+
+
+def _add_in_turn(out: np.ndarray, d: int, idx: np.ndarray, addends: np.ndarray) -> None:
+    """out's slice idx[i] along dim d plus addends' slice i (float32), in the order of idx,
+    each sum rounded to out's type: all first sightings of an index at once, then all
+    second sightings, ..."""
+    order = np.argsort(idx, kind="stable")
+    ranked = idx[order]
+    turn = np.empty(idx.size, np.int64)
+    turn[order] = np.arange(idx.size) - np.searchsorted(ranked, ranked)
+    rows, parts = np.moveaxis(out, d, 0), np.moveaxis(addends, d, 0)
+    dt = dtypes.from_numpy(out.dtype)
+    for t in range(int(turn.max()) + 1 if idx.size else 0):
+        now = turn == t
+        rows[idx[now]] = dtypes.cast(rows[idx[now]].astype(np.float32) + parts[now], dt)
 
 
 register(Op.INDEX_ADD, index_add_cpu, meta_from_rule(index_add_rule))
@@ -268,8 +310,10 @@ def _(ctx, g):
     flat_g = ops.reshape(g, [-1, width])
     if ctx.padding_idx is not None and ctx.padding_idx >= 0:
         flat_g = flat_g * ops.unsqueeze(ops.ne(flat_idx, ctx.padding_idx), 1)
-    return ops.index_add(zeros([rows, width], dtype=g.dtype, device=g.device), 0, flat_idx,
-                         flat_g)
+    # index_put's sums, not index_add's: PyTorch's embedding_dense_backward adds row after
+    # row, each 16-bit sum rounded, where its index_add sums in float32 and rounds once
+    return ops.index_put(zeros([rows, width], dtype=g.dtype, device=g.device), 0, [flat_idx],
+                         flat_g, True)
 
 
 SELECT_BACKWARD = declare(Op.SELECT_BACKWARD)

@@ -4,8 +4,12 @@
 Every index is checked against the size of the dim it indexes where the kernel runs, with
 PyTorch's error type and text (IndexError for `t[i]`, RuntimeError for gather/scatter), so
 an index tensor is an ordinary input: nothing about its values is known before the op runs,
-and a compiled graph can take new indices at every call. `nonzero`'s output shape depends on
-its input's values; it has no Meta kernel (capture breaks the graph there).
+and a compiled graph can take new indices at every call. `nonzero`'s output shape depends
+on its input's values; it has no Meta kernel (capture breaks the graph there).
+
+The 16-bit floats add as PyTorch's CPU kernels do: index_put with accumulate rounds each
+add, in the index's order; scatter_add sums from self in float32 and rounds once
+(tests/eager/test_half_accumulate.py).
 """
 from __future__ import annotations
 
@@ -92,11 +96,7 @@ def _put(out: np.ndarray, self, dim, indices, values, accumulate) -> None:
     target, _ = index_rule(self, dim, indices)
     key = _index_key(self, dim, indices) if indices else (Ellipsis,)
     src = np.broadcast_to(values._host_np(), target)
-    if accumulate and out.dtype.itemsize == 2 and out.dtype.kind in "fV":  # float16, bfloat16
-        wide = out.astype(np.float32)  # in float32, rounded once (as elsewhere)
-        np.add.at(wide, key, src.astype(np.float32))
-        out[...] = wide
-    elif accumulate:
+    if accumulate:  # in out's type, in the order of the index: 16-bit floats round each add
         np.add.at(out, key, src)
     else:
         out[key] = src
@@ -199,7 +199,12 @@ def _scatter(self, dim, index, src, add: bool):
     values = _cut(src._np(), index._shape, None)
     if add:
         grid = np.indices(idx.shape, sparse=True)
-        add_at(out, tuple(idx if k == d else g for k, g in enumerate(grid)), values)
+        key = tuple(idx if k == d else g for k, g in enumerate(grid))
+        if dt in dtypes.HALF:  # PyTorch's sums: from self, in float32, rounded once
+            wide = out.astype(np.float32)
+            add_at(wide, key, values.astype(np.float32))
+            return result(wide, dt)
+        add_at(out, key, values)
     else:
         np.put_along_axis(_cut(out, index._shape, d), idx, values, axis=d)
     return result(out, dt)

@@ -15,7 +15,7 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from eager.kernels._common import (compute_np, load_native, meta_from_rule, operand,
+from eager.kernels._common import (load_native, meta_from_rule,
                                    register, result)
 from ir.records import declare
 from eager.tensor import Tensor, from_array, ops
@@ -219,8 +219,8 @@ def col2im_cpu(self, output_size, kernel_size, dilation, padding, stride):
                                                   padding, stride)
     (kh, kw), (dh, dw), (ph, pw), (sh, sw) = pairs
     *outer, h, w = out_shape
-    # the 16-bit floats add up in float32, rounded once
-    cols = operand(self, compute_np(self.dtype)).reshape(*outer, kh, kw, oh, ow)
+    # in self's type, offset after offset as PyTorch's loop: 16-bit floats round each add
+    cols = self._np().reshape(*outer, kh, kw, oh, ow)
     out = np.zeros((*outer, h + 2 * ph, w + 2 * pw), cols.dtype)
     for i in range(kh):
         for j in range(kw):

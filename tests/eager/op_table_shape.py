@@ -247,7 +247,7 @@ WINDOWS = [
            lambda make: [S(make((2, 3 * a[0][0] * a[0][1], int(np.prod(
                              _window_geometry((5, 6), *a))))), [5, 6], *a) for a in WINDOW_ARGS] +
            [S(make((12, 9)), [4, 4], [2, 2], [1, 1], [0, 0], [1, 1])],
-           # kiln adds 16-bit windows up in float32 and rounds once; PyTorch adds in 16 bits
+           # each add of a 16-bit window rounded, as PyTorch's loop (test_half_accumulate)
            tolerance={"float16": (1e-2, 1e-3), "bfloat16": (2e-2, 1e-2)}),
 ]
 
@@ -327,7 +327,7 @@ INDEXING = [
            lambda make: [S(make((5, 3)), (make.index((7,), 5),), make((7, 3))),
                          S(make((5, 3)), (np.array([1, 1, -4]), np.array([2, 2, 2])),
                            make(()))], NUMBERS,
-           # PyTorch rounds each 16-bit add of a repeated index; kiln adds in float32
+           # each 16-bit add of a repeated index rounded, as PyTorch's (test_half_accumulate)
            tolerance={"float16": (5e-3, 1e-3), "bfloat16": (2e-2, 8e-3)}),
     OpCase("gather", (Op.GATHER,), lambda lib, x, d, i, src: lib.gather(x, d, i),
            _gather_ref, along_samples, ALL),

@@ -345,9 +345,10 @@ def test_index_ops_move_and_add_as_the_cpu(dtype):
 
 @pytest.mark.parametrize("dtype", NARROW)
 def test_repeated_indices_add_in_the_compute_type_and_round_once(dtype):
-    """A 16-bit float adds in float32 and rounds once (as the CPU's index_put does; its
-    numpy scatter_add and index_add round each add, an ulp or two apart); an integer
-    wraps, which is the CPU's result in any order."""
+    """A 16-bit float adds in float32 and rounds once (as the CPU's scatter_add and its
+    index_add along dim 0 do, PyTorch's; the CPU's index_put rounds each add, as PyTorch's
+    CPU kernel: an ulp or two apart); an integer wraps, which is the CPU's result in any
+    order."""
     x, repeated = _grid(dtype, specials=False), eager.tensor([[2, 2, 0, 2], [5, 0, 0, 1]])
     wide = eager.float32 if dtype in HALVES else eager.int32
     for fn in (lambda t, i: eager.scatter_add(t, 0, i, t[:2, :4]),
