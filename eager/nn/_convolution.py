@@ -41,6 +41,19 @@ def _out_size(size: int, kernel: int, stride: int, pad: int, dilation: int,
     return span // stride + 1
 
 
+def _columns(x: Tensor, kernel, dilation, padding, stride) -> Tensor:
+    """im2col of a convolution's x. A bfloat16 x that will get a gradient takes it through float32: its
+    gradient, col2im of the columns', then adds its overlapping windows in float32 and
+    rounds once, as PyTorch's bfloat16 convolution backward (oneDNN's) accumulates.
+    float16's col2im rounds each add, as PyTorch's own (slow, im2col) convolution does
+    for it, as pooling's backward does for both, and F.unfold's gradient (windows.py)."""
+    if x.dtype is dtypes.bfloat16 and x.requires_grad and is_grad_enabled():
+        wide = ops._to_copy(x, dtype=dtypes.float32)
+        return ops._to_copy(ops.im2col(wide, kernel, dilation, padding, stride),
+                            dtype=x.dtype)
+    return ops.im2col(x, kernel, dilation, padding, stride)
+
+
 def _windows(x: Tensor, kernel: tuple, stride: tuple, dilation: tuple, out: tuple) -> Tensor:
     """(N, C, kh*kw, oh, ow): for each kernel offset, the strided slice of x (already
     padded) that offset reads at every output position (one im2col)."""
@@ -111,7 +124,7 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
         raise RuntimeError(f"conv2d: the kernel {list(kernel)} (dilation {list(dilation)}) "
                            f"does not fit the padded input of size "
                            f"{[s + 2 * p for s, p in zip(x.shape[2:], padding)]}")
-    cols = ops.im2col(x, list(kernel), list(dilation), list(padding), list(stride))
+    cols = _columns(x, list(kernel), list(dilation), list(padding), list(stride))
     k = kernel[0] * kernel[1]                                  # cols: (N, C K, L)
     # a 16-bit convolution adds its bias before the product is rounded, once, as
     # PyTorch's does (a product rounded, then the bias added, rounds twice)

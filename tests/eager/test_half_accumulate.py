@@ -314,3 +314,37 @@ def test_fold_and_the_index_gradients_are_pytorchs_bit_for_bit(dt):
         e = _t(x, dt).requires_grad_()
         fn(eager, e, eager.tensor).backward(_t(grad_out, dt))
         np.testing.assert_array_equal(_np(e.grad), t.grad.float().numpy(), err_msg=name)
+
+
+@pytest.mark.parametrize("dt", ["bfloat16", "float16"])
+def test_convolution_and_pooling_input_gradients_add_their_windows_as_pytorch(dt):
+    """float16's convolution (PyTorch's im2col path) and both types' pooling add each
+    window's gradient rounded, as col2im; bfloat16's convolution (oneDNN's in PyTorch)
+    adds them in float32 and rounds once: its gradient is within a unit of float64's."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 4, 13, 13)).astype(np.float32)
+    w = rng.standard_normal((4, 4, 3, 3)).astype(np.float32)
+    grads = {}
+    for lib in (eager, pytest.importorskip("torch")) if dt == "float16" else (eager,):
+        xs = lib.tensor(x).to(getattr(lib, dt)).requires_grad_()
+        ws = lib.tensor(w).to(getattr(lib, dt))
+        y = lib.nn.functional.conv2d(xs, ws, padding=1)
+        y.backward(lib.ones_like(y) * 0.375)
+        conv = xs.grad.float().numpy().copy()
+        xs.grad = None
+        lib.nn.functional.avg_pool2d(xs, 3, 1).sum().backward()
+        grads[lib.__name__] = conv, xs.grad.float().numpy()
+    if dt == "float16":
+        for got, want in zip(grads["eager"], grads["torch"]):
+            np.testing.assert_array_equal(got, want)
+        return
+    # bfloat16: each column's gradient is the product's, 0.375 times w's sum over the
+    # output channels, rounded once; the windows' sums of them (exact in float32 here)
+    # are rounded once
+    bf16 = dtypes.bfloat16
+    tap = _r(0.375 * _r(w, bf16).astype(np.float64).sum(0), bf16).astype(np.float64)
+    padded = np.zeros((4, 4, 15, 15))
+    for i in range(3):
+        for j in range(3):
+            padded[:, :, i:i + 13, j:j + 13] += tap[None, :, i, j, None, None]
+    np.testing.assert_array_equal(grads["eager"][0], _r(padded[:, :, 1:14, 1:14], bf16))
