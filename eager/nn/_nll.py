@@ -42,15 +42,19 @@ def cascade_sum(terms: np.ndarray, counted: np.ndarray, dt) -> np.float32:
     values = terms.reshape(-1)[index].astype(np.float32)
     power = max(4, (max(counted.size - 1, 0)).bit_length() // LEVELS)
     carried = np.zeros(index.size, np.int64)  # how many levels carry up at each index
+    at = np.flatnonzero(index & ((1 << power) - 1) == 0)
     for j in range(1, LEVELS):
-        carried += index % (1 << (power * j)) == 0
-    total = np.float32(0)
-    for level in range(LEVELS):
-        closes = carried > level if level < LEVELS - 1 else np.zeros(carried.size, bool)
-        sums, left = _runs_summed(values, closes, dt)
-        total = _rounded(total + left, dt)
-        values, carried = sums, carried[closes]
-    return total
+        carried[at] += index[at] & ((1 << (power * j)) - 1) == 0
+    total = np.zeros(1, np.float32)
+    with np.errstate(over="ignore"):  # float16 sums past 65504 are inf, as PyTorch's
+        for level in range(LEVELS):
+            if values.size <= 1:  # it reaches the total, whichever level it stays in
+                return _rounded(total + values.sum(), dt)[0]
+            closes = carried > level if level < LEVELS - 1 else np.zeros(carried.size, bool)
+            sums, left = _runs_summed(values, closes, dt)
+            total = _rounded(total + left, dt)
+            values, carried = sums, carried[closes]
+    return total[0]
 
 
 def _runs_summed(values: np.ndarray, closes: np.ndarray, dt):
@@ -63,7 +67,7 @@ def _runs_summed(values: np.ndarray, closes: np.ndarray, dt):
     order = np.argsort(-lengths, kind="stable")
     starts, lengths = starts[order], lengths[order]
     acc = np.zeros(starts.size, np.float32)
-    for k in range(int(lengths[0]) if lengths.size else 0):
+    for k in range(int(lengths[0])):
         live = int(np.count_nonzero(lengths > k))
         acc[:live] = _rounded(acc[:live] + values[starts[:live] + k], dt)
     sums = np.empty_like(acc)
@@ -71,8 +75,9 @@ def _runs_summed(values: np.ndarray, closes: np.ndarray, dt):
     return sums[:-1], sums[-1]
 
 
-def _rounded(a, dt):
-    return dtypes.cast(np.asarray(a, np.float32), dt).astype(np.float32)
+def _rounded(a: np.ndarray, dt) -> np.ndarray:
+    """float32 values rounded to dt, as float32."""
+    return a.astype(dt.np).astype(np.float32)
 
 
 class _CascadeSum(Function):
