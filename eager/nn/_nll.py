@@ -3,8 +3,8 @@
 the terms -x[i, t[i]] * w[t[i]] added in the 16-bit type itself, each addition rounded,
 in a cascade of eight partial sums. Partial j is added into partial j + 1, and restarts
 from zero, at each counted index that is a multiple of 16^(j+1) (of 2^(power (j+1)),
-`power` 4 below 2^40 terms); an ignored index adds nothing and carries nothing, but is
-counted. The partials are added in order at the end. The total weight is the same sum of
+`power` ceil(log2 n) // 8 from 2^39 terms); an ignored index adds nothing and carries
+nothing, but is counted (the index runs over every target, in (N, d...) order). The partials are added in order at the end. The total weight is the same sum of
 the weights (without a weight, the count of targets not ignored, rounded to the type),
 and mean is one rounded division.
 
