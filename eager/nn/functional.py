@@ -25,6 +25,7 @@ from eager.nn import _flash_attention  # noqa: E402
 from eager.nn._losses import *  # noqa: E402,F401,F403 - F's other losses
 from eager.nn._normalization import *  # noqa: E402,F401,F403 - norms, channel dropout, pad
 from eager.nn._normalization import dropped  # noqa: E402
+from eager.nn import _nll  # noqa: E402
 from eager.nn._convolution import *  # noqa: E402,F401,F403 - convolutions and pools
 from eager.nn._sampling import *  # noqa: E402,F401,F403 - pixel shuffle, interpolate, grid_sample
 
@@ -127,6 +128,8 @@ def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None,
     loss = ops.neg(_pick(rows, safe)) * w
     if reduction == "none":
         return ops.reshape(loss, list(out_shape))
+    if reduction in ("mean", "sum") and _nll.cascaded(loss):  # 16-bit, as PyTorch's CPU sums
+        return _nll.reduced(loss, None if weight is None else w, valid, reduction)
     return _reduce(loss, reduction, ops.sum(w) if reduction == "mean" else None)
 
 
