@@ -125,7 +125,9 @@ def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None,
     safe = ops.where(valid, tgt, 0)
     _check_targets(safe, c)
     w = valid if weight is None else ops.index_select(weight, 0, safe) * valid
-    loss = ops.neg(_pick(rows, safe)) * w
+    # ignored rows are 0 whatever their log-probability (an -inf would give NaN times 0),
+    # and take no gradient (a mean over no target divides it by 0: NaN times 0 again)
+    loss = ops.where(valid, ops.neg(_pick(rows, safe)) * w, 0.0)
     if reduction == "none":
         return ops.reshape(loss, list(out_shape))
     if reduction in ("mean", "sum") and _nll.cascaded(loss):  # 16-bit, as PyTorch's CPU sums

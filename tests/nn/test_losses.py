@@ -153,3 +153,21 @@ def test_loss_modules_match_functional():
 def test_loss_errors(call, error, match):
     with pytest.raises(error, match=match):
         call(eager.randn(3, C), eager.tensor([0, 1, 2]))
+
+
+@pytest.mark.parametrize("fn", [F.nll_loss, F.cross_entropy])
+def test_ignored_rows_give_no_nan_and_no_gradient(fn):
+    """An ignored row counts 0 whatever its input (a log-probability of -inf too), and a
+    mean over no target is NaN with a zero gradient, as PyTorch's."""
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    x[1, 0] = -np.inf
+    xs = eager.tensor(x).requires_grad_()
+    loss = fn(xs, eager.tensor([1, -100, 2]))
+    loss.backward()
+    assert np.isfinite(loss.item())
+    assert np.isfinite(xs.grad.numpy()).all() and (xs.grad.numpy()[1] == 0).all()
+    xs = eager.tensor(np.nan_to_num(x, neginf=-3.0)).requires_grad_()
+    loss = fn(xs, eager.tensor([-100, -100, -100]))
+    loss.backward()
+    assert np.isnan(loss.item())
+    assert (xs.grad.numpy() == 0).all()
