@@ -71,15 +71,22 @@ def _normalized(input, normalized_shape, weight, bias) -> tuple[int, tuple]:
 
 
 def native_layer_norm_rule(input, normalized_shape, weight, bias, eps):
+    """The output in the input's type; the mean and rstd too, but float32 beside a 16-bit
+    input with float32 parameters (PyTorch's mixed kernel keeps them so, and its backward
+    reads them)."""
     axis, shape = _normalized(input, normalized_shape, weight, bias)
     stats = tuple(input._shape[:axis]) + (1,) * len(shape)
-    return (tuple(input._shape), input.dtype), (stats, input.dtype), (stats, input.dtype)
+    mixed = input.dtype in dtypes.HALF and any(
+        t is not None and t.dtype is dtypes.float32 for t in (weight, bias))
+    kept = dtypes.float32 if mixed else input.dtype
+    return (tuple(input._shape), input.dtype), (stats, kept), (stats, kept)
 
 
 def native_layer_norm_cpu(input, normalized_shape, weight, bias, eps):
-    (full, dt), (stats, _), _ = native_layer_norm_rule(input, normalized_shape, weight, bias, eps)
+    (full, dt), (stats, kept), _ = native_layer_norm_rule(input, normalized_shape, weight, bias,
+                                                         eps)
     axis = input.dim() - len(normalized_shape)
-    rows = _rows(input, weight, bias)
+    rows = _rows(input, weight, bias) if kept is dt else None  # (their statistics are dt's)
     if rows is not None:
         tensors = [t for t in (input, weight, bias) if t is not None]
         out = rows.run_graph(("layer_norm", weight is not None, bias is not None),
@@ -94,8 +101,8 @@ def native_layer_norm_cpu(input, normalized_shape, weight, bias, eps):
     w, b = (None if t is None else operand(t, ct).reshape(-1) for t in (weight, bias))
     with np.errstate(all="ignore"):  # a row of no elements: NaN statistics, no warning
         out, mean, rstd = NATIVE_LAYER_NORM.formula(NUMPY, x, (n,), w, b, eps)
-    return result(out.reshape(full), dt), result(mean.reshape(stats), dt), \
-        result(rstd.reshape(stats), dt)
+    return result(out.reshape(full), dt), result(mean.reshape(stats), kept), \
+        result(rstd.reshape(stats), kept)
 
 
 def _count(shape, axis: int) -> int:
