@@ -14,8 +14,10 @@ from ir import dtypes
 from ir.ops import Op
 
 
-_C_TYPE = {"float32": "float", "float64": "double", "float16": "Half", "int64": "long int",
-           "int32": "int", "bool": "bool"}
+_C_TYPE = {"float32": "float", "float64": "double", "float16": "c10::Half",
+           "bfloat16": "c10::BFloat16", "int64": "long int", "int32": "int",
+           "int16": "short int", "int8": "signed char", "uint8": "unsigned char",
+           "bool": "bool"}  # (PyTorch's C++ names, as its messages print them)
 
 
 def _same_dtype(name_a, a, name_b, b):
