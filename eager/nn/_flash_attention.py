@@ -360,9 +360,11 @@ _GEMMS = {
 }
 
 
-class ScaledDotProductFlashAttentionForCpu(Function):
+class ScaledDotProductFlashAttentionForCpu(
+        Function, node_name="ScaledDotProductFlashAttentionForCpuBackward0"):
     """The 16-bit output and gradients as PyTorch's flash kernels give them (`forward` and
-    `backward` above); the forward keeps its output and log-sum-exp for the backward."""
+    `backward` above); the forward keeps its output and log-sum-exp for the backward. Its
+    node has the name of PyTorch's (aten::_scaled_dot_product_flash_attention_for_cpu)."""
 
     @staticmethod
     def forward(ctx, q, k, v, attn_mask, is_causal, scale):

@@ -320,6 +320,7 @@ def test_kiln_gradients_follow_the_scalar_model_of_pytorchs_flash_backward(half,
     arrays = _inputs((1, 2, L, 32), S, half, seed=1)
     grad_out = _inputs((1, 2, L, 32), 1, half, seed=2)[0]
     out, got = _kiln_grads(arrays, half, grad_out, is_causal=causal)
+    assert out.grad_fn.name() == "ScaledDotProductFlashAttentionForCpuBackward0"
     lse = out.grad_fn.lse  # the forward's float32 log-sum-exp, saved for backward
     out = out.detach().float().numpy()
     for h in range(2):
