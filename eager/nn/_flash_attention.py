@@ -30,7 +30,8 @@ import math
 
 import numpy as np
 
-from eager.autograd.custom_function import Function
+from eager.autograd.custom_function import DelayedError, Function, _delayed
+from eager.dispatcher import tls
 from eager.kernels._common import result
 from ir import dtypes
 
@@ -40,6 +41,7 @@ _LN_FLT_MAX = np.uint32(0x42b17218).view(F32)
 _LOG2E = np.uint32(0x3fb8aa3b).view(F32)
 _R_LN2 = F32(1 / math.log(2))
 _GEMV_LANES = {"bfloat16": 4, "float16": 8}  # a product with one query or one key
+_BACKWARD_OP = "_scaled_dot_product_flash_attention_for_cpu_backward"
 
 
 def applies(query, key, value, attn_mask, dropout_p: float, enable_gqa: bool) -> bool:
@@ -385,8 +387,11 @@ class ScaledDotProductFlashAttentionForCpu(
         arrays, mask = _arrays(q, k, v, attn_mask)
         out, grad = (t.detach()._host_np().astype(F32) for t in (out, grad))
         found = backward(*arrays, out, grad, ctx.lse, q.dtype.name, mask, is_causal, scale)
-        grads = (result(g, q.dtype) if need else None
-                 for g, need in zip(found, ctx.needs_input_grad))
+        grads = [result(g, q.dtype) if need else None
+                 for g, need in zip(found, ctx.needs_input_grad)]
+        if tls.grad_enabled:  # create_graph=True: as PyTorch's, no derivative of this one
+            node = DelayedError(f"derivative for aten::{_BACKWARD_OP} is not implemented")
+            grads = [_delayed(node, nr, g) for nr, g in enumerate(grads)]
         return tuple(grads) + (None,) * 3
 
 

@@ -389,3 +389,13 @@ def test_pytorch_gives_the_same_16_bit_gradients(half, shape, S, kw):
         # grad_k 77 of 38400 apart; none from PyTorch's own output and log-sum-exp)
         allowed = 100 if (half, S) == ("float16", 600) else 0
         assert apart <= allowed, f"grad_{name}: {apart} of {g.size} apart"
+
+
+def test_a_gradient_taken_with_create_graph_cannot_be_differentiated_again():
+    q = eager.tensor(_inputs((1, 1, 4, 8), 4, "bfloat16")[0]).to(eager.bfloat16)
+    q.requires_grad_()
+    (grad,) = eager.autograd.grad(F.scaled_dot_product_attention(q, q, q).float().sum(), [q],
+                                  create_graph=True)
+    with pytest.raises(RuntimeError, match="derivative for aten::_scaled_dot_product_flash_"
+                                           "attention_for_cpu_backward is not implemented"):
+        grad.float().sum().backward()
