@@ -112,11 +112,14 @@ class Function(FunctionCtx):
     one gradient (or None) per forward argument; call with `MyFn.apply(*args)`."""
     _backward_cls = BackwardCFunction
 
-    def __init_subclass__(cls, **kwargs):
+    def __init_subclass__(cls, node_name: str | None = None, **kwargs):
+        """`node_name` (a class keyword): the backward node's name where kiln's Function
+        stands for one of PyTorch's built-in ops (`<ClassName>Backward` otherwise)."""
         super().__init_subclass__(**kwargs)
         if "vjp" in vars(cls) and "backward" not in vars(cls):
             cls.backward = cls.vjp
-        cls._backward_cls = type(f"{cls.__name__}Backward", (BackwardCFunction,),
+        name = node_name or f"{cls.__name__}Backward"
+        cls._backward_cls = type(name, (BackwardCFunction,),
                                  {"_forward_cls": cls, "__module__": cls.__module__})
 
     @staticmethod

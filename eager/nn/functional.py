@@ -193,8 +193,8 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
     """softmax(q k^T * scale + mask) v; `is_causal` masks keys after each query.
     `enable_gqa`: grouped-query attention, the heads (dim -3) of key and value each serving
     a group of query heads (Llama's): they are repeated to the query's.
-    16-bit floats on the CPU take PyTorch's flash kernel's values where PyTorch runs it
-    (nn/_flash_attention.py; their gradient is still the math path's), elsewhere, and in
+    16-bit floats on the CPU take PyTorch's flash kernels' values and gradients where
+    PyTorch runs them (nn/_flash_attention.py), elsewhere, and in
     compiled functions, the math path: float32, rounded once."""
     if attn_mask is not None and is_causal:
         raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set "
@@ -202,7 +202,7 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
     if not dispatcher.key_active(DispatchKey.Tracer) and _flash_attention.applies(
             query, key, value, attn_mask, dropout_p, enable_gqa):
         return _flash_attention.ScaledDotProductFlashAttentionForCpu.apply(
-            query, key, value, attn_mask, is_causal, scale, enable_gqa, _math_attention)
+            query, key, value, attn_mask, is_causal, scale)
     return _math_attention(query, key, value, attn_mask, dropout_p, is_causal, scale,
                            enable_gqa)
 
