@@ -81,10 +81,11 @@ def _numel(shape) -> int:
 
 @_composite(Op.LINEAR, function=True)
 def linear(input, weight, bias=None):
-    """As aten's linear: with a bias, a 2-d input, or a contiguous 3-d one folded into
-    rows, is one addmm (the bias added before the product rounds: a 16-bit float rounds
-    once), and the rest a product, then the bias added."""
-    if bias is not None and (input.dim() == 2 or input.dim() == 3 and input.is_contiguous()):
+    """As aten's linear: with a bias, a 2-d input, a 1-d one, or a contiguous one of more
+    dims folded into rows, is one addmm (the bias added before the product rounds: a
+    16-bit float rounds once), and the rest a product, then the bias added."""
+    if bias is not None and (input.dim() == 2 or input.dim() == 1 or
+                             input.dim() >= 3 and input.is_contiguous()):
         if input.dim() == 2:
             return ops.addmm(bias, input, ops.t(weight))
         rows = ops.view(input, (-1, input._shape[-1]))
