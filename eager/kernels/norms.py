@@ -20,11 +20,6 @@ from ir.ops import Op
 from ir.records import declare
 
 
-def _reduced(self, dim) -> tuple:
-    return reduce_dims(dim, self.dim()) if dim is not None and list(dim) else \
-        tuple(range(self.dim()))
-
-
 def vector_norm_rule(self, ord=2, dim=None, keepdim=False, *, dtype=None):
     dt = dtype or self.dtype
     if not self.dtype.is_floating_point:
@@ -33,7 +28,7 @@ def vector_norm_rule(self, ord=2, dim=None, keepdim=False, *, dtype=None):
     if dtype is not None and not dtype.is_floating_point:
         raise RuntimeError(f"linalg.vector_norm: dtype should be floating point or complex. "
                            f"Got {type_word(dtype)}")
-    dims = _reduced(self, dim)
+    dims = reduce_dims(dim, self.dim())
     p = scalar_value(ord)
     if p < 0 or math.isinf(p):
         empty = any(self._shape[d] == 0 for d in dims) if self.dim() else False
@@ -47,7 +42,8 @@ def vector_norm_cpu(self, ord=2, dim=None, keepdim=False, *, dtype=None):
     shape, dt = vector_norm_rule(self, ord, dim, keepdim, dtype=dtype)
     a = operand(self, compute_np(dt))
     with np.errstate(all="ignore"):
-        out = VECTOR_NORM.formula(NUMPY, a, scalar_value(ord), _reduced(self, dim), keepdim)
+        out = VECTOR_NORM.formula(NUMPY, a, scalar_value(ord), reduce_dims(dim, self.dim()),
+                                  keepdim)
     return result(out, dt)
 
 
@@ -81,7 +77,7 @@ def _(ctx, g):
     if p == 0:  # no gradient (PyTorch's: x.grad stays None)
         return None
     if not ctx.keepdim:
-        for d in _reduced(x, ctx.dim):
+        for d in reduce_dims(ctx.dim, x.dim()):
             g, norm = ops.unsqueeze(g, d), ops.unsqueeze(norm, d)
     g, norm = g.to(x.dtype), norm.to(x.dtype)  # (dtype=: the gradient is in x's type)
     if p == 1:
@@ -91,7 +87,8 @@ def _(ctx, g):
     if math.isinf(p):  # amax's (amin's) of |x|: shared by the ties, NaN counted as one
         size = x.abs()
         top = ops.where(size != size, 1.0, ops._to_copy(size == norm, dtype=x.dtype))
-        return ops.sign(x) * ((g / ops.sum(top, list(_reduced(x, ctx.dim)), True)) * top)
+        count = ops.sum(top, list(reduce_dims(ctx.dim, x.dim())), True)
+        return ops.sign(x) * ((g / count) * top)
     if p < 1:
         scaled = ops.where(x == 0, 0.0, ops.sign(x) * ops.pow(x.abs(), p - 1))
         return scaled * g * ops.pow(norm, 1 - p)

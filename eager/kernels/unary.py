@@ -404,12 +404,15 @@ LOG_SIGMOID = declare(Op.LOG_SIGMOID, pointwise=Pointwise(
     float_math=True))
 
 
+def _log_sigmoid_buffer(x):
+    """PyTorch's backward reads the forward's buffer, e^-|x| in x's type (a 16-bit float
+    rounded to it: its gradient differs where that rounds): made again from x."""
+    return ops.exp(ops.neg(ops.abs(x)))
+
+
 @LOG_SIGMOID.derivative("LogSigmoidBackward0", "self", save="self")
 def _(ctx, g):
-    """PyTorch's backward reads the forward's buffer, e^-|x| in x's type (a 16-bit float
-    rounded to it: its gradient differs where that rounds): made again here."""
-    x = ctx.self
-    return ops.log_sigmoid_backward(g, x, ops.exp(ops.neg(ops.abs(x))))
+    return ops.log_sigmoid_backward(g, ctx.self, _log_sigmoid_buffer(ctx.self))
 
 
 def _log_sigmoid_backward(g, x, buffer):
@@ -439,7 +442,7 @@ def _(ctx, gg):
     PyTorch's log_sigmoid_double_backward."""
     x = ctx.self
     s = ops.sigmoid(x)
-    return (ops.log_sigmoid_backward(gg, x, ops.exp(ops.neg(ops.abs(x)))),
+    return (ops.log_sigmoid_backward(gg, x, _log_sigmoid_buffer(x)),
             sum_to(gg * ctx.grad_output * (s - 1) * s, x._shape))
 
 

@@ -186,6 +186,19 @@ CASES = [((2, 4, 16, 32), 16, {}), ((2, 4, 16, 32), 16, {"is_causal": True}),
          ((2, 2, 12, 16), 14, {"mask": "half4d"})]
 
 
+def _mask(kind, shape, S, half):
+    """A mask of `kind` (None, "bool", "float", "half4d": 4 dims in the 16-bit type) for
+    queries shape[2] and S keys."""
+    rng = np.random.default_rng(7)
+    if kind == "bool":
+        return rng.random((shape[2], S)) < 0.8
+    if kind == "float":
+        return rng.standard_normal((shape[2], S)).astype(F32)
+    if kind == "half4d":
+        return rng.standard_normal((shape[0], 1, shape[2], S)).astype(F32).astype(TYPES[half])
+    return None
+
+
 @pytest.mark.parametrize("half", HALVES)
 @pytest.mark.parametrize("shape, S, kw", CASES)
 def test_pytorch_gives_the_same_16_bit_values(half, shape, S, kw):
@@ -194,14 +207,7 @@ def test_pytorch_gives_the_same_16_bit_values(half, shape, S, kw):
     gqa = kw.pop("gqa", None)
     mask_kind = kw.pop("mask", None)
     arrays = _inputs(shape, S, half, heads_kv=shape[1] // gqa if gqa else None)
-    rng = np.random.default_rng(7)
-    mask = None
-    if mask_kind == "bool":
-        mask = rng.random((shape[2], S)) < 0.8
-    elif mask_kind == "float":
-        mask = rng.standard_normal((shape[2], S)).astype(F32)
-    elif mask_kind == "half4d":
-        mask = rng.standard_normal((shape[0], 1, shape[2], S)).astype(F32).astype(TYPES[half])
+    mask = _mask(mask_kind, shape, S, half)
     if gqa:
         kw["enable_gqa"] = True
     tdt = getattr(torch, half)
@@ -370,9 +376,7 @@ def test_pytorch_gives_the_same_16_bit_gradients(half, shape, S, kw):
     mask_kind = kw.pop("mask", None)
     arrays = _inputs(shape, S, half, heads_kv=shape[1] // gqa if gqa else None)
     grad_out = _inputs(shape, 1, half, seed=5)[0]
-    rng = np.random.default_rng(7)
-    mask = {"bool": lambda: rng.random((shape[2], S)) < 0.8, None: lambda: None,
-            "float": lambda: rng.standard_normal((shape[2], S)).astype(F32)}[mask_kind]()
+    mask = _mask(mask_kind, shape, S, half)
     if gqa:
         kw["enable_gqa"] = True
     tdt = getattr(torch, half)
