@@ -11,6 +11,7 @@ import eager
 import eager.nn.functional as F
 from eager.nn import _flash_attention
 from ir import dtypes
+from runtime.llvm.target import host
 
 F32 = np.float32
 TYPES = {"bfloat16": dtypes.bfloat16.np, "float16": dtypes.float16.np}
@@ -371,6 +372,11 @@ GRAD_CASES = [((2, 4, 16, 32), 16, {}), ((2, 4, 16, 32), 16, {"is_causal": True}
 @pytest.mark.parametrize("shape, S, kw", GRAD_CASES)
 def test_pytorch_gives_the_same_16_bit_gradients(half, shape, S, kw):
     torch = pytest.importorskip("torch")
+    if half == "float16" and "avx512fp16" in host().enabled:
+        # (with MKL's and oneDNN's AMX and FP16 kernels capped, as tests/conftest.py
+        # does, grad_v stays 1-11 of 576-4096 elements apart on such a CPU)
+        pytest.skip("PyTorch's float16 attention gradients on a CPU with AVX512-FP16 "
+                    "sum in an order kiln does not model (the numpy model tests run)")
     kw = dict(kw)
     gqa = kw.pop("gqa", None)
     mask_kind = kw.pop("mask", None)
