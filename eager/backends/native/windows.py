@@ -40,7 +40,7 @@ from runtime.pool import Items
 from runtime.threads import chunks, num_threads
 
 _TYPES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
-RECORD_WORDS = 16  # src, dst, planes, then H ... hi as the kernel takes them (and a pad)
+RECORD_WORDS = 20  # the kernel's 19 arguments and a pad
 PARALLEL_ELEMENTS = 1 << 15
 """From this many column elements a call's planes are cut among the pool's threads."""
 _items: dict = {}  # (op, dtype name, column stride) -> the address of its item
@@ -62,29 +62,48 @@ def im2col(x: np.ndarray, kernel, dilation, padding, stride, blocks) -> np.ndarr
     out = np.empty((*outer, c * kh * kw, oh * ow), x.dtype)
     if out.size == 0:
         return out
-    _run(item, np.ascontiguousarray(x), out, x.size // (h * w), (h, w), kernel, dilation,
-         padding, stride, blocks)
+    _run(item, np.ascontiguousarray(x), out, x.size // (h * w), c, _column_strides(out),
+         (h, w), kernel, dilation, padding, stride, blocks)
     calls += 1
     return out
 
 
 def col2im(cols: np.ndarray, image, kernel, dilation, padding, stride,
            blocks) -> np.ndarray | None:
-    """col2im of `cols` ((..., C * kh * kw, oh * ow), float32 or float64) into images of
-    size `image`: (..., C, H, W); None as for im2col."""
+    """col2im of `cols` ((..., C * kh * kw, oh * ow), float32 or float64; its rows
+    contiguous or not) into images of size `image`: (..., C, H, W); None as for
+    im2col."""
     global calls
     *outer, rows, _ = cols.shape
     (h, w), (kh, kw), (_, ow) = image, kernel, blocks
     item = _ready("col2im", cols.dtype, w, ow, stride[1])
     if item is None:
         return None
-    out = np.empty((*outer, rows // (kh * kw), h, w), cols.dtype)
+    c = rows // (kh * kw)
+    out = np.empty((*outer, c, h, w), cols.dtype)
     if out.size == 0:
         return out
-    _run(item, np.ascontiguousarray(cols), out, out.size // (h * w), image, kernel,
-         dilation, padding, stride, blocks)
+    strides = _column_strides(cols)
+    if strides is None:
+        cols = np.ascontiguousarray(cols)
+        strides = _column_strides(cols)
+    _run(item, cols, out, out.size // (h * w), c, strides, image, kernel, dilation, padding,
+         stride, blocks)
     calls += 1
     return out
+
+
+def _column_strides(cols: np.ndarray) -> tuple[int, int] | None:
+    """(batch, row) strides of columns (..., rows, L) in elements, where each row's L
+    elements are adjacent; else None. (The GEMM of conv2d's input gradient leaves its
+    columns (rows, N, L): rows N * L apart, images L apart.)"""
+    size = cols.itemsize
+    row_step = cols.strides[-2]
+    batch_step = cols.strides[0] if cols.ndim == 3 else 0
+    if (cols.shape[-1] > 1 and cols.strides[-1] != size) or row_step % size \
+            or batch_step % size:
+        return None
+    return batch_step // size, row_step // size
 
 
 def _ready(op: str, dtype, w: int, ow: int, sw: int) -> int | None:
@@ -98,39 +117,37 @@ def _ready(op: str, dtype, w: int, ow: int, sw: int) -> int | None:
         return None
 
 
-def _run(item: int, src: np.ndarray, dst: np.ndarray, planes: int, *geometry) -> None:
-    """The kernel on src and dst (contiguous, neither empty), through its plan."""
+def _run(item: int, src: np.ndarray, dst: np.ndarray, planes: int, channels: int, strides,
+         *geometry) -> None:
+    """The kernel on src and dst (neither empty), through its plan: planes images of
+    `channels` a batch, the columns' (batch, row) strides in elements."""
     columns = planes * math.prod(geometry[1]) * math.prod(geometry[-1])
     threads = num_threads() if columns >= PARALLEL_ELEMENTS else 1
-    key = (item, planes, src.nbytes, dst.nbytes, threads, *geometry)
+    key = (item, planes, channels, strides, threads, *geometry)
     plan = _plans.get(key)
     if plan is None:
         if len(_plans) >= _MAX_PLANS:
             _plans.clear()
-        plan = _plans[key] = _Plan(planes, src.nbytes // planes, dst.nbytes // planes,
-                                   threads, *geometry)
+        plan = _plans[key] = _Plan(planes, channels, strides, threads, *geometry)
     records = plan.records.copy()
-    records[:, 0] += address(src)
-    records[:, 1] += address(dst)
+    records[:, 0] = address(src)
+    records[:, 1] = address(dst)
     Items(None, (item, address(records), len(records), RECORD_WORDS * 8)).run(threads)
 
 
 class _Plan:
     """One call geometry's records, one per thread's share of the planes: the kernel's
-    arguments, the two data pointers as byte offsets that a call adds its arrays'
-    addresses to."""
+    arguments but the two data pointers, which each call writes."""
 
-    def __init__(self, planes: int, src_plane: int, dst_plane: int, threads: int, image,
-                 kernel, dilation, padding, stride, blocks):
+    def __init__(self, planes: int, channels: int, strides, threads: int, image, kernel,
+                 dilation, padding, stride, blocks):
         (h, w), (kh, kw), (dh, dw), (ph, pw), (sh, sw), (oh, ow) = (
             image, kernel, dilation, padding, stride, blocks)
         self.columns = _columns(w, kw, dw, pw, sw, ow)  # kept alive: the records point in
-        pieces = np.array(chunks(planes, threads), np.int64)
+        pieces = chunks(planes, threads)
         self.records = np.zeros((len(pieces), RECORD_WORDS), np.int64)
-        self.records[:, 0] = pieces[:, 0] * src_plane
-        self.records[:, 1] = pieces[:, 0] * dst_plane
-        self.records[:, 2] = pieces[:, 1] - pieces[:, 0]
-        self.records[:, 3:15] = (h, w, kh, kw, dh, ph, sh, oh, ow,
+        self.records[:, 2:4] = pieces
+        self.records[:, 4:19] = (channels, *strides, h, w, kh, kw, dh, ph, sh, oh, ow,
                                  *(address(self.columns[i]) for i in range(3)))
 
 
@@ -170,7 +187,7 @@ class _Build:
         name = f"kiln_{self.op}_{self.type_name}_s{self.sw}"
         t = ir.FloatType() if self.type_name == "f32" else ir.DoubleType()
         kernel, b = define(module, f"{name}.planes", ir.FunctionType(
-            VOID, [t.as_pointer()] * 2 + [I64] * 10 + [I64.as_pointer()] * 3),
+            VOID, [t.as_pointer()] * 2 + [I64] * 14 + [I64.as_pointer()] * 3),
             linkage="internal", attributes=())
         for pointer in kernel.args[:2]:  # distinct buffers
             pointer.add_attribute("noalias")
@@ -215,19 +232,28 @@ class _Rows:
             j // sw if j % sw == 0 else width for j in range(span)])
         self.off = ir.Constant(ir.VectorType(ir.IntType(1), width), [0] * width)
 
-    def im2col(self, src, dst, planes, h, w, kh, kw, dh, ph, sh, oh, ow, first_x, lo, hi):
+    def column_plane(self, cols, p, channels, batch_step, row_step, kh, kw):
+        """Where plane p's first column row starts: image p // channels, channel
+        p % channels, kh * kw rows a channel."""
+        from runtime.llvm.toolkit import at
+        b = self.b
+        image, channel = b.udiv(p, channels), b.urem(p, channels)
+        return at(b, cols, b.mul(image, batch_step),
+                  b.mul(b.mul(channel, b.mul(kh, kw)), row_step))
+
+    def im2col(self, src, dst, first, stop, channels, batch_step, row_step, h, w, kh, kw,
+               dh, ph, sh, oh, ow, first_x, lo, hi):
         """Every column row: its image columns where lo[kj] <= ox < hi[kj], zeros
         elsewhere and in rows off the image."""
         from runtime.llvm.toolkit import at, for_range, i64
         b = self.b
-        plane_in, row_out = b.mul(h, w), b.mul(oh, ow)
-        with for_range(b, i64(0), planes, 1, "plane") as p:
-            s_plane = at(b, src, b.mul(p, plane_in))
-            d_plane = at(b, dst, b.mul(b.mul(p, b.mul(kh, kw)), row_out))
+        with for_range(b, first, stop, 1, "plane") as p:
+            s_plane = at(b, src, b.mul(p, b.mul(h, w)))
+            d_plane = self.column_plane(dst, p, channels, batch_step, row_step, kh, kw)
             with for_range(b, i64(0), kh, 1, "ki") as ki:
                 with for_range(b, i64(0), kw, 1, "kj") as kj:
                     x0, x_lo, x_hi = (b.load(at(b, a, kj)) for a in (first_x, lo, hi))
-                    d_block = at(b, d_plane, b.mul(b.add(b.mul(ki, kw), kj), row_out))
+                    d_block = at(b, d_plane, b.mul(b.add(b.mul(ki, kw), kj), row_step))
                     with for_range(b, i64(0), oh, 1, "oy") as oy:
                         iy = b.sub(b.add(b.mul(oy, sh), b.mul(ki, dh)), ph)
                         inside = b.icmp_unsigned("<", iy, h)  # 0 <= iy < h
@@ -236,16 +262,17 @@ class _Rows:
                         s = at(b, s_plane, b.add(b.mul(b.select(inside, iy, i64(0)), w), x0))
                         self.copy_row(s, at(b, d_block, b.mul(oy, ow)), start, stop, ow)
 
-    def col2im(self, src, dst, planes, h, w, kh, kw, dh, ph, sh, oh, ow, first_x, lo, hi):
+    def col2im(self, src, dst, first, stop, channels, batch_step, row_step, h, w, kh, kw,
+               dh, ph, sh, oh, ow, first_x, lo, hi):
         """Each image plane zeroed, then every column row on the image added into its
         image row, kernel offset after offset (ki, then kj) as numpy's loop adds them."""
         import llvmlite.ir as ir
 
         from runtime.llvm.toolkit import I8, I8P, at, for_range, i64, intrinsic
         b = self.b
-        plane_out, row_in = b.mul(h, w), b.mul(oh, ow)
-        with for_range(b, i64(0), planes, 1, "plane") as p:
-            s_plane = at(b, src, b.mul(b.mul(p, b.mul(kh, kw)), row_in))
+        plane_out = b.mul(h, w)
+        with for_range(b, first, stop, 1, "plane") as p:
+            s_plane = self.column_plane(src, p, channels, batch_step, row_step, kh, kw)
             d_plane = at(b, dst, b.mul(p, plane_out))
             intrinsic(b, "memset", [b.bitcast(d_plane, I8P), ir.Constant(I8, 0),
                                     b.mul(plane_out, i64(self.align)),
@@ -254,7 +281,7 @@ class _Rows:
             with for_range(b, i64(0), kh, 1, "ki") as ki:
                 with for_range(b, i64(0), kw, 1, "kj") as kj:
                     x0, x_lo, x_hi = (b.load(at(b, a, kj)) for a in (first_x, lo, hi))
-                    s_block = at(b, s_plane, b.mul(b.add(b.mul(ki, kw), kj), row_in))
+                    s_block = at(b, s_plane, b.mul(b.add(b.mul(ki, kw), kj), row_step))
                     with for_range(b, i64(0), oh, 1, "oy") as oy:
                         iy = b.sub(b.add(b.mul(oy, sh), b.mul(ki, dh)), ph)
                         with b.if_then(b.icmp_unsigned("<", iy, h)):  # 0 <= iy < h

@@ -82,12 +82,12 @@ def test_two_threads_share_a_call_s_planes():
     eager_windows._plans.clear()
     F.fold(eager.ones(2, 3 * 9, 64), (8, 8), 3, padding=1)
     (plan,) = eager_windows._plans.values()
-    assert plan.records[:, 2].tolist() == [3, 3]  # planes each
+    assert plan.records[:, 2:4].tolist() == [[0, 3], [3, 6]]  # planes [first, stop)
     eager_windows._plans.clear()
     eager.set_num_threads(1)
     F.fold(eager.ones(2, 3 * 9, 64), (8, 8), 3, padding=1)
     (plan,) = eager_windows._plans.values()
-    assert plan.records[:, 2].tolist() == [6]
+    assert plan.records[:, 2:4].tolist() == [[0, 6]]
 
 
 def test_negative_zeros_add_up_as_numpy_s_from_zero():
@@ -102,6 +102,13 @@ def test_a_non_contiguous_input_and_an_empty_batch():
     got, expected = _native_and_numpy(F.fold, eager.tensor(cols).transpose(1, 2),
                                       (5, 7), 3, 1, 1, 2)
     np.testing.assert_array_equal(got.numpy(), expected.numpy())
+    # conv2d's input gradient: rows (N, L) apart, each batch's L adjacent, read in place
+    cols = np.random.default_rng(2).standard_normal((3 * 9, 2, 20)).astype(np.float32)
+    eager_windows._plans.clear()
+    got, expected = _native_and_numpy(F.fold, eager.tensor(cols).transpose(0, 1),
+                                      (4, 5), 3, 1, 1, 1)
+    np.testing.assert_array_equal(got.numpy(), expected.numpy())
+    assert [key[3] for key in eager_windows._plans] == [(20, 40)]  # (batch, row) strides
     empty = F.fold(eager.zeros(0, 27, 25), (5, 5), 3, padding=1)
     assert empty.shape == (0, 3, 5, 5)
 
