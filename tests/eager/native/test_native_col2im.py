@@ -1,10 +1,11 @@
 """Eager's col2im (F.fold, and so conv2d's input gradient) as a generated kernel, and
 both window kernels on several threads (eager/backends/native/windows.py): the same
 values as numpy's strided adds, bit for bit, over every geometry the kernel treats
-apart: padding wider than half the kernel (rows and columns wholly off the image),
-dilation, column strides added through a shuffle (2 to 4) and an element a step (5),
-odd sizes, 1x1 kernels and images, rows of several vectors and a masked rest, 2-D and
-empty batches; on one thread and with the planes cut between two."""
+apart: image rows summed in registers at column stride 1, padding wider than half the
+kernel (rows and columns wholly off the image), dilation, row strides, column strides
+added through a shuffle (2 to 4) and an element a step (5), odd sizes, 1x1 kernels and
+images, rows of several vectors and a masked rest, 2-D and empty batches; on one thread
+and with the planes cut between two."""
 import numpy as np
 import pytest
 
@@ -53,6 +54,8 @@ GEOMETRIES = [  # (batch, channels, image, kernel, dilation, padding, stride)
     ((3,), 5, (4, 4), 1, 1, 0, 2),  # a 1x1 kernel striding past columns
     ((2,), 7, (17, 17), 3, 1, 0, 2),  # odd sizes, no padding
     ((3,), 4, (8, 8), 3, 2, 3, 3),  # dilation 2, stride 3, padding past kernel / 2
+    ((2,), 3, (10, 9), 3, (2, 1), 2, (3, 1)),  # rows strided, columns adjacent
+    ((1,), 2, (5, 37), (2, 5), 1, (0, 4), 1),  # columns of 3 vectors (f32 on AVX2: 5)
     ((), 4, (8, 8), 3, 1, 1, 1),  # 2-D: one image
 ]
 
