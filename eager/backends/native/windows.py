@@ -39,7 +39,7 @@ import numpy as np
 
 from runtime.addresses import address
 from runtime.llvm.jit import KernelPending, deferring_call, host_jit
-from runtime.pool import Items
+from runtime.pool import ITEM, Items
 from runtime.threads import chunks, num_threads
 
 _TYPES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
@@ -206,7 +206,6 @@ def _emit_item(module, name: str, kernel) -> None:
     import llvmlite.ir as ir
 
     from runtime.llvm.toolkit import I64, at, define
-    from runtime.pool import ITEM
     fn, b = define(module, name, ITEM, attributes=())
     record = b.bitcast(fn.args[0], I64.as_pointer())
     words = [b.load(at(b, record, i)) for i in range(len(kernel.args))]
