@@ -4,8 +4,8 @@ gradient. nn.functional's convolutions are im2col and one batched GEMM; its pool
 reduce im2col's windows (eager/nn/_convolution.py).
 
 The CPU kernels are one strided numpy copy (im2col: the windows as a view of the padded
-input; float32 and float64 from _NATIVE_ELEMENTS on as a generated kernel) and one
-strided add per kernel offset (col2im). `im2col_ops` and `col2im_ops`
+input) and one strided add per kernel offset (col2im); float32 and float64 from
+_NATIVE_ELEMENTS on, both are generated kernels. `im2col_ops` and `col2im_ops`
 write the same in other ops (slices, stack, slice_backward), for a device backend with
 no kernel of its own (eager/backends/cuda/composed.py)."""
 from __future__ import annotations
@@ -109,8 +109,9 @@ def im2col_cpu(self, kernel_size, dilation, padding, stride):
 
 _NATIVE_DTYPES = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
 _NATIVE_ELEMENTS = 1 << 12
-"""From this many output elements, float32 and float64 im2col runs as a generated kernel
-(eager/backends/native/windows.py, loaded at the first such call; numpy's copy
+"""From this many column elements (im2col's output, col2im's input), float32 and float64
+im2col and col2im run as generated kernels (eager/backends/native/windows.py, loaded at
+the first such call; numpy's copy
 goes a row of output columns at a time, ~5 ns a row). Measured on one thread (znver5):
 3x3 over 8x16x16x16 padded by 1, 98 -> 64 us (its conv2d + bias + relu 323 -> 292 us);
 7x7 stride 2 over 8x3x32x32 padded by 3, 109 -> 68 us (its conv2d 333 -> 301 us)."""
@@ -219,8 +220,14 @@ def col2im_cpu(self, output_size, kernel_size, dilation, padding, stride):
                                                   padding, stride)
     (kh, kw), (dh, dw), (ph, pw), (sh, sw) = pairs
     *outer, h, w = out_shape
+    x = self._np()
+    if x.dtype in _NATIVE_DTYPES and x.size >= _NATIVE_ELEMENTS:
+        native = _windows or native_windows()
+        out = None if native is None else native.col2im(x, (h, w), *pairs, (oh, ow))
+        if out is not None:
+            return from_array(out)
     # in self's type, offset after offset as PyTorch's loop: 16-bit floats round each add
-    cols = self._np().reshape(*outer, kh, kw, oh, ow)
+    cols = x.reshape(*outer, kh, kw, oh, ow)
     out = np.zeros((*outer, h + 2 * ph, w + 2 * pw), cols.dtype)
     for i in range(kh):
         for j in range(kw):
