@@ -322,6 +322,14 @@ def _run(problem: _Problem, activation, threads, plan_key: tuple | None = None,
         blocking = tune.for_depth(tune.blocking(kernel, _tuning_measure), k)
         if direct_domain:  # all of K in one block, as in the direct and small.py's kernels:
             blocking = kernels.Blocking(blocking.mc, k, blocking.nc)  # the same result
+    if not direct_domain and problem.rounded is None and m > 1 and n > 1 and \
+            _fits_better_transposed(kernel.tile, m, n):
+        # out^T = op(B)^T op(A)^T in a buffer of its own (the branch at the top runs
+        # it), then copied: each element sees the same multiply-adds in the same order
+        target, problem.out = out, np.empty((*out.shape[:-2], n, m), out.dtype).swapaxes(-1, -2)
+        _run(problem, activation, threads, None, specialise)
+        target[...] = problem.out
+        return
     specialised, whole = None, False  # whole: one call of it computes the whole batch
     if direct_domain and specialise:
         body, cut = small.cut(batch, kernel.spec, kernel.dtype.itemsize, threads)
@@ -344,6 +352,19 @@ def _run(problem: _Problem, activation, threads, plan_key: tuple | None = None,
         specialised.run_call(batch.call)  # piece 0's operands are the batch's first
         return
     jobs.run(kernel, batch, blocking, threads, specialised and specialised.item)
+
+
+def _fits_better_transposed(tile, m: int, n: int) -> bool:
+    """Whether the register tiles cover out^T (n x m) with clearly less waste than out
+    (m x n): the edge tiles of a narrow N (65 columns: 32 + 32 + 1 of NR = 32) or of an
+    N below NR compute whole tiles for a few columns (config.TRANSPOSE_GAIN)."""
+    return _tile_use(tile, n, m) > config.TRANSPOSE_GAIN * _tile_use(tile, m, n)
+
+
+def _tile_use(tile, m: int, n: int) -> float:
+    """The fraction of the register tiles' multiply-adds that compute elements of an
+    m x n out."""
+    return m / (-(-m // tile.mr) * tile.mr) * n / (-(-n // tile.nr) * tile.nr)
 
 
 @functools.cache
