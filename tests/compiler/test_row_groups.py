@@ -234,6 +234,9 @@ def test_segments_give_the_same_bits_on_one_and_two_threads():
             f = compiler.compile(lambda t: _batch_norm(t), backend="native")
             results.append([t.numpy() for t in f(eager.tensor(a))])
             _assert_ran_natively(f)
+            launches = [launch for run in f.region_cache.values()
+                        for k in run.kernels.values() for launch in k._layouts.values()]
+            assert max(launch.threads for launch in launches) == threads
         finally:
             eager.set_num_threads(before)
     for one, two in zip(*results):

@@ -106,7 +106,8 @@ class PointwiseNode(FusedKernel):
             columns = tuple(outer[0])  # rows adjacent in memory: put them in the lanes
         address = self._function(classes, columns, tuple(gathers), segments)
         return Launch(address, offsets, strides, rows, inner, self.kind == "elementwise",
-                      self._outputs, empty_cpu, Tensor.data_ptr, checked=bool(gathers))
+                      self._outputs, empty_cpu, Tensor.data_ptr, checked=bool(gathers),
+                      segments=segments)
 
     def _function(self, classes, columns=(), gathers=(), segments=1):
         key = (str(self.body), classes, columns, tuple(g.stride for g in gathers), segments)
