@@ -440,6 +440,37 @@ def test_reduction_over_a_leading_dim_and_broadcast_inside_a_group():
         np.testing.assert_allclose(a, b, rtol=1e-6)
 
 
+BATCH_NORM = """
+    graph(%x: f32[8,16,4,4]):
+      %0: f32[1,16,1,1] = mean(%x, dim=[0, 2, 3], keepdim=True, dtype=None)
+      %1: f32[8,16,4,4] = sub(%x, %0, alpha=1)
+      %2: f32[8,16,4,4] = mul(%1, %1)
+      %3: f32[1,16,1,1] = mean(%2, dim=[0, 2, 3], keepdim=True, dtype=None)
+      %4: f32[] = scalar(value=1e-05)
+      %5: f32[1,16,1,1] = add(%3, %4, alpha=1)
+      %6: f32[1,16,1,1] = rsqrt(%5)
+      %7: f32[8,16,4,4] = mul(%1, %6)
+      return (%7{})
+    """
+
+
+@pytest.mark.parametrize("returned", [False, True])
+def test_x_minus_mean_is_computed_again_by_its_readers_unless_returned(returned):
+    """BatchNorm's x - mean, read by the variance's sum and by the normalisation (which
+    cannot join: the variance lies between them), is computed in both kernels instead
+    of written and read back; a forward that returns it for backward writes it."""
+    g = G(BATCH_NORM.format(", %1" if returned else ""))
+    o = optimize(g, verify=True)
+    kernels = [n.attr["body"] for n in o.nodes if n.op.name == "FUSED"]
+    subtracting = [k for k in kernels if any(n.op.schema.name == "sub" for n in k.nodes)]
+    assert len(subtracting) == (1 if returned else 2)
+    written = [v for n in o.nodes for v in n.outputs if v.type.shape == (8, 16, 4, 4)]
+    assert len(written) == (2 if returned else 1)  # the result (and x - mean)
+    x = np.random.default_rng(0).standard_normal((8, 16, 4, 4)).astype(np.float32)
+    for a, b in zip(run(o, x), run(g, x)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
 def test_fusion_never_makes_a_cycle():
     # %2 needs the opaque cat, which needs %0: putting %0 and %2 together would be a cycle
     g = G("""
