@@ -82,6 +82,18 @@ def row_dims(arrays, shapes, full, reduced, squeezed, placed=None):
     gives some operands' strides over the iteration space (gathers' sources and
     indices). `arrays` may be any objects with numpy's shape, strides (in bytes) and
     itemsize."""
+    outer, segments, inner = segmented_row_dims(arrays, shapes, full, reduced, squeezed,
+                                                placed)
+    if segments:
+        raise CannotLower("reduced dims that do not merge into one")
+    return outer, inner
+
+
+def segmented_row_dims(arrays, shapes, full, reduced, squeezed, placed=None):
+    """row_dims where the reduced dims may stay several: (outer, segments, inner), the
+    segments the reduced dims before the innermost, merged, outermost first (a row is
+    their every combination in order, an inner run each: BatchNorm's sum over N, H and W
+    of (N, C, H, W) is N segments of H * W)."""
     placed = placed or {}
     strides = [placed[j] if j in placed else broadcast_strides(a, s, full, reduced, q)
                for j, (a, s, q) in enumerate(zip(arrays, shapes, squeezed))]
@@ -90,13 +102,23 @@ def row_dims(arrays, shapes, full, reduced, squeezed, placed=None):
         return [(full[d], [st[d] for st in strides]) for d in ds]
     outer = merge_dims(dims(d for d in range(len(full)) if d not in reduced))
     rows = merge_dims(dims(sorted(reduced)))
-    if len(rows) > 1:
-        raise CannotLower("reduced dims that do not merge into one")
     if rows:
-        return outer, rows[0]
+        return outer, rows[:-1], rows[-1]
     if reduced or not outer:  # an inner dim of one element
-        return outer, (1, (1,) * len(arrays))
-    return outer[:-1], outer[-1]
+        return outer, [], (1, (1,) * len(arrays))
+    return outer[:-1], [], outer[-1]
+
+
+def _offsets(dims, count: int) -> list:
+    """Per operand, the element offsets of every index of `dims` (each (size, strides)),
+    the last dim fastest."""
+    offsets = []
+    for j in range(count):
+        off = np.zeros(1, np.int64)
+        for size, col in dims:
+            off = (off[:, None] + np.arange(size, dtype=np.int64)[None, :] * col[j]).ravel()
+        offsets.append(np.ascontiguousarray(off))
+    return offsets
 
 
 def rows_layout(arrays, shapes, full, reduced, squeezed, placed=None):
@@ -107,10 +129,24 @@ def rows_layout(arrays, shapes, full, reduced, squeezed, placed=None):
     rows = 1
     for size, _ in outer:
         rows *= size
-    offsets = []
-    for j in range(len(arrays)):
-        off = np.zeros(1, np.int64)
-        for size, col in outer:
-            off = (off[:, None] + np.arange(size, dtype=np.int64)[None, :] * col[j]).ravel()
-        offsets.append(np.ascontiguousarray(off))
-    return rows, inner, offsets, list(inner_strides), [col for _, col in outer]
+    return rows, inner, _offsets(outer, len(arrays)), list(inner_strides), \
+        [col for _, col in outer]
+
+
+def segmented_rows_layout(arrays, shapes, full, reduced, squeezed, placed=None):
+    """rows_layout with the reduced dims as segments and an inner run
+    (segmented_row_dims): (rows, segments, inner, offsets, inner strides, outer
+    strides), where an operand's offsets are its segments' offsets (none where there is
+    one segment) followed by its rows' offsets."""
+    outer, segments, (inner, inner_strides) = segmented_row_dims(
+        arrays, shapes, full, reduced, squeezed, placed)
+    rows = count = 1
+    for size, _ in outer:
+        rows *= size
+    for size, _ in segments:
+        count *= size
+    row_offsets = _offsets(outer, len(arrays))
+    if segments:
+        row_offsets = [np.concatenate([s, r]) for s, r in
+                       zip(_offsets(segments, len(arrays)), row_offsets)]
+    return rows, count, inner, row_offsets, list(inner_strides), [col for _, col in outer]

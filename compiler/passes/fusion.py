@@ -17,6 +17,12 @@ Groups, merged greedily and never into a cycle (checked on the graph of groups, 
   an elementwise kernel of its own.
 Views and scalar constants are free: they are copied into every kernel that reads them
 (a transpose read by a GEMM is folded into how the GEMM reads its operand).
+A cheap elementwise op left a kernel of its own is computed again in each elementwise or
+row kernel that reads it (`_recomputed`) where that reads no more memory than its result
+would: BatchNorm's x - mean, read by the variance's sum and by the normalisation, which
+fusion cannot join (the variance lies between them). On (8, 64, 32, 32) float32 its
+statistics then read x three times and write once, where they read four times and wrote
+twice.
 """
 from __future__ import annotations
 
@@ -306,6 +312,54 @@ def _feeds_gather(g: _Groups, i: int, p: int) -> bool:
     return any(g.find(s) in (a, b) for k in gathers for s in g.sources(k))
 
 
+RECOMPUTED = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.NEG})
+"""Ops a kernel computes again rather than read from another kernel's output."""
+
+
+def _recomputed(g: _Groups) -> set[int]:
+    """Nodes alone in an elementwise group, of an op in RECOMPUTED, whose result only
+    elementwise and row kernels read (no graph output, no other kind of kernel) and
+    which read at most one operand of their result's size, of no wider type, the others
+    at most an eighth of it (a per-channel mean): each reader computes it again from
+    those, reading no more than the result."""
+    found = set()
+    for root, idx in g.members().items():
+        node = g.nodes[idx[0]]
+        if len(idx) != 1 or g.group_kind[root] != "elementwise" or \
+                node.op not in RECOMPUTED or len(node.outputs) != 1 or \
+                not all(v.type.is_static for v in [*node.input_values(), *node.outputs]):
+            continue  # (sizes compared below: symbolic ones are not known)
+        out = node.outputs[0].type
+        size = out.numel()
+        large = [v.type for v in node.input_values() if 8 * v.type.numel() > size]
+        if len(large) > 1 or any(t.numel() != size or t.dtype.itemsize > out.dtype.itemsize
+                                 for t in large):
+            continue
+        readers = _kernel_readers(g, node.outputs[0])
+        if readers and all(g.group_kind[g.find(u)] in ("elementwise", "reduction")
+                           for u in readers):
+            found.add(idx[0])
+    return found
+
+
+def _kernel_readers(g: _Groups, v: Value) -> list[int] | None:
+    """The non-free nodes that read v (through views); None where v, or a view of it,
+    is a graph output."""
+    if v in g.graph.outputs:
+        return None
+    found = []
+    for u in g.users.get(v, []):
+        if g.kind[u] != "free":
+            found.append(u)
+            continue
+        for w in g.nodes[u].outputs:
+            more = _kernel_readers(g, w)
+            if more is None:
+                return None
+            found.extend(more)
+    return found
+
+
 def fuse(graph: Graph, emits: Callable[[Node], bool] | None = None) -> Graph:
     """`graph` with its kernels as fused nodes; `emits` (the backend's answer to "can a
     kernel of yours hold this node?") keeps nodes no kernel can hold out of every group."""
@@ -322,6 +376,7 @@ def _emit(graph: Graph, g: _Groups) -> Graph:
     rw = Rewriter(graph)
     emitted_free: set[int] = set()
     outputs_needed = set(graph.outputs)
+    recomputed = _recomputed(g)
     for r in order:
         idx = sorted(members[r])
         kind = g.group_kind[r]
@@ -329,7 +384,9 @@ def _emit(graph: Graph, g: _Groups) -> Graph:
             _emit_free_inputs(rw, g, idx[0], emitted_free)
             rw.copy(g.nodes[idx[0]])
             continue
-        _emit_group(rw, g, idx, kind, outputs_needed)
+        if idx[0] in recomputed:
+            continue  # (its readers compute it)
+        _emit_group(rw, g, idx, kind, outputs_needed, recomputed)
     for v in graph.outputs:  # outputs that are views of inputs or of kernel results
         if v not in rw.env:
             _emit_free_value(rw, g, v, emitted_free)
@@ -352,14 +409,15 @@ def _emit_free_inputs(rw, g, i, done) -> None:
         _emit_free_value(rw, g, v, done)
 
 
-def _emit_group(rw: Rewriter, g: _Groups, idx: list[int], kind: str, graph_outputs) -> None:
+def _emit_group(rw: Rewriter, g: _Groups, idx: list[int], kind: str, graph_outputs,
+                recomputed: set[int]) -> None:
     inside = set(idx)
     body_nodes: list[int] = []
     external: list[Value] = []
 
-    def pull(v: Value):  # bring free producers into the body; other values are inputs
-        p = g.producer.get(v)
-        if p is not None and g.kind[p] == "free":
+    def pull(v: Value):  # bring free and recomputed producers into the body; other
+        p = g.producer.get(v)  # values are inputs
+        if p is not None and (g.kind[p] == "free" or p in recomputed):
             for u in g.nodes[p].input_values():
                 pull(u)
             if p not in body_nodes:

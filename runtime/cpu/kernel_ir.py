@@ -6,7 +6,10 @@ Every kernel has one signature:
            i64 row_begin, i64 row_end, i64 i_begin, i64 i_end)
 
 Operand j (inputs first, then outputs) has its element (r, i) at
-`ptrs[j] + row_offsets[j][r] + i * inner_strides[j]` (in elements). Each operand's
+`ptrs[j] + row_offsets[j][r] + i * inner_strides[j]` (in elements); a row kernel whose
+reduced dims do not merge into one walks each row as `segments` inner runs, operand j's
+run s starting row_offsets[j][s] elements on, its rows' offsets after those
+(row_offsets[j][segments + r]). Each operand's
 inner stride is specialised at compile time: 1 (contiguous: vector loads), 0 (one value
 per row: loaded once, broadcast) or strided (gathered lane by lane). The inner loop runs
 W lanes at a time and finishes with one masked step, so no lane reads or writes past
@@ -86,7 +89,14 @@ class _Builder:
     # memory -----------------------------------------------------------------------------
     def row_base(self, j, r):
         b = self.b
+        if self.spec.segments > 1:  # (the segments' offsets come first)
+            r = b.add(r, llvm_ir.i64(self.spec.segments))
         return b.gep(self.ptr[j], [b.load(b.gep(self.off[j], [r]))])
+
+    def segment_bases(self, bases, s):
+        """The operands' addresses of segment s of the row at `bases`."""
+        b = self.b
+        return [b.gep(base, [b.load(b.gep(self.off[j], [s]))]) for j, base in enumerate(bases)]
 
     def _vector_at(self, j, ptr, count=None):
         """W consecutive elements of operand j from `ptr` (masked past `count` lanes),
@@ -354,7 +364,8 @@ def _rows(k: _Builder) -> None:
         stop = k.r1
         if plan.count > 1:
             itemsize = max(v.type.dtype.itemsize for v in k.operands)
-            short = b.icmp_signed("<", b.sub(k.i1, k.i0),
+            length = b.mul(b.sub(k.i1, k.i0), llvm_ir.i64(k.spec.segments))
+            short = b.icmp_signed("<", length,
                                   llvm_ir.i64(GROUP_BYTES // (group * itemsize)))
             stop = b.select(short, k.r1, k.r0)
         with llvm_ir.for_range(b, k.r0, stop, group, "row_groups", whole=True) as r:
@@ -379,38 +390,47 @@ def _row_group(k: _Builder, plan: RowPasses, rows: list) -> None:
         k.constants(values, S)
 
     def one_pass(needed, accs, stores, reloads):
-        for g, base in enumerate(bases):  # row after row: the reads stay in memory order
+        for g, row in enumerate(bases):  # row after row: the reads stay in memory order
             scaled = _reciprocals(k, spec, needed, known[g])
-
-            def step(i, count, part):
-                L = V.Lanes(b, k.w)
-                env = {v: llvm_ir.splat(b, x, k.w) for v, x in known[g].items()}
-                for j, v in enumerate(spec.inputs):
-                    if v not in spec.per_row:
-                        env[v] = k.load(j, base[j], i, count)
-                for j, v in reloads:
-                    env[v] = k.load(n_in + j, base[n_in + j], i, count)
-                for node in spec.nodes:
-                    if node in scaled:  # a 16-bit quotient rounded as compute() rounds
-                        quotient = b.fmul(env[node.inputs[0]], scaled[node])
-                        dt = node.outputs[0].type.dtype
-                        env[node.outputs[0]] = L.round_half(quotient, dt) \
-                            if dt in dtypes.HALF else quotient
-                    elif node.outputs[0] in needed:
-                        k.compute(node, env, L)
-                positions = b.add(llvm_ir.splat(b, i, k.w),
-                                  ir.Constant(ir.VectorType(I64, k.w), list(range(k.w))))
-                active = None if count is None else llvm_ir.lane_mask(b, count, k.w)
-                for node, acc in accs[g].items():
-                    accumulate(b, k.w, node, acc, env[node.inputs[0]], positions, active,
-                               part)
-                for j, v in stores:
-                    k.store(n_in + j, base[n_in + j], i, env[v], count)
-            llvm_ir.vector_loop(b, k.i0, k.i1, k.w, step, unroll=ROW_PARTS, numbered=True)
+            if spec.segments == 1:
+                run(g, row, scaled, llvm_ir.i64(0), needed, accs, stores, reloads)
+                continue
+            with llvm_ir.for_range(b, llvm_ir.i64(0), llvm_ir.i64(spec.segments), 1,
+                                   "segment") as s:  # (argmax's positions count on)
+                run(g, k.segment_bases(row, s), scaled, b.mul(s, b.sub(k.i1, k.i0)),
+                    needed, accs, stores, reloads)
         for node in accs[0]:
             results = finish_rows(b, k.w, node, [acc[node] for acc in accs])
             for values, result in zip(known, results):
                 values[node.outputs[0]] = result
+
+    def run(g, base, scaled, first, needed, accs, stores, reloads):
+        """One inner run of row g's pass, its elements `first` on along the row."""
+        def step(i, count, part):
+            L = V.Lanes(b, k.w)
+            env = {v: llvm_ir.splat(b, x, k.w) for v, x in known[g].items()}
+            for j, v in enumerate(spec.inputs):
+                if v not in spec.per_row:
+                    env[v] = k.load(j, base[j], i, count)
+            for j, v in reloads:
+                env[v] = k.load(n_in + j, base[n_in + j], i, count)
+            for node in spec.nodes:
+                if node in scaled:  # a 16-bit quotient rounded as compute() rounds
+                    quotient = b.fmul(env[node.inputs[0]], scaled[node])
+                    dt = node.outputs[0].type.dtype
+                    env[node.outputs[0]] = L.round_half(quotient, dt) \
+                        if dt in dtypes.HALF else quotient
+                elif node.outputs[0] in needed:
+                    k.compute(node, env, L)
+            positions = b.add(llvm_ir.splat(b, b.add(first, i), k.w),
+                              ir.Constant(ir.VectorType(I64, k.w), list(range(k.w))))
+            active = None if count is None else llvm_ir.lane_mask(b, count, k.w)
+            for node, acc in accs[g].items():
+                accumulate(b, k.w, node, acc, env[node.inputs[0]], positions, active,
+                           part)
+            for j, v in stores:
+                k.store(n_in + j, base[n_in + j], i, env[v], count)
+        llvm_ir.vector_loop(b, k.i0, k.i1, k.w, step, unroll=ROW_PARTS, numbered=True)
 
     plan.run_groups(k, known, S, one_pass, ROW_PARTS)
     for values, base in zip(known, bases):

@@ -61,6 +61,7 @@ class KernelSpec:
     strides: tuple               # per operand: 1, 0 or STRIDED
     row_strides: tuple = ()      # column mode: per operand 1 (rows adjacent) or 0
     gathers: tuple = ()          # elementwise: values loaded at an index (codegen/gather.py)
+    segments: int = 1            # reduction: inner runs a row is made of (kernel_ir.py)
 
     def width(self, host_lanes: int) -> int:
         sizes = [v.type.dtype.itemsize for v in self.inputs + self.outputs] + \

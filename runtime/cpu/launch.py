@@ -52,7 +52,7 @@ class Launch:
 
     def __init__(self, address: int, offsets, strides, rows: int, inner: int,
                  split_inner: bool, outputs: tuple, allocate, data_ptr,
-                 checked: bool = False):
+                 checked: bool = False, segments: int = 1):
         self.allocate, self.data_ptr = allocate, data_ptr
         self.checked = checked  # the kernel takes a status word after its operands
         if checked:  # (its slot's offset table is never read)
@@ -63,7 +63,8 @@ class Launch:
         # the data pointers packed as bytes, which ctypes passes as a pointer to them
         self.pack_pointers = struct.Struct(f"{len(offsets)}P").pack
         self.outputs = outputs
-        self.threads = thread_count(rows * inner)
+        elements = rows * segments * inner  # (a row of a kernel with segments: each
+        self.threads = thread_count(elements)  # segment an inner run)
         self.split_inner = split_inner and rows == 1 and self.threads > 1
         self.parallel = self.threads > 1 and (rows >= self.threads or self.split_inner)
         if self.parallel:
@@ -79,7 +80,7 @@ class Launch:
         # disk cache, costs ~1 ms, which one call should not pay. Before that a small
         # call on threads runs alone through ctypes, touching nothing shared (the
         # builtin, holding the GIL, writes `pointers` without taking `busy`).
-        small = rows * inner <= FASTCALL_ELEMENTS
+        small = elements <= FASTCALL_ELEMENTS
         self.fast = self._plain_on_threads if self.parallel and not small else \
             self._plain_through_ctypes
         self._fast_later = (address, len(offsets), rows, inner) \

@@ -453,6 +453,11 @@ def test_reductions_over_a_leading_dim_put_rows_in_the_lanes(fn, shape):
 def test_a_layout_the_kernel_cannot_run_is_planned_once(monkeypatch):
     """The interpreter runs it, from the first call on, without planning it again."""
     from compiler.backends.native import pointwise
+    from runtime.layout import CannotLower
+
+    def refuse(*args, **kwargs):
+        raise CannotLower("a layout refused for the test")
+    monkeypatch.setattr(pointwise, "segmented_rows_layout", refuse)
     planned, original = [], pointwise.PointwiseNode._plan_launch
 
     def spy(kernel, arrays):
@@ -461,11 +466,13 @@ def test_a_layout_the_kernel_cannot_run_is_planned_once(monkeypatch):
 
     monkeypatch.setattr(pointwise.PointwiseNode, "_plan_launch", spy)
     x = eager.tensor(np.random.default_rng(10).standard_normal((4, 5, 6)).astype("float32"))
-    fn = lambda t: (t * 2).sum(dim=(0, 2))  # noqa: E731 - reduced dims 0 and 2 do not merge
+    fn = lambda t: (t * 2).sum(dim=(0, 2))  # noqa: E731
     compiled = compiler.compile(fn, backend="native")
     for _ in range(4):
         np.testing.assert_allclose(compiled(x).numpy(), fn(x).numpy(), rtol=1e-5)
     assert len(planned) == 1
+    assert [k.fallback_reason for run in compiled.region_cache.values()
+            for k in run.kernels.values()] == ["a layout refused for the test"]
 
 
 @pytest.mark.parametrize("name, fn", [

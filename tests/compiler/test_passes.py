@@ -146,6 +146,17 @@ def test_division_by_a_power_of_two_becomes_an_exact_multiply():
     np.testing.assert_array_equal(run(g, x)[0], x / np.float32(4))
 
 
+def test_a_square_by_pow_becomes_a_multiply_giving_the_same_bits():
+    """pow(x, 2), a variance's ((x - m) ** 2), is x * x as PyTorch computes it: the
+    general pow (exp of a log) cost a row kernel ten times its memory traffic."""
+    g = dce(simplify(G("graph(%x: f32[5]):\n  %0: i64[] = scalar(value=2)\n"
+                       "  %1: f32[5] = pow(%x, %0)\n  return (%1)\n")))
+    assert [n.op.schema.name for n in g.nodes] == ["mul"]
+    x = np.array([1.5, -3.0, 1e-30, 3e19, 0.1], np.float32)
+    np.testing.assert_array_equal(run(g, x)[0], x * x)
+    np.testing.assert_array_equal(run(g, x)[0], (x.astype(np.float64) ** 2).astype(np.float32))
+
+
 def test_view_chain_on_fresh_memory_becomes_one_view():
     g = dce(simplify(G("""
         graph(%x: f32[2,6]):
@@ -427,6 +438,37 @@ def test_reduction_over_a_leading_dim_and_broadcast_inside_a_group():
     arrays = [np.arange(15, dtype=np.float32).reshape(5, 3) + 1, np.array([1, 2, 3], np.float32)]
     for a, b in zip(run(o, *arrays), run(g, *arrays)):
         np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+BATCH_NORM = """
+    graph(%x: f32[8,16,4,4]):
+      %0: f32[1,16,1,1] = mean(%x, dim=[0, 2, 3], keepdim=True, dtype=None)
+      %1: f32[8,16,4,4] = sub(%x, %0, alpha=1)
+      %2: f32[8,16,4,4] = mul(%1, %1)
+      %3: f32[1,16,1,1] = mean(%2, dim=[0, 2, 3], keepdim=True, dtype=None)
+      %4: f32[] = scalar(value=1e-05)
+      %5: f32[1,16,1,1] = add(%3, %4, alpha=1)
+      %6: f32[1,16,1,1] = rsqrt(%5)
+      %7: f32[8,16,4,4] = mul(%1, %6)
+      return (%7{})
+    """
+
+
+@pytest.mark.parametrize("returned", [False, True])
+def test_x_minus_mean_is_computed_again_by_its_readers_unless_returned(returned):
+    """BatchNorm's x - mean, read by the variance's sum and by the normalisation (which
+    cannot join: the variance lies between them), is computed in both kernels instead
+    of written and read back; a forward that returns it for backward writes it."""
+    g = G(BATCH_NORM.format(", %1" if returned else ""))
+    o = optimize(g, verify=True)
+    kernels = [n.attr["body"] for n in o.nodes if n.op.name == "FUSED"]
+    subtracting = [k for k in kernels if any(n.op.schema.name == "sub" for n in k.nodes)]
+    assert len(subtracting) == (1 if returned else 2)
+    written = [v for n in o.nodes for v in n.outputs if v.type.shape == (8, 16, 4, 4)]
+    assert len(written) == (2 if returned else 1)  # the result (and x - mean)
+    x = np.random.default_rng(0).standard_normal((8, 16, 4, 4)).astype(np.float32)
+    for a, b in zip(run(o, x), run(g, x)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
 def test_fusion_never_makes_a_cycle():

@@ -24,7 +24,7 @@ from runtime import debugging as debug
 from runtime.cpu import kernel_spec as K
 from runtime.cpu.kernels import SPEED_LEVEL, KernelArtifact
 from runtime.cpu.launch import Launch, OutOfRange
-from runtime.layout import STRIDED, CannotLower, rows_layout, stride_class
+from runtime.layout import STRIDED, CannotLower, segmented_rows_layout, stride_class
 from runtime.llvm.jit import KernelPending, deferring, host_jit, vector_width
 
 _lock = threading.Lock()
@@ -95,19 +95,22 @@ class PointwiseNode(FusedKernel):
         """How to call the kernel for operands laid out like `arrays`."""
         full, reduced = self.space
         gathers, placed = self.gathers_over(arrays)
-        rows, inner, offsets, strides, outer = rows_layout(arrays, self.shapes, full, reduced,
-                                                           self.squeezed, placed)
+        # reduced dims that do not merge (BatchNorm's N, H and W where H * W is short
+        # and split_reductions leaves them together) are walked as segments of a row
+        rows, segments, inner, offsets, strides, outer = segmented_rows_layout(
+            arrays, self.shapes, full, reduced, self.squeezed, placed)
         classes = tuple(stride_class(s) for s in strides)
         columns = ()
         if self.kind == "reduction" and STRIDED in classes and len(outer) == 1 and \
-                all(s in (0, 1) for s in outer[0]):
+                segments == 1 and all(s in (0, 1) for s in outer[0]):
             columns = tuple(outer[0])  # rows adjacent in memory: put them in the lanes
-        address = self._function(classes, columns, tuple(gathers))
+        address = self._function(classes, columns, tuple(gathers), segments)
         return Launch(address, offsets, strides, rows, inner, self.kind == "elementwise",
-                      self._outputs, empty_cpu, Tensor.data_ptr, checked=bool(gathers))
+                      self._outputs, empty_cpu, Tensor.data_ptr, checked=bool(gathers),
+                      segments=segments)
 
-    def _function(self, classes, columns=(), gathers=()):
-        key = (str(self.body), classes, columns, tuple(g.stride for g in gathers))
+    def _function(self, classes, columns=(), gathers=(), segments=1):
+        key = (str(self.body), classes, columns, tuple(g.stride for g in gathers), segments)
         with _lock:
             hit = _compiled.get(key)
             if hit is None:
@@ -115,14 +118,15 @@ class PointwiseNode(FusedKernel):
                 # it is back (KernelPending leaves it in _requests)
                 request = _requests.get(key)
                 if request is None:
-                    request = _requests[key] = self._request(classes, columns, gathers)
+                    request = _requests[key] = self._request(classes, columns, gathers,
+                                                             segments)
                 hit = _compiled[key] = self._compile(*request)
                 del _requests[key]
             if hit[1] not in self.artifacts:
                 self.artifacts.append(hit[1])
         return hit[0]
 
-    def _request(self, classes, columns=(), gathers=()) -> tuple:
+    def _request(self, classes, columns=(), gathers=(), segments=1) -> tuple:
         """(name, cache key, artifact) of the kernel for one layout."""
         width = vector_width()
         # the body's text and the layout decide every field of spec (operands, nodes,
@@ -130,12 +134,13 @@ class PointwiseNode(FusedKernel):
         # name is made of it too, so that a kernel's key does not depend on which kernels
         # this process compiled before it
         key = repr((self.kind, str(self.body), classes, columns, width,
-                    [(g.source, g.index, g.stride, g.size, g.wraps) for g in gathers]))
+                    [(g.source, g.index, g.stride, g.size, g.wraps) for g in gathers])) + \
+            (f" segments={segments}" if segments > 1 else "")
         digest = hashlib.sha256(key.encode()).hexdigest()[:16]
         name = f"kiln_{'columns' if columns else self.kind}_{digest}"
         spec = K.KernelSpec(name, self.kind, self.operands, self.nodes,
                             tuple(self.body.outputs), self.scalars, self.row_values, classes,
-                            columns, gathers)
+                            columns, gathers, segments)
         return name, f"{name} {key}", KernelArtifact(spec, width, host_jit())
 
     @staticmethod
