@@ -24,6 +24,7 @@ threads) and run on runtime.pool's threads; all the pairs of a cat are one nativ
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 
@@ -60,36 +61,49 @@ def copy(pairs: list) -> bool:
     plan = _plans[key]
     if plan is None:
         return False
-    records, owner, threads = plan
-    if len(records):
+    if plan.offsets:
         try:
             kernel = deferring_call(_kernel, key[0])
         except KernelPending:
             return False
-        records = records.copy()
-        bases = [(address(src), address(dst)) for dst, src in pairs]
-        for record, pair in zip(records, owner):
-            record[SRC] += bases[pair][0]
-            record[DST] += bases[pair][1]
-        Items(None, (kernel, address(records), len(records), RECORD_WORDS * 8)).run(threads)
+        with plan.lock:
+            if plan.items is None:
+                plan.items = Items(None, (kernel, address(plan.records), len(plan.records),
+                                          RECORD_WORDS * 8))
+            records = plan.records
+            for i, (pair, src_offset, dst_offset) in enumerate(plan.offsets):
+                dst, src = pairs[pair]
+                records[i, SRC] = address(src) + src_offset
+                records[i, DST] = address(dst) + dst_offset
+            plan.items.run(plan.threads)
     calls += 1
     return True
 
 
-_plans: dict = {}  # (item size, threads, layouts) -> _plan's answer
+class _Plan:
+    """A copy's records, written again at each call with its pairs' addresses: for each
+    record (its pair, source and destination offsets from the pair's first elements),
+    and the threads to run them on (one call at a time: `lock`)."""
+
+    def __init__(self, records: list, offsets: list, threads: int):
+        self.records = np.array(records, np.int64).reshape(-1, RECORD_WORDS)
+        self.offsets, self.threads = offsets, threads
+        self.items = None  # made at the first call, once the kernel is loaded
+        self.lock = threading.Lock()
+
+
+_plans: dict = {}  # (item size, threads, layouts) -> its _Plan, or None
 _MAX_PLANS = 256
 
 
 def _plan(key: tuple):
-    """The records of a copy (their source and destination words offsets from their
-    pair's first elements), the pair each belongs to and the threads to run them on;
-    None for a layout the kernel
-    does not take. One record per pair, or, from PARALLEL_BYTES in all, one per thread
-    over each pair's outer indices (over its rows, where it has fewer outer indices)."""
+    """The copy's _Plan, None for a layout the kernel does not take. One record per
+    pair, or, from PARALLEL_BYTES in all, one per thread over each pair's outer indices
+    (over its rows, where it has fewer outer indices than threads)."""
     itemsize, threads, layouts = key
     total = sum(math.prod(shape) for shape, _, _ in layouts) * itemsize
     threads = threads if total >= PARALLEL_BYTES else 1
-    records, owner = [], []
+    records, offsets = [], []
     for pair, (shape, dst_strides, src_strides) in enumerate(layouts):
         if math.prod(shape) == 0:
             continue
@@ -98,9 +112,8 @@ def _plan(key: tuple):
             return None
         for record in _records(*block, threads):
             records.append(record)
-            owner.append(pair)
-    return (np.array(records, np.int64).reshape(-1, RECORD_WORDS), tuple(owner),
-            threads)
+            offsets.append((pair, record[SRC], record[DST]))
+    return _Plan(records, offsets, threads)
 
 
 def _block(item: int, shape, dst_strides, src_strides):
