@@ -122,16 +122,18 @@ def test_cat_of_many_parts_empty_parts_and_one_element_dims():
     got, expected = _cat_both(parts, 1)
     assert got.shape == (3, 9, 7)
     assert eager.equal(got, expected)
-    got, expected = _cat_both([eager.ones(1, 1, 1)] * 40, -1)
-    assert got.shape == (1, 1, 40) and eager.equal(got, expected)
+    got, expected = _cat_both([eager.ones(1, 1, 1)] * 39 + [eager.ones(1, 1, 4)[..., ::2]], -1)
+    assert got.shape == (1, 1, 41) and eager.equal(got, expected)
 
 
-def test_cat_of_parts_of_other_dtypes_casts_through_numpy():
-    parts = [eager.ones(4, 5), eager.arange(20).reshape(4, 5)]
+def test_cat_of_parts_of_other_dtypes_or_all_contiguous_keeps_numpy():
+    parts = [eager.ones(4, 5).t(), eager.arange(20).reshape(4, 5).t()]
     before = native.calls
     out = eager.cat(parts, 0)
     assert native.calls == before and out.dtype == eager.float32
-    assert out[4:].tolist() == [[float(i) for i in range(j, j + 5)] for j in range(0, 20, 5)]
+    assert out[5:].tolist() == [[float(i) for i in range(j, 20, 5)] for j in range(5)]
+    assert eager.cat([eager.ones(4, 5), eager.zeros(4, 5)], 1).tolist() == [[1.0] * 5 + [0.0] * 5] * 4
+    assert native.calls == before
 
 
 def test_cat_s_errors_are_unchanged():
