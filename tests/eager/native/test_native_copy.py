@@ -10,6 +10,7 @@ import pytest
 import eager
 from eager.backends.native import copies as native
 from eager.kernels import copies as kernels
+from runtime import threads as threads_module
 from runtime.llvm.jit import compiling_here
 
 DTYPES = [np.int8, np.float16, np.float32, np.int64, np.float64, np.bool_]
@@ -22,11 +23,10 @@ def threads(request, monkeypatch):
     monkeypatch.setattr(kernels, "CAT_NATIVE_BYTES", 0)
     monkeypatch.setattr(native, "PARALLEL_BYTES", 0)
     monkeypatch.setattr(native, "_plans", {})
-    before = eager.get_num_threads()
+    monkeypatch.setattr(threads_module, "_chosen", [None])  # put back after the test
     eager.set_num_threads(request.param)
     with compiling_here():  # no fallback to numpy while a kernel compiles
         yield request.param
-    eager.set_num_threads(before)
 
 
 def _values(shape, dtype, seed=0) -> np.ndarray:
