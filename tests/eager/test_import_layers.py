@@ -29,6 +29,7 @@ LAYERS = [
      "backend, each registered for the ops it takes over", [
         "eager.backends.row_ops", "eager.backends.native", "eager.backends.native.rows",
         "eager.backends.native.pointwise", "eager.backends.native.windows",
+        "eager.backends.native.copies",
         "eager.backends.native.gemm", "eager.backends.native.optim",
         "eager.backends.native.membership",
         "eager.backends.cuda.device", "eager.backends.cuda.elementwise",
@@ -123,6 +124,11 @@ ALLOWED = {
     ("eager.kernels.windows", "eager.backends.native.windows"):
         "the generated im2col loads at the first float im2col of _NATIVE_ELEMENTS or "
         "more: `import eager` must not load llvmlite",
+    ("eager.kernels.copies", "eager.backends.native.copies"):
+        "the generated strided copy loads at the first cat of CAT_NATIVE_BYTES or more: "
+        "`import eager` must not load llvmlite",
+    ("eager.backends.native.copies", "runtime.llvm.toolkit"): "the IR toolkit (llvmlite) "
+        "loads only to build a kernel: one from the disk cache loads without it",
     ("eager.kernels.membership", "eager.backends.native.membership"):
         "the generated isin scan loads at the first isin of a small test set: `import "
         "eager` must not load llvmlite",
