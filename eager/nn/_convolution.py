@@ -87,9 +87,8 @@ def _read_taps(weight: Tensor, sizes, kernel: tuple, stride: tuple, padding: tup
     (ResNet-18's last stage on 32x32 images) multiplies its centre alone, a ninth of
     the product (as oneDNN's direct convolution skips them). The taps left read the
     same image elements at every output position, and each output sums the same
-    nonzero products in the same order (K shorter: the GEMM may block them otherwise);
-    the taps dropped would add products of the padding's zeros (a NaN or inf among their
-    weights no longer reaches the output)."""
+    nonzero products in the same order; the taps dropped would add products of the
+    padding's zeros (a NaN or inf among their weights no longer reaches the output)."""
     spans = [_taps_read(*dims) for dims in zip(sizes, kernel, stride, padding, dilation,
                                                out)]
     if all(stop - start == size for (start, stop), size in zip(spans, kernel)):
