@@ -80,42 +80,6 @@ def _same_padding(kernel: tuple, dilation: tuple) -> tuple[list, tuple]:
     return amounts, (0,) * len(kernel)
 
 
-def _read_taps(weight: Tensor, sizes, kernel: tuple, stride: tuple, padding: tuple,
-               dilation: tuple, out: tuple) -> tuple:
-    """(weight, kernel, padding) without the kernel rows and columns that read only the
-    padding at every output position: a 3x3 convolution padded by 1 of a 1x1 image
-    (ResNet-18's last stage on 32x32 images) multiplies its centre alone, a ninth of
-    the product (as oneDNN's direct convolution skips them). The taps left read the
-    same image elements at every output position, and each output sums the same
-    nonzero products in the same order; the taps dropped would add products of the
-    padding's zeros (a NaN or inf among their weights no longer reaches the output)."""
-    spans = [_taps_read(*dims) for dims in zip(sizes, kernel, stride, padding, dilation,
-                                               out)]
-    if all(stop - start == size for (start, stop), size in zip(spans, kernel)):
-        return weight, kernel, padding
-    trimmed = tuple(stop - start for start, stop in spans)
-    moved = tuple(p - start * d for (start, _), p, d in zip(spans, padding, dilation))
-    # the trimmed kernel, padded by `moved` on both sides, must give the same positions
-    if any(m < 0 for m in moved) or tuple(
-            _out_size(*dims) for dims in zip(sizes, trimmed, stride, moved, dilation)) != out:
-        return weight, kernel, padding
-    rows, columns = spans
-    return weight[:, :, rows[0]:rows[1], columns[0]:columns[1]], trimmed, moved
-
-
-def _taps_read(size: int, kernel: int, stride: int, pad: int, dilation: int,
-               out: int) -> tuple:
-    """[start, stop) of the kernel offsets along a dim that read an element of the image
-    (not the padding) at some output position: an offset t reads t * dilation - pad +
-    o * stride at output o."""
-    def reads_image(t: int) -> bool:
-        first = t * dilation - pad  # at o = 0; the least o reaching the image:
-        o = max(0, -(-(-first) // stride))
-        return o < out and first + o * stride < size
-    used = [t for t in range(kernel) if reads_image(t)]
-    return (used[0], used[-1] + 1) if used else (0, kernel)
-
-
 FOLD_BELOW = 256
 """Output positions an image below which conv2d multiplies once over the whole batch
 (the columns transposed to (C K, N L), a copy) rather than image by image: an image's
@@ -160,8 +124,6 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
         raise RuntimeError(f"conv2d: the kernel {list(kernel)} (dilation {list(dilation)}) "
                            f"does not fit the padded input of size "
                            f"{[s + 2 * p for s, p in zip(x.shape[2:], padding)]}")
-    weight, kernel, padding = _read_taps(weight, x.shape[2:], kernel, stride, padding,
-                                         dilation, out)
     cols = _columns(x, list(kernel), list(dilation), list(padding), list(stride))
     k = kernel[0] * kernel[1]                                  # cols: (N, C K, L)
     # a 16-bit convolution adds its bias before the product is rounded, once, as
