@@ -396,17 +396,20 @@ def _small_erf(m: _Math, x, ratio):
     return m.mul(m.fma(x8, ratio, x8), 0.125)
 
 
-def _exp_minus_square(m: _Math, a, plus):
-    """e^(plus - a^2), with a^2's rounding error put back: e^-(h + l) = e^-h (1 - l)."""
+def _exp_minus_square(m: _Math, a, plus, nonpositive: bool = False):
+    """e^(plus - a^2), with a^2's rounding error put back: e^-(h + l) = e^-h (1 - l).
+    `nonpositive`: plus - a^2 is known to be <= 0 (or nan), and exp_nonpositive gives
+    exp's value in fewer operations."""
     h = m.mul(a, a)
-    e = emit(m.b, "exp", m.sub(plus, h))
+    e = emit(m.b, "exp_nonpositive" if nonpositive else "exp", m.sub(plus, h))
     return m.fma(m.neg(e), m.fma(a, a, m.neg(h)), e)
 
 
 def _erf32(m: _Math, x):
     small = _small_erf(m, x, m.poly(m.mul(x, x), ERF32_P))
     a = m.below(m.abs(x), ERF32_ONE)
-    big = m.sub(1.0, m.mul(_exp_minus_square(m, a, 0.0), m.poly(m.sub(a, 2.46), ERFC32_Q)))
+    big = m.sub(1.0, m.mul(_exp_minus_square(m, a, 0.0, nonpositive=True),
+                           m.poly(m.sub(a, 2.46), ERFC32_Q)))
     big = m.select(m.lt(a, ERF32_ONE), big, 1.0)
     y = m.select(m.lt(m.abs(x), 1.0), small, m.copysign(big, x))
     return m.select(m.isnan(x), x, y)
