@@ -223,22 +223,22 @@ def test_other_reductions_over_segments_match_numpy(name, fn, ref):
     _assert_ran_natively(f)
 
 
-def test_segments_give_the_same_bits_on_one_and_two_threads():
+def test_segments_give_the_same_bits_on_one_and_two_threads(monkeypatch):
     """Threads take whole rows (channels): each channel's sum runs in one order."""
+    from runtime import threads as runtime_threads
+    # put back as found: set_num_threads(get_num_threads()) would pin the count over
+    # $KILN_NUM_THREADS for the worker's later tests
+    monkeypatch.setattr(runtime_threads, "_chosen", [None])
     a = np.random.default_rng(4).standard_normal((64, 256, 2, 2)).astype(np.float32)
     results = []
     for threads in (1, 2):
-        before = eager.get_num_threads()
         eager.set_num_threads(threads)
-        try:
-            f = compiler.compile(lambda t: _batch_norm(t), backend="native")
-            results.append([t.numpy() for t in f(eager.tensor(a))])
-            _assert_ran_natively(f)
-            launches = [launch for run in f.region_cache.values()
-                        for k in run.kernels.values() for launch in k._layouts.values()]
-            assert max(launch.threads for launch in launches) == threads
-        finally:
-            eager.set_num_threads(before)
+        f = compiler.compile(lambda t: _batch_norm(t), backend="native")
+        results.append([t.numpy() for t in f(eager.tensor(a))])
+        _assert_ran_natively(f)
+        launches = [launch for run in f.region_cache.values()
+                    for k in run.kernels.values() for launch in k._layouts.values()]
+        assert max(launch.threads for launch in launches) == threads
     for one, two in zip(*results):
         np.testing.assert_array_equal(one, two)
     for got, want in zip(results[0], _batch_norm64(a.astype(np.float64))):
