@@ -263,23 +263,30 @@ def _elementwise(k: _Builder) -> None:
         llvm_ir.vector_loop(b, start, k.i1, k.w, step, unroll=UNROLL)
 
     def tile(r):
-        """Rows r to r + W - 1, whose transposed inputs' rows are neighbours in memory."""
-        rows = [[k.row_base(j, b.add(r, llvm_ir.i64(q))) for j in range(len(k.operands))]
-                for q in range(k.w)]
-        per_row = [per_row_values(bases) for bases in rows]
+        """Rows r to r + W - 1, whose transposed inputs' rows are neighbours in memory:
+        each W x W block of those inputs transposed into a buffer, then the rows computed
+        one after the other (a loop, so the body's code is there once, not W times)."""
+        here = b.block
+        b.position_at_start(k.fn.entry_basic_block)
+        buffers = {j: b.alloca(ir.ArrayType(V.Lanes(b, k.w).memory_type(
+            spec.inputs[j].type.dtype), k.w)) for j in transposed}
+        b.position_at_end(here)
+        first = [k.row_base(j, r) for j in range(len(k.operands))]
         with llvm_ir.for_range(b, k.i0, k.i1, k.w, "tile", whole=True) as i:
-            envs = [{v: llvm_ir.splat(b, x, k.w) for v, x in values.items()}
-                    for values in per_row]
-            for j, v in enumerate(spec.inputs):
-                if spec.strides[j] == 1:
-                    for env, bases in zip(envs, rows):
+            for j, buffer in buffers.items():
+                across = [k._vector_at(j, k.inner_at(j, first[j], b.add(i, llvm_ir.i64(m))))
+                          for m in range(k.w)]
+                for q, lanes in enumerate(llvm_ir.transposed(b, across)):
+                    b.store(lanes, b.gep(buffer, [llvm_ir.i64(0), llvm_ir.i64(q)]))
+            with llvm_ir.for_range(b, llvm_ir.i64(0), llvm_ir.i64(k.w), 1, "tile_row") as q:
+                bases = [k.row_base(j, b.add(r, q)) for j in range(len(k.operands))]
+                env = {v: llvm_ir.splat(b, x, k.w) for v, x in per_row_values(bases).items()}
+                for j, v in enumerate(spec.inputs):
+                    if spec.strides[j] == 1:
                         env[v] = k.load(j, bases[j], i)
-                elif spec.strides[j] is STRIDED:
-                    across = [k._vector_at(j, k.inner_at(j, rows[0][j], b.add(i, llvm_ir.i64(m))))
-                              for m in range(k.w)]
-                    for env, lanes in zip(envs, llvm_ir.transposed(b, across)):
-                        env[v] = V.Lanes(b, k.w).from_memory(lanes, v.type.dtype)
-            for env, bases in zip(envs, rows):
+                    elif j in buffers:
+                        env[v] = V.Lanes(b, k.w).from_memory(
+                            b.load(b.gep(buffers[j], [llvm_ir.i64(0), q])), v.type.dtype)
                 compute_and_store(env, bases, i)
         with b.if_then(b.icmp_signed("<", i, k.i1)), \
                 llvm_ir.for_range(b, r, b.add(r, llvm_ir.i64(k.w)), 1, "tail_row") as q:
