@@ -220,25 +220,38 @@ def build_kernel(module: ir.Module, spec: KernelSpec, host_lanes: int) -> ir.Fun
 
 
 def _elementwise(k: _Builder) -> None:
-    spec = k.spec
+    """Row after row, W elements a step. Where an input is read across the inner dim with
+    a stride (a transposed one), W rows that are W neighbours in its memory (its row
+    offsets consecutive, checked at run time) go together as tiles of W x W: W vector
+    loads of it along its rows, transposed in registers (toolkit.transposed), so each
+    load and store is a whole vector instead of W scalar loads; the rest go row by row."""
+    spec, b = k.spec, k.b
     n_in = len(spec.inputs)
     sources = {g.source for g in spec.gathers}  # read only through their gathers
     gathered = {g.value for g in spec.gathers}
 
-    def row(r):
+    def per_row_values(bases):
+        return {v: V.Lanes(b, None).from_memory(b.load(bases[j]), v.type.dtype)
+                for j, v in enumerate(spec.inputs) if spec.strides[j] == 0 and j not in sources}
+
+    def compute_and_store(env, bases, i, count=None):
+        L = V.Lanes(b, k.w)
+        k.constants(env, L)
+        for node in spec.nodes:
+            if node.outputs[0] not in gathered:
+                k.compute(node, env, L)
+        for j, v in enumerate(spec.outputs):
+            k.store(n_in + j, bases[n_in + j], i, env[v], count)
+
+    def row(r, start):
         bases = [k.row_base(j, r) for j in range(len(k.operands))]
         for g in spec.gathers:
             if G.per_row(k, g):
                 G.move_row_base(k, g, bases)
-        per_row = {}
-        for j, v in enumerate(spec.inputs):
-            if spec.strides[j] == 0 and j not in sources:
-                per_row[v] = V.Lanes(k.b, None).from_memory(k.b.load(bases[j]), v.type.dtype)
+        per_row = per_row_values(bases)
 
         def step(i, count=None):
-            L = V.Lanes(k.b, k.w)
-            env = {v: llvm_ir.splat(k.b, x, k.w) for v, x in per_row.items()}
-            k.constants(env, L)
+            env = {v: llvm_ir.splat(b, x, k.w) for v, x in per_row.items()}
             for j, v in enumerate(spec.inputs):
                 if spec.strides[j] != 0 and j not in sources:
                     env[v] = k.load(j, bases[j], i, count)
@@ -246,14 +259,123 @@ def _elementwise(k: _Builder) -> None:
                 env[g.value] = k.load(g.source, bases[g.source], i, count) if \
                     G.per_row(k, g) else G.load_lanes(k, g, bases, env[spec.inputs[g.index]],
                                                       i, count)
-            for node in spec.nodes:
-                if node.outputs[0] not in gathered:
-                    k.compute(node, env, L)
-            for j, v in enumerate(spec.outputs):
-                k.store(n_in + j, bases[n_in + j], i, env[v], count)
-        llvm_ir.vector_loop(k.b, k.i0, k.i1, k.w, step, unroll=UNROLL)
-    with llvm_ir.for_range(k.b, k.r0, k.r1, 1, "row") as r:
-        row(r)
+            compute_and_store(env, bases, i, count)
+        llvm_ir.vector_loop(b, start, k.i1, k.w, step, unroll=UNROLL)
+
+    def tile(r):
+        """Rows r to r + W - 1, whose transposed inputs' rows are neighbours in memory:
+        each W x W block of those inputs transposed into a buffer, then the rows computed
+        one after the other (a loop, so the body's code is there once, not W times)."""
+        here = b.block
+        b.position_at_start(k.fn.entry_basic_block)
+        buffers = {j: b.alloca(ir.ArrayType(V.Lanes(b, k.w).memory_type(
+            spec.inputs[j].type.dtype), k.w)) for j in transposed}
+        b.position_at_end(here)
+        first = [k.row_base(j, r) for j in range(len(k.operands))]
+        with llvm_ir.for_range(b, k.i0, k.i1, k.w, "tile", whole=True) as i:
+            for j, buffer in buffers.items():
+                across = [k._vector_at(j, k.inner_at(j, first[j], b.add(i, llvm_ir.i64(m))))
+                          for m in range(k.w)]
+                for q, lanes in enumerate(llvm_ir.transposed(b, across)):
+                    b.store(lanes, b.gep(buffer, [llvm_ir.i64(0), llvm_ir.i64(q)]))
+            with llvm_ir.for_range(b, llvm_ir.i64(0), llvm_ir.i64(k.w), 1, "tile_row") as q:
+                bases = [k.row_base(j, b.add(r, q)) for j in range(len(k.operands))]
+                env = {v: llvm_ir.splat(b, x, k.w) for v, x in per_row_values(bases).items()}
+                for j, v in enumerate(spec.inputs):
+                    if spec.strides[j] == 1:
+                        env[v] = k.load(j, bases[j], i)
+                    elif j in buffers:
+                        env[v] = V.Lanes(b, k.w).from_memory(
+                            b.load(b.gep(buffers[j], [llvm_ir.i64(0), q])), v.type.dtype)
+                compute_and_store(env, bases, i)
+        with b.if_then(b.icmp_signed("<", i, k.i1)), \
+                llvm_ir.for_range(b, r, b.add(r, llvm_ir.i64(k.w)), 1, "tail_row") as q:
+            row(q, i)  # the last columns, row by row
+
+    def packed(r, n):
+        """Rows r to r + W / n - 1, each of n elements, their outputs' rows end to end:
+        one vector of their elements (each input's rows loaded n elements each)."""
+        group = k.w // n
+        rows = [[k.row_base(j, b.add(r, llvm_ir.i64(q))) for j in range(len(k.operands))]
+                for q in range(group)]
+        env = {}
+        for j, v in enumerate(spec.inputs):
+            dt = v.type.dtype
+            if spec.strides[j] == 0:
+                value = llvm_ir.vector_of(b, [b.load(bases[j]) for bases in rows])
+                raw = b.shuffle_vector(value, ir.Constant(value.type, ir.Undefined),
+                                       ir.Constant(ir.VectorType(llvm_ir.I32, k.w),
+                                                   [lane // n for lane in range(k.w)]))
+            else:
+                align = dt.itemsize
+                raw = llvm_ir.concatenated(b, [llvm_ir.load_vector(
+                    b, b.gep(bases[j], [k.i0]), n, align) for bases in rows])
+            env[v] = V.Lanes(b, k.w).from_memory(raw, dt)
+        compute_and_store(env, rows[0], k.i0)
+
+    def packed_rows(start, n):
+        """Rows from `start` on, W / n at a time while their outputs' rows lie end to
+        end; the row where they stopped."""
+        group, before = k.w // n, b.block
+        head, check, body, done = (b.append_basic_block(f"packed{n}.{part}")
+                                   for part in ("head", "check", "body", "done"))
+        b.branch(head)
+        b.position_at_end(head)
+        r = b.phi(I64, name=f"packed{n}")
+        r.add_incoming(start, before)
+        b.cbranch(b.icmp_signed("<", r, b.sub(k.r1, llvm_ir.i64(group - 1))), check, done)
+        b.position_at_end(check)
+        b.cbranch(_rows_adjacent(k, range(n_in, len(k.operands)), r, n, group), body, done)
+        b.position_at_end(body)
+        packed(r, n)
+        r.add_incoming(b.add(r, llvm_ir.i64(group)), b.block)
+        b.branch(head)
+        b.position_at_end(done)
+        return r
+
+    r = k.r0
+    transposed = [j for j, c in enumerate(spec.strides[:n_in]) if c is STRIDED]
+    if not transposed and not spec.gathers and all(c == 1 for c in spec.strides[n_in:]):
+        # short rows (of 2, 4, ... W / 2 elements), several to a vector
+        n = 1
+        while n < k.w // 2:
+            n *= 2
+            before = b.block
+            with b.if_then(b.icmp_signed("==", b.sub(k.i1, k.i0), llvm_ir.i64(n)),
+                           likely=False):
+                stopped = packed_rows(r, n)
+                end = b.block
+            start = b.phi(I64)
+            start.add_incoming(stopped, end)
+            start.add_incoming(r, before)
+            r = start
+    if transposed and not spec.gathers:
+        with llvm_ir.for_range(b, k.r0, k.r1, k.w, "tiles", whole=True) as r:
+            neighbours = _rows_adjacent(k, transposed, r)
+            with b.if_else(neighbours) as (then, otherwise):
+                with then:
+                    tile(r)
+                with otherwise, llvm_ir.for_range(b, r, b.add(r, llvm_ir.i64(k.w)), 1,
+                                                  "row") as q:
+                    row(q, k.i0)
+    with llvm_ir.for_range(b, r, k.r1, 1, "row") as r:
+        row(r, k.i0)
+
+
+def _rows_adjacent(k: _Builder, operands, r, apart: int = 1, count: int | None = None):
+    """Whether rows r to r + count - 1 (W of them by default) of each of `operands`
+    start `apart` elements apart."""
+    b, count = k.b, count or k.w
+    steps = ir.Constant(ir.VectorType(I64, count), [q * apart for q in range(count)])
+    together = None
+    for j in operands:
+        offsets = llvm_ir.load_vector(b, b.gep(k.off[j], [r]), count, 8)
+        first = llvm_ir.splat(b, b.extract_element(offsets, llvm_ir.i32(0)), count)
+        same = b.icmp_signed("==", offsets, b.add(first, steps))
+        bits = ir.IntType(count)
+        each = b.icmp_unsigned("==", b.bitcast(same, bits), ir.Constant(bits, -1))
+        together = each if together is None else b.and_(together, each)
+    return together
 
 
 def _levels(spec: KernelSpec):

@@ -274,6 +274,36 @@ def vector_of(b: ir.IRBuilder, scalars: list) -> ir.Value:
     return v
 
 
+def concatenated(b: ir.IRBuilder, parts: list) -> ir.Value:
+    """The vectors `parts` (a power-of-two count, of one type) end to end, as one vector."""
+    while len(parts) > 1:
+        n = parts[0].type.count
+        parts = [b.shuffle_vector(x, y, ir.Constant(ir.VectorType(I32, 2 * n),
+                                                    list(range(2 * n))))
+                 for x, y in zip(parts[::2], parts[1::2])]
+    return parts[0]
+
+
+def transposed(b: ir.IRBuilder, rows: list) -> list:
+    """The W x W matrix whose row m is the vector rows[m] (W of them, W lanes each, a power
+    of two), transposed: vector k holds lane k of every row. log2(W) rounds of two-source
+    shuffles, round `bit` swapping that bit of the row number with that bit of the lane
+    number (16 x 16 float32: 64 shuffles, 4 a vector)."""
+    width, bit = len(rows), 1
+    while bit < width:
+        low = [k if not k & bit else width + k - bit for k in range(width)]
+        high = [k + bit if not k & bit else width + k for k in range(width)]
+        swapped = list(rows)
+        for a in range(width):
+            if not a & bit:
+                x, y = rows[a], rows[a | bit]
+                swapped[a] = b.shuffle_vector(x, y, ir.Constant(ir.VectorType(I32, width), low))
+                swapped[a | bit] = b.shuffle_vector(x, y, ir.Constant(ir.VectorType(I32, width),
+                                                                      high))
+        rows, bit = swapped, bit * 2
+    return rows
+
+
 def pairwise(items: list, combine: Callable):
     """combine over `items` (a power-of-two count) as a balanced tree: neighbours first,
     then their results, so a sum's rounding error grows with log2(len(items))."""
