@@ -317,11 +317,6 @@ def _run(problem: _Problem, activation, threads, plan_key: tuple | None = None,
     direct_domain = m * n * k <= config.DIRECT_MAX_MACS or (
         m * n * k <= config.DIRECT_SPREAD_MAX_MACS
         and not kernels.crowds_l1(batch.call.a_rs, kernel.dtype.itemsize))
-    blocking = None
-    if not direct_domain or (n > 1 and batch.call.b_cs != 1) or kernel.packs_a:
-        blocking = tune.for_depth(tune.blocking(kernel, _tuning_measure), k)
-        if direct_domain:  # all of K in one block, as in the direct and small.py's kernels:
-            blocking = kernels.Blocking(blocking.mc, k, blocking.nc)  # the same result
     if not direct_domain and problem.rounded is None and m > 1 and n > 1 and \
             _fits_better_transposed(kernel.tile, m, n):
         # out^T = op(B)^T op(A)^T in a buffer of its own (the branch at the top runs
@@ -330,6 +325,11 @@ def _run(problem: _Problem, activation, threads, plan_key: tuple | None = None,
         _run(problem, activation, threads, None, specialise)
         target[...] = problem.out
         return
+    blocking = None
+    if not direct_domain or (n > 1 and batch.call.b_cs != 1) or kernel.packs_a:
+        blocking = tune.for_depth(tune.blocking(kernel, _tuning_measure), k)
+        if direct_domain:  # all of K in one block, as in the direct and small.py's kernels:
+            blocking = kernels.Blocking(blocking.mc, k, blocking.nc)  # the same result
     specialised, whole = None, False  # whole: one call of it computes the whole batch
     if direct_domain and specialise:
         body, cut = small.cut(batch, kernel.spec, kernel.dtype.itemsize, threads)

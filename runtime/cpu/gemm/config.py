@@ -24,7 +24,7 @@ L1_PANEL_BYTES = 32 * 1024  # a B panel up to this stays in L1 (48 KiB) next to 
 # A packed product whose out^T the register tiles cover with this many times the
 # useful multiply-adds of out runs as out^T = B^T A^T (api._fits_better_transposed),
 # written to a buffer and copied back (float32, one thread, rocketlake, an AVX-512
-# Xeon: 512x4608 @ 4608x8 1.74 -> 1.10 ms (tiles 25% -> 67% used).
+# Xeon): 512x4608 @ 4608x8 1.74 -> 1.10 ms, tiles 25% -> 67% used.
 TRANSPOSE_GAIN = 1.2
 
 # Threads (jobs.py, small.py) ----------------------------------------------------------
